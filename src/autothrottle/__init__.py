@@ -1,0 +1,38 @@
+"""autothrottle: polite, adaptive per-host pacing for httpx and aiohttp.
+
+Scrapy's AutoThrottle, for asyncio clients: every host is a *slot* whose delay
+between requests adapts to the host's latency, so that about
+``target_concurrency`` requests are in flight to it on average.
+
+    >>> from autothrottle import Throttle
+    >>> throttle = Throttle(target_concurrency=2.0)
+    >>> throttle.slot("example.com").delay
+    5.0
+
+The client adapters live in :mod:`autothrottle.httpx` and
+:mod:`autothrottle.aiohttp`.
+"""
+
+from ._config import SlotConfig
+from ._policy import AutoThrottlePolicy, DelayPolicy, Sample
+from ._request import CONTROL_HEADER, RequestOptions
+from ._slot import Lease, Slot, SlotSnapshot
+from ._store import MemoryStore, SlotStore
+from ._throttle import Throttle
+
+__all__ = [
+    "CONTROL_HEADER",
+    "AutoThrottlePolicy",
+    "DelayPolicy",
+    "Lease",
+    "MemoryStore",
+    "RequestOptions",
+    "Sample",
+    "Slot",
+    "SlotConfig",
+    "SlotSnapshot",
+    "SlotStore",
+    "Throttle",
+]
+
+__version__ = "0.1.0"

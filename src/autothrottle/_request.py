@@ -1,0 +1,123 @@
+"""What the adapters share about a request: its slot key and its control options.
+
+A request may carry options for the throttle in two forms, both parsed here
+so the httpx and aiohttp adapters agree to the letter:
+
+* a mapping ``{"autothrottle": {"adjust": False, "bypass": True, "slot": "name"}}``
+  (httpx request ``extensions``; aiohttp ``trace_request_ctx``);
+* the request header ``X-AutoThrottle: no-adjust | bypass | slot=NAME``
+  (several directives may be joined by commas), which the adapters strip
+  before the request goes on the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+import yarl
+
+__all__ = ["CONTROL_HEADER", "RequestOptions", "host_key"]
+
+CONTROL_HEADER = "X-AutoThrottle"
+"""The request header that carries per-request options; never sent to the server."""
+
+_CONTROL_KEY = "autothrottle"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOptions:
+    """Per-request throttle options.
+
+    Attributes:
+        adjust: False: the request waits its turn, but its response does not
+            change the slot's delay (Scrapy's ``autothrottle_dont_adjust_delay``).
+        bypass: True: the request is neither delayed nor counted.
+        slot: Use this slot key instead of the one derived from the URL.
+    """
+
+    adjust: bool = True
+    bypass: bool = False
+    slot: str | None = None
+
+    def merged(self, other: RequestOptions) -> RequestOptions:
+        """Options set in either (``other`` wins on the slot name)."""
+        return RequestOptions(
+            adjust=self.adjust and other.adjust,
+            bypass=self.bypass or other.bypass,
+            slot=other.slot if other.slot is not None else self.slot,
+        )
+
+
+DEFAULT_OPTIONS = RequestOptions()
+
+
+def options_from_mapping(container: object) -> RequestOptions:
+    """Options from ``container["autothrottle"]``; defaults when absent.
+
+    Raises TypeError/ValueError naming the option when it is malformed: a typo
+    in an option should fail loudly, not silently throttle the wrong way.
+    """
+    if not isinstance(container, Mapping):
+        return DEFAULT_OPTIONS
+    raw = container.get(_CONTROL_KEY)
+    if raw is None:
+        return DEFAULT_OPTIONS
+    if not isinstance(raw, Mapping):
+        raise TypeError(f"the 'autothrottle' request option must be a dict, got {raw!r}")
+    unknown = set(raw) - {"adjust", "bypass", "slot"}
+    if unknown:
+        raise ValueError(
+            f"unknown 'autothrottle' request option(s) {sorted(map(str, unknown))!r}; "
+            "expected 'adjust', 'bypass' or 'slot'"
+        )
+    adjust = raw.get("adjust", True)
+    bypass = raw.get("bypass", False)
+    slot = raw.get("slot")
+    if not isinstance(adjust, bool):
+        raise TypeError(f"the 'adjust' request option must be a bool, got {adjust!r}")
+    if not isinstance(bypass, bool):
+        raise TypeError(f"the 'bypass' request option must be a bool, got {bypass!r}")
+    if slot is not None and (not isinstance(slot, str) or not slot):
+        raise TypeError(f"the 'slot' request option must be a non-empty str, got {slot!r}")
+    if adjust and not bypass and slot is None:
+        return DEFAULT_OPTIONS
+    return RequestOptions(adjust=adjust, bypass=bypass, slot=slot)
+
+
+@lru_cache(maxsize=1024)
+def options_from_header(value: str) -> RequestOptions:
+    """Options from an ``X-AutoThrottle`` header value."""
+    adjust, bypass, slot = True, False, None
+    for part in value.split(","):
+        directive = part.strip()
+        lowered = directive.lower()
+        if lowered == "no-adjust":
+            adjust = False
+        elif lowered == "bypass":
+            bypass = True
+        elif lowered.startswith("slot="):
+            slot = directive[5:].strip()
+            if not slot:
+                raise ValueError(f"{CONTROL_HEADER} header: empty slot name in {value!r}")
+        elif directive:
+            raise ValueError(
+                f"{CONTROL_HEADER} header: unknown directive {directive!r} in {value!r}; "
+                "expected 'no-adjust', 'bypass' or 'slot=NAME'"
+            )
+    return RequestOptions(adjust=adjust, bypass=bypass, slot=slot)
+
+
+@lru_cache(maxsize=4096)
+def host_key(host: str) -> str:
+    """The default slot key of a host: lowercase, IDNA-encoded, no port.
+
+    ``host`` may be a bare host or a whole URL.
+    """
+    if "/" in host:
+        raw = yarl.URL(host).raw_host
+        return (raw or "").lower()
+    if host.isascii():
+        return host.lower()
+    return yarl.URL.build(scheme="http", host=host).raw_host or host.lower()

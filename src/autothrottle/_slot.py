@@ -1,0 +1,349 @@
+"""A slot: the per-host pacing state and its FIFO gate, with no I/O.
+
+Everything here is synchronous and reads time only through the injected
+clock, so the scheduling rules can be tested by setting the clock by hand.
+Waiting is the driver's business (:mod:`autothrottle._driver`): it parks a
+:class:`_Ticket` in the slot's queue, asks :meth:`Slot._try_acquire` how long
+to wait, and sleeps until then or until the slot wakes the ticket.
+
+The rules:
+
+* Requests leave in FIFO order: only the ticket at the head of the queue may
+  be granted, and a request that finds an empty queue and an open gate goes at
+  once without queueing.
+* The head may go when fewer than ``max_concurrency`` leases are held and the
+  current delay, times the jitter factor drawn at the previous send, has passed
+  since that send. The delay is read when the head checks, so a response that
+  lowers it lets the queue go sooner (the slot wakes the head on every change).
+* The head is woken when anything it waits on changes: a grant (a new head),
+  a release, a delay change, an abandoned head.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ._config import SlotConfig, check_number
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from ._throttle import Throttle
+
+__all__ = ["Lease", "Slot", "SlotSnapshot"]
+
+Clock = Callable[[], float]
+
+
+def _no_wake() -> None:
+    return None
+
+
+class _Ticket:
+    """A request waiting in a slot's queue.
+
+    ``wake`` is set by the driver to whatever resumes the waiting task.
+    """
+
+    __slots__ = ("lease", "wake")
+
+    def __init__(self) -> None:
+        self.wake: Callable[[], None] = _no_wake
+        self.lease: Lease | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SlotSnapshot:
+    """A consistent, read-only view of one slot at one moment.
+
+    Attributes:
+        key: The slot's key (usually the host).
+        delay: The current delay between sends, in seconds.
+        in_flight: Requests sent and not yet finished.
+        queued: Requests waiting for their turn.
+        last_latency: The latency of the last observed response, or None.
+        sent: Requests sent through the slot so far.
+        responses: Responses observed so far.
+        failures: Requests that failed without a response.
+        status_counts: Responses observed, by status code.
+    """
+
+    key: str
+    delay: float
+    in_flight: int
+    queued: int
+    last_latency: float | None
+    sent: int
+    responses: int
+    failures: int
+    status_counts: Mapping[int, int] = field(default_factory=dict)
+
+
+class Slot:
+    """The pacing state of one key (usually one host).
+
+    Get one from :meth:`Throttle.slot <autothrottle.Throttle.slot>`; do not
+    build it yourself. ``delay`` may be set by hand, for example to seed a slot
+    with a delay learned in an earlier run; the policy keeps adjusting it from
+    there.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_config",
+        "_delay",
+        "_factor",
+        "_last_send",
+        "_leases",
+        "_queue",
+        "_rng",
+        "hold_timeout",
+        "key",
+        "last_activity",
+        "failures",
+        "last_latency",
+        "responses",
+        "sent",
+        "status_counts",
+    )
+
+    def __init__(
+        self,
+        key: str,
+        config: SlotConfig,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        hold_timeout: float = math.inf,
+    ) -> None:
+        self.key = key
+        self._config = config
+        self._clock = clock
+        self._rng = rng
+        self.hold_timeout = hold_timeout
+        self._delay = config.clamp(config.policy.initial_delay(config))
+        self._queue: deque[_Ticket] = deque()
+        self._leases: set[Lease] = set()
+        self._last_send: float | None = None
+        self._factor = 1.0
+        self.last_latency: float | None = None
+        self.last_activity = clock()
+        self.sent = 0
+        self.responses = 0
+        self.failures = 0
+        self.status_counts: Counter[int] = Counter()
+
+    # -- public view -------------------------------------------------------------
+
+    @property
+    def config(self) -> SlotConfig:
+        """The settings this slot runs with."""
+        return self._config
+
+    @property
+    def delay(self) -> float:
+        """Seconds between two sends to this slot (before jitter)."""
+        return self._delay
+
+    @delay.setter
+    def delay(self, value: float) -> None:
+        self._set_delay(check_number("delay", value))
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet finished (body read or response closed)."""
+        if self._leases:
+            self._expire_leases(self._clock())
+        return len(self._leases)
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting for their turn."""
+        return len(self._queue)
+
+    @property
+    def idle(self) -> bool:
+        """True when nothing is queued or in flight: the slot may be forgotten."""
+        return not self._queue and not self.in_flight
+
+    def snapshot(self) -> SlotSnapshot:
+        """The slot's state now, as an immutable record."""
+        return SlotSnapshot(
+            key=self.key,
+            delay=self._delay,
+            in_flight=self.in_flight,
+            queued=len(self._queue),
+            last_latency=self.last_latency,
+            sent=self.sent,
+            responses=self.responses,
+            failures=self.failures,
+            status_counts=dict(self.status_counts),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<Slot {self.key!r} delay={self._delay:.3f}s "
+            f"in_flight={len(self._leases)} queued={len(self._queue)}>"
+        )
+
+    # -- scheduling (driven by autothrottle._driver) -----------------------------
+
+    def _set_delay(self, delay: float) -> None:
+        if delay != self._delay:
+            self._delay = delay
+            self._wake_head()
+
+    def _wake_head(self) -> None:
+        if self._queue:
+            self._queue[0].wake()
+
+    def _send_at(self) -> float:
+        """The earliest time the next request may be sent, ignoring the cap."""
+        if self._last_send is None:
+            return -math.inf
+        return self._last_send + self._delay * self._factor
+
+    def _grant(self, now: float, throttle: Throttle, adjust: bool) -> Lease:
+        self._last_send = now
+        jitter = self._config.jitter
+        self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0) if jitter else 1.0
+        self.sent += 1
+        self.last_activity = now
+        lease = Lease(self, throttle, now, now + self.hold_timeout, adjust)
+        self._leases.add(lease)
+        return lease
+
+    def _try_grant_now(self, throttle: Throttle, adjust: bool) -> Lease | None:
+        """The fast path: a lease at once if nobody is queued and the gate is open."""
+        if self._queue or len(self._leases) >= self._config.max_concurrency:
+            return None
+        now = self._clock()
+        if now < self._send_at():
+            return None
+        return self._grant(now, throttle, adjust)
+
+    def _enqueue(self) -> _Ticket:
+        ticket = _Ticket()
+        self._queue.append(ticket)
+        return ticket
+
+    def _try_acquire(self, ticket: _Ticket, throttle: Throttle, adjust: bool) -> float:
+        """Grant ``ticket`` if it may go now.
+
+        Returns 0.0 when granted (``ticket.lease`` is then set and the ticket
+        has left the queue); otherwise the seconds after which it is worth
+        checking again (``math.inf``: only when woken).
+        """
+        if self._queue[0] is not ticket:
+            return math.inf
+        now = self._clock()
+        if len(self._leases) >= self._config.max_concurrency:
+            self._expire_leases(now)
+            if len(self._leases) >= self._config.max_concurrency:
+                soonest = min(lease.expires_at for lease in self._leases)
+                return max(soonest - now, 0.0) if math.isfinite(soonest) else math.inf
+        wait = self._send_at() - now
+        if wait > 0:
+            return wait
+        self._queue.popleft()
+        ticket.lease = self._grant(now, throttle, adjust)
+        self._wake_head()
+        return 0.0
+
+    def _abandon(self, ticket: _Ticket) -> None:
+        """Forget a ticket whose request will not be sent (cancelled or failed)."""
+        if ticket.lease is not None:
+            ticket.lease.release()
+            return
+        was_head = bool(self._queue) and self._queue[0] is ticket
+        try:
+            self._queue.remove(ticket)
+        except ValueError:
+            return
+        if was_head:
+            self._wake_head()
+
+    def _release(self, lease: Lease) -> None:
+        self._leases.discard(lease)
+        self.last_activity = self._clock()
+        self._wake_head()
+
+    def _expire_leases(self, now: float) -> None:
+        expired = [lease for lease in self._leases if lease.expires_at <= now]
+        for lease in expired:
+            lease._released = True
+            self._leases.discard(lease)
+
+
+class Lease:
+    """One request's hold on its slot, from send until its response is finished.
+
+    The adapters take and release leases for you. Use one directly to throttle
+    a client autothrottle has no adapter for::
+
+        with await throttle.acquire("example.com") as lease:
+            response = await send()
+            lease.observe(latency=response.elapsed, status=response.status)
+
+    ``release`` is idempotent. A lease never released stops counting as in
+    flight after the throttle's ``hold_timeout``.
+    """
+
+    __slots__ = ("__weakref__", "_released", "_throttle", "adjust", "expires_at", "sent_at", "slot")
+
+    def __init__(
+        self, slot: Slot, throttle: Throttle, sent_at: float, expires_at: float, adjust: bool
+    ) -> None:
+        self.slot = slot
+        self._throttle = throttle
+        self.sent_at = sent_at
+        self.expires_at = expires_at
+        self.adjust = adjust
+        self._released = False
+
+    @property
+    def released(self) -> bool:
+        """True once the lease no longer counts as in flight."""
+        return self._released
+
+    def observe(
+        self,
+        *,
+        latency: float,
+        status: int,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Apply this request's response to its slot (unless ``adjust`` is off)."""
+        self._throttle._observe_slot(
+            self.slot, latency=latency, status=status, headers=headers, adjust=self.adjust
+        )
+
+    def fail(self, error: BaseException) -> None:
+        """Record that the request failed without a response (refused, reset, timed out).
+
+        A failure gives no latency sample. Cancellation is not a failure: just
+        release the lease.
+        """
+        self._throttle._fail_slot(self.slot, error, adjust=self.adjust)
+
+    def release(self) -> None:
+        """Stop counting the request as in flight; safe to call more than once."""
+        if not self._released:
+            self._released = True
+            self.slot._release(self)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
