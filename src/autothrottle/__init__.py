@@ -14,7 +14,17 @@ The client adapters live in :mod:`autothrottle.httpx` and
 """
 
 from ._config import SlotConfig
-from ._policy import AutoThrottlePolicy, DelayPolicy, Sample
+from ._headers import RateLimit
+from ._hosts import HostSettings
+from ._policy import (
+    AdaptiveConcurrencyPolicy,
+    AIMDPolicy,
+    AutoThrottlePolicy,
+    DelayPolicy,
+    FixedDelayPolicy,
+    FixedRatePolicy,
+    Sample,
+)
 from ._request import CONTROL_HEADER, RequestOptions
 from ._slot import Lease, Slot, SlotSnapshot
 from ._store import MemoryStore, SlotStore
@@ -22,7 +32,13 @@ from ._throttle import Throttle
 
 __all__ = [
     "CONTROL_HEADER",
+    "AIMDPolicy",
+    "AdaptiveConcurrencyPolicy",
     "AutoThrottlePolicy",
+    "FixedDelayPolicy",
+    "FixedRatePolicy",
+    "HostSettings",
+    "RateLimit",
     "DelayPolicy",
     "Lease",
     "MemoryStore",

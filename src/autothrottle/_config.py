@@ -65,6 +65,7 @@ class SlotConfig:
     max_concurrency: int
     jitter: float
     policy: DelayPolicy
+    burst: int = 1
 
     @classmethod
     def build(
@@ -91,7 +92,11 @@ class SlotConfig:
         jit = check_number("jitter", jitter)
         if jit >= 1.0:
             raise ValueError(f"jitter must be in [0, 1), got {jitter!r}")
-        return cls(start, low, high, target, cap, jit, policy)
+        from ._policy import DelayPolicy, policy_burst
+
+        if not isinstance(policy, DelayPolicy):
+            raise TypeError(f"policy must be a DelayPolicy, got {policy!r}")
+        return cls(start, low, high, target, cap, jit, policy, policy_burst(policy))
 
     def clamp(self, delay: float) -> float:
         """``delay`` bounded to ``[min_delay, max_delay]``."""

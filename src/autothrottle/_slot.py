@@ -33,6 +33,8 @@ from ._config import SlotConfig, check_number
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from ._headers import RateLimit
+
     from ._throttle import Throttle
 
 __all__ = ["Lease", "Slot", "SlotSnapshot"]
@@ -71,6 +73,17 @@ class SlotSnapshot:
         responses: Responses observed so far.
         failures: Requests that failed without a response.
         status_counts: Responses observed, by status code.
+        cache_hits: Responses a cache answered (their latency never lowers the delay).
+        backoffs: Backoff signals that slowed the slot down.
+        ignored_backoffs: Backoff signals ignored as the lag of an earlier one
+            (answers to requests sent before the slot last backed off).
+        pauses: Times the slot was paused (Retry-After, exhausted budget, manual).
+        last_backoff_ago: Seconds since the slot last backed off, or None.
+        last_backoff_reason: Why it last backed off (``"status 429"``,
+            ``"failure: ConnectError"``, ``"manual"``, ``"blocked"``), or None.
+        pause_remaining: Seconds until the slot may send again after a pause (0 if
+            not paused).
+        rate_limit: The last rate-limit budget a response advertised, or None.
     """
 
     key: str
@@ -82,6 +95,14 @@ class SlotSnapshot:
     responses: int
     failures: int
     status_counts: Mapping[int, int] = field(default_factory=dict)
+    cache_hits: int = 0
+    backoffs: int = 0
+    ignored_backoffs: int = 0
+    pauses: int = 0
+    last_backoff_ago: float | None = None
+    last_backoff_reason: str | None = None
+    pause_remaining: float = 0.0
+    rate_limit: RateLimit | None = None
 
 
 class Slot:
@@ -94,6 +115,8 @@ class Slot:
     """
 
     __slots__ = (
+        "_budget_gap",
+        "_budget_until",
         "_clock",
         "_config",
         "_delay",
@@ -102,11 +125,23 @@ class Slot:
         "_leases",
         "_queue",
         "_rng",
+        "_tat",
+        "backoff_at",
+        "backoff_reason",
+        "backoffs",
+        "cache_hits",
+        "failures",
+        "gap_average",
         "hold_timeout",
+        "ignored_backoffs",
         "key",
         "last_activity",
-        "failures",
         "last_latency",
+        "pause_until",
+        "pauses",
+        "policy_state",
+        "rate_limit",
+        "refused_gap",
         "responses",
         "sent",
         "status_counts",
@@ -136,6 +171,23 @@ class Slot:
         self.sent = 0
         self.responses = 0
         self.failures = 0
+        self.cache_hits = 0
+        self.backoffs = 0
+        self.ignored_backoffs = 0
+        self.pauses = 0
+        # Send gate beyond the delay: a pause (Retry-After, exhausted budget)
+        # and the spacing a rate-limit header asked for, until its reset.
+        self.pause_until = -math.inf
+        self._budget_gap = 0.0
+        self._budget_until = -math.inf
+        self.rate_limit: RateLimit | None = None
+        self._tat = -math.inf
+        # What the slot learned from being refused: when, why, and at what pace.
+        self.gap_average: float | None = None
+        self.backoff_at = -math.inf
+        self.backoff_reason: str | None = None
+        self.refused_gap = 0.0
+        self.policy_state: dict[str, float] = {}
         self.status_counts: Counter[int] = Counter()
 
     # -- public view -------------------------------------------------------------
@@ -173,6 +225,7 @@ class Slot:
 
     def snapshot(self) -> SlotSnapshot:
         """The slot's state now, as an immutable record."""
+        now = self._clock()
         return SlotSnapshot(
             key=self.key,
             delay=self._delay,
@@ -183,6 +236,14 @@ class Slot:
             responses=self.responses,
             failures=self.failures,
             status_counts=dict(self.status_counts),
+            cache_hits=self.cache_hits,
+            backoffs=self.backoffs,
+            ignored_backoffs=self.ignored_backoffs,
+            pauses=self.pauses,
+            last_backoff_ago=(now - self.backoff_at if math.isfinite(self.backoff_at) else None),
+            last_backoff_reason=self.backoff_reason,
+            pause_remaining=max(0.0, self.pause_until - now),
+            rate_limit=self.rate_limit,
         )
 
     def __repr__(self) -> str:
@@ -202,14 +263,42 @@ class Slot:
         if self._queue:
             self._queue[0].wake()
 
-    def _send_at(self) -> float:
+    def _send_at(self, now: float) -> float:
         """The earliest time the next request may be sent, ignoring the cap."""
-        if self._last_send is None:
-            return -math.inf
-        return self._last_send + self._delay * self._factor
+        last = self._last_send
+        if last is None:
+            return self.pause_until
+        gap = self._delay * self._factor
+        burst = self._config.burst
+        at = last + gap if burst == 1 else self._tat - (burst - 1) * self._delay
+        if self._budget_gap > gap and now < self._budget_until:
+            at = max(at, last + self._budget_gap)
+        return max(at, self.pause_until)
 
-    def _grant(self, now: float, throttle: Throttle, adjust: bool) -> Lease:
+    def _set_pause(self, until: float) -> bool:
+        """Hold every send until ``until``; True if that extends the current pause."""
+        if until <= self.pause_until:
+            return False
+        self.pause_until = until
+        self.pauses += 1
+        self._wake_head()
+        return True
+
+    def _set_budget(self, gap: float, until: float) -> None:
+        self._budget_gap = gap
+        self._budget_until = until
+        self._wake_head()
+
+    def _grant(self, now: float, throttle: Throttle, adjust: bool, *, queued: bool) -> Lease:
+        last = self._last_send
+        if queued and last is not None and last >= self.pause_until:
+            # Only a request that had to wait shows the pace the gate keeps;
+            # a gap spanning a pause or an idle spell says nothing about it.
+            gap = now - last
+            average = self.gap_average
+            self.gap_average = gap if average is None else average + 0.3 * (gap - average)
         self._last_send = now
+        self._tat = max(self._tat, now) + self._delay
         jitter = self._config.jitter
         self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0) if jitter else 1.0
         self.sent += 1
@@ -223,9 +312,9 @@ class Slot:
         if self._queue or len(self._leases) >= self._config.max_concurrency:
             return None
         now = self._clock()
-        if now < self._send_at():
+        if now < self._send_at(now):
             return None
-        return self._grant(now, throttle, adjust)
+        return self._grant(now, throttle, adjust, queued=False)
 
     def _enqueue(self) -> _Ticket:
         ticket = _Ticket()
@@ -247,11 +336,11 @@ class Slot:
             if len(self._leases) >= self._config.max_concurrency:
                 soonest = min(lease.expires_at for lease in self._leases)
                 return max(soonest - now, 0.0) if math.isfinite(soonest) else math.inf
-        wait = self._send_at() - now
+        wait = self._send_at(now) - now
         if wait > 0:
             return wait
         self._queue.popleft()
-        ticket.lease = self._grant(now, throttle, adjust)
+        ticket.lease = self._grant(now, throttle, adjust, queued=True)
         self._wake_head()
         return 0.0
 
@@ -320,7 +409,12 @@ class Lease:
     ) -> None:
         """Apply this request's response to its slot (unless ``adjust`` is off)."""
         self._throttle._observe_slot(
-            self.slot, latency=latency, status=status, headers=headers, adjust=self.adjust
+            self.slot,
+            latency=latency,
+            status=status,
+            headers=headers,
+            adjust=self.adjust,
+            sent_at=self.sent_at,
         )
 
     def fail(self, error: BaseException) -> None:
@@ -329,7 +423,7 @@ class Lease:
         A failure gives no latency sample. Cancellation is not a failure: just
         release the lease.
         """
-        self._throttle._fail_slot(self.slot, error, adjust=self.adjust)
+        self._throttle._fail_slot(self.slot, error, adjust=self.adjust, sent_at=self.sent_at)
 
     def release(self) -> None:
         """Stop counting the request as in flight; safe to call more than once."""

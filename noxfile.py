@@ -1,0 +1,40 @@
+"""Developer tasks. `nox` runs lint, types and tests (what CI runs); `nox -s bench` the benchmarks."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "types", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite: real loopback servers, injected clocks, property tests."""
+    session.install("-e", ".[dev,sim]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint and formatting."""
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", "src", "tests", "examples", "benchmarks", "noxfile.py")
+    session.run("ruff", "format", "--check", "src", "tests", "examples", "benchmarks", "noxfile.py")
+
+
+@nox.session
+def types(session: nox.Session) -> None:
+    """mypy --strict over the package."""
+    session.install("-e", ".[dev,sim]")
+    session.run("mypy")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmarks (never part of the test run); each prints a table and writes JSON."""
+    session.install("-e", ".[dev,sim,bench]")
+    names = session.posargs or ["overhead"]
+    for name in names:
+        session.run("python", f"benchmarks/{name}.py")

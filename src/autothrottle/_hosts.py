@@ -1,0 +1,111 @@
+"""Per-host settings: which :class:`SlotConfig` a slot key gets.
+
+``Throttle(hosts={...})`` maps an exact host or a glob (``*.example.com``) to
+settings that override the throttle's own. An exact key beats any glob; among
+globs that match, the most specific wins: the one with the most literal
+(non-wildcard) characters, then the longest, then the first given. Patterns
+and keys compare lowercase. ``*.example.com`` matches ``api.example.com`` but
+not ``example.com`` itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from fnmatch import fnmatchcase
+
+from ._config import SlotConfig
+from ._policy import DelayPolicy
+
+__all__ = ["HostSettings"]
+
+_WILDCARDS = frozenset("*?[]")
+
+
+@dataclass(frozen=True, slots=True)
+class HostSettings:
+    """Settings for the slots of one host or host pattern; None inherits the throttle's.
+
+    A plain dict with the same keys is accepted wherever a HostSettings is.
+    """
+
+    start_delay: float | None = None
+    min_delay: float | None = None
+    max_delay: float | None = None
+    target_concurrency: float | None = None
+    max_concurrency: int | None = None
+    jitter: float | None = None
+    policy: DelayPolicy | None = None
+
+
+_FIELDS = tuple(f.name for f in fields(HostSettings))
+
+
+def _as_settings(pattern: str, value: object) -> HostSettings:
+    if isinstance(value, HostSettings):
+        return value
+    if isinstance(value, Mapping):
+        unknown = sorted(str(k) for k in value if k not in _FIELDS)
+        if unknown:
+            raise ValueError(
+                f"hosts[{pattern!r}]: unknown setting(s) {unknown!r}; expected some of {list(_FIELDS)!r}"
+            )
+        return HostSettings(**value)
+    raise TypeError(f"hosts[{pattern!r}] must be a HostSettings or a dict, got {value!r}")
+
+
+def _specificity(pattern: str) -> tuple[int, int]:
+    literal = sum(1 for ch in pattern if ch not in _WILDCARDS)
+    return (literal, len(pattern))
+
+
+class HostTable:
+    """Resolves a slot key to its config; built once, validated at construction."""
+
+    __slots__ = ("_base", "_exact", "_globs")
+
+    def __init__(self, base: SlotConfig, hosts: Mapping[str, object] | None) -> None:
+        self._base = base
+        self._exact: dict[str, SlotConfig] = {}
+        globs: list[tuple[tuple[int, int], int, str, SlotConfig]] = []
+        if hosts is None:
+            hosts = {}
+        if not isinstance(hosts, Mapping):
+            raise TypeError(f"hosts must be a mapping of host pattern to settings, got {hosts!r}")
+        for index, (pattern, value) in enumerate(hosts.items()):
+            if not isinstance(pattern, str) or not pattern:
+                raise TypeError(f"hosts keys must be non-empty str, got {pattern!r}")
+            config = self._merge(pattern, _as_settings(pattern, value))
+            key = pattern.lower()
+            if _WILDCARDS.isdisjoint(key):
+                self._exact[key] = config
+            else:
+                spec = _specificity(key)
+                globs.append(((-spec[0], -spec[1]), index, key, config))
+        globs.sort(key=lambda item: (item[0], item[1]))
+        self._globs = [(key, config) for _, _, key, config in globs]
+
+    def _merge(self, pattern: str, settings: HostSettings) -> SlotConfig:
+        base = self._base
+        overrides = {
+            name: getattr(settings, name) for name in _FIELDS if getattr(settings, name) is not None
+        }
+        if not overrides:
+            return base
+        merged = {name: overrides.get(name, getattr(base, name)) for name in _FIELDS}
+        try:
+            return SlotConfig.build(**merged)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"hosts[{pattern!r}]: {exc}") from None
+
+    def config_for(self, key: str) -> SlotConfig:
+        if not self._exact and not self._globs:
+            return self._base
+        lowered = key.lower()
+        config = self._exact.get(lowered)
+        if config is not None:
+            return config
+        for pattern, config in self._globs:
+            if fnmatchcase(lowered, pattern):
+                return config
+        return self._base
