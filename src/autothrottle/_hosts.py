@@ -48,7 +48,8 @@ def _as_settings(pattern: str, value: object) -> HostSettings:
         unknown = sorted(str(k) for k in value if k not in _FIELDS)
         if unknown:
             raise ValueError(
-                f"hosts[{pattern!r}]: unknown setting(s) {unknown!r}; expected some of {list(_FIELDS)!r}"
+                f"hosts[{pattern!r}]: unknown setting(s) {unknown!r}; "
+                f"expected some of {list(_FIELDS)!r}"
             )
         return HostSettings(**value)
     raise TypeError(f"hosts[{pattern!r}] must be a HostSettings or a dict, got {value!r}")

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._headers import RateLimit
-
     from ._throttle import Throttle
 
 __all__ = ["Lease", "Slot", "SlotSnapshot"]

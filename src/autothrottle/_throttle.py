@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ._config import SlotConfig, check_bool, check_number, check_positive
 from ._driver import wait_for_lease
-from ._headers import first_header, is_cache_hit, parse_rate_limit, parse_retry_after, response_age
+from ._headers import HeaderSignals, read_headers
 from ._hosts import HostTable
 from ._policy import AutoThrottlePolicy, DelayPolicy, Sample
 from ._request import host_key
@@ -336,11 +336,12 @@ class Throttle:
             headers = _NO_HEADERS
         cache_hit = False
         if not self.strict_scrapy:
-            cache_hit = is_cache_hit(status, headers)
+            signals = read_headers(status, headers, now=self._wall_clock())
+            cache_hit = signals.cache_hit
             if cache_hit:
                 slot.cache_hits += 1
-            if headers:
-                self._read_pacing_headers(slot, headers, now)
+            if signals.retry_after is not None or signals.rate_limit is not None or signals.ignored:
+                self._apply_pacing_headers(slot, signals, now)
 
         reason = None
         if status in self.backoff_statuses:
@@ -437,28 +438,18 @@ class Throttle:
                 extra={"slot": slot.key, "pause": seconds, "reason": reason},
             )
 
-    def _read_pacing_headers(self, slot: Slot, headers: Mapping[str, str], now: float) -> None:
-        if self.retry_after:
-            value = first_header(headers, "retry-after")
-            if value is not None:
-                seconds = parse_retry_after(value, now=self._wall_clock())
-                if seconds is None:
-                    logger.warning("slot %s: ignored malformed Retry-After %.80r", slot.key, value)
-                else:
-                    self._pause(slot, seconds, now, reason="Retry-After")
-        if self.rate_limit_headers:
-            age = response_age(headers)
-            if age is not None and age > 0:
-                return
-            budget = parse_rate_limit(headers, now=self._wall_clock())
-            if budget is None:
-                return
+    def _apply_pacing_headers(self, slot: Slot, signals: HeaderSignals, now: float) -> None:
+        for note in signals.ignored:
+            logger.warning("slot %s: %s", slot.key, note)
+        if self.retry_after and signals.retry_after is not None:
+            self._pause(slot, signals.retry_after, now, reason="Retry-After")
+        budget = signals.rate_limit
+        if self.rate_limit_headers and budget is not None:
             slot.rate_limit = budget
-            reset = budget.reset
             if budget.remaining <= 0:
-                self._pause(slot, reset, now, reason="rate-limit header")
+                self._pause(slot, budget.reset, now, reason="rate-limit header")
             else:
-                slot._set_budget(reset / budget.remaining, now + min(reset, self.max_pause))
+                slot._set_budget(budget.spacing, now + min(budget.reset, self.max_pause))
 
     def _log(
         self,

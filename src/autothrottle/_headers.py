@@ -1,0 +1,629 @@
+"""What a response's headers say about pacing: Retry-After, rate-limit budgets, cache hits.
+
+Pure and synchronous: the engine passes the headers and the wall-clock time in,
+and gets plain values back. Header values come from servers we do not control,
+so every parser here treats its input as hostile:
+
+* nothing raises on any text, and nothing is slow on any text: fields longer
+  than ``_MAX_FIELD`` characters are ignored before any parsing, and no regular
+  expression here can backtrack;
+* no wait is ever negative, NaN or infinite: times in the past become 0.0,
+  numbers too large to mean anything saturate at ``_MAX_SECONDS`` (about 31.7
+  billion years) and counts at ``_MAX_COUNT``; capping to a sane pause is the
+  caller's job (it knows ``max_pause`` and the slot to name in its warning);
+* what was ignored is said in short notes (:attr:`HeaderSignals.ignored`) that
+  quote at most a few dozen characters of the offending value, so a hostile
+  header cannot flood the log.
+
+Headers may arrive as any ``Mapping[str, str]``: httpx and aiohttp give
+case-insensitive ones, a plain dict is not, so names are matched
+case-insensitively here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_tz
+from functools import partial
+
+__all__ = [
+    "HeaderSignals",
+    "RateLimit",
+    "first_header",
+    "is_cache_hit",
+    "parse_rate_limit",
+    "parse_retry_after",
+    "read_headers",
+    "response_age",
+]
+
+_MAX_FIELD = 4096
+"""Longer header values are ignored unparsed: no real server sends them."""
+
+_MAX_SECONDS = 1e18
+"""Seconds saturate here: finite, and far beyond any cap a caller applies."""
+
+_MAX_COUNT = 10**15
+"""Counts saturate here (the largest structured-field integer is 10**15 - 1)."""
+
+_MAX_MEMBERS = 32
+"""Members of a list field read at most: real fields have a handful."""
+
+_MAX_DATE = 64
+"""HTTP-dates are about 30 characters; longer text is not tried as a date."""
+
+_EPOCH_SECONDS = 1e9
+"""A reset at least this large is an epoch timestamp (2001-09-09), not a delta."""
+
+_EPOCH_MILLIS = 1e12
+"""A reset at least this large is an epoch in milliseconds (also 2001-09-09)."""
+
+_EPOCH_LIMIT = 1e14
+"""A reset at least this large (year 5138 in milliseconds) is garbage."""
+
+# Non-negative decimal number. No nested or overlapping quantifiers, so matching
+# is linear in the (already bounded) length.
+_NUMBER = re.compile(r"([0-9]+)(?:\.[0-9]+)?")
+_INTEGER = re.compile(r"[0-9]+")
+
+# Cache statuses (nginx X-Cache-Status, Cloudflare CF-Cache-Status) that mean a
+# cache answered without asking the origin. REVALIDATED and EXPIRED are left
+# out: the origin was asked, so the latency is the origin's.
+_SERVED_FROM_CACHE = frozenset({"HIT", "STALE", "UPDATING"})
+
+# First words of an X-Cache member that mean a hit: Varnish/Squid "HIT",
+# CloudFront "Hit from cloudfront", Fastly "HIT-STALE", Akamai "TCP_MEM_HIT".
+# CloudFront "RefreshHit" and Akamai "TCP_REFRESH_HIT" asked the origin.
+_X_CACHE_HITS = frozenset({"HIT", "MEM_HIT", "IMS_HIT"})
+
+_RELEVANT = frozenset(
+    {
+        "age",
+        "cache-status",
+        "cf-cache-status",
+        "ratelimit",
+        "ratelimit-limit",
+        "ratelimit-policy",
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        "retry-after",
+        "x-cache",
+        "x-cache-status",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        "x-ratelimit-reset-after",
+    }
+)
+
+# Canonical spelling of each relevant name, for the notes.
+_DISPLAY = {
+    "ratelimit": "RateLimit",
+    "ratelimit-policy": "RateLimit-Policy",
+    "ratelimit-limit": "RateLimit-Limit",
+    "ratelimit-remaining": "RateLimit-Remaining",
+    "ratelimit-reset": "RateLimit-Reset",
+    "x-ratelimit-limit": "X-RateLimit-Limit",
+    "x-ratelimit-remaining": "X-RateLimit-Remaining",
+    "x-ratelimit-reset": "X-RateLimit-Reset",
+    "x-ratelimit-reset-after": "X-RateLimit-Reset-After",
+    "x-cache": "X-Cache",
+    "x-cache-status": "X-Cache-Status",
+    "cf-cache-status": "CF-Cache-Status",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A rate-limit budget a response advertised.
+
+    Attributes:
+        remaining: Requests the server still accepts before ``reset`` (>= 0).
+        reset: Seconds from the response until the budget refills (finite, >= 0).
+        limit: The whole quota of the window, if the server said.
+        source: The header family read: ``"RateLimit"`` (the IETF draft's
+            structured field), ``"RateLimit-*"`` (the older draft's separate
+            fields) or ``"X-RateLimit-*"``.
+        policy: The draft's policy name (``"default"`` in
+            ``RateLimit: "default";r=5;t=30``), when there is one.
+    """
+
+    remaining: int
+    reset: float
+    limit: int | None = None
+    source: str = "RateLimit"
+    policy: str | None = None
+
+    @property
+    def spacing(self) -> float:
+        """Seconds between requests that spend the budget evenly until the reset.
+
+        With nothing remaining it is the whole ``reset``: wait for the refill.
+        """
+        if self.remaining == 0:
+            return self.reset
+        return self.reset / self.remaining
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderSignals:
+    """Everything :func:`read_headers` found in one response's headers.
+
+    Attributes:
+        cache_hit: A cache answered (see :func:`is_cache_hit`).
+        age: The ``Age`` header in seconds, or None when absent or invalid.
+        retry_after: Seconds to wait from ``now`` per ``Retry-After``, or None.
+            Finite and >= 0 but not capped: the caller caps it and says so.
+        rate_limit: The advertised budget, or None. None as well when a cache
+            served the response (``Age`` > 0 or a cache header saying HIT):
+            its budget is stale, as the draft warns. A bare 304 keeps it: the
+            origin may have sent it fresh.
+        ignored: One short note per header that was present but not used and
+            why, for the caller's debug log. Quotes at most a few dozen
+            characters of any value.
+    """
+
+    cache_hit: bool = False
+    age: float | None = None
+    retry_after: float | None = None
+    rate_limit: RateLimit | None = None
+    ignored: tuple[str, ...] = ()
+
+
+# -- public functions -------------------------------------------------------------
+
+
+def first_header(headers: Mapping[str, str], name: str) -> str | None:
+    """The value of header ``name`` in ``headers``, matched case-insensitively.
+
+    Tries ``name`` as given and in lower case first (what case-insensitive
+    mappings and HTTP/2-style dicts answer at once), then scans the keys.
+    With several values (a multidict), the first one.
+    """
+    value = headers.get(name)
+    if isinstance(value, str):
+        return value
+    lower = name.lower()
+    if lower != name:
+        value = headers.get(lower)
+        if isinstance(value, str):
+            return value
+    for key, value in headers.items():
+        if isinstance(key, str) and isinstance(value, str) and key.lower() == lower:
+            return value
+    return None
+
+
+def parse_retry_after(value: str, *, now: float) -> float | None:
+    """Seconds to wait from ``now`` (epoch seconds) per a ``Retry-After`` value.
+
+    Accepts delta-seconds (RFC 9110 says a non-negative integer; a decimal is
+    tolerated, and so is a repeated value joined with commas) and HTTP-dates in
+    the IMF-fixdate, RFC 850 and asctime forms. A date in the past gives 0.0.
+    Garbage, negative numbers and over-long values give None.
+
+    Not capped: a huge delta comes back huge (saturating at 1e18 seconds, so it
+    is always finite); the caller caps it at its ``max_pause`` and logs that.
+    """
+    _check_now(now)
+    return _retry_after(value, now)
+
+
+def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimit | None:
+    """The rate-limit budget advertised in ``headers``, or None.
+
+    The first family present and valid wins:
+
+    1. ``RateLimit`` (IETF draft 08+: ``"name";r=REMAINING;t=SECONDS``, with
+       ``RateLimit-Policy: "name";q=QUOTA;w=WINDOW`` for the limit; draft 07:
+       ``limit=L, remaining=R, reset=T``). With several policies, the most
+       restrictive: an exhausted one (longest reset first), else the one
+       demanding the widest spacing ``reset / remaining`` (ties: fewer
+       remaining). That is the spacing that honours every policy at once; the
+       policy with the fewest remaining alone could still overrun a larger,
+       longer one.
+    2. ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (older drafts).
+    3. ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (or ``-Reset-After``).
+
+    A reset is delta seconds, unless it is so large that it can only be an
+    epoch timestamp (>= 1e9: seconds; >= 1e12: milliseconds), which is turned
+    into a delta with ``now``; an HTTP-date is accepted too. Resets in the past
+    give 0.0. A family with a negative or garbage remaining count or reset is
+    ignored, and the next one is tried.
+
+    This function does not look at ``Age``; :func:`read_headers` drops the
+    budget of a cached response, as the draft requires.
+    """
+    _check_now(now)
+    return _rate_limit(_fold(headers, []), now, [])
+
+
+def is_cache_hit(status: int, headers: Mapping[str, str]) -> bool:
+    """True when a cache answered, so the latency says nothing about the origin.
+
+    Any of these counts:
+
+    * status 304;
+    * ``Age`` > 0;
+    * ``X-Cache`` with a member whose first word is HIT (any case; "HIT",
+      "Hit from cloudfront", "HIT-STALE", Akamai "TCP_HIT"/"TCP_MEM_HIT"). Any
+      member counts: with a chain of caches ("MISS, HIT" or "HIT, MISS") one
+      of them answered, so the origin was not asked;
+    * ``X-Cache-Status`` (nginx) or ``CF-Cache-Status`` (Cloudflare) of HIT,
+      STALE or UPDATING: a cached copy was served. REVALIDATED and EXPIRED do
+      not count: the origin was asked;
+    * ``Cache-Status`` (RFC 9211) with a member carrying the ``hit`` parameter.
+    """
+    return status == 304 or _served_by_cache(_fold(headers, []))
+
+
+def response_age(headers: Mapping[str, str]) -> float | None:
+    """The ``Age`` header in seconds (>= 0, finite), or None when absent or invalid."""
+    return _age(_fold(headers, []), [])
+
+
+def read_headers(status: int, headers: Mapping[str, str], *, now: float) -> HeaderSignals:
+    """All the pacing signals of one response, read in one pass over its headers.
+
+    This is what the engine calls on every response: one scan of the header
+    names, and nothing else when none of them is relevant.
+    """
+    _check_now(now)
+    notes: list[str] = []
+    folded = _fold(headers, notes)
+    if not folded and not notes:
+        return _NOT_MODIFIED if status == 304 else _NOTHING
+    served = _served_by_cache(folded)
+    age = _age(folded, notes)
+    retry_after = None
+    raw = folded.get("retry-after")
+    if raw is not None:
+        retry_after = _retry_after(raw, now)
+        if retry_after is None:
+            notes.append(f"Retry-After {_show(raw)}: neither delta-seconds nor an HTTP-date")
+    rate_limit = _rate_limit(folded, now, notes)
+    if rate_limit is not None and served:
+        notes.append(f"{rate_limit.source}: ignored on a response a cache served")
+        rate_limit = None
+    return HeaderSignals(served or status == 304, age, retry_after, rate_limit, tuple(notes))
+
+
+_NOTHING = HeaderSignals()
+_NOT_MODIFIED = HeaderSignals(cache_hit=True)
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def _check_now(now: float) -> None:
+    if isinstance(now, bool) or not isinstance(now, (int, float)) or not math.isfinite(now):
+        raise ValueError(f"now must be a finite number of epoch seconds, got {now!r}")
+
+
+def _show(value: str) -> str:
+    """``value`` quoted for a log line, cut short if long (escapes included)."""
+    shown = repr(value[:40])
+    if len(shown) > 60:
+        shown = shown[:60] + "..."
+    elif len(value) > 40:
+        shown += "..."
+    if len(value) > 40:
+        shown += f" ({len(value)} chars)"
+    return shown
+
+
+def _fold(headers: Mapping[str, str], notes: list[str]) -> dict[str, str]:
+    """The relevant headers, keyed by lower-case name; the first value of each wins."""
+    folded: dict[str, str] = {}
+    for key, value in headers.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            continue
+        name = key.lower()
+        if name not in _RELEVANT or name in folded:
+            continue
+        if len(value) > _MAX_FIELD:
+            notes.append(f"{key}: ignored, {len(value)} characters long")
+            continue
+        folded[name] = value
+    return folded
+
+
+def _seconds(text: str) -> float | None:
+    """A non-negative decimal number of seconds, saturating at ``_MAX_SECONDS``."""
+    text = text.strip()
+    match = _NUMBER.fullmatch(text)
+    if match is None:
+        return None
+    if len(match.group(1).lstrip("0")) > 18:
+        return _MAX_SECONDS
+    return min(float(text), _MAX_SECONDS)
+
+
+def _count(text: str) -> int | None:
+    """A non-negative integer, saturating at ``_MAX_COUNT``."""
+    text = text.strip()
+    if _INTEGER.fullmatch(text) is None:
+        return None
+    digits = text.lstrip("0")
+    if len(digits) > 15:
+        return _MAX_COUNT
+    return min(int(digits or "0"), _MAX_COUNT)
+
+
+def _http_date(text: str) -> float | None:
+    """An HTTP-date as epoch seconds, or None. Dates without a zone are GMT."""
+    text = text.strip()
+    if len(text) > _MAX_DATE or not text.isascii():
+        return None
+    try:
+        parts = parsedate_tz(text)
+    except Exception:  # the stdlib parser has raised odd errors on odd input before
+        return None
+    if parts is None:
+        return None
+    year, month, day, hour, minute, second = parts[:6]
+    offset = parts[9] or 0
+    try:
+        moment = datetime(year, month, day, hour, minute, min(second, 59), tzinfo=timezone.utc)
+    except (ValueError, OverflowError, TypeError):
+        return None
+    return moment.timestamp() - offset
+
+
+def _retry_after(value: str, now: float) -> float | None:
+    if len(value) > _MAX_FIELD:
+        return None
+    delta = _seconds(value)
+    if delta is not None:
+        return delta
+    when = _http_date(value)
+    if when is not None:
+        return max(0.0, when - now)
+    # "120, 120": a repeated header joined by the client.
+    head, comma, _ = value.partition(",")
+    if comma:
+        return _seconds(head)
+    return None
+
+
+def _reset(text: str, *, now: float) -> float | None:
+    """A reset time as seconds from ``now``: delta, epoch (s or ms) or HTTP-date."""
+    value = _seconds(text)
+    if value is None:
+        when = _http_date(text)
+        return None if when is None else max(0.0, when - now)
+    if value >= _EPOCH_LIMIT:
+        return None
+    if value >= _EPOCH_MILLIS:
+        return max(0.0, value / 1000.0 - now)
+    if value >= _EPOCH_SECONDS:
+        return max(0.0, value - now)
+    return value
+
+
+def _split(text: str, separator: str) -> list[str]:
+    """``text`` split on ``separator`` outside double-quoted strings."""
+    if '"' not in text:
+        return text.split(separator)
+    parts: list[str] = []
+    start = 0
+    quoted = False
+    index = 0
+    end = len(text)
+    while index < end:
+        char = text[index]
+        if quoted:
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char == separator:
+            parts.append(text[start:index])
+            start = index + 1
+        index += 1
+    parts.append(text[start:])
+    return parts
+
+
+def _members(text: str) -> list[tuple[str, dict[str, str]]]:
+    """A structured-field list, leniently: each member's bare part and parameters.
+
+    Parameter keys are lower-cased; a repeated key keeps its last value (RFC 8941).
+    Members past the first ``_MAX_MEMBERS`` are dropped.
+    """
+    members: list[tuple[str, dict[str, str]]] = []
+    for member in _split(text, ",")[:_MAX_MEMBERS]:
+        pieces = _split(member, ";")
+        params: dict[str, str] = {}
+        for piece in pieces[1:]:
+            key, _, value = piece.partition("=")
+            params[key.strip().lower()] = value.strip()
+        members.append((pieces[0].strip(), params))
+    return members
+
+
+def _unquote(text: str) -> str:
+    """A structured-field string or token as plain text, cut to 64 characters."""
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        text = re.sub(r"\\(.)", r"\1", text[1:-1])
+    return text[:64]
+
+
+# -- cache ------------------------------------------------------------------------
+
+
+def _age(folded: Mapping[str, str], notes: list[str]) -> float | None:
+    raw = folded.get("age")
+    if raw is None:
+        return None
+    age = _seconds(raw.partition(",")[0])
+    if age is None:
+        notes.append(f"Age {_show(raw)}: not a number of seconds")
+    return age
+
+
+def _served_by_cache(folded: Mapping[str, str]) -> bool:
+    """A cache header says a cache answered (whatever the status)."""
+    age = folded.get("age")
+    if age is not None:
+        seconds = _seconds(age.partition(",")[0])
+        if seconds is not None and seconds > 0:
+            return True
+    raw = folded.get("x-cache")
+    if raw is not None:
+        for member in raw.split(","):
+            words = member.split(None, 1)
+            if not words:
+                continue
+            word = words[0].upper()
+            word = word.removeprefix("TCP_")
+            if word in _X_CACHE_HITS or word.startswith("HIT-"):
+                return True
+    for name in ("x-cache-status", "cf-cache-status"):
+        raw = folded.get(name)
+        if raw is not None and raw.partition(",")[0].strip().upper() in _SERVED_FROM_CACHE:
+            return True
+    raw = folded.get("cache-status")
+    if raw is not None:
+        for _, params in _members(raw):
+            if params.get("hit", "?0") in ("", "?1"):
+                return True
+    return False
+
+
+# -- rate limits ------------------------------------------------------------------
+
+
+def _rate_limit(folded: Mapping[str, str], now: float, notes: list[str]) -> RateLimit | None:
+    if "ratelimit" in folded:
+        found = _structured(folded, now, notes)
+        if found is not None:
+            return found
+    if "ratelimit-remaining" in folded:
+        found = _separate(folded, now, notes, "ratelimit", "RateLimit-*")
+        if found is not None:
+            return found
+    if "x-ratelimit-remaining" in folded:
+        return _separate(folded, now, notes, "x-ratelimit", "X-RateLimit-*")
+    return None
+
+
+def _structured(folded: Mapping[str, str], now: float, notes: list[str]) -> RateLimit | None:
+    """The IETF draft's ``RateLimit`` field, draft 07 or draft 08+ form."""
+    raw = folded["ratelimit"]
+    members = _members(raw)
+    if any("=" in main and not main.startswith('"') for main, _ in members):
+        return _structured_draft7(raw, members, now, notes)
+    policies: dict[str, tuple[int | None, float | None]] = {}
+    policy_raw = folded.get("ratelimit-policy")
+    if policy_raw is not None:
+        for main, params in _members(policy_raw):
+            quota_raw = params.get("q")
+            window_raw = params.get("w")
+            policies[_unquote(main)] = (
+                None if quota_raw is None else _count(quota_raw),
+                None if window_raw is None else _seconds(window_raw),
+            )
+    candidates: list[RateLimit] = []
+    problems: list[str] = []
+    for main, params in members:
+        name = _unquote(main)
+        quota, window = policies.get(name, (None, None))
+        remaining_raw = params.get("r")
+        remaining = None if remaining_raw is None else _count(remaining_raw)
+        if remaining is None:
+            problems.append(f"{_show(main)} has no valid r= (remaining)")
+            continue
+        reset_raw = params.get("t")
+        # No t=: the policy's window bounds the time to the reset.
+        reset = window if reset_raw is None else _reset(reset_raw, now=now)
+        if reset is None:
+            problems.append(f"{_show(main)} has no valid t= (reset)")
+            continue
+        candidates.append(RateLimit(remaining, reset, quota, "RateLimit", name or None))
+    if problems:
+        # One note per field, however many members a hostile server sends.
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        notes.append(f"RateLimit: policy {problems[0]}{more}: skipped")
+    if not candidates:
+        return None
+    return max(candidates, key=_restrictiveness)
+
+
+def _restrictiveness(budget: RateLimit) -> tuple[int, float, int]:
+    if budget.remaining == 0:
+        return (1, budget.reset, 0)
+    return (0, budget.spacing, -budget.remaining)
+
+
+def _structured_draft7(
+    raw: str, members: list[tuple[str, dict[str, str]]], now: float, notes: list[str]
+) -> RateLimit | None:
+    """Draft 07's dictionary form: ``RateLimit: limit=100, remaining=50, reset=30``."""
+    fields: dict[str, str] = {}
+    for main, _ in members:
+        key, _, value = main.partition("=")
+        fields[key.strip().lower()] = value
+    remaining = _count(fields.get("remaining", ""))
+    reset = _reset(fields.get("reset", ""), now=now)
+    if remaining is None or reset is None:
+        notes.append(f"RateLimit {_show(raw)}: no valid remaining= and reset=")
+        return None
+    limit_raw = fields.get("limit")
+    limit = None if limit_raw is None else _count(limit_raw)
+    return RateLimit(remaining, reset, limit, "RateLimit")
+
+
+def _separate(
+    folded: Mapping[str, str], now: float, notes: list[str], prefix: str, source: str
+) -> RateLimit | None:
+    """``<prefix>-Remaining``, ``-Reset`` (or ``-Reset-After``) and ``-Limit``.
+
+    Each may be a structured list (``10, 10;w=1``): the first member counts.
+    """
+    remaining_raw = folded[f"{prefix}-remaining"]
+    remaining = _count(_first_item(remaining_raw))
+    if remaining is None:
+        notes.append(f"{_DISPLAY[prefix + '-remaining']} {_show(remaining_raw)}: not a count")
+        return None
+    limit_raw = folded.get(f"{prefix}-limit")
+    limit = None
+    window = None
+    if limit_raw is not None:
+        main, params = _members(limit_raw)[0]
+        limit = _count(main)
+        if limit is None:
+            notes.append(f"{_DISPLAY[prefix + '-limit']} {_show(limit_raw)}: not a count")
+        elif "w" in params:
+            window = _seconds(params["w"])
+    reset = None
+    for suffix in ("-reset-after", "-reset"):
+        reset_raw = folded.get(prefix + suffix)
+        if reset_raw is None:
+            continue
+        parse = _seconds if suffix == "-reset-after" else partial(_reset, now=now)
+        reset = parse(reset_raw)
+        if reset is None and "," in reset_raw:
+            reset = parse(_first_item(reset_raw))
+        if reset is None:
+            notes.append(f"{_DISPLAY[prefix + suffix]} {_show(reset_raw)}: not a time")
+            return None
+        break
+    else:
+        # No reset given: a window advertised with the limit bounds it.
+        reset = window
+        if reset is None:
+            notes.append(f"{source}: remaining without a reset")
+            return None
+    return RateLimit(remaining, reset, limit, source)
+
+
+def _first_item(text: str) -> str:
+    """The bare part of a list's first member (``"10"`` from ``"10;w=1, 50"``)."""
+    return text.partition(",")[0].partition(";")[0]
