@@ -1,0 +1,73 @@
+"""Simulated sites on loopback, for testing any crawler (autothrottle's or not).
+
+One aiohttp.web server serves many independent hosts at once, each on its own
+loopback address (127.0.0.2, 127.0.0.3 …) and with its own behaviour:
+
+* :class:`Capacity`: C workers, service time S; the rest queue, latency grows.
+* :class:`RateLimited`: a token bucket; excess gets 429, ``Retry-After`` and
+  rate-limit headers.
+* :class:`SoftBlock`: a token bucket; excess gets a fast 200 CAPTCHA page
+  (tell it apart with :func:`is_blocked_page`).
+* :class:`CDN`: most paths are fast cache hits, the rest go to a slow origin.
+* :class:`VariableLatency`: fast and slow pages, by path.
+
+Each host records the ground truth (arrivals, statuses, load over time, the
+busiest 1-second window), readable as :class:`HostStats` in Python or as JSON
+at ``GET /_sim/stats`` on the host itself. It does not depend on the rest of
+autothrottle, only on aiohttp.
+
+Example::
+
+    import asyncio, aiohttp
+    from autothrottle.sim import Capacity, RateLimited, SimServer
+
+    async def demo() -> None:
+        hosts = {"127.0.0.2": Capacity(workers=4, service_time=0.05),
+                 "127.0.0.3": RateLimited(rate=10, burst=2)}
+        async with SimServer(hosts) as sim, aiohttp.ClientSession() as http:
+            for host in sim.hosts:
+                async with http.get(sim.url(host, "/page/1")) as response:
+                    print(host, response.status)
+            truth = sim.stats()["127.0.0.3"]
+            print(truth.requests, truth.limited, truth.max_in_window)
+
+    asyncio.run(demo())
+
+From the shell: ``python -m autothrottle.sim --host
+127.0.0.2=capacity:workers=4,service_time=0.05 --host 127.0.0.3=rate:rate=10``
+(see ``--help`` and docs/sim.md).
+"""
+
+try:
+    import aiohttp as _aiohttp  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("autothrottle.sim needs aiohttp: pip install 'autothrottle[sim]'") from exc
+
+from ._behaviours import (
+    CDN,
+    Behaviour,
+    Capacity,
+    RateLimited,
+    SoftBlock,
+    VariableLatency,
+    is_blocked_page,
+)
+from ._cli import main, parse_behaviour
+from ._server import SimServer
+from ._stats import HostStats, RequestRecord, max_in_window
+
+__all__ = [
+    "CDN",
+    "Behaviour",
+    "Capacity",
+    "HostStats",
+    "RateLimited",
+    "RequestRecord",
+    "SimServer",
+    "SoftBlock",
+    "VariableLatency",
+    "is_blocked_page",
+    "main",
+    "max_in_window",
+    "parse_behaviour",
+]

@@ -1,0 +1,322 @@
+"""``python -m autothrottle.sim``: run simulated hosts from the command line.
+
+Kept free of global state so that a later ``autothrottle sim`` subcommand can
+hand its arguments straight to :func:`main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import math
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from ._behaviours import CDN, Behaviour, Capacity, RateLimited, SoftBlock, VariableLatency
+from ._server import SimServer, _addresses, _loopback
+
+__all__ = ["main", "parse_behaviour"]
+
+_KINDS: dict[str, type[Behaviour]] = {
+    "capacity": Capacity,
+    "rate": RateLimited,
+    "rate-limited": RateLimited,
+    "ratelimited": RateLimited,
+    "softblock": SoftBlock,
+    "soft-block": SoftBlock,
+    "cdn": CDN,
+    "variable": VariableLatency,
+    "variable-latency": VariableLatency,
+}
+_INTS = {"workers", "burst"}
+_BOOLS = {"retry_after", "headers"}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+_CDN_ORIGIN = ("workers", "service_time", "jitter")
+
+#: The hosts ``python -m autothrottle.sim`` serves when given none: one of each kind.
+DEFAULT_SPECS = (
+    "capacity:workers=4,service_time=0.05",
+    "rate:rate=5,burst=5",
+    "softblock:rate=5",
+    "cdn:hit_ratio=0.9,edge_time=0.005,workers=2,service_time=0.2",
+    "variable:fast_time=0.03,slow_time=0.5,slow_ratio=0.2,workers=4",
+)
+
+
+def _parameters(cls: type[Behaviour]) -> list[str]:
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    if cls is CDN:
+        names = [n for n in names if n != "origin"] + list(_CDN_ORIGIN)
+    return names
+
+
+def _convert(kind: str, name: str, text: str) -> object:
+    if name in _BOOLS:
+        low = text.lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ValueError(f"{kind}: {name} must be true or false, got {text!r}")
+    try:
+        return int(text) if name in _INTS else float(text)
+    except ValueError:
+        what = "an int" if name in _INTS else "a number"
+        raise ValueError(f"{kind}: {name} must be {what}, got {text!r}") from None
+
+
+def parse_behaviour(spec: str) -> Behaviour:
+    """A behaviour from its command-line form, ``kind[:name=value,...]``.
+
+    Kinds: ``capacity``, ``rate`` (or ``rate-limited``), ``softblock``,
+    ``cdn`` and ``variable``; parameters are the dataclass fields (``-`` may
+    stand for ``_``). A ``cdn`` takes its origin's ``workers``,
+    ``service_time`` and ``jitter`` directly. ``Behaviour.spec`` gives the
+    inverse. Raises ValueError naming what is wrong.
+    """
+    kind, _, rest = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    cls = _KINDS.get(kind)
+    if cls is None:
+        raise ValueError(
+            f"unknown behaviour kind {kind!r} in {spec!r}; expected one of {sorted(_KINDS)}"
+        )
+    allowed = _parameters(cls)
+    values: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        name, eq, text = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not eq:
+            raise ValueError(f"{kind}: expected name=value, got {item!r}")
+        if name not in allowed:
+            raise ValueError(f"{kind}: unknown parameter {name!r}; expected one of {allowed}")
+        if name in values:
+            raise ValueError(f"{kind}: {name} is given twice")
+        values[name] = _convert(kind, name, text.strip())
+    if cls is CDN:
+        default = CDN().origin
+        origin = {n: values.pop(n, getattr(default, n)) for n in _CDN_ORIGIN}
+        values["origin"] = Capacity(**origin)
+    missing = [
+        f.name
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if f.name not in values
+        and f.default is dataclasses.MISSING
+        and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ValueError(f"{kind}: {', '.join(missing)} required, as in {kind}:{missing[0]}=...")
+    return cls(**values)
+
+
+def _assignment(text: str, left: Callable[[str], Any]) -> tuple[Any, Behaviour]:
+    head, eq, spec = text.partition("=")
+    if not eq:
+        raise argparse.ArgumentTypeError(f"expected X=KIND:name=value,..., got {text!r}")
+    try:
+        return left(head.strip()), parse_behaviour(spec)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _host_arg(text: str) -> tuple[str, Behaviour]:
+    result: tuple[str, Behaviour] = _assignment(text, lambda a: _loopback("--host", a))
+    return result
+
+
+def _count_arg(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise ValueError(text)
+    return n
+
+
+def _many_arg(text: str) -> tuple[int, Behaviour]:
+    def count(head: str) -> int:
+        try:
+            return _count_arg(head)
+        except ValueError:
+            raise ValueError(f"--many: the count must be an int >= 1, got {head!r}") from None
+
+    result: tuple[int, Behaviour] = _assignment(text, count)
+    return result
+
+
+def _nonnegative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def build_parser(prog: str = "python -m autothrottle.sim") -> argparse.ArgumentParser:
+    """The argument parser of :func:`main`."""
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=(
+            "Serve simulated sites on loopback addresses, each with its own behaviour, "
+            "and record the ground truth of what arrived. Without --host or --many, "
+            "serves one host of each kind."
+        ),
+        epilog=(
+            "Behaviour SPEC: KIND[:name=value,...] with KIND one of capacity, rate, "
+            "softblock, cdn, variable. Examples: capacity:workers=4,service_time=0.05  "
+            "rate:rate=10,burst=2,headers=false  softblock:rate=5  "
+            "cdn:hit_ratio=0.9,edge_time=0.005,workers=2,service_time=0.2  "
+            "variable:fast_time=0.03,slow_time=0.5,slow_ratio=0.2,workers=4. "
+            "Every host serves its ground truth at GET /_sim/stats (?all=1 for every host)."
+        ),
+    )
+    parser.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        type=_host_arg,
+        metavar="ADDRESS=SPEC",
+        help="a host at a loopback ADDRESS, e.g. 127.0.0.2=capacity:workers=4,service_time=0.05",
+    )
+    parser.add_argument(
+        "--many",
+        action="append",
+        default=[],
+        type=_many_arg,
+        metavar="N=SPEC",
+        help="N hosts of one behaviour at free addresses from --first, e.g. 200=rate:rate=2",
+    )
+    parser.add_argument(
+        "--first",
+        default="127.0.0.2",
+        metavar="ADDRESS",
+        help="first address for --many and the default hosts (default: 127.0.0.2)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="bind every address to this port (default: 0, a free port per address)",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="seed the service-time jitter")
+    parser.add_argument(
+        "--duration",
+        type=_nonnegative,
+        default=None,
+        metavar="SECONDS",
+        help="stop after this many seconds (default: run until Ctrl-C)",
+    )
+    parser.add_argument(
+        "--stats-file",
+        default=None,
+        metavar="PATH",
+        help="on exit, write every host's ground truth to PATH as JSON",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="print only the URLs, no summary on exit"
+    )
+    return parser
+
+
+def hosts_from_args(args: argparse.Namespace) -> dict[str, Behaviour]:
+    """The address-to-behaviour mapping the parsed arguments describe."""
+    hosts: dict[str, Behaviour] = {}
+    for address, behaviour in args.host:
+        if address in hosts:
+            raise ValueError(f"--host: {address} is given twice")
+        hosts[address] = behaviour
+    blocks: list[tuple[int, Behaviour]] = list(args.many)
+    if not hosts and not blocks:
+        blocks = [(1, parse_behaviour(spec)) for spec in DEFAULT_SPECS]
+    wanted = sum(n for n, _ in blocks)
+    if wanted:
+        free = iter(a for a in _addresses(args.first, wanted + len(hosts)) if a not in hosts)
+        for n, behaviour in blocks:
+            for _ in range(n):
+                hosts[next(free)] = behaviour
+    return hosts
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "python -m autothrottle.sim") -> int:
+    """Run simulated hosts until Ctrl-C or ``--duration``; returns the exit status.
+
+    Bad arguments exit through argparse (status 2) with a message.
+    """
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    try:
+        hosts = hosts_from_args(args)
+        sim = SimServer(hosts, port=args.port, seed=args.seed)
+    except ValueError as exc:
+        parser.error(str(exc))
+    out = sys.stdout
+    try:
+        stats_text, summary = asyncio.run(_serve(sim, args, out))
+    except KeyboardInterrupt:  # where signal handlers are unavailable (Windows)
+        return 0
+    if args.stats_file:
+        with open(args.stats_file, "w", encoding="utf-8") as fh:
+            fh.write(stats_text)
+        print(f"stats written to {args.stats_file}", file=out)
+    if not args.quiet:
+        print(summary, file=out)
+    out.flush()
+    return 0
+
+
+async def _serve(sim: SimServer, args: argparse.Namespace, out: TextIO) -> tuple[str, str]:
+    """Serve until stopped; returns the stats JSON and the summary table."""
+    async with sim:
+        n = len(sim.hosts)
+        print(f"autothrottle.sim: {n} simulated host{'s' * (n != 1)}", file=out)
+        for host in sim.hosts:
+            b = sim.behaviour(host)
+            cap = f"{b.capacity:.4g}/s" if math.isfinite(b.capacity) else "unlimited"
+            print(f"  {sim.url(host)}  {b.spec}  (capacity {cap})", file=out)
+        print(
+            "ground truth: GET <url>/_sim/stats (?all=1: every host), reset: POST <url>/_sim/reset",
+            file=out,
+        )
+        until = "Ctrl-C" if args.duration is None else f"{args.duration:g} s"
+        print(f"running until {until}", file=out, flush=True)
+        await _wait_for_stop(args.duration)
+        return (sim.stats_json() if args.stats_file else ""), _summary(sim)
+
+
+async def _wait_for_stop(duration: float | None) -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # Windows or not the main thread: Ctrl-C raises KeyboardInterrupt
+    try:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), duration)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def _summary(sim: SimServer) -> str:
+    head = (
+        f"{'host':<16}{'requests':>9}{'ok':>7}{'429':>6}{'blocked':>8}"
+        f"{'goodput/s':>10}{'capacity/s':>11}{'max/1s':>7}{'mean queue':>11}"
+    )
+    lines = [head]
+    for address, s in sim.stats().items():
+        cap = f"{s.capacity:.1f}" if math.isfinite(s.capacity) else "inf"
+        queue = s.origin.mean_queued if s.origin is not None else s.mean_queued
+        lines.append(
+            f"{address:<16}{s.requests:>9}{s.ok:>7}{s.limited:>6}{s.blocked:>8}"
+            f"{s.goodput:>10.1f}{cap:>11}{s.max_in_window:>7}{queue:>11.2f}"
+        )
+    return "\n".join(lines)

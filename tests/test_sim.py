@@ -1,0 +1,494 @@
+"""autothrottle.sim against real loopback traffic, plus its pure parts.
+
+Real-time checks only assert lower bounds (a sleep cannot end early) and
+orderings, never speed: the machine is small and shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from autothrottle.sim import (
+    CDN,
+    Capacity,
+    HostStats,
+    RateLimited,
+    SimServer,
+    SoftBlock,
+    VariableLatency,
+    is_blocked_page,
+    main,
+    max_in_window,
+    parse_behaviour,
+)
+from autothrottle.sim._behaviours import _Bucket
+from autothrottle.sim._cli import DEFAULT_SPECS, build_parser, hosts_from_args
+from autothrottle.sim._server import _addresses
+
+A, B = "127.0.0.2", "127.0.0.3"
+
+
+class Got:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes, latency: float):
+        self.status, self.headers, self.body, self.latency = status, headers, body, latency
+
+
+async def fetch(http: aiohttp.ClientSession, url: str) -> Got:
+    t = time.monotonic()
+    async with http.get(url) as r:
+        body = await r.read()
+        return Got(r.status, dict(r.headers), body, time.monotonic() - t)
+
+
+@pytest.fixture
+async def http() -> Any:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        yield session
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+
+def brute_max_in_window(times: list[float], window: float) -> int:
+    return max((sum(1 for u in times if t <= u < t + window) for t in times), default=0)
+
+
+def test_max_in_window_on_synthetic_arrivals() -> None:
+    assert max_in_window([]) == 0
+    assert max_in_window([5.0]) == 1
+    # Exactly 1/R apart: R per second, not R + 1 (the window is half-open).
+    assert max_in_window([i * 0.5 for i in range(10)]) == 2
+    assert max_in_window([0.0, 0.25, 0.5, 0.75, 1.0]) == 4
+    # A burst in the middle of a slow trickle.
+    trickle = [0.0, 2.0, 3.0, 3.1, 3.2, 3.3, 3.99, 4.0, 6.0]
+    assert max_in_window(trickle) == 5
+    assert max_in_window(trickle, 0.25) == 3
+    assert max_in_window(trickle, 10.0) == len(trickle)
+    rng = random.Random(4)
+    for _ in range(50):
+        times = sorted(rng.uniform(0, 5) for _ in range(rng.randrange(1, 60)))
+        for window in (0.3, 1.0):
+            assert max_in_window(times, window) == brute_max_in_window(times, window)
+    with pytest.raises(ValueError, match="window"):
+        max_in_window([1.0], 0)
+
+
+def test_token_bucket_retry_after_and_headers() -> None:
+    bucket = _Bucket(rate=10, burst=2, now=0.0)
+    assert bucket.take(0.0) and bucket.take(0.0)
+    assert not bucket.take(0.01)
+    assert bucket.retry_after() == 1  # 0.09 s rounds up to the minimum of 1
+    headers = bucket.headers()
+    assert headers["RateLimit-Policy"] == '"default";q=10;w=1'
+    assert headers["RateLimit"] == '"default";r=0;t=1'
+    assert headers["X-RateLimit-Remaining"] == "0"
+    assert bucket.take(0.11)  # a token came back after 0.1 s
+
+    slow = _Bucket(rate=0.25, burst=1, now=0.0)
+    assert slow.take(0.0)
+    assert not slow.take(0.5)
+    assert slow.retry_after() == 4  # 3.5 s, rounded up
+    assert slow.headers()["RateLimit-Policy"] == '"default";q=1;w=4'
+    assert not slow.take(3.9)
+    assert slow.take(4.0)
+
+
+def test_path_classes_are_deterministic_and_near_their_ratio() -> None:
+    cdn = CDN(hit_ratio=0.8, origin=Capacity(1, 0.1), edge_time=0.001)
+    var = VariableLatency(slow_ratio=0.3)
+    paths = [f"/page/{i}" for i in range(2000)]
+    hits = sum(cdn.is_hit(p) for p in paths) / len(paths)
+    slow = sum(var.is_slow(p) for p in paths) / len(paths)
+    assert 0.75 < hits < 0.85
+    assert 0.25 < slow < 0.35
+    assert [cdn.is_hit(p) for p in paths[:50]] == [cdn.is_hit(p) for p in paths[:50]]
+    assert not CDN(hit_ratio=0.0).is_hit("/x") and CDN(hit_ratio=1.0).is_hit("/x")
+
+
+def test_capacity_figures() -> None:
+    assert Capacity(4, 0.05).capacity == pytest.approx(80)
+    assert RateLimited(7).capacity == 7
+    assert CDN(0.9, Capacity(2, 0.2), 0.01).capacity == pytest.approx(100)
+    assert VariableLatency(0.1, 0.5, 0.25, 3).capacity == pytest.approx(3 / 0.2)
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda: Capacity(0, 0.1), ["workers", "0"]),
+        (lambda: Capacity(2.5, 0.1), ["workers", "2.5"]),
+        (lambda: Capacity(True, 0.1), ["workers", "True"]),
+        (lambda: Capacity(2, 0), ["service_time", "0"]),
+        (lambda: Capacity(2, float("nan")), ["service_time", "nan"]),
+        (lambda: Capacity(2, 0.1, jitter=1.0), ["jitter", "1.0"]),
+        (lambda: RateLimited(0), ["rate", "0"]),
+        (lambda: RateLimited(-1), ["rate", "-1"]),
+        (lambda: RateLimited(5, burst=0), ["burst", "0"]),
+        (lambda: RateLimited(5, retry_after="yes"), ["retry_after", "yes"]),
+        (lambda: RateLimited(5, headers=1), ["headers", "1"]),
+        (lambda: RateLimited(5, service_time=-0.1), ["service_time", "-0.1"]),
+        (lambda: SoftBlock(float("inf")), ["rate", "inf"]),
+        (lambda: SoftBlock(1, burst=-2), ["burst", "-2"]),
+        (lambda: CDN(hit_ratio=1.5), ["hit_ratio", "1.5"]),
+        (lambda: CDN(origin=RateLimited(1)), ["origin", "RateLimited"]),
+        (lambda: CDN(edge_time=-1), ["edge_time", "-1"]),
+        (lambda: VariableLatency(slow_ratio=-0.1), ["slow_ratio", "-0.1"]),
+        (lambda: VariableLatency(fast_time=0.5, slow_time=0.1), ["slow_time", "0.1"]),
+        (lambda: VariableLatency(workers=0), ["workers", "0"]),
+        (lambda: SimServer({}), ["hosts"]),
+        (lambda: SimServer({"10.0.0.1": Capacity(1, 1)}), ["hosts", "10.0.0.1"]),
+        (lambda: SimServer({"localhost": Capacity(1, 1)}), ["hosts", "localhost"]),
+        (lambda: SimServer({A: "capacity"}), ["hosts", "capacity"]),
+        (lambda: SimServer({A: Capacity(1, 1)}, port=70000), ["port", "70000"]),
+        (lambda: SimServer({A: Capacity(1, 1)}, seed=1.5), ["seed", "1.5"]),
+        (lambda: SimServer.many(0, Capacity(1, 1)), ["n", "0"]),
+        (lambda: SimServer.many(2, Capacity(1, 1), first="127.255.255.254"), ["n", "2"]),
+        (lambda: SimServer.many(2, Capacity(1, 1), first="::1"), ["first", "::1"]),
+    ],
+)
+def test_bad_values_fail_at_construction_naming_parameter_and_value(
+    make: Any, words: list[str]
+) -> None:
+    with pytest.raises(ValueError) as info:
+        make()
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_addresses_continue_past_the_last_octet() -> None:
+    got = _addresses("127.0.0.252", 5)
+    assert got == ["127.0.0.252", "127.0.0.253", "127.0.0.254", "127.0.1.1", "127.0.1.2"]
+    many = SimServer.many(200, RateLimited(2))
+    assert many.hosts[0] == "127.0.0.2" and many.hosts[-1] == "127.0.0.201"
+    assert len(set(many.hosts)) == 200
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def test_parse_behaviour_round_trips_and_reports_errors() -> None:
+    for spec in DEFAULT_SPECS:
+        b = parse_behaviour(spec)
+        assert parse_behaviour(b.spec) == b
+    assert parse_behaviour("capacity:workers=4,service-time=0.05") == Capacity(4, 0.05)
+    assert parse_behaviour("rate-limited:rate=2,headers=no") == RateLimited(2, headers=False)
+    assert parse_behaviour("cdn:workers=3") == CDN(origin=Capacity(3, 0.2))
+    assert parse_behaviour("variable") == VariableLatency()
+    for bad, words in [
+        ("teapot:x=1", ["teapot"]),
+        ("capacity:service_time=0.1", ["workers", "required"]),
+        ("capacity:workers=four,service_time=1", ["workers", "four"]),
+        ("capacity:workers=4,service_time=1,colour=red", ["colour"]),
+        ("rate:rate=2,headers=maybe", ["headers", "maybe"]),
+        ("rate:rate=0", ["rate", "0"]),
+        ("rate:rate", ["rate"]),
+    ]:
+        with pytest.raises(ValueError) as info:
+            parse_behaviour(bad)
+        for word in words:
+            assert word in str(info.value)
+
+
+def test_command_line_hosts() -> None:
+    parser = build_parser()
+    args = parser.parse_args(
+        [
+            "--host",
+            "127.0.0.3=capacity:workers=4,service_time=0.05",
+            "--many",
+            "3=rate:rate=2",
+            "--port",
+            "0",
+        ]
+    )
+    hosts = hosts_from_args(args)
+    assert hosts == {
+        "127.0.0.3": Capacity(4, 0.05),
+        "127.0.0.2": RateLimited(2),
+        "127.0.0.4": RateLimited(2),
+        "127.0.0.5": RateLimited(2),
+    }
+    defaults = hosts_from_args(parser.parse_args(["--first", "127.0.0.10"]))
+    assert list(defaults) == [f"127.0.0.{i}" for i in range(10, 15)]
+    assert [b.kind for b in defaults.values()] == [
+        "capacity",
+        "rate",
+        "softblock",
+        "cdn",
+        "variable",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--host", "127.0.0.2=capacity:workers=0,service_time=1"], ["workers", "0"]),
+        (["--host", "8.8.8.8=rate:rate=1"], ["8.8.8.8", "loopback"]),
+        (["--host", "127.0.0.2"], ["127.0.0.2"]),
+        (["--many", "0=rate:rate=1"], ["count", "0"]),
+        (["--duration", "-1"], ["duration", "-1"]),
+        (["--port", "99999"], ["port", "99999"]),
+        (["--first", "example.org"], ["first", "example.org"]),
+    ],
+)
+def test_command_line_errors_exit_2_with_a_message(
+    argv: list[str], words: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    for word in words:
+        assert word in err
+
+
+def test_main_runs_for_a_duration_and_writes_stats(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_file = tmp_path / "stats.json"
+    argv = ["--host", "127.0.0.2=rate:rate=3", "--duration", "0.2", "--stats-file", str(out_file)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "http://127.0.0.2:" in out and "rate:rate=3" in out
+    doc = json.loads(out_file.read_text())
+    assert list(doc["hosts"]) == ["127.0.0.2"]
+    assert doc["hosts"]["127.0.0.2"]["capacity"] == 3
+
+
+def test_python_dash_m_runs_and_stops() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "autothrottle.sim", "--duration", "1", "--host", "127.0.0.9=cdn"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "http://127.0.0.9:" in proc.stdout
+    assert "max/1s" in proc.stdout  # the closing summary
+
+
+# ----------------------------------------------------------------------------- real traffic
+
+
+async def test_capacity_site_queues_beyond_its_workers(http: aiohttp.ClientSession) -> None:
+    workers, service = 2, 0.2
+    async with SimServer({A: Capacity(workers, service, jitter=0.0)}) as sim:
+        got = await asyncio.gather(*(fetch(http, sim.url(A, f"/page/{i}")) for i in range(4)))
+        truth = sim.host_stats(A)
+    assert [g.status for g in got] == [200] * 4
+    assert all(b"<a href=" in g.body for g in got)
+    lat = sorted(g.latency for g in got)
+    assert lat[0] >= service * 0.9
+    assert lat[2] >= 2 * service * 0.9 and lat[3] >= 2 * service * 0.9  # waited a full service
+    assert truth.requests == truth.ok == 4
+    assert truth.max_in_service == workers
+    assert truth.max_queued == 2
+    assert truth.mean_queued > 0
+    waits = sorted(r.wait for r in truth.records)
+    assert waits[2] >= service * 0.9 and waits[3] >= service * 0.9
+    # FIFO: service starts in arrival order.
+    by_arrival = sorted(truth.records, key=lambda r: r.arrival)
+    starts = [r.start for r in by_arrival]
+    assert starts == sorted(starts)
+    assert truth.in_service == truth.queued == 0
+    assert truth.goodput > 0
+
+
+async def test_rate_limited_site_answers_429_beyond_the_burst(
+    http: aiohttp.ClientSession,
+) -> None:
+    # One token every 2 s: concurrent requests cannot earn a new one in time.
+    async with SimServer(
+        {A: RateLimited(0.5, burst=3), B: RateLimited(0.5, 1, False, False)}
+    ) as sim:
+        got = await asyncio.gather(*(fetch(http, sim.url(A, f"/p{i}")) for i in range(6)))
+        bare = [await fetch(http, sim.url(B, "/")) for _ in range(2)]
+        truth = sim.host_stats(A)
+    ok = [g for g in got if g.status == 200]
+    limited = [g for g in got if g.status == 429]
+    assert len(ok) == 3 and len(limited) == 3
+    assert sorted(g.headers["X-RateLimit-Remaining"] for g in ok) == ["0", "1", "2"]
+    for g in got:
+        assert g.headers["RateLimit-Policy"] == '"default";q=3;w=6'
+        assert g.headers["X-RateLimit-Limit"] == "3"
+        assert g.headers["RateLimit"].startswith('"default";r=')
+    for g in limited:
+        assert 1 <= int(g.headers["Retry-After"]) <= 2
+        assert g.headers["X-RateLimit-Remaining"] == "0"
+    assert truth.requests == 6 and truth.ok == 3 and truth.limited == 3
+    assert dict(truth.statuses) == {200: 3, 429: 3}
+    assert truth.max_in_window == max_in_window(truth.arrivals) == 6
+    assert [g.status for g in bare] == [200, 429]
+    assert "Retry-After" not in bare[1].headers
+    assert not any(k.lower().startswith(("ratelimit", "x-ratelimit")) for k in bare[1].headers)
+
+
+async def test_rate_limited_window_counts_paced_arrivals(http: aiohttp.ClientSession) -> None:
+    async with SimServer({A: RateLimited(1000, burst=1000, service_time=0)}) as sim:
+        for _ in range(5):
+            await fetch(http, sim.url(A))
+            await asyncio.sleep(0.3)
+        truth = sim.host_stats(A)
+    # 0.3 s apart at least, so no 1-second window holds more than 4.
+    assert truth.requests == 5
+    assert 1 <= truth.max_in_window <= 4
+    assert truth.max_in_window == brute_max_in_window(list(truth.arrivals), 1.0)
+
+
+async def test_soft_block_serves_captcha_pages_with_200(http: aiohttp.ClientSession) -> None:
+    async with SimServer({A: SoftBlock(0.5, burst=2)}) as sim:
+        got = [await fetch(http, sim.url(A, f"/item/{i}")) for i in range(5)]
+        truth = sim.host_stats(A)
+    assert [g.status for g in got] == [200] * 5
+    assert [is_blocked_page(g.body) for g in got] == [False, False, True, True, True]
+    assert is_blocked_page(got[4].body.decode())
+    assert "Retry-After" not in got[4].headers
+    assert truth.ok == 2 and truth.blocked == 3 and truth.limited == 0
+    assert dict(truth.statuses) == {200: 5}
+
+
+async def test_cdn_hits_carry_cache_headers_and_spare_the_origin(
+    http: aiohttp.ClientSession,
+) -> None:
+    cdn = CDN(hit_ratio=0.5, origin=Capacity(1, 0.1, jitter=0.0), edge_time=0.001)
+    paths = [f"/page/{i}" for i in range(100)]
+    hits = [p for p in paths if cdn.is_hit(p)][:5]
+    misses = [p for p in paths if not cdn.is_hit(p)][:3]
+    async with SimServer({A: cdn}) as sim:
+        got_hits = await asyncio.gather(*(fetch(http, sim.url(A, p)) for p in hits))
+        after_hits = sim.host_stats(A)
+        got_misses = await asyncio.gather(*(fetch(http, sim.url(A, p)) for p in misses))
+        again = await fetch(http, sim.url(A, hits[0]))
+        truth = sim.host_stats(A)
+    for g in [*got_hits, again]:
+        assert g.status == 200
+        assert g.headers["X-Cache"] == "HIT" and g.headers["CF-Cache-Status"] == "HIT"
+        assert int(g.headers["Age"]) >= 0
+    assert after_hits.requests == 5
+    assert after_hits.origin is not None and after_hits.origin.requests == 0
+    for g in got_misses:
+        assert g.headers["X-Cache"] == "MISS" and g.headers["CF-Cache-Status"] == "MISS"
+    assert sorted(g.latency for g in got_misses)[-1] >= 3 * 0.1 * 0.9  # one origin worker
+    origin = truth.origin
+    assert origin is not None
+    assert origin.requests == 3 and origin.ok == 3
+    assert origin.max_in_service == 1 and origin.max_queued == 2
+    assert origin.capacity == pytest.approx(10)
+    assert truth.requests == 9 and truth.ok == 9
+
+
+async def test_variable_latency_mixes_fast_and_slow_pages(http: aiohttp.ClientSession) -> None:
+    var = VariableLatency(fast_time=0.01, slow_time=0.3, slow_ratio=0.5, workers=8, jitter=0.0)
+    paths = [f"/page/{i}" for i in range(100)]
+    slow = [p for p in paths if var.is_slow(p)][:3]
+    fast = [p for p in paths if not var.is_slow(p)][:3]
+    async with SimServer({A: var}) as sim:
+        got_slow = await asyncio.gather(*(fetch(http, sim.url(A, p)) for p in slow))
+        got_fast = await asyncio.gather(*(fetch(http, sim.url(A, p)) for p in fast))
+        truth = sim.host_stats(A)
+    assert all(g.latency >= 0.27 for g in got_slow)
+    assert [g.status for g in got_fast] == [200] * 3
+    server_lat = {r.arrival: r.latency for r in truth.records}
+    ordered = [server_lat[t] for t in truth.arrivals]
+    slow_lat, fast_lat = sorted(ordered[:3]), sorted(ordered[3:])
+    assert min(slow_lat) >= 0.27
+    assert fast_lat[1] < slow_lat[1]  # medians
+    assert truth.ok == 6
+
+
+async def test_stats_endpoint_reset_and_control_requests_unrecorded(
+    http: aiohttp.ClientSession,
+) -> None:
+    async with SimServer({A: Capacity(2, 0.01), B: RateLimited(100)}, seed=3) as sim:
+        for i in range(3):
+            await fetch(http, sim.url(A, f"/page/{i}"))
+        await fetch(http, sim.url(B, "/"))
+        async with http.get(sim.url(A, "/_sim/stats")) as r:
+            assert r.status == 200
+            doc = await r.json()
+        async with http.get(sim.url(A, "/_sim/stats?all=1&series=0")) as r:
+            every = await r.json()
+        assert doc["host"] == A and doc["requests"] == 3
+        assert doc["outcomes"]["ok"] == 3 and doc["statuses"] == {"200": 3}
+        assert len(doc["series"]["arrivals"]) == 3
+        assert doc["series"]["requests"]["status"] == [200, 200, 200]
+        assert doc["series"]["in_service"][0] == [0.0, 0]
+        assert doc["capacity"] == pytest.approx(200)
+        assert set(every["hosts"]) == {A, B}
+        assert "series" not in every["hosts"][B] and every["hosts"][B]["requests"] == 1
+        assert sim.host_stats(A).requests == 3  # the stats requests were not counted
+
+        from_python = json.loads(sim.stats_json())
+        assert from_python["hosts"][A]["requests"] == 3
+        stats = sim.stats()
+        assert set(stats) == {A, B} and isinstance(stats[A], HostStats)
+        assert stats[A].url == sim.base_url(A)
+
+        async with http.post(sim.url(B, "/_sim/reset")) as r:
+            assert r.status == 200
+        assert sim.host_stats(B).requests == 0 and sim.host_stats(A).requests == 3
+        sim.reset()
+        after = sim.host_stats(A)
+        assert after.requests == 0 and after.since > 0
+        await fetch(http, sim.url(A, "/again"))
+        assert sim.host_stats(A).requests == 1
+        async with http.get(sim.url(A, "/_sim/nothing")) as r:
+            assert r.status == 404
+
+
+async def test_many_hosts_each_see_only_their_own_traffic(http: aiohttp.ClientSession) -> None:
+    sim = SimServer.many(200, RateLimited(2), first="127.0.0.100")
+    assert "127.0.1.1" in sim.hosts
+    async with sim:
+        targets = sim.hosts[::20]  # ten hosts across the range
+        for host in targets:
+            await fetch(http, sim.url(host, "/"))
+        stats = sim.stats()
+    assert sum(s.requests for s in stats.values()) == len(targets)
+    for host in targets:
+        assert stats[host].requests == 1 and stats[host].ok == 1
+
+
+async def test_fixed_port_for_every_address(http: aiohttp.ClientSession) -> None:
+    probe = SimServer({A: Capacity(1, 0.01)})
+    async with probe:
+        port = int(probe.base_url(A).rsplit(":", 1)[1])
+    sim = SimServer({A: Capacity(1, 0.01), B: Capacity(1, 0.01)}, port=port)
+    assert sim.url(B, "x") == f"http://{B}:{port}/x"
+    async with sim:
+        assert (await fetch(http, sim.url(B))).status == 200
+        assert sim.host_stats(B).requests == 1 and sim.host_stats(A).requests == 0
+
+
+async def test_closing_with_requests_queued_releases_all_load() -> None:
+    sim = SimServer({A: Capacity(1, 30.0, jitter=0.0)})
+    await sim.start()
+    async with aiohttp.ClientSession() as session:
+
+        async def doomed(i: int) -> None:
+            with contextlib.suppress(aiohttp.ClientError):
+                await fetch(session, sim.url(A, f"/slow/{i}"))
+
+        tasks = [asyncio.create_task(doomed(i)) for i in range(3)]
+        for _ in range(200):  # bounded wait until all three have arrived
+            if sim.host_stats(A).requests == 3:
+                break
+            await asyncio.sleep(0.02)
+        live = sim.host_stats(A)
+        assert live.in_service == 1 and live.queued == 2
+        await sim.close()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    truth = sim.host_stats(A)
+    assert truth.in_service == 0 and truth.queued == 0
+    assert truth.aborted == 3 and truth.completed == 0
