@@ -5,7 +5,9 @@ so the throttle sees distinct hosts. It records, for every request, when it
 arrived (``time.monotonic()``), its path and headers, and how many requests
 were in service at once, so tests can assert pacing *at the server*.
 
-Routes (all methods):
+Routes (all methods); on any of them, ``?wait=MS`` first waits MS milliseconds
+and ``?h.NAME=VALUE`` adds response header NAME:
+
 
 * ``/`` and any path not below: 200 ``ok``.
 * ``/delay/{ms}``: waits ``ms`` milliseconds, then 200.
@@ -18,6 +20,7 @@ Routes (all methods):
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -54,7 +57,7 @@ class LoopbackHost:
 
     def gaps(self) -> list[float]:
         times = self.arrival_times()
-        return [b - a for a, b in zip(times, times[1:])]
+        return [b - a for a, b in itertools.pairwise(times)]
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.arrivals.append(Arrival(request.path, time.monotonic(), dict(request.headers)))
@@ -67,6 +70,15 @@ class LoopbackHost:
             self.finished.append(time.monotonic())
 
     async def _respond(self, request: web.Request) -> web.StreamResponse:
+        response = await self._route(request)
+        for name, value in request.query.items():
+            if name.startswith("h.") and not response.prepared:
+                response.headers[name[2:]] = value
+        return response
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        if "wait" in request.query:
+            await asyncio.sleep(int(request.query["wait"]) / 1000)
         parts = [p for p in request.path.split("/") if p]
         if parts[:1] == ["delay"] and len(parts) == 2:
             await asyncio.sleep(int(parts[1]) / 1000)

@@ -89,10 +89,12 @@ def test_token_bucket_retry_after_and_headers() -> None:
     assert bucket.take(0.0) and bucket.take(0.0)
     assert not bucket.take(0.01)
     assert bucket.retry_after() == 1  # 0.09 s rounds up to the minimum of 1
-    headers = bucket.headers()
+    headers = bucket.headers(limited=True)
     assert headers["RateLimit-Policy"] == '"default";q=10;w=1'
     assert headers["RateLimit"] == '"default";r=0;t=1'
     assert headers["X-RateLimit-Remaining"] == "0"
+    # Served: the tokens now (0) plus a window's refill (10), at most the quota.
+    assert bucket.headers()["RateLimit"] == '"default";r=10;t=1'
     assert bucket.take(0.11)  # a token came back after 0.1 s
 
     slow = _Bucket(rate=0.25, burst=1, now=0.0)
@@ -318,7 +320,8 @@ async def test_rate_limited_site_answers_429_beyond_the_burst(
     ok = [g for g in got if g.status == 200]
     limited = [g for g in got if g.status == 429]
     assert len(ok) == 3 and len(limited) == 3
-    assert sorted(g.headers["X-RateLimit-Remaining"] for g in ok) == ["0", "1", "2"]
+    # Tokens now plus the window's refill (3), capped at the quota of 3.
+    assert [g.headers["X-RateLimit-Remaining"] for g in ok] == ["3", "3", "3"]
     for g in got:
         assert g.headers["RateLimit-Policy"] == '"default";q=3;w=6'
         assert g.headers["X-RateLimit-Limit"] == "3"

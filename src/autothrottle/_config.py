@@ -19,7 +19,11 @@ def check_number(name: str, value: object, *, minimum: float = 0.0) -> float:
     """Return ``value`` as a float if it is a finite real number >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {value!r}")
-    if not math.isfinite(value):
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
         raise ValueError(f"{name} must be finite, got {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum:g}, got {value!r}")

@@ -255,13 +255,19 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         base = min(latency, base * (1.0 + self.base_decay))
         short = state.get("short", latency)
         short += self.smoothing * (latency - short)
-        queued = limit * (1.0 - base / short) if short > 0 else 0.0
-        cap = min(self.max_limit, float(config.max_concurrency))
-        if queued < self.alpha and sample.in_flight >= limit - 1.0:
-            limit = min(limit + 1.0, cap)
-        elif queued > self.beta:
-            limit = max(limit - 1.0, 1.0)
-        state.update(limit=limit, base=base, short=short)
+        # Judge the limit once per round of `limit` responses (about one round
+        # trip), as Vegas does once per RTT: judging every response would move
+        # it `limit` steps before the first change could show in the latency.
+        seen = state.get("seen", 0.0) + 1.0
+        if seen >= limit:
+            seen = 0.0
+            queued = limit * (1.0 - base / short) if short > 0 else 0.0
+            cap = min(self.max_limit, float(config.max_concurrency))
+            if queued < self.alpha and sample.in_flight >= limit - 1.0:
+                limit = min(limit + 1.0, cap)
+            elif queued > self.beta:
+                limit = max(limit - 1.0, 1.0)
+        state.update(limit=limit, base=base, short=short, seen=seen)
         return short / limit
 
     def backoff_delay(self, pace: float, factor: float, config: SlotConfig) -> float:

@@ -113,11 +113,17 @@ def options_from_header(value: str) -> RequestOptions:
 def host_key(host: str) -> str:
     """The default slot key of a host: lowercase, IDNA-encoded, no port.
 
-    ``host`` may be a bare host or a whole URL.
+    ``host`` may be a bare host (``Example.COM``, ``example.com:8080``,
+    ``[::1]``) or a whole URL.
+
+    Raises:
+        ValueError: ``host`` names no host (``""``, ``"/just/a/path"``).
     """
-    if "/" in host:
-        raw = yarl.URL(host).raw_host
-        return (raw or "").lower()
-    if host.isascii():
+    if host.isascii() and host and not any(ch in host for ch in ":/[@?#"):
         return host.lower()
-    return yarl.URL.build(scheme="http", host=host).raw_host or host.lower()
+    if "/" not in host and host.count(":") > 1 and "[" not in host:
+        return host.lower()  # a bare IPv6 address
+    raw = yarl.URL(host if "/" in host else "//" + host).raw_host
+    if not raw:
+        raise ValueError(f"cannot derive a slot key: no host in URL {host!r}")
+    return raw.lower()

@@ -124,7 +124,8 @@ class Slot:
         "_leases",
         "_queue",
         "_rng",
-        "_tat",
+        "_tokens",
+        "_tokens_at",
         "backoff_at",
         "backoff_reason",
         "backoffs",
@@ -180,7 +181,10 @@ class Slot:
         self._budget_gap = 0.0
         self._budget_until = -math.inf
         self.rate_limit: RateLimit | None = None
-        self._tat = -math.inf
+        # The burst allowance of a policy with burst > 1: a token bucket that
+        # refills one token per delay, up to the burst.
+        self._tokens = float(config.burst)
+        self._tokens_at = self.last_activity
         # What the slot learned from being refused: when, why, and at what pace.
         self.gap_average: float | None = None
         self.backoff_at = -math.inf
@@ -219,8 +223,15 @@ class Slot:
 
     @property
     def idle(self) -> bool:
-        """True when nothing is queued or in flight: the slot may be forgotten."""
-        return not self._queue and not self.in_flight
+        """True when the slot may be forgotten without losing a promise to the host.
+
+        Nothing queued or in flight, and no pause or rate-limit budget still in
+        force: forgetting a paused slot would let the next request go at once.
+        """
+        if self._queue or self.in_flight:
+            return False
+        now = self._clock()
+        return now >= self.pause_until and now >= self._budget_until
 
     def snapshot(self) -> SlotSnapshot:
         """The slot's state now, as an immutable record."""
@@ -269,9 +280,14 @@ class Slot:
             return self.pause_until
         gap = self._delay * self._factor
         burst = self._config.burst
-        at = last + gap if burst == 1 else self._tat - (burst - 1) * self._delay
+        if burst == 1:
+            at = last + gap
+        else:
+            missing = 1.0 - self._burst_tokens(now)
+            at = now + missing * self._delay if missing > 0 else -math.inf
         if self._budget_gap > gap and now < self._budget_until:
-            at = max(at, last + self._budget_gap)
+            # Spread the advertised budget until its reset; after it, the budget is spent.
+            at = max(at, min(last + self._budget_gap, self._budget_until))
         return max(at, self.pause_until)
 
     def _set_pause(self, until: float) -> bool:
@@ -282,6 +298,13 @@ class Slot:
         self.pauses += 1
         self._wake_head()
         return True
+
+    def _burst_tokens(self, now: float) -> float:
+        burst = self._config.burst
+        if self._delay <= 0.0:
+            return float(burst)
+        refill = (now - self._tokens_at) / self._delay
+        return min(float(burst), self._tokens + refill)
 
     def _set_budget(self, gap: float, until: float) -> None:
         self._budget_gap = gap
@@ -297,7 +320,9 @@ class Slot:
             average = self.gap_average
             self.gap_average = gap if average is None else average + 0.3 * (gap - average)
         self._last_send = now
-        self._tat = max(self._tat, now) + self._delay
+        if self._config.burst > 1:
+            self._tokens = self._burst_tokens(now) - 1.0
+            self._tokens_at = now
         jitter = self._config.jitter
         self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0) if jitter else 1.0
         self.sent += 1

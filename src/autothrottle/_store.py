@@ -14,6 +14,7 @@ the start delay, and goes at once.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
@@ -47,29 +48,38 @@ class MemoryStore:
 
     Args:
         idle_timeout: Seconds a slot may stay idle before it is forgotten
-            (``math.inf`` keeps every slot forever). Eviction runs as new slots
-            are created, at most once per ``idle_timeout / 2`` seconds, so its
-            cost is amortised over many requests.
+            (``math.inf`` keeps every slot forever). A slot is idle when nothing
+            is queued or in flight and no pause or rate-limit budget is in force.
+
+    Slots are kept in order of last use, so eviction looks only at the least
+    recently used ones: each new slot evicts at most a few hundred stale ones,
+    and no single request pays for a sweep of the whole table.
     """
 
-    __slots__ = ("_last_sweep", "_slots", "idle_timeout")
+    __slots__ = ("_slots", "idle_timeout")
+
+    #: Stale slots one slot creation may evict: the cost is bounded per call.
+    evict_batch = 256
 
     def __init__(self, idle_timeout: float = 600.0) -> None:
         if idle_timeout != math.inf:
             check_number("idle_timeout", idle_timeout, minimum=0.0)
         self.idle_timeout = float(idle_timeout)
-        self._slots: dict[str, Slot] = {}
-        self._last_sweep = -math.inf
+        self._slots: OrderedDict[str, Slot] = OrderedDict()
 
     def get(self, key: str) -> Slot | None:
         return self._slots.get(key)
 
     def get_or_create(self, key: str, factory: Callable[[str], Slot]) -> Slot:
-        slot = self._slots.get(key)
+        slots = self._slots
+        slot = slots.get(key)
         if slot is None:
             slot = factory(key)
-            self._maybe_evict(slot.last_activity)
-            self._slots[key] = slot
+            if math.isfinite(self.idle_timeout):
+                self._evict(slot.last_activity, self.evict_batch)
+            self._slots[key] = slot  # _evict may have rebuilt the table
+        else:
+            slots.move_to_end(key)
         return slot
 
     def __iter__(self) -> Iterator[Slot]:
@@ -80,15 +90,25 @@ class MemoryStore:
 
     def evict_idle(self, now: float) -> int:
         """Forget every slot idle since before ``now - idle_timeout``; return how many."""
-        cutoff = now - self.idle_timeout
-        stale = [
-            key for key, slot in self._slots.items() if slot.last_activity < cutoff and slot.idle
-        ]
-        for key in stale:
-            del self._slots[key]
-        self._last_sweep = now
-        return len(stale)
+        return self._evict(now, len(self._slots))
 
-    def _maybe_evict(self, now: float) -> None:
-        if math.isfinite(self.idle_timeout) and now - self._last_sweep >= self.idle_timeout / 2:
-            self.evict_idle(now)
+    def _evict(self, now: float, limit: int) -> int:
+        cutoff = now - self.idle_timeout
+        slots = self._slots
+        evicted = 0
+        looked = 0
+        while slots and looked < limit:
+            key, slot = next(iter(slots.items()))
+            if slot.last_activity >= cutoff:
+                break  # everything after it was used more recently
+            looked += 1
+            if slot.idle:
+                del slots[key]
+                evicted += 1
+            else:
+                slots.move_to_end(key)  # busy or paused: look again later
+        if evicted and evicted * 2 > len(slots):
+            # A dict never shrinks its table by itself; after a mass eviction
+            # rebuild it so the memory goes back.
+            self._slots = OrderedDict(slots)
+        return evicted

@@ -268,8 +268,12 @@ class Throttle:
             headers: The response headers, for Retry-After, rate-limit and
                 cache signals.
         """
+        slot = self.slot(key)
+        # Without a lease the send time is unknown: take the latest send, so a
+        # repeated 429 with nothing sent in between counts once.
+        sent_at = slot._last_send if slot._last_send is not None else -math.inf
         self._observe_slot(
-            self.slot(key), latency=latency, status=status, headers=headers, adjust=True
+            slot, latency=latency, status=status, headers=headers, adjust=True, sent_at=sent_at
         )
 
     def backoff(
@@ -327,6 +331,8 @@ class Throttle:
         latency = check_number("latency", latency)
         if isinstance(status, bool) or not isinstance(status, int):
             raise TypeError(f"status must be an int, got {status!r}")
+        if not 100 <= status <= 599:
+            raise ValueError(f"status must be an HTTP status in [100, 599], got {status!r}")
         now = self._clock()
         slot.responses += 1
         slot.status_counts[status] += 1

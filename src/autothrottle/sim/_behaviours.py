@@ -211,9 +211,19 @@ class _Bucket:
         """Whole seconds until a token is available, rounded up, at least 1."""
         return max(1, math.ceil((1.0 - self._tokens) / self.rate - 1e-9))
 
-    def headers(self) -> dict[str, str]:
-        remaining = math.floor(self._tokens + 1e-9)
-        reset = max(0, math.ceil((self.burst - self._tokens) / self.rate - 1e-9))
+    def headers(self, *, limited: bool = False) -> dict[str, str]:
+        """The budget as a client should read it: ``r`` requests in the next ``t`` seconds.
+
+        A token bucket has no fixed window, so the answer to "how many may I
+        send before the reset" is the tokens now plus what refills within the
+        policy window, at most the quota: spending it evenly is exactly the
+        bucket's rate. A refused request reads ``r=0`` until the next token.
+        """
+        if limited:
+            remaining, reset = 0, self.retry_after()
+        else:
+            remaining = min(self.quota, math.floor(self._tokens + self.rate * self.window + 1e-9))
+            reset = self.window
         return {
             "RateLimit-Policy": f'"default";q={self.quota};w={self.window}',
             "RateLimit": f'"default";r={remaining};t={reset}',
@@ -338,8 +348,10 @@ class RateLimited(Behaviour):
     ``RateLimit-Policy: "default";q=Q;w=W`` and ``RateLimit: "default";r=R;t=T``,
     and ``X-RateLimit-Limit/Remaining/Reset`` (``Q``, ``R``, ``T``), where the
     policy is ``Q`` requests per ``W`` whole seconds (``Q / W`` about ``rate``),
-    ``R`` the requests that would be allowed right now and ``T`` the seconds
-    until the bucket is full again. True capacity: ``rate``.
+    ``R`` the requests allowed in the next ``T`` seconds: on a 200, the tokens
+    now plus those that refill within the window ``T = W``, at most ``Q``
+    (spent evenly, that is the bucket's rate); on a 429, 0 until the next token.
+    True capacity: ``rate``.
     """
 
     rate: float
@@ -378,7 +390,7 @@ class _RateRuntime(Runtime):
     async def serve(self, target: str, ticket: Ticket, rec: Recorder) -> Reply:
         b = self.b
         if not self.bucket.take(ticket.arrival):
-            headers = self.bucket.headers() if b.headers else {}
+            headers = self.bucket.headers(limited=True) if b.headers else {}
             if b.retry_after:
                 headers["Retry-After"] = str(self.bucket.retry_after())
             return Reply(429, b"Too Many Requests\n", "limited", headers, "text/plain")

@@ -1,0 +1,412 @@
+"""The aiohttp adapter: a client middleware and a TraceConfig that pace every request.
+
+Use :func:`ThrottledSession` exactly where ``aiohttp.ClientSession(...)`` was::
+
+    from autothrottle import Throttle
+    from autothrottle.aiohttp import ThrottledSession
+
+    throttle = Throttle(target_concurrency=2.0)
+    async with ThrottledSession(throttle=throttle) as session:
+        async with session.get("https://example.com/") as response:
+            body = await response.read()
+
+It returns a plain :class:`aiohttp.ClientSession` (aiohttp forbids subclassing
+it) with two additions, both of which you may also install yourself with
+:func:`throttle_middleware` and :func:`throttle_trace_config`:
+
+* A client middleware, placed *last* in the session's middlewares. aiohttp
+  calls the first middleware outermost, so the last one is closest to the
+  wire: every attempt any other middleware makes (a retry, an auth refresh)
+  and every redirect hop passes through it and is throttled on the slot of the
+  URL it actually goes to. It waits for the slot's turn, sends, measures the
+  latency, feeds it to the slot and holds the slot until the response is
+  finished: its body has arrived to the end (for a large body, aiohttp stops
+  reading from the socket until you read, so that means until read), or the
+  response is released or closed, or its connection is lost. A response never
+  finished stops counting after the throttle's ``hold_timeout``.
+* A TraceConfig, appended to the session's trace configs. It reads the
+  per-request options from ``trace_request_ctx`` and stamps the moment the
+  connection is ready (a new connection established or a pooled one taken), so
+  the latency excludes the time spent waiting in the throttle and in the
+  connector's pool.
+
+Per-request options, in either form (they are merged)::
+
+    await session.get(url, trace_request_ctx={"autothrottle": {"adjust": False}})
+    await session.get(url, headers={"X-AutoThrottle": "bypass"})
+
+The ``X-AutoThrottle`` header is removed before the request goes on the wire.
+
+.. note::
+   aiohttp lets a single request replace the session's middlewares:
+   ``session.get(url, middlewares=(...))`` runs only the middlewares given
+   there, which drops the throttle for that request. Put one back at the end::
+
+       session.get(url, middlewares=(my_retry, throttle_middleware(throttle)))
+
+   Middlewares made by :func:`throttle_middleware` for one throttle are
+   interchangeable: all state lives in the throttle.
+
+.. note::
+   Mocking libraries that patch ``ClientSession._request`` (aioresponses)
+   skip aiohttp's middlewares altogether, so requests mocked that way are
+   neither delayed nor counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import weakref
+from dataclasses import dataclass
+from time import perf_counter
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+from aiohttp import (
+    ClientHandlerType,
+    ClientMiddlewareType,
+    ClientRequest,
+    ClientResponse,
+    ClientSession,
+    TraceConfig,
+    TraceConnectionCreateEndParams,
+    TraceConnectionReuseconnParams,
+    TraceRequestEndParams,
+    TraceRequestExceptionParams,
+    TraceRequestStartParams,
+)
+from aiohttp.connector import Connection
+
+from ._request import (
+    CONTROL_HEADER,
+    DEFAULT_OPTIONS,
+    RequestOptions,
+    host_key,
+    options_from_header,
+    options_from_mapping,
+)
+from ._slot import Lease
+from ._throttle import Throttle
+
+__all__ = ["ThrottledSession", "throttle_middleware", "throttle_trace_config"]
+
+# Errors that mean "the request failed without a response"; anything else
+# (cancellation above all) only releases the lease.
+_FAILURES: tuple[type[BaseException], ...] = (
+    aiohttp.ClientError,
+    asyncio.TimeoutError,
+    TimeoutError,
+    OSError,
+)
+
+
+@dataclass(eq=False, slots=True)
+class _RequestState:
+    """What the TraceConfig learned at ``on_request_start``, for the middleware."""
+
+    options: RequestOptions
+    previous: _RequestState | None
+    done: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class _Hop:
+    """One pass through the middleware; the TraceConfig stamps ``ready`` on it."""
+
+    ready: float | None = None
+
+
+# The request being made by the current task, set by the TraceConfig from
+# on_request_start to on_request_end/on_request_exception. Requests nest
+# (a middleware may make a request of its own before calling its handler), so
+# the end restores the value seen at the start.
+_REQUEST: contextvars.ContextVar[_RequestState | None] = contextvars.ContextVar(
+    "autothrottle_aiohttp_request", default=None
+)
+
+# The hop the middleware is sending now. The connector sends the connection
+# signals from inside the handler, in the same task, so they find it here.
+_HOP: contextvars.ContextVar[_Hop | None] = contextvars.ContextVar(
+    "autothrottle_aiohttp_hop", default=None
+)
+
+
+# -- trace config ------------------------------------------------------------------
+
+
+async def _on_request_start(
+    session: ClientSession, ctx: SimpleNamespace, params: TraceRequestStartParams
+) -> None:
+    options = options_from_mapping(getattr(ctx, "trace_request_ctx", None))
+    state = _RequestState(options, _REQUEST.get())
+    ctx.autothrottle_state = state
+    _REQUEST.set(state)
+
+
+async def _on_request_finish(
+    session: ClientSession,
+    ctx: SimpleNamespace,
+    params: TraceRequestEndParams | TraceRequestExceptionParams,
+) -> None:
+    state: _RequestState | None = getattr(ctx, "autothrottle_state", None)
+    if state is None:
+        return
+    state.done = True
+    if _REQUEST.get() is state:
+        previous = state.previous
+        while previous is not None and previous.done:
+            previous = previous.previous
+        _REQUEST.set(previous)
+
+
+async def _on_connection_ready(
+    session: ClientSession,
+    ctx: SimpleNamespace,
+    params: TraceConnectionCreateEndParams | TraceConnectionReuseconnParams,
+) -> None:
+    hop = _HOP.get()
+    if hop is not None:
+        hop.ready = perf_counter()
+
+
+def throttle_trace_config() -> TraceConfig:
+    """A TraceConfig that feeds per-request options and connection timing to the middleware.
+
+    :func:`ThrottledSession` adds one for you. Add it yourself, next to
+    :func:`throttle_middleware`, when you build the session::
+
+        session = aiohttp.ClientSession(
+            middlewares=(throttle_middleware(throttle),),
+            trace_configs=[throttle_trace_config()],
+        )
+
+    Without it the middleware still throttles, but ignores
+    ``trace_request_ctx`` options (the ``X-AutoThrottle`` header still works)
+    and measures latency from the moment it hands the request on, which then
+    includes connecting and waiting in the connector's pool.
+    """
+    config = _AutoThrottleTraceConfig()
+    config.on_request_start.append(_on_request_start)
+    config.on_request_end.append(_on_request_finish)
+    config.on_request_exception.append(_on_request_finish)
+    config.on_connection_create_end.append(_on_connection_ready)
+    config.on_connection_reuseconn.append(_on_connection_ready)
+    return config
+
+
+class _AutoThrottleTraceConfig(TraceConfig):
+    """Marks our trace config so :func:`ThrottledSession` never adds a second one."""
+
+
+# -- holding the slot until the response is finished --------------------------------
+
+
+class _Hold:
+    """Releases a lease when its response is finished, exactly once.
+
+    aiohttp releases (or closes) a response's connection when the body has
+    arrived to the end, when the response is released or closed, and when a
+    never-closed response is collected; :meth:`finished` rides on that. Two
+    backstops: the connection being lost mid-body (server gone, session
+    closed), and a weakref finalizer for a response collected without reaching
+    its connection. A finalizer may run in the middle of any code, so it only
+    schedules the release on the loop. The throttle's ``hold_timeout`` bounds
+    everything else.
+    """
+
+    __slots__ = ("_closed", "_collected", "_finalizer", "_lease", "_loop")
+
+    def __init__(
+        self, lease: Lease, loop: asyncio.AbstractEventLoop, closed: asyncio.Future[None]
+    ) -> None:
+        self._lease = lease
+        self._loop = loop
+        self._closed: asyncio.Future[None] | None = closed
+        self._collected = False
+        self._finalizer: weakref.finalize[..., Any] | None = None
+
+    def watch(self, response: ClientResponse, connection: Connection) -> None:
+        connection.add_callback(self.finished)
+        assert self._closed is not None
+        self._closed.add_done_callback(self._on_lost)
+        finalizer = weakref.finalize(response, self._on_collected)
+        finalizer.atexit = False
+        self._finalizer = finalizer
+
+    def finished(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if self._closed is not None:
+            self._closed.remove_done_callback(self._on_lost)
+            self._closed = None
+        if self._collected:
+            # Reached from the response's __del__ during garbage collection.
+            self._release_soon()
+        else:
+            self._lease.release()
+
+    def _on_lost(self, closed: asyncio.Future[None]) -> None:
+        if not closed.cancelled():
+            closed.exception()  # seen here; keeps asyncio from logging it
+        self.finished()
+
+    def _on_collected(self) -> None:
+        self._collected = True
+        self._finalizer = None
+        self._release_soon()
+
+    def _release_soon(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._lease.release)
+        except RuntimeError:  # the loop is closed: nothing else runs any more
+            self._lease.release()
+
+
+def _hold_until_finished(response: ClientResponse, lease: Lease) -> None:
+    connection = response.connection
+    if connection is None or response.status == 101:
+        # No connection: the body came with the headers (or there is none).
+        # 101: an upgraded connection (WebSocket) lives on its own terms; the
+        # request itself is over once the upgrade is answered.
+        lease.release()
+        return
+    protocol = connection.protocol
+    closed = protocol.closed if protocol is not None else None
+    if closed is None or closed.done():
+        # The connection is already gone: the body can never finish.
+        lease.release()
+        return
+    _Hold(lease, asyncio.get_running_loop(), closed).watch(response, connection)
+
+
+# -- the middleware -------------------------------------------------------------------
+
+
+class _ThrottleMiddleware:
+    """The client middleware; see :func:`throttle_middleware`."""
+
+    __slots__ = ("_header_options", "throttle")
+
+    def __init__(self, throttle: Throttle) -> None:
+        self.throttle = throttle
+        # Options read from the control header, kept per request object: the
+        # header is gone from the request after the first pass, and a retrying
+        # middleware may hand the same request through again.
+        self._header_options: weakref.WeakKeyDictionary[ClientRequest, RequestOptions] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def __repr__(self) -> str:
+        return f"<autothrottle middleware for {self.throttle!r}>"
+
+    def _options(self, request: ClientRequest) -> RequestOptions:
+        headers = request.headers
+        if CONTROL_HEADER in headers:
+            values = headers.getall(CONTROL_HEADER)
+            del headers[CONTROL_HEADER]
+            from_header = options_from_header(", ".join(values))
+            self._header_options[request] = from_header
+        elif self._header_options:
+            from_header = self._header_options.get(request, DEFAULT_OPTIONS)
+        else:
+            from_header = DEFAULT_OPTIONS
+        state = _REQUEST.get()
+        if state is None or state.done:
+            return from_header
+        if from_header is DEFAULT_OPTIONS:
+            return state.options
+        return state.options.merged(from_header)
+
+    def _key(self, request: ClientRequest, options: RequestOptions) -> str:
+        if options.slot is not None:
+            return options.slot
+        if self.throttle._key is not None:
+            return self.throttle.key_for(str(request.url))
+        return host_key(request.url.raw_host or "")
+
+    async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+        options = self._options(request)
+        if options.bypass:
+            return await handler(request)
+        throttle = self.throttle
+        lease = await throttle.acquire(self._key(request, options), adjust=options.adjust)
+        hop = _Hop()
+        token = _HOP.set(hop)
+        try:
+            sent = perf_counter()
+            response = await handler(request)
+            headers_at = perf_counter()
+        except _FAILURES as exc:
+            lease.fail(exc)
+            lease.release()
+            raise
+        except BaseException:
+            lease.release()
+            raise
+        finally:
+            _HOP.reset(token)
+        ready = hop.ready if hop.ready is not None else sent
+        try:
+            lease.observe(
+                latency=max(headers_at - ready, 0.0),
+                status=response.status,
+                headers=response.headers,
+            )
+        finally:
+            _hold_until_finished(response, lease)
+        return response
+
+
+def throttle_middleware(throttle: Throttle) -> ClientMiddlewareType:
+    """A client middleware that paces every request through ``throttle``.
+
+    Put it *last* in the middlewares, so every attempt other middlewares make
+    goes through it; pair it with :func:`throttle_trace_config` for exact
+    latency and ``trace_request_ctx`` options::
+
+        session = aiohttp.ClientSession(
+            middlewares=(my_retry, throttle_middleware(throttle)),
+            trace_configs=[throttle_trace_config()],
+        )
+
+    A request that passes its own ``middlewares=`` replaces the session's
+    list; include a throttle middleware there too.
+    """
+    if not isinstance(throttle, Throttle):
+        raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+    return _ThrottleMiddleware(throttle)
+
+
+def ThrottledSession(*args: Any, throttle: Throttle, **kwargs: Any) -> ClientSession:
+    """An ``aiohttp.ClientSession`` whose every request is paced by ``throttle``.
+
+    Takes exactly the arguments of :class:`aiohttp.ClientSession`, plus
+    ``throttle``. Your ``middlewares`` run first and the throttle's last, so
+    your retries are throttled too; your ``trace_configs`` keep working::
+
+        async with ThrottledSession(throttle=throttle, middlewares=(retry,)) as session:
+            async with session.get("https://example.com/") as response:
+                await response.read()
+
+    Several sessions (and httpx clients) may share one throttle; they then
+    share its slots.
+    """
+    middleware = throttle_middleware(throttle)
+    user_middlewares = tuple(kwargs.pop("middlewares", None) or ())
+    if any(isinstance(m, _ThrottleMiddleware) for m in user_middlewares):
+        raise ValueError(
+            "middlewares already contains a throttle middleware; ThrottledSession adds "
+            f"its own, so requests would be throttled twice: {user_middlewares!r}"
+        )
+    trace_configs = list(kwargs.pop("trace_configs", None) or ())
+    if not any(isinstance(c, _AutoThrottleTraceConfig) for c in trace_configs):
+        trace_configs.append(throttle_trace_config())
+    return ClientSession(
+        *args,
+        middlewares=(*user_middlewares, middleware),
+        trace_configs=trace_configs,
+        **kwargs,
+    )

@@ -1,0 +1,394 @@
+"""Throttle an ``httpx.AsyncClient``: a transport wrapper and a client subclass.
+
+Every request that goes through :class:`ThrottledTransport` waits for its
+slot's turn (per host by default), counts as in flight until its response body
+has been read or the response closed, and teaches the slot its latency::
+
+    import httpx
+    from autothrottle import Throttle
+    from autothrottle.httpx import ThrottledTransport
+
+    throttle = Throttle(target_concurrency=2.0)
+    transport = ThrottledTransport(throttle=throttle)
+    async with httpx.AsyncClient(transport=transport) as client:
+        response = await client.get("https://example.com/")
+
+Passing ``transport=`` to ``httpx.AsyncClient`` has two side effects in httpx
+itself: the client stops reading proxies from the environment (``HTTP_PROXY``
+and friends), and requests routed through ``mounts=`` (or ``proxy=``) skip that
+transport, so they would not be throttled. :class:`ThrottledClient` avoids
+both: it is an ``httpx.AsyncClient`` that wraps every transport it builds or
+is given (the default one, proxy transports from the environment or from
+``proxy=``, every ``mounts=`` transport, and ``transport=``)::
+
+    from autothrottle.httpx import ThrottledClient
+
+    async with ThrottledClient(throttle=throttle, mounts={...}) as client:
+        ...  # env proxies still apply; every route is throttled
+
+How the adapter behaves:
+
+* **Per-request options**: ``extensions={"autothrottle": {...}}`` (keys
+  ``adjust``, ``bypass``, ``slot``) and the header ``X-AutoThrottle:
+  no-adjust | bypass | slot=NAME``; the header is removed before the request
+  is sent. Malformed options raise ``TypeError``/``ValueError`` before anything
+  is sent or held.
+* **Latency** is measured from httpcore's ``trace`` events: from
+  ``send_request_headers.started`` (a connection is ready, new or taken from the
+  pool) to ``receive_response_headers.complete``, so time spent waiting in the
+  throttle or in httpx's connection pool does not count. A ``trace`` callback
+  you set yourself is still called with the same arguments. Inner transports
+  that emit no trace events (mocks) fall back to the time the inner transport
+  took to return the response.
+* **In flight** lasts until the body is fully read or the response is closed.
+  A response that is never closed is released when it is garbage-collected,
+  and in any case after the throttle's ``hold_timeout`` (300 s by default).
+* **Errors** (refused connection, httpx timeouts, ...) release the slot and
+  count as a failure; **cancellation** releases it and counts nothing.
+* **Redirects** are followed by the client, which calls the transport once per
+  hop, so every hop waits on its own host's slot. Per-request options (the
+  extension and the header) apply to every hop.
+* **Mocks**: under ``respx.mock`` (which replaces httpcore's pool) and with
+  ``httpx.MockTransport`` as ``inner``, requests are still paced and counted;
+  latency is the fallback above.
+
+Only the asynchronous client is supported (``httpx.AsyncClient``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+import weakref
+from collections.abc import AsyncIterator, Callable
+from time import perf_counter
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+import httpx
+
+from ._request import CONTROL_HEADER, options_from_header, options_from_mapping
+from ._request import host_key as _host_key
+from ._slot import Lease
+from ._throttle import Throttle
+
+__all__ = ["ThrottledClient", "ThrottledTransport"]
+
+_T = TypeVar("_T", bound="ThrottledTransport")
+
+_STARTED = ".send_request_headers.started"
+_COMPLETE = ".receive_response_headers.complete"
+
+_Schedule = Callable[[Callable[[], None]], object]
+
+
+class _Tracer:
+    """httpcore ``trace`` callback: times one request, then calls the user's own.
+
+    Each event overwrites the previous one of its kind, so when several requests
+    share the trace (an HTTPS proxy's ``CONNECT``, a retry on a fresh
+    connection) the last, real one is timed.
+    """
+
+    __slots__ = ("end", "start", "user")
+
+    def __init__(self, user: object) -> None:
+        self.user = user
+        self.start: float | None = None
+        self.end: float | None = None
+
+    async def __call__(self, name: str, info: dict[str, Any]) -> None:
+        if name.endswith(_COMPLETE):
+            # Before the user's callback: its run time is not the server's.
+            self.end = perf_counter()
+        user = self.user
+        if user is not None:
+            result = cast(Callable[[str, dict[str, Any]], object], user)(name, info)
+            if inspect.isawaitable(result):
+                await result
+        if name.endswith(_STARTED):
+            # After the user's callback: the headers go out only now.
+            self.start = perf_counter()
+            self.end = None
+
+    def latency(self) -> float | None:
+        """Connection-ready to headers-received, or None if the events were absent."""
+        start, end = self.start, self.end
+        if start is None or end is None or end < start:
+            return None
+        return end - start
+
+
+def _scheduler() -> _Schedule | None:
+    """A thread-safe way to run a callback soon on the current event loop."""
+    try:
+        return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:
+        pass
+    trio: Any = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            return cast(_Schedule, trio.lowlevel.current_trio_token().run_sync_soon)
+        except RuntimeError:
+            pass
+    return None
+
+
+def _release_collected(lease: Lease, schedule: _Schedule | None) -> None:
+    """Release the lease of a response that was garbage-collected unclosed.
+
+    The garbage collector may run in the middle of the slot's own bookkeeping,
+    so the release is deferred to the event loop rather than done in place.
+    """
+    if lease.released:
+        return
+    if schedule is not None:
+        try:
+            schedule(lease.release)
+            return
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+    lease.release()
+
+
+class _LeaseStream(httpx.AsyncByteStream):
+    """A response body that releases its request's lease once finished.
+
+    Finished means: iterated to the end (or failed while iterating), closed,
+    or garbage-collected without either.
+    """
+
+    def __init__(self, inner: httpx.AsyncByteStream, lease: Lease) -> None:
+        self._inner = inner
+        self._lease = lease
+        self._finalizer = weakref.finalize(self, _release_collected, lease, _scheduler())
+        self._finalizer.atexit = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        finally:
+            self._release()
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            # After the inner close, so the connection is back in the pool
+            # before the next request of the slot may go.
+            self._release()
+
+    def _release(self) -> None:
+        self._finalizer.detach()
+        self._lease.release()
+
+
+def _without_control_header(request: httpx.Request) -> httpx.Request:
+    """A copy of ``request`` to send, minus the control header.
+
+    A copy rather than an edit: the client builds redirect hops from the
+    original, and they must carry the same options.
+    """
+    headers = httpx.Headers(request.headers)
+    del headers[CONTROL_HEADER]
+    return httpx.Request(
+        request.method,
+        request.url,
+        headers=headers,
+        stream=request.stream,
+        extensions=request.extensions,
+    )
+
+
+class ThrottledTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that paces the requests of ``inner`` with ``throttle``.
+
+    Args:
+        inner: The transport that does the sending; default a new
+            ``httpx.AsyncHTTPTransport()``. Closing this transport closes it.
+        throttle: The engine that decides when each request may go. One
+            throttle may serve many transports and clients; they share slots.
+
+    Raises:
+        TypeError: ``inner`` is not an ``httpx.AsyncBaseTransport`` or
+            ``throttle`` is not a :class:`~autothrottle.Throttle`.
+
+    Example::
+
+        throttle = Throttle(start_delay=1.0, max_delay=30.0)
+        transport = ThrottledTransport(
+            httpx.AsyncHTTPTransport(retries=2, http2=True), throttle=throttle
+        )
+        async with httpx.AsyncClient(transport=transport) as client:
+            await client.get("https://example.com/a")
+            await client.get("https://example.com/b")  # ~1 s later
+            await client.get(
+                "https://example.com/health",
+                extensions={"autothrottle": {"bypass": True}},  # not paced
+            )
+
+    Note that ``httpx.AsyncClient(transport=...)`` ignores environment proxies
+    and that ``mounts=`` bypass ``transport=``; use :class:`ThrottledClient`
+    to keep both throttled.
+    """
+
+    def __init__(
+        self, inner: httpx.AsyncBaseTransport | None = None, *, throttle: Throttle
+    ) -> None:
+        if not isinstance(throttle, Throttle):
+            raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+        if inner is None:
+            inner = httpx.AsyncHTTPTransport()
+        elif not isinstance(inner, httpx.AsyncBaseTransport):
+            raise TypeError(f"inner must be an httpx.AsyncBaseTransport, got {inner!r}")
+        self._inner = inner
+        self._throttle = throttle
+
+    @property
+    def inner(self) -> httpx.AsyncBaseTransport:
+        """The wrapped transport."""
+        return self._inner
+
+    @property
+    def throttle(self) -> Throttle:
+        """The throttle that paces this transport's requests."""
+        return self._throttle
+
+    def __repr__(self) -> str:
+        return f"ThrottledTransport({self._inner!r}, throttle={self._throttle!r})"
+
+    def _key(self, request: httpx.Request, slot: str | None) -> str:
+        if slot is not None:
+            return slot
+        throttle = self._throttle
+        if throttle._key is not None:
+            return throttle.key_for(str(request.url))
+        return _host_key(request.url.host)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Wait for the slot's turn, send through ``inner``, and track the response."""
+        options = options_from_mapping(request.extensions)
+        header = request.headers.get(CONTROL_HEADER)
+        send = request
+        if header is not None:
+            options = options.merged(options_from_header(header))
+            send = _without_control_header(request)
+        if options.bypass:
+            return await self._inner.handle_async_request(send)
+
+        key = self._key(request, options.slot)
+        lease = await self._throttle.acquire(key, adjust=options.adjust)
+
+        extensions = send.extensions
+        tracer = _Tracer(extensions.get("trace"))
+        send.extensions = {**extensions, "trace": tracer}
+        try:
+            started = perf_counter()
+            response = await self._inner.handle_async_request(send)
+            returned = perf_counter()
+        except Exception as exc:
+            lease.fail(exc)
+            lease.release()
+            raise
+        except BaseException:  # cancellation is not the server's fault
+            lease.release()
+            raise
+        finally:
+            # The client copies these extensions into redirect hops: they must
+            # not inherit this hop's tracer.
+            send.extensions = extensions
+
+        latency = tracer.latency()
+        if latency is None:
+            latency = returned - started
+        try:
+            lease.observe(latency=latency, status=response.status_code, headers=response.headers)
+        except BaseException:  # a failing policy must not leak the slot or the connection
+            lease.release()
+            await response.aclose()
+            raise
+        if response.is_closed:  # the inner transport already read the body
+            lease.release()
+        else:
+            response.stream = _LeaseStream(cast(httpx.AsyncByteStream, response.stream), lease)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        await self._inner.aclose()
+
+    async def __aenter__(self: _T) -> _T:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        await self._inner.__aexit__(exc_type, exc_value, traceback)
+
+
+class ThrottledClient(httpx.AsyncClient):
+    """An ``httpx.AsyncClient`` whose every route is throttled.
+
+    It takes the same arguments as ``httpx.AsyncClient`` plus ``throttle``, and
+    wraps in a :class:`ThrottledTransport` every transport the client uses:
+
+    * the default transport, or the one given as ``transport=``;
+    * proxy transports, from ``proxy=`` or from the environment
+      (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` keep working
+      as in httpx when ``trust_env`` is true and no ``transport=`` is given);
+    * every transport given in ``mounts=``.
+
+    A transport that already is a :class:`ThrottledTransport` is used as is.
+    Requests through a proxy are keyed by their target host, not the proxy's.
+
+    Args:
+        throttle: The engine that paces the requests.
+        **kwargs: Passed to ``httpx.AsyncClient``.
+
+    Raises:
+        TypeError: ``throttle`` is not a :class:`~autothrottle.Throttle`.
+
+    Example::
+
+        throttle = Throttle(start_delay=0.5)
+        async with ThrottledClient(
+            throttle=throttle,
+            follow_redirects=True,
+            mounts={"https://api.example.com": httpx.AsyncHTTPTransport(retries=3)},
+        ) as client:
+            await client.get("https://api.example.com/items")  # throttled too
+    """
+
+    def __init__(self, *, throttle: Throttle, **kwargs: Any) -> None:
+        if not isinstance(throttle, Throttle):
+            raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+        # Set before httpx builds its transports, which goes through _wrap.
+        self._throttle = throttle
+        super().__init__(**kwargs)
+        # httpx adds user mounts as given, without a hook: wrap them here.
+        self._mounts = {
+            pattern: None if transport is None else self._wrap(transport)
+            for pattern, transport in self._mounts.items()
+        }
+
+    @property
+    def throttle(self) -> Throttle:
+        """The throttle that paces this client's requests."""
+        return self._throttle
+
+    def _wrap(self, transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+        if isinstance(transport, ThrottledTransport):
+            return transport
+        return ThrottledTransport(transport, throttle=self._throttle)
+
+    def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
+        return self._wrap(super()._init_transport(*args, **kwargs))
+
+    def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
+        return self._wrap(super()._init_proxy_transport(*args, **kwargs))

@@ -1,0 +1,684 @@
+"""The aiohttp adapter against real aiohttp.web servers on loopback addresses.
+
+Every test talks to real servers from :mod:`loopback` (127.0.0.2, 127.0.0.3 …,
+distinct hosts to the throttle) and asserts what the *server* saw where it
+can: arrival times, headers, requests in service at once.
+
+aioresponses is deliberately not used: it patches ``ClientSession._request``
+and so bypasses aiohttp's client middlewares, which means requests mocked
+with it are never throttled (see autothrottle.aiohttp's module docs).
+
+Real-time bounds are generous (the machine is shared); no test asserts speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import socket
+import weakref
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
+
+from autothrottle import AutoThrottlePolicy, Throttle
+from autothrottle._config import SlotConfig
+from autothrottle._policy import Sample
+from autothrottle.aiohttp import (
+    ThrottledSession,
+    _hold_until_finished,
+    throttle_middleware,
+    throttle_trace_config,
+)
+from loopback import LoopbackHost, loopback_hosts
+
+
+class RecordingPolicy(AutoThrottlePolicy):
+    """Scrapy's rules, recording every latency sample the slot received."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+
+    def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
+        self.latencies.append(sample.latency)
+        return super().next_delay(delay, sample, config)
+
+
+def fixed(delay: float, **kwargs: Any) -> Throttle:
+    """A throttle whose every slot keeps ``delay`` whatever it observes."""
+    return Throttle(start_delay=delay, min_delay=delay, max_delay=delay, **kwargs)
+
+
+def key(host: LoopbackHost) -> str:
+    return host.address
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll ``predicate`` until true; fail after ``timeout`` seconds (bounded loop)."""
+    for _ in range(int(timeout / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached in time")
+
+
+async def fetch(session: aiohttp.ClientSession, url: str, **kwargs: Any) -> int:
+    async with session.get(url, **kwargs) as response:
+        await response.read()
+        return response.status
+
+
+async def warm_up(session: aiohttp.ClientSession, host: LoopbackHost) -> None:
+    """Open a pooled connection to ``host`` without touching its slot, then forget it.
+
+    Arrival gaps at the server then measure the throttle, not the extra time
+    the first request of a test spends connecting.
+    """
+    await fetch(session, host.url("/warm-up"), headers={"X-AutoThrottle": "bypass"})
+    host.arrivals.clear()
+
+
+# Arrival gaps are measured at the server, after the client's and the server's
+# own scheduling, so they carry a few ms of noise on a busy machine.
+TOLERANCE = 0.02
+
+
+def free_port(address: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+# -- pacing ---------------------------------------------------------------------------
+
+
+async def test_arrivals_at_the_server_are_spaced_by_the_delay() -> None:
+    policy = RecordingPolicy()
+    throttle = fixed(0.2, policy=policy)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        await warm_up(session, host)
+        statuses = await asyncio.gather(*(fetch(session, host.url(f"/{i}")) for i in range(5)))
+    assert statuses == [200] * 5
+    assert len(host.arrivals) == 5
+    assert all(gap >= 0.2 - TOLERANCE for gap in host.gaps()), host.gaps()
+    # The queued requests waited 0.2 .. 0.8 s in the throttle; none of that is latency.
+    assert len(policy.latencies) == 5
+    assert max(policy.latencies) < 0.5, policy.latencies
+    slot = throttle.slot(key(host))
+    assert (slot.sent, slot.responses, slot.in_flight, slot.queued) == (5, 5, 0, 0)
+
+
+async def test_the_cap_is_never_exceeded() -> None:
+    throttle = Throttle(start_delay=0.0, max_concurrency=2)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        await asyncio.gather(*(fetch(session, host.url("/delay/50")) for _ in range(10)))
+    assert len(host.arrivals) == 10
+    assert host.max_in_service == 2
+    assert throttle.slot(key(host)).in_flight == 0
+
+
+async def test_latency_excludes_pool_waiting() -> None:
+    # One connection for five concurrent requests: the last waits ~0.8 s in the
+    # connector's pool, but its latency is still about the server's 0.2 s.
+    policy = RecordingPolicy()
+    throttle = Throttle(start_delay=0.0, max_concurrency=8, policy=policy)
+    connector = aiohttp.TCPConnector(limit=1)
+    async with (
+        loopback_hosts(1) as (host,),
+        ThrottledSession(throttle=throttle, connector=connector) as session,
+    ):
+        await asyncio.gather(*(fetch(session, host.url("/delay/200")) for _ in range(5)))
+    assert host.max_in_service == 1
+    assert len(policy.latencies) == 5
+    assert all(0.19 <= latency < 0.6 for latency in policy.latencies), policy.latencies
+    last = throttle.slot(key(host)).last_latency
+    assert last is not None and 0.19 <= last < 0.6
+
+
+async def test_without_the_trace_config_latency_falls_back_to_the_middleware_time() -> None:
+    policy = RecordingPolicy()
+    throttle = Throttle(start_delay=0.0, policy=policy)
+    async with (
+        loopback_hosts(1) as (host,),
+        aiohttp.ClientSession(middlewares=(throttle_middleware(throttle),)) as session,
+    ):
+        assert await fetch(session, host.url("/delay/100")) == 200
+        # The header still works without the trace config, and is still stripped.
+        await fetch(session, host.url("/"), headers={"X-AutoThrottle": "slot=manual"})
+    assert len(policy.latencies) == 2
+    assert policy.latencies[0] >= 0.09
+    assert throttle.slot("manual").sent == 1
+    assert all("x-autothrottle" not in {h.lower() for h in a.headers} for a in host.arrivals)
+
+
+async def test_hosts_never_wait_for_each_other() -> None:
+    # One connection in the pool: a request waiting in the throttle must not hold it.
+    throttle = Throttle(start_delay=0.0, max_delay=60.0)
+    connector = aiohttp.TCPConnector(limit=1)
+    async with (
+        loopback_hosts(2) as (slow, fast),
+        ThrottledSession(throttle=throttle, connector=connector) as session,
+    ):
+        await fetch(session, slow.url("/"))
+        throttle.slot(key(slow)).delay = 30.0
+        waiting = asyncio.create_task(fetch(session, slow.url("/second")))
+        await wait_until(lambda: throttle.slot(key(slow)).queued == 1)
+        statuses = await asyncio.wait_for(
+            asyncio.gather(*(fetch(session, fast.url(f"/{i}")) for i in range(4))), 10
+        )
+        assert statuses == [200] * 4
+        assert not waiting.done()
+        assert throttle.slot(key(slow)).queued == 1
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    assert len(fast.arrivals) == 4
+    assert [a.path for a in slow.arrivals] == ["/"]
+    slot = throttle.slot(key(slow))
+    assert (slot.in_flight, slot.queued) == (0, 0)
+
+
+# -- per-request options ---------------------------------------------------------------
+
+VIA_CTX = "trace_request_ctx"
+VIA_HEADER = "header"
+
+
+def options(via: str, ctx: dict[str, Any], header: str) -> dict[str, Any]:
+    if via == VIA_CTX:
+        return {"trace_request_ctx": {"autothrottle": ctx}}
+    return {"headers": {"X-AutoThrottle": header}}
+
+
+@pytest.mark.parametrize("via", [VIA_CTX, VIA_HEADER])
+async def test_bypass_is_neither_delayed_nor_counted(via: str) -> None:
+    throttle = Throttle(start_delay=30.0, max_delay=60.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        await fetch(session, host.url("/"))  # the first goes at once; the next would wait 30 s
+        bypass = options(via, {"bypass": True}, "bypass")
+        statuses = await asyncio.wait_for(
+            asyncio.gather(*(fetch(session, host.url("/b"), **bypass) for _ in range(3))), 10
+        )
+    assert statuses == [200] * 3
+    slot = throttle.slot(key(host))
+    assert (slot.sent, slot.responses, slot.in_flight) == (1, 1, 0)
+    assert len(host.arrivals) == 4
+    assert all("x-autothrottle" not in {h.lower() for h in a.headers} for a in host.arrivals)
+
+
+@pytest.mark.parametrize("via", [VIA_CTX, VIA_HEADER])
+async def test_no_adjust_waits_but_keeps_the_delay(via: str) -> None:
+    throttle = Throttle(start_delay=0.3, max_delay=60.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        await warm_up(session, host)
+        no_adjust = options(via, {"adjust": False}, "no-adjust")
+        await asyncio.gather(*(fetch(session, host.url("/"), **no_adjust) for _ in range(2)))
+        slot = throttle.slot(key(host))
+        assert slot.delay == 0.3  # a 1 ms response would have halved it
+        assert (slot.sent, slot.responses) == (2, 2)
+        assert host.gaps()[0] >= 0.3 - TOLERANCE  # ... but it waited its turn
+        await fetch(session, host.url("/"))
+        assert slot.delay < 0.3  # an ordinary response does adjust
+    assert all("x-autothrottle" not in {h.lower() for h in a.headers} for a in host.arrivals)
+
+
+@pytest.mark.parametrize("via", [VIA_CTX, VIA_HEADER])
+async def test_slot_option_uses_the_named_slot(via: str) -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        await fetch(session, host.url("/"), **options(via, {"slot": "api"}, "slot=api"))
+        # The option belongs to that request only: the next one uses the host's slot.
+        await fetch(session, host.url("/"))
+    assert throttle.slot("api").sent == 1
+    assert throttle.slot(key(host)).sent == 1
+    assert all("x-autothrottle" not in {h.lower() for h in a.headers} for a in host.arrivals)
+
+
+async def test_a_key_function_chooses_the_slot() -> None:
+    seen: list[str] = []
+
+    def one_slot(url: str) -> str:
+        seen.append(url)
+        return "everything"
+
+    throttle = Throttle(start_delay=0.0, key=one_slot)
+    async with loopback_hosts(2) as (a, b), ThrottledSession(throttle=throttle) as session:
+        await fetch(session, a.url("/x?q=1"))
+        await fetch(session, b.url("/y"))
+    assert seen == [a.url("/x?q=1"), b.url("/y")]
+    assert throttle.snapshot().keys() == {"everything"}
+    assert throttle.slot("everything").sent == 2
+
+
+async def test_header_and_trace_ctx_options_merge() -> None:
+    throttle = Throttle(start_delay=0.5, max_delay=60.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        await fetch(
+            session,
+            host.url("/"),
+            trace_request_ctx={"autothrottle": {"slot": "merged"}},
+            headers={"X-AutoThrottle": "no-adjust"},
+        )
+    slot = throttle.slot("merged")
+    assert (slot.sent, slot.delay) == (1, 0.5)
+    assert throttle.snapshot().keys() == {"merged"}
+
+
+async def test_malformed_options_fail_loudly_and_leave_nothing_behind() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        with pytest.raises(ValueError, match="bogus"):
+            await session.get(host.url("/"), trace_request_ctx={"autothrottle": {"bogus": 1}})
+        with pytest.raises(ValueError, match="nope"):
+            await session.get(host.url("/"), headers={"X-AutoThrottle": "nope"})
+        # The failed request's options do not leak into the next one.
+        assert await fetch(session, host.url("/")) == 200
+    assert len(host.arrivals) == 1
+    assert throttle.slot(key(host)).in_flight == 0
+
+
+# -- redirects and the lifetime of a response ----------------------------------------
+
+
+async def test_redirect_hops_are_throttled_on_their_own_hosts() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with (
+        loopback_hosts(2) as (a, b),
+        ThrottledSession(throttle=throttle) as session,
+        session.get(a.url(f"/redirect?to={b.url('/target')}")) as response,
+    ):
+        assert response.status == 200
+        assert len(response.history) == 1
+        # The redirect's response was released when aiohttp followed it.
+        assert throttle.slot(key(a)).in_flight == 0
+        await response.read()
+    for host, path in ((a, "/redirect"), (b, "/target")):
+        slot = throttle.slot(key(host))
+        assert (slot.sent, slot.responses, slot.in_flight) == (1, 1, 0)
+        assert [arrival.path for arrival in host.arrivals] == [path]
+    assert throttle.slot(key(a)).status_counts == {302: 1}
+
+
+async def test_each_redirect_hop_waits_for_its_own_slot() -> None:
+    throttle = Throttle(start_delay=30.0, max_delay=60.0)
+    async with loopback_hosts(2) as (a, b), ThrottledSession(throttle=throttle) as session:
+        await fetch(session, b.url("/"))  # b's next request must now wait 30 s
+        task = asyncio.create_task(fetch(session, a.url(f"/redirect?to={b.url('/target')}")))
+        await wait_until(lambda: throttle.slot(key(b)).queued == 1)
+        assert [arrival.path for arrival in a.arrivals] == ["/redirect"]
+        assert throttle.slot(key(a)).in_flight == 0
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert [arrival.path for arrival in b.arrivals] == ["/"]
+    for host in (a, b):
+        slot = throttle.slot(key(host))
+        assert (slot.in_flight, slot.queued) == (0, 0)
+
+
+async def test_a_streamed_body_holds_the_slot_until_read() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        slot = throttle.slot(key(host))
+        async with session.get(host.url("/stream/4/100")) as response:
+            assert slot.in_flight == 1
+            body = await response.read()
+            assert slot.in_flight == 0
+        assert body == b"x" * 64
+
+        response = await session.get(host.url("/stream/4/100"))
+        assert slot.in_flight == 1
+        chunks = [chunk async for chunk in response.content.iter_any()]
+        assert b"".join(chunks) == b"x" * 64
+        assert slot.in_flight == 0
+        response.release()
+
+
+@pytest.mark.parametrize("finish", ["close", "release", "context"])
+async def test_closing_an_unread_streamed_response_frees_the_slot(finish: str) -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        slot = throttle.slot(key(host))
+        if finish == "context":
+            async with session.get(host.url("/stream/20/100")):
+                assert slot.in_flight == 1
+        else:
+            response = await session.get(host.url("/stream/20/100"))
+            assert slot.in_flight == 1
+            getattr(response, finish)()
+        assert slot.in_flight == 0
+
+
+async def test_an_unread_response_is_released_once_its_body_has_arrived() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        response = await session.get(host.url("/stream/3/50"))
+        slot = throttle.slot(key(host))
+        assert slot.in_flight == 1
+        await wait_until(lambda: slot.in_flight == 0)
+        assert response.status == 200  # never read, never closed
+
+
+async def test_an_unread_response_is_released_when_its_connection_is_lost() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,):
+        session = ThrottledSession(throttle=throttle)
+        response = await session.get(host.url("/stream/50/100"))
+        slot = throttle.slot(key(host))
+        assert slot.in_flight == 1
+        await session.close()  # the crawl gives up with the response still open
+        await wait_until(lambda: slot.in_flight == 0)
+        assert response.status == 200  # still referenced, never closed
+
+
+async def test_a_dropped_never_closed_response_is_released() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,):
+        session = ThrottledSession(throttle=throttle)
+        response = await session.get(host.url("/stream/50/100"))
+        slot = throttle.slot(key(host))
+        assert slot.in_flight == 1
+        collected = weakref.ref(response)
+        del response
+        gc.collect()
+        # aiohttp keeps a response whose body is still arriving alive (its
+        # connection refers to it), so the slot stays held meanwhile ...
+        assert slot.in_flight == 1
+        await session.close()
+        # ... until the connection goes; then the response is collectable too.
+        await wait_until(lambda: slot.in_flight == 0)
+        gc.collect()
+        assert collected() is None
+
+
+class _FakeConnection:
+    def __init__(self, closed: asyncio.Future[None]) -> None:
+        self.protocol = SimpleNamespace(closed=closed)
+        self.callbacks: list[Callable[[], None]] = []
+
+    def add_callback(self, callback: Callable[[], None]) -> None:
+        self.callbacks.append(callback)
+
+
+class _FakeResponse:
+    status = 200
+
+    def __init__(self, connection: _FakeConnection) -> None:
+        self.connection = connection
+
+
+@pytest.mark.parametrize("cycle", [False, True])
+async def test_the_finalizer_backstop_releases_a_collected_response(cycle: bool) -> None:
+    # A response that is collected while its connection lives on (not reachable
+    # with aiohttp's own classes, which the connection keeps alive; this is the
+    # last line before hold_timeout). In a reference cycle the release runs
+    # from garbage collection, so it is deferred to the loop.
+    throttle = Throttle(start_delay=0.0)
+    lease = await throttle.acquire("fake")
+    closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    connection = _FakeConnection(closed)
+    response = _FakeResponse(connection)
+    _hold_until_finished(response, lease)  # type: ignore[arg-type]
+    if cycle:
+        response.__dict__["cycle"] = response
+    del response
+    gc.collect()
+    await wait_until(lambda: throttle.slot("fake").in_flight == 0)
+    assert lease.released
+    # The connection's own release later is harmless.
+    connection.callbacks[0]()
+    assert throttle.slot("fake").in_flight == 0
+    assert not closed.done()
+
+
+async def test_hold_timeout_bounds_a_response_that_is_never_finished() -> None:
+    now = [1000.0]
+    throttle = Throttle(start_delay=0.0, hold_timeout=5.0, clock=lambda: now[0])
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        response = await session.get(host.url("/stream/50/100"))
+        slot = throttle.slot(key(host))
+        assert slot.in_flight == 1
+        now[0] += 5.0
+        assert slot.in_flight == 0
+        response.close()
+
+
+async def test_head_and_empty_responses_do_not_hold_the_slot() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        response = await session.head(host.url("/"))
+        assert throttle.slot(key(host)).in_flight == 0
+        response.release()
+        response = await session.get(host.url("/status/204"))
+        assert response.status == 204
+        assert throttle.slot(key(host)).in_flight == 0
+        response.release()
+
+
+# -- the user's own middlewares and trace configs --------------------------------------
+
+
+async def test_user_middleware_retries_are_each_throttled() -> None:
+    calls: list[str] = []
+
+    async def retry_once(request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+        calls.append(str(request.url))
+        response = await handler(request)
+        if response.status == 503:
+            response.release()
+            response = await handler(request)
+        return response
+
+    throttle = fixed(0.2)
+    async with (
+        loopback_hosts(1) as (host,),
+        ThrottledSession(throttle=throttle, middlewares=(retry_once,)) as session,
+    ):
+        await warm_up(session, host)
+        calls.clear()
+        assert (
+            await fetch(
+                session, host.url("/status/503"), headers={"X-AutoThrottle": "slot=retried"}
+            )
+            == 503
+        )
+    assert len(calls) == 1
+    assert len(host.arrivals) == 2
+    assert host.gaps()[0] >= 0.2 - TOLERANCE  # the retry waited its turn
+    slot = throttle.slot("retried")  # the header's option held for the retry too
+    assert (slot.sent, slot.responses, slot.in_flight) == (2, 2, 0)
+    assert slot.status_counts == {503: 2}
+    assert all("x-autothrottle" not in {h.lower() for h in a.headers} for a in host.arrivals)
+
+
+async def test_user_trace_configs_still_run() -> None:
+    seen: list[str] = []
+
+    async def on_start(s: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any) -> None:
+        seen.append(f"start {ctx.trace_request_ctx['mine']}")
+
+    async def on_connection(s: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any) -> None:
+        seen.append("connection")
+
+    async def on_end(s: aiohttp.ClientSession, ctx: SimpleNamespace, params: Any) -> None:
+        seen.append(f"end {params.response.status}")
+
+    mine = aiohttp.TraceConfig()
+    mine.on_request_start.append(on_start)
+    mine.on_connection_create_end.append(on_connection)
+    mine.on_request_end.append(on_end)
+    throttle = Throttle(start_delay=0.0)
+    async with (
+        loopback_hosts(1) as (host,),
+        ThrottledSession(throttle=throttle, trace_configs=[mine]) as session,
+    ):
+        ctx = {"mine": 1, "autothrottle": {"slot": "traced"}}
+        assert await fetch(session, host.url("/"), trace_request_ctx=ctx) == 200
+        assert session.trace_configs[0] is mine
+        assert len(session.trace_configs) == 2
+    assert seen == ["start 1", "connection", "end 200"]
+    assert throttle.slot("traced").sent == 1
+
+
+async def test_a_middleware_making_its_own_request_keeps_the_outer_options() -> None:
+    async def fetch_token(request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+        if request.url.path == "/api":
+            # A side request from inside the middleware, with options of its own.
+            await fetch(session, side.url("/token"), trace_request_ctx={"autothrottle": {}})
+        return await handler(request)
+
+    throttle = Throttle(start_delay=0.0)
+    async with (
+        loopback_hosts(2) as (api, side),
+        ThrottledSession(throttle=throttle, middlewares=(fetch_token,)) as session,
+    ):
+        await fetch(session, api.url("/api"), trace_request_ctx={"autothrottle": {"slot": "api"}})
+    assert throttle.slot("api").sent == 1
+    assert throttle.slot(key(side)).sent == 1
+    assert key(api) not in throttle.snapshot()
+
+
+async def test_per_request_middlewares_replace_the_session_ones() -> None:
+    throttle = Throttle(start_delay=30.0, max_delay=60.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        await fetch(session, host.url("/"))
+        # aiohttp runs only these middlewares: the throttle is off for this request ...
+        await asyncio.wait_for(fetch(session, host.url("/off"), middlewares=()), 10)
+        # ... unless one is put back.
+        task = asyncio.create_task(
+            fetch(session, host.url("/on"), middlewares=(throttle_middleware(throttle),))
+        )
+        await wait_until(lambda: throttle.slot(key(host)).queued == 1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert [a.path for a in host.arrivals] == ["/", "/off"]
+
+
+async def test_session_built_by_hand() -> None:
+    throttle = fixed(0.2)
+    async with (
+        loopback_hosts(1) as (host,),
+        aiohttp.ClientSession(
+            middlewares=(throttle_middleware(throttle),),
+            trace_configs=[throttle_trace_config()],
+        ) as session,
+    ):
+        await warm_up(session, host)
+        await asyncio.gather(
+            *(
+                fetch(session, host.url("/"), trace_request_ctx={"autothrottle": {"slot": "h"}})
+                for _ in range(3)
+            )
+        )
+    assert all(gap >= 0.2 - TOLERANCE for gap in host.gaps()), host.gaps()
+    assert throttle.slot("h").sent == 3
+
+
+def test_arguments_are_checked() -> None:
+    with pytest.raises(TypeError, match="throttle"):
+        throttle_middleware("not a throttle")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="throttle"):
+        ThrottledSession(throttle=None)  # type: ignore[arg-type]
+    throttle = Throttle()
+    with pytest.raises(ValueError, match="middlewares"):
+        ThrottledSession(throttle=throttle, middlewares=(throttle_middleware(throttle),))
+
+
+# -- cancellation and errors -------------------------------------------------------------
+
+
+async def test_cancel_while_waiting_in_the_throttle() -> None:
+    throttle = Throttle(start_delay=30.0, max_delay=60.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        await fetch(session, host.url("/"))
+        tasks = [asyncio.create_task(fetch(session, host.url("/never"))) for _ in range(3)]
+        slot = throttle.slot(key(host))
+        await wait_until(lambda: slot.queued == 3)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert (slot.in_flight, slot.queued, slot.failures) == (0, 0, 0)
+    assert [a.path for a in host.arrivals] == ["/"]
+
+
+async def test_cancel_while_the_server_is_slow() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        task = asyncio.create_task(fetch(session, host.url("/delay/1000")))
+        await wait_until(lambda: host.in_service == 1)
+        slot = throttle.slot(key(host))
+        assert slot.in_flight == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert (slot.in_flight, slot.queued, slot.failures) == (0, 0, 0)
+
+
+async def test_timeout_releases_the_slot() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        with pytest.raises(asyncio.TimeoutError):
+            await fetch(session, host.url("/delay/1000"), timeout=aiohttp.ClientTimeout(total=0.2))
+        slot = throttle.slot(key(host))
+        # aiohttp turns its own timeout into TimeoutError where it reads the
+        # headers, so the middleware sees an error: a failure, not a cancellation.
+        assert (slot.in_flight, slot.queued, slot.failures) == (0, 0, 1)
+        with pytest.raises(asyncio.TimeoutError):
+            await fetch(
+                session, host.url("/delay/1000"), timeout=aiohttp.ClientTimeout(sock_read=0.2)
+            )
+        assert (slot.in_flight, slot.queued, slot.failures) == (0, 0, 2)
+
+
+async def test_refused_connection_releases_and_counts_a_failure() -> None:
+    throttle = Throttle(start_delay=0.0)
+    port = free_port("127.0.0.2")
+    async with ThrottledSession(throttle=throttle) as session:
+        with pytest.raises(aiohttp.ClientConnectorError):
+            await session.get(f"http://127.0.0.2:{port}/")
+    slot = throttle.slot("127.0.0.2")
+    assert (slot.sent, slot.failures, slot.responses, slot.in_flight) == (1, 1, 0, 0)
+
+
+async def test_dropped_connection_releases_and_counts_a_failure() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await session.get(host.url("/close"))
+    slot = throttle.slot(key(host))
+    assert slot.failures >= 1
+    assert (slot.responses, slot.in_flight, slot.queued) == (0, 0, 0)
+
+
+# -- debug output ------------------------------------------------------------------------
+
+
+async def test_debug_logs_one_record_per_adjusted_response(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    throttle = Throttle(start_delay=0.0, debug=True)
+    caplog.set_level(logging.DEBUG, logger="autothrottle")
+    async with loopback_hosts(2) as (a, b), ThrottledSession(throttle=throttle) as session:
+        await fetch(session, a.url("/"))
+        await fetch(session, b.url("/status/404"))
+        await fetch(session, a.url("/"), headers={"X-AutoThrottle": "no-adjust"})
+        await fetch(session, a.url("/"), headers={"X-AutoThrottle": "bypass"})
+    records = [r for r in caplog.records if r.name == "autothrottle"]
+    assert len(records) == 2
+    assert f"slot={a.address}" in records[0].getMessage()
+    assert "status=404" in records[1].getMessage()
+
+
+async def test_without_debug_nothing_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    throttle = Throttle(start_delay=0.0)
+    caplog.set_level(logging.DEBUG, logger="autothrottle")
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        await fetch(session, host.url("/"))
+    assert not [r for r in caplog.records if r.name == "autothrottle"]

@@ -1,0 +1,483 @@
+"""The httpx adapter against real aiohttp.web servers on loopback addresses.
+
+Each server records when requests arrive and how many are in service at once,
+so pacing and the cap are asserted where they matter: at the server. Timing
+bounds are one-sided or generous; nothing here asserts speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import socket
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from autothrottle import AutoThrottlePolicy, Throttle
+from autothrottle.httpx import ThrottledClient, ThrottledTransport
+from loopback import LoopbackHost, loopback_hosts
+
+CONTROL = "x-autothrottle"
+
+
+class SpyPolicy(AutoThrottlePolicy):
+    """Scrapy's rules, recording every latency the throttle learns from."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+
+    def next_delay(self, delay: float, sample: Any, config: Any) -> float:
+        self.latencies.append(sample.latency)
+        return super().next_delay(delay, sample, config)
+
+
+def fixed(delay: float, **kwargs: Any) -> Throttle:
+    """A throttle whose delay never moves from ``delay``."""
+    return Throttle(start_delay=delay, min_delay=delay, max_delay=delay, **kwargs)
+
+
+def client_for(throttle: Throttle, **kwargs: Any) -> httpx.AsyncClient:
+    inner = httpx.AsyncHTTPTransport(limits=kwargs.pop("limits", httpx.Limits()))
+    return httpx.AsyncClient(transport=ThrottledTransport(inner, throttle=throttle), **kwargs)
+
+
+async def wait_until(condition: Any, timeout: float = 10.0) -> None:
+    """Poll ``condition()`` until true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+def assert_idle(throttle: Throttle, key: str) -> None:
+    slot = throttle.slot(key)
+    assert (slot.in_flight, slot.queued) == (0, 0)
+
+
+def assert_spaced(times: list[float], delay: float) -> None:
+    """Arrivals at a server ``times`` were sent at least ``delay`` apart.
+
+    An arrival is its send plus a transit through the (shared, loaded) event
+    loop, and one transit may lag by tens of ms, which shortens one gap and
+    lengthens the next. So every pair of arrivals ``k`` sends apart must be at
+    least ``k * delay`` apart, less half a delay of slack: sends at no spacing,
+    or at half the delay, still fail.
+    """
+    assert len(times) >= 2, times
+    for i, earlier in enumerate(times):
+        for k, later in enumerate(times[i + 1 :], start=1):
+            assert later - earlier >= k * delay - delay / 2, (i, k, times)
+
+
+async def warm_up(client: httpx.AsyncClient, *hosts: LoopbackHost) -> None:
+    """Open a connection to each host, unthrottled, and forget those arrivals.
+
+    A client's first request pays one-time costs (imports, a new connection)
+    that would shorten the first arrival gap measured at the server.
+    """
+    for host in hosts:
+        await client.get(host.url("/warm-up"), headers={"X-AutoThrottle": "bypass"})
+        host.arrivals.clear()
+
+
+def closed_port(address: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+# -- pacing ------------------------------------------------------------------
+
+
+async def test_arrivals_are_spaced_by_the_delay() -> None:
+    throttle = fixed(0.2)
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        await warm_up(client, host)
+        responses = await asyncio.gather(*(client.get(host.url(f"/{i}")) for i in range(5)))
+    assert [r.status_code for r in responses] == [200] * 5
+    assert len(host.arrivals) == 5
+    assert_spaced(host.arrival_times(), 0.2)
+    # FIFO: the requests arrive in the order they were made.
+    assert [a.path for a in host.arrivals] == [f"/{i}" for i in range(5)]
+    assert_idle(throttle, host.address)
+
+
+async def test_cap_is_never_exceeded() -> None:
+    throttle = fixed(0.0, max_concurrency=3)
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        responses = await asyncio.gather(*(client.get(host.url("/delay/50")) for _ in range(12)))
+    assert all(r.status_code == 200 for r in responses)
+    assert len(host.arrivals) == 12
+    assert 2 <= host.max_in_service <= 3
+    assert throttle.slot(host.address).sent == 12
+    assert_idle(throttle, host.address)
+
+
+async def test_hosts_never_wait_for_each_other() -> None:
+    throttle = Throttle(start_delay=0.0, max_delay=1000.0)
+    # One connection for the whole client: waiting requests must not hold it.
+    limits = httpx.Limits(max_connections=1)
+    async with loopback_hosts(2) as (slow, fast), client_for(throttle, limits=limits) as client:
+        await client.get(slow.url())
+        throttle.slot(slow.address).delay = 600.0
+        waiting = [asyncio.create_task(client.get(slow.url("/late"))) for _ in range(3)]
+        await wait_until(lambda: throttle.slot(slow.address).queued == 3)
+        async with asyncio.timeout(30):
+            for i in range(5):
+                assert (await client.get(fast.url(f"/{i}"))).status_code == 200
+        assert len(fast.arrivals) == 5
+        assert throttle.slot(slow.address).queued == 3
+        assert len(slow.arrivals) == 1
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+    assert_idle(throttle, slow.address)
+    assert_idle(throttle, fast.address)
+
+
+# -- latency -----------------------------------------------------------------
+
+
+async def test_latency_excludes_connection_pool_waiting() -> None:
+    spy = SpyPolicy()
+    throttle = Throttle(start_delay=0.0, max_delay=0.0, policy=spy)
+    limits = httpx.Limits(max_connections=1)
+    durations: list[float] = []
+
+    async def timed_get(client: httpx.AsyncClient, url: str) -> None:
+        started = time.monotonic()
+        await client.get(url)
+        durations.append(time.monotonic() - started)
+
+    async with loopback_hosts(1) as (host,), client_for(throttle, limits=limits) as client:
+        await asyncio.gather(*(timed_get(client, host.url("/delay/150")) for _ in range(5)))
+    # The five went through the throttle at once and queued in httpx's pool.
+    assert max(durations) >= 0.7
+    assert host.max_in_service == 1
+    assert len(spy.latencies) == 5
+    assert all(0.14 <= latency < 0.45 for latency in spy.latencies), spy.latencies
+    last = throttle.slot(host.address).last_latency
+    assert last is not None and last < 0.45
+
+
+async def test_latency_excludes_throttle_waiting() -> None:
+    spy = SpyPolicy()
+    throttle = fixed(0.3, policy=spy)
+    durations: list[float] = []
+
+    async def timed_get(client: httpx.AsyncClient, url: str) -> None:
+        started = time.monotonic()
+        await client.get(url)
+        durations.append(time.monotonic() - started)
+
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        await asyncio.gather(*(timed_get(client, host.url("/delay/20")) for _ in range(3)))
+    assert max(durations) >= 0.55
+    assert len(spy.latencies) == 3
+    assert all(0.019 <= latency < 0.25 for latency in spy.latencies), spy.latencies
+
+
+async def test_users_trace_callback_still_runs() -> None:
+    throttle = Throttle(start_delay=0.0)
+    events: list[str] = []
+
+    async def trace(name: str, info: dict[str, Any]) -> None:
+        events.append(name)
+
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        request = client.build_request("GET", host.url("/delay/60"), extensions={"trace": trace})
+        response = await client.send(request)
+    assert response.status_code == 200
+    assert "http11.send_request_headers.started" in events
+    assert "http11.receive_response_headers.complete" in events
+    # Events after the headers (the body, the close) reach it too.
+    assert "http11.response_closed.complete" in events
+    # The user's request keeps the user's callback.
+    assert request.extensions["trace"] is trace
+    latency = throttle.slot(host.address).last_latency
+    assert latency is not None and latency >= 0.059
+
+
+# -- per-request control -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extensions", "headers"),
+    [
+        ({}, {"X-AutoThrottle": "no-adjust"}),
+        ({}, {"x-autothrottle": "slot=elsewhere"}),
+        ({}, {"X-AutoThrottle": "bypass"}),
+        ({"autothrottle": {"adjust": False}}, {"X-AutoThrottle": "no-adjust, slot=both"}),
+    ],
+)
+async def test_control_header_never_reaches_the_server(
+    extensions: dict[str, Any], headers: dict[str, str]
+) -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(2) as (a, b), client_for(throttle, follow_redirects=True) as client:
+        response = await client.get(
+            a.url("/redirect?to=" + b.url("/landed")), headers=headers, extensions=extensions
+        )
+    assert response.status_code == 200
+    arrivals = a.arrivals + b.arrivals
+    assert [x.path for x in arrivals] == ["/redirect", "/landed"]
+    for arrival in arrivals:
+        assert CONTROL not in {name.lower() for name in arrival.headers}
+
+
+async def test_bypass_is_neither_delayed_nor_counted() -> None:
+    throttle = fixed(600.0)
+    async with loopback_hosts(2) as (a, b), client_for(throttle) as client:
+        await client.get(a.url("/first"))
+        async with asyncio.timeout(20):  # a paced request would wait 600 s
+            await client.get(a.url("/ext"), extensions={"autothrottle": {"bypass": True}})
+            await client.get(a.url("/hdr"), headers={"X-AutoThrottle": "bypass"})
+            await client.get(b.url("/fresh"), headers={"X-AutoThrottle": "bypass"})
+    assert [x.path for x in a.arrivals] == ["/first", "/ext", "/hdr"]
+    slot = throttle.slot(a.address).snapshot()
+    assert (slot.sent, slot.responses, slot.delay) == (1, 1, 600.0)
+    assert b.address not in throttle.snapshot()  # a bypassed host gets no slot
+
+
+async def test_no_adjust_waits_its_turn_but_leaves_the_delay() -> None:
+    throttle = Throttle(start_delay=0.4, max_delay=10.0)
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        await warm_up(client, host)
+        await client.get(host.url("/1"), extensions={"autothrottle": {"adjust": False}})
+        await client.get(host.url("/2"), headers={"X-AutoThrottle": "no-adjust"})
+        slot = throttle.slot(host.address)
+        assert (slot.delay, slot.sent, slot.responses) == (0.4, 2, 2)
+        await client.get(host.url("/3"))
+        # A fast 200 halves the delay towards the latency.
+        assert slot.delay < 0.3
+    assert_spaced(host.arrival_times(), 0.4)  # the no-adjust requests were paced too
+
+
+async def test_slot_option_chooses_the_slot() -> None:
+    throttle = fixed(0.2)
+    async with loopback_hosts(2) as (a, b), client_for(throttle) as client:
+        await warm_up(client, a, b)
+        await asyncio.gather(
+            client.get(a.url("/a"), extensions={"autothrottle": {"slot": "shared"}}),
+            client.get(b.url("/b"), headers={"X-AutoThrottle": "slot=shared"}),
+        )
+    snapshot = throttle.snapshot()
+    assert set(snapshot) == {"shared"}
+    assert snapshot["shared"].sent == 2
+    # One slot for both hosts: the second waited for the first's delay.
+    (first,) = a.arrival_times()
+    (second,) = b.arrival_times()
+    assert_spaced(sorted([first, second]), 0.2)
+
+
+async def test_redirect_hops_are_throttled_on_their_own_hosts() -> None:
+    throttle = Throttle(start_delay=0.0, max_delay=5.0)
+    async with loopback_hosts(2) as (a, b), client_for(throttle, follow_redirects=True) as client:
+        response = await client.get(a.url("/redirect?to=" + b.url("/target")))
+        assert response.status_code == 200
+        assert [r.status_code for r in response.history] == [302]
+        # The second hop waits on b's delay, not a's.
+        throttle.slot(a.address).delay = 600.0
+        async with asyncio.timeout(20):
+            await client.get(b.url("/redirect?to=" + b.url("/again")))
+    snap = throttle.snapshot()
+    assert (snap[a.address].sent, dict(snap[a.address].status_counts)) == (1, {302: 1})
+    assert (snap[b.address].sent, dict(snap[b.address].status_counts)) == (3, {200: 2, 302: 1})
+    assert_idle(throttle, a.address)
+    assert_idle(throttle, b.address)
+
+
+async def test_options_apply_to_every_redirect_hop() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(2) as (a, b), client_for(throttle, follow_redirects=True) as client:
+        await client.get(
+            a.url("/redirect?to=" + b.url("/")), headers={"X-AutoThrottle": "slot=trip"}
+        )
+    assert set(throttle.snapshot()) == {"trip"}
+    assert throttle.slot("trip").sent == 2
+
+
+# -- in flight until the body is done ----------------------------------------
+
+
+async def test_streamed_response_holds_the_slot_until_closed() -> None:
+    throttle = Throttle(start_delay=0.0, max_delay=0.0)
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        slot = throttle.slot(host.address)
+        async with client.stream("GET", host.url("/stream/4/30")) as response:
+            assert slot.in_flight == 1
+            async for _ in response.aiter_raw():
+                break  # partly read
+            assert slot.in_flight == 1
+        assert slot.in_flight == 0
+
+        async with client.stream("GET", host.url("/stream/3/10")) as response:
+            assert slot.in_flight == 1
+            body = await response.aread()
+            assert len(body) == 48
+            assert slot.in_flight == 0  # fully read: done before the close
+    assert slot.snapshot().responses == 2
+
+
+async def test_open_stream_counts_against_the_cap() -> None:
+    throttle = fixed(0.0, max_concurrency=1)
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        slot = throttle.slot(host.address)
+        async with client.stream("GET", host.url("/stream/2/10")) as response:
+            second = asyncio.create_task(client.get(host.url("/second")))
+            await wait_until(lambda: slot.queued == 1)
+            await response.aread()
+            await asyncio.wait_for(second, 10)
+    assert [a.path for a in host.arrivals] == ["/stream/2/10", "/second"]
+    assert_idle(throttle, host.address)
+
+
+async def test_response_never_closed_is_released_when_collected() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        slot = throttle.slot(host.address)
+        request = client.build_request("GET", host.url("/stream/2/10"))
+        response = await client.send(request, stream=True)
+        assert slot.in_flight == 1
+        del response
+        gc.collect()
+        await wait_until(lambda: slot.in_flight == 0)
+
+
+async def test_response_never_closed_is_released_after_hold_timeout() -> None:
+    throttle = Throttle(start_delay=0.0, hold_timeout=0.3)
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        slot = throttle.slot(host.address)
+        response = await client.send(client.build_request("GET", host.url("/")), stream=True)
+        assert slot.in_flight == 1
+        await wait_until(lambda: slot.in_flight == 0)
+        await response.aclose()
+    assert slot.in_flight == 0
+
+
+# -- cancellation and errors -------------------------------------------------
+
+
+async def test_cancelled_while_waiting_for_the_throttle() -> None:
+    throttle = Throttle(start_delay=600.0, max_delay=600.0)
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        await client.get(host.url("/first"))
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await client.get(host.url("/never"))
+        assert_idle(throttle, host.address)
+        # No phantom reservation: with the delay gone, the next goes at once.
+        throttle.slot(host.address).delay = 0.0
+        async with asyncio.timeout(20):
+            await client.get(host.url("/next"))
+    assert [a.path for a in host.arrivals] == ["/first", "/next"]
+    slot = throttle.slot(host.address).snapshot()
+    assert (slot.sent, slot.failures) == (2, 0)
+
+
+async def test_cancelled_while_the_server_is_slow() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await client.get(host.url("/delay/1000"))
+        assert_idle(throttle, host.address)
+        # Cancelled while reading a slow body.
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.4):
+                await client.get(host.url("/stream/50/50"))
+        assert_idle(throttle, host.address)
+    slot = throttle.slot(host.address).snapshot()
+    assert (slot.sent, slot.responses, slot.failures) == (2, 1, 0)
+
+
+async def test_refused_connection_releases_and_counts_a_failure() -> None:
+    throttle = Throttle(start_delay=0.0)
+    port = closed_port("127.0.0.2")
+    async with client_for(throttle) as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.get(f"http://127.0.0.2:{port}/")
+    assert_idle(throttle, "127.0.0.2")
+    slot = throttle.slot("127.0.0.2").snapshot()
+    assert (slot.sent, slot.responses, slot.failures) == (1, 0, 1)
+
+
+# -- ThrottledClient ---------------------------------------------------------
+
+
+def assert_paced(host: LoopbackHost, count: int) -> None:
+    assert len(host.arrivals) == count
+    assert_spaced(host.arrival_times(), 0.2)
+
+
+async def test_throttled_client_throttles_default_and_mounted_routes() -> None:
+    throttle = fixed(0.2)
+    async with loopback_hosts(2) as (a, b):
+        mounts = {f"http://{b.address}": httpx.AsyncHTTPTransport()}
+        async with ThrottledClient(throttle=throttle, mounts=mounts) as client:
+            assert client.throttle is throttle
+            await warm_up(client, a, b)
+            await asyncio.gather(*(client.get(h.url()) for h in (a, b) for _ in range(3)))
+    assert_paced(a, 3)
+    assert_paced(b, 3)
+    assert throttle.slot(b.address).sent == 3
+
+
+async def test_throttled_client_wraps_a_given_transport_once() -> None:
+    throttle = fixed(0.2)
+    async with loopback_hosts(1) as (host,):
+        async with ThrottledClient(throttle=throttle, transport=httpx.AsyncHTTPTransport()) as c:
+            await warm_up(c, host)
+            await asyncio.gather(*(c.get(host.url()) for _ in range(3)))
+        assert_paced(host, 3)
+        already = ThrottledTransport(throttle=throttle)
+        async with ThrottledClient(throttle=throttle, transport=already) as c:
+            await c.get(host.url())  # not throttled twice: it would wait its own turn
+    assert throttle.slot(host.address).sent == 4
+
+
+async def test_throttled_client_keeps_environment_proxies_throttled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    throttle = fixed(0.2)
+    async with loopback_hosts(2) as (proxy, target):
+        monkeypatch.setenv("HTTP_PROXY", proxy.origin)
+        async with ThrottledClient(throttle=throttle) as client:
+            await client.get(target.url("/warm-up"), headers={"X-AutoThrottle": "bypass"})
+            proxy.arrivals.clear()
+            await asyncio.gather(*(client.get(target.url(f"/via/{i}")) for i in range(3)))
+    # The proxy got the requests; the slot is the target host's.
+    assert target.arrivals == []
+    assert sorted(a.path for a in proxy.arrivals) == ["/via/0", "/via/1", "/via/2"]
+    assert_paced(proxy, 3)
+    assert set(throttle.snapshot()) == {target.address}
+
+
+# -- debug output ------------------------------------------------------------
+
+
+async def test_debug_logs_one_record_per_adjusted_response(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="autothrottle")
+    throttle = Throttle(start_delay=0.0, max_delay=1.0, debug=True)
+    quiet = Throttle(start_delay=0.0, max_delay=1.0)
+    async with loopback_hosts(1) as (host,):
+        async with client_for(throttle) as client:
+            for _ in range(3):
+                await client.get(host.url())
+            await client.get(host.url(), headers={"X-AutoThrottle": "no-adjust"})
+            await client.get(host.url(), headers={"X-AutoThrottle": "bypass"})
+        async with client_for(quiet) as client:
+            await client.get(host.url())
+    records = [r for r in caplog.records if r.name == "autothrottle"]
+    assert len(records) == 3
+    assert all(host.address in r.getMessage() for r in records)

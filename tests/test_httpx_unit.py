@@ -1,0 +1,263 @@
+"""The httpx adapter where no wire is needed: respx and mock transports.
+
+respx replaces httpcore's connection pool, so no ``trace`` event fires: these
+tests also pin down the fallback latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+from autothrottle import Throttle
+from autothrottle.httpx import ThrottledClient, ThrottledTransport, _LeaseStream
+
+URL = "http://api.example/items"
+
+
+def client_for(throttle: Throttle, inner: httpx.AsyncBaseTransport | None = None) -> Any:
+    return httpx.AsyncClient(transport=ThrottledTransport(inner, throttle=throttle))
+
+
+async def test_fallback_latency_is_the_inner_transports_time() -> None:
+    throttle = Throttle(start_delay=0.0)
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.05)
+        return httpx.Response(200, text="ok")
+
+    with respx.mock:
+        respx.get(URL).mock(side_effect=slow)
+        async with client_for(throttle) as client:
+            response = await client.get(URL)
+    assert response.text == "ok"
+    slot = throttle.slot("api.example").snapshot()
+    assert slot.last_latency is not None and 0.05 <= slot.last_latency < 5.0
+    assert (slot.sent, slot.responses, slot.in_flight) == (1, 1, 0)
+
+
+async def test_fallback_latency_excludes_throttle_waiting() -> None:
+    throttle = Throttle(start_delay=0.2, min_delay=0.2, max_delay=0.2)
+    latencies: list[float | None] = []
+    with respx.mock:
+        respx.get(URL).mock(return_value=httpx.Response(200))
+        async with client_for(throttle) as client:
+            for _ in range(2):
+                await client.get(URL)
+                latencies.append(throttle.slot("api.example").last_latency)
+    assert all(latency is not None and latency < 0.15 for latency in latencies), latencies
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"extensions": {"autothrottle": {"adjust": "no"}}}, TypeError, "'adjust'"),
+        ({"extensions": {"autothrottle": {"bypass": 1}}}, TypeError, "'bypass'"),
+        ({"extensions": {"autothrottle": {"slot": ""}}}, TypeError, "'slot'"),
+        ({"extensions": {"autothrottle": {"speed": 2}}}, ValueError, "speed"),
+        ({"extensions": {"autothrottle": "bypass"}}, TypeError, "must be a dict"),
+        ({"headers": {"X-AutoThrottle": "fast"}}, ValueError, r"X-AutoThrottle.*'fast'"),
+        ({"headers": {"X-AutoThrottle": "slot="}}, ValueError, "empty slot name"),
+    ],
+)
+async def test_bad_options_raise_before_anything_is_sent_or_held(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    throttle = Throttle(start_delay=0.0)
+    with respx.mock(assert_all_called=False):
+        route = respx.get(URL).mock(return_value=httpx.Response(200))
+        async with client_for(throttle) as client:
+            with pytest.raises(error, match=match):
+                await client.get(URL, **kwargs)
+    assert not route.called
+    assert throttle.snapshot() == {}
+
+
+async def test_control_header_is_stripped_and_the_users_request_untouched() -> None:
+    throttle = Throttle(start_delay=0.0)
+    with respx.mock:
+        route = respx.get(URL).mock(return_value=httpx.Response(200))
+        async with client_for(throttle) as client:
+            request = client.build_request(
+                "GET", URL, headers={"X-AutoThrottle": "slot=named", "X-Other": "kept"}
+            )
+            extensions = request.extensions
+            await client.send(request)
+        sent = route.calls.last.request
+    assert "x-autothrottle" not in sent.headers
+    assert sent.headers["x-other"] == "kept"
+    assert set(throttle.snapshot()) == {"named"}
+    # The request the user holds (and redirect hops built from it) is unchanged.
+    assert request.headers["x-autothrottle"] == "slot=named"
+    assert request.extensions is extensions and "trace" not in extensions
+
+
+async def test_slot_keys() -> None:
+    throttle = Throttle(start_delay=0.0)
+    by_path = Throttle(start_delay=0.0, key=lambda url: url.split("/")[3])
+    with respx.mock:
+        respx.get().mock(return_value=httpx.Response(200))
+        async with client_for(throttle) as client:
+            await client.get("http://API.Example:8080/a")
+            await client.get("http://bücher.example/b")
+        async with client_for(by_path) as client:
+            await client.get("http://one.example/section/x")
+            await client.get("http://two.example/section/y")
+    assert set(throttle.snapshot()) == {"api.example", "xn--bcher-kva.example"}
+    assert by_path.snapshot()["section"].sent == 2
+
+
+async def test_transport_error_releases_and_counts_a_failure() -> None:
+    throttle = Throttle(start_delay=0.0)
+    with respx.mock:
+        respx.get(URL).mock(side_effect=httpx.ConnectTimeout("slow"))
+        async with client_for(throttle) as client:
+            with pytest.raises(httpx.ConnectTimeout):
+                await client.get(URL)
+    slot = throttle.slot("api.example").snapshot()
+    assert (slot.in_flight, slot.queued, slot.failures, slot.responses) == (0, 0, 1, 0)
+
+
+async def test_cancellation_releases_without_counting_a_failure() -> None:
+    throttle = Throttle(start_delay=0.0)
+
+    async def hang(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+    with respx.mock:
+        respx.get(URL).mock(side_effect=hang)
+        async with client_for(throttle) as client:
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.05):
+                    await client.get(URL)
+    slot = throttle.slot("api.example").snapshot()
+    assert (slot.in_flight, slot.queued, slot.failures, slot.sent) == (0, 0, 0, 1)
+
+
+async def test_streamed_response_is_held_until_closed() -> None:
+    throttle = Throttle(start_delay=0.0)
+    with respx.mock:
+        respx.get(URL).mock(return_value=httpx.Response(200, content=b"body"))
+        async with client_for(throttle) as client:
+            response = await client.send(client.build_request("GET", URL), stream=True)
+            assert throttle.slot("api.example").in_flight == 1
+            await response.aclose()
+            assert throttle.slot("api.example").in_flight == 0
+
+
+async def test_response_already_read_by_the_inner_transport_is_released_at_once() -> None:
+    throttle = Throttle(start_delay=0.0)
+    router = respx.Router()
+    router.get(URL).mock(return_value=httpx.Response(200, content=b"body"))
+    inner = httpx.MockTransport(router.async_handler)
+    async with client_for(throttle, inner) as client:
+        response = await client.send(client.build_request("GET", URL), stream=True)
+        assert response.is_closed
+        assert throttle.slot("api.example").in_flight == 0
+
+
+class _Chunks(httpx.AsyncByteStream):
+    def __init__(self) -> None:
+        self.closed = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b"a"
+        yield b"b"
+
+    async def aclose(self) -> None:
+        self.closed += 1
+
+
+async def test_lease_stream_releases_at_end_of_iteration_and_on_close() -> None:
+    throttle = Throttle(start_delay=0.0, max_delay=0.0)
+    inner = _Chunks()
+    stream = _LeaseStream(inner, await throttle.acquire("k"))
+    assert throttle.slot("k").in_flight == 1
+    assert [chunk async for chunk in stream] == [b"a", b"b"]
+    assert throttle.slot("k").in_flight == 0
+    await stream.aclose()
+    await stream.aclose()  # idempotent
+    assert inner.closed == 2 and throttle.slot("k").in_flight == 0
+
+    closing = _LeaseStream(_Chunks(), await throttle.acquire("k"))
+    await closing.aclose()
+    assert throttle.slot("k").in_flight == 0
+
+
+async def test_lease_stream_released_when_iteration_fails() -> None:
+    class Broken(_Chunks):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield b"a"
+            raise httpx.ReadError("reset")
+
+    throttle = Throttle(start_delay=0.0)
+    stream = _LeaseStream(Broken(), await throttle.acquire("k"))
+    with pytest.raises(httpx.ReadError):
+        async for _ in stream:
+            pass
+    assert throttle.slot("k").in_flight == 0
+
+
+def test_constructors_reject_bad_arguments() -> None:
+    throttle = Throttle()
+    with pytest.raises(TypeError, match=r"throttle must be .*got None"):
+        ThrottledTransport(throttle=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"inner must be .*got 'http'"):
+        ThrottledTransport("http", throttle=throttle)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"throttle must be .*got 3"):
+        ThrottledClient(throttle=3)  # type: ignore[arg-type]
+
+
+class _Recorder(httpx.AsyncBaseTransport):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def __aenter__(self) -> _Recorder:
+        self.calls.append("enter")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        self.calls.append("exit")
+
+    async def aclose(self) -> None:
+        self.calls.append("close")
+
+
+async def test_transport_lifecycle_reaches_the_inner_transport() -> None:
+    inner = _Recorder()
+    async with ThrottledTransport(inner, throttle=Throttle()) as transport:
+        assert transport.inner is inner
+    await transport.aclose()
+    assert inner.calls == ["enter", "exit", "close"]
+
+
+async def test_throttled_client_wraps_every_route() -> None:
+    throttle = Throttle()
+    mounted = httpx.AsyncHTTPTransport()
+    async with ThrottledClient(
+        throttle=throttle,
+        proxy="http://proxy.example:3128",
+        mounts={"http://mounted.example": mounted, "http://direct.example": None},
+    ) as client:
+        routes = {
+            url: client._transport_for_url(httpx.URL(url))
+            for url in ("http://mounted.example", "http://direct.example", "http://other.example")
+        }
+    assert all(isinstance(t, ThrottledTransport) for t in routes.values())
+    assert isinstance(client._transport, ThrottledTransport)
+    mounted_route = routes["http://mounted.example"]
+    assert isinstance(mounted_route, ThrottledTransport) and mounted_route.inner is mounted
+    assert routes["http://direct.example"] is client._transport
+    assert all(t.throttle is throttle for t in routes.values() if isinstance(t, ThrottledTransport))
