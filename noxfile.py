@@ -1,4 +1,4 @@
-"""Developer tasks. `nox` runs lint, types and tests (what CI runs); `nox -s bench` the benchmarks."""
+"""Developer tasks: `nox` runs lint, types and tests (what CI runs); `nox -s bench` benchmarks."""
 
 from __future__ import annotations
 
