@@ -4,7 +4,8 @@
 settings that override the throttle's own. An exact key beats any glob; among
 globs that match, the most specific wins: the one with the most literal
 (non-wildcard) characters, then the longest, then the first given. Patterns
-and keys compare lowercase. ``*.example.com`` matches ``api.example.com`` but
+and keys compare lowercase and IDNA-encoded (``bücher.example`` matches the
+slot ``xn--bcher-kva.example``). ``*.example.com`` matches ``api.example.com`` but
 not ``example.com`` itself.
 """
 
@@ -16,6 +17,7 @@ from fnmatch import fnmatchcase
 
 from ._config import SlotConfig
 from ._policy import DelayPolicy
+from ._request import host_key
 
 __all__ = ["HostSettings"]
 
@@ -55,6 +57,21 @@ def _as_settings(pattern: str, value: object) -> HostSettings:
     raise TypeError(f"hosts[{pattern!r}] must be a HostSettings or a dict, got {value!r}")
 
 
+def _normalise(pattern: str) -> str:
+    """A pattern in the form slot keys take: lowercase, IDNA labels, no IPv6 brackets."""
+    if pattern.startswith("[") and pattern.endswith("]"):
+        return pattern[1:-1].lower()
+    if pattern.isascii():
+        return pattern.lower()
+    labels = []
+    for label in pattern.split("."):
+        if label.isascii() or not _WILDCARDS.isdisjoint(label):
+            labels.append(label.lower())
+        else:
+            labels.append(host_key(label))
+    return ".".join(labels)
+
+
 def _specificity(pattern: str) -> tuple[int, int]:
     literal = sum(1 for ch in pattern if ch not in _WILDCARDS)
     return (literal, len(pattern))
@@ -77,7 +94,7 @@ class HostTable:
             if not isinstance(pattern, str) or not pattern:
                 raise TypeError(f"hosts keys must be non-empty str, got {pattern!r}")
             config = self._merge(pattern, _as_settings(pattern, value))
-            key = pattern.lower()
+            key = _normalise(pattern)
             if _WILDCARDS.isdisjoint(key):
                 self._exact[key] = config
             else:

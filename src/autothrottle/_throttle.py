@@ -62,7 +62,7 @@ class Throttle:
             mapped to a :class:`HostSettings` or a dict of the same keys.
         backoff_statuses: Statuses that multiply the delay by
             ``backoff_factor`` (default 429 and 503).
-        backoff_factor: How much a backoff slows the slot (> 1).
+        backoff_factor: How much a backoff slows the slot (>= 1).
         backoff_on_failure: Connection errors and timeouts back off too.
         retry_after: Obey ``Retry-After``: the slot sends nothing until then.
         rate_limit_headers: Obey ``RateLimit``/``RateLimit-*``/``X-RateLimit-*``.
@@ -446,7 +446,7 @@ class Throttle:
 
     def _apply_pacing_headers(self, slot: Slot, signals: HeaderSignals, now: float) -> None:
         for note in signals.ignored:
-            logger.warning("slot %s: %s", slot.key, note)
+            logger.info("slot %s: %s", slot.key, note)
         if self.retry_after and signals.retry_after is not None:
             self._pause(slot, signals.retry_after, now, reason="Retry-After")
         budget = signals.rate_limit

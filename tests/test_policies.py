@@ -1,0 +1,490 @@
+"""The delay policies other than Scrapy's: fixed delay, fixed rate, AIMD, adaptive concurrency.
+
+The rules come from issue 3 and the policies' docstrings:
+
+* ``FixedDelayPolicy(d)``: the delay is ``d`` whatever the latency; a backoff
+  raises it and the refusal floor brings it back;
+* ``FixedRatePolicy(per_second, burst=b)``: never more than
+  ``b + floor(w * per_second)`` sends in any window of ``w`` seconds (with
+  ``b = 1``: consecutive sends at least ``1 / per_second`` apart);
+* ``AIMDPolicy``: each 200 adds ``increase * gap`` to the rate (about
+  ``increase`` requests/second per second of success); a backoff multiplies
+  the rate by ``decrease``, once per burst;
+* ``AdaptiveConcurrencyPolicy``: finds how many requests a host serves in
+  parallel; checked against a simulated host of ``C`` workers with service
+  time ``S`` (a semaphore on looptime's fake-time loop: the latency is ``S``
+  while at most ``C`` are in flight and grows with the queue beyond).
+
+Pacing is checked with an injected clock: a :class:`FakeClock` for the delay
+rules, looptime's loop clock for grant times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import random
+import statistics
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from autothrottle import (
+    AdaptiveConcurrencyPolicy,
+    AIMDPolicy,
+    DelayPolicy,
+    FixedDelayPolicy,
+    FixedRatePolicy,
+    Lease,
+    Throttle,
+)
+
+KEY = "example.com"
+TOL = 1e-5  # looptime's clock ticks in microseconds
+
+
+class FakeClock:
+    """A monotonic clock that only moves when told to."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def fake(**kwargs: Any) -> tuple[FakeClock, Throttle]:
+    clock = FakeClock()
+    return clock, Throttle(clock=clock, **kwargs)
+
+
+async def take(throttle: Throttle, key: str = KEY) -> Lease:
+    """``await throttle.acquire(key)``, asserting the gate is open at the fake clock's now."""
+    task = asyncio.ensure_future(throttle.acquire(key))
+    await asyncio.sleep(0)
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise AssertionError(f"the gate of {key!r} is closed")
+    return task.result()
+
+
+looptime = pytest.mark.looptime
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def loop_throttle(**kwargs: Any) -> Throttle:
+    return Throttle(clock=now, **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def bounded(limit: float = 10_000.0) -> AsyncIterator[None]:
+    """Fail instead of hanging (the limit is fake time)."""
+    async with asyncio.timeout(limit):
+        yield
+
+
+def assert_rate_kept(times: list[float], per_second: float, burst: int) -> None:
+    """No window ``[t_i, t_j]`` holds more than ``burst + floor(w * per_second)`` sends."""
+    times = sorted(times)
+    for i, start in enumerate(times):
+        for j in range(i, len(times)):
+            window = times[j] - start
+            allowed = burst + math.floor(window * per_second + TOL * per_second)
+            assert j - i + 1 <= allowed, (
+                f"{j - i + 1} sends in {window:.6f}s from t={start:.6f}: "
+                f"more than {burst} + {per_second}/s allows"
+            )
+
+
+# =================================================================================
+# FixedDelayPolicy
+# =================================================================================
+
+
+async def test_fixed_delay_keeps_its_delay_whatever_the_latency() -> None:
+    clock, throttle = fake(start_delay=5.0, policy=FixedDelayPolicy(0.5))
+    slot = throttle.slot(KEY)
+    assert slot.delay == 0.5  # not start_delay
+    rng = random.Random(1)
+    for _ in range(50):
+        lease = await take(throttle)
+        lease.observe(latency=rng.choice([0.0, 0.01, 2.0, 30.0]), status=200)
+        lease.release()
+        assert slot.delay == 0.5
+        clock.advance(0.5)
+
+
+async def test_fixed_delay_is_bounded_by_min_delay() -> None:
+    _, throttle = fake(min_delay=1.0, policy=FixedDelayPolicy(0.5))
+    assert throttle.slot(KEY).delay == 1.0
+
+
+async def test_fixed_delay_backs_off_and_returns_as_the_floor_allows() -> None:
+    margin, probe = Throttle.recovery_margin, Throttle.probe_per_second
+    clock, throttle = fake(policy=FixedDelayPolicy(0.5))
+    slot = throttle.slot(KEY)
+    lease = await take(throttle)
+    lease.observe(latency=0.01, status=429)
+    lease.release()
+    refused_at = clock.now
+    assert slot.delay == 1.0
+    back_at = None
+    for _ in range(10_000):  # bounded: each turn moves the clock by the delay (>= 0.5 s)
+        if clock.now - refused_at >= 30.0:
+            break
+        clock.advance(slot.delay)
+        lease = await take(throttle)
+        lease.observe(latency=0.01, status=200)
+        lease.release()
+        elapsed = clock.now - refused_at
+        assert slot.delay == pytest.approx(max(0.5, 0.5 / (margin + probe * elapsed)))
+        if back_at is None and slot.delay == 0.5:
+            back_at = elapsed
+    assert back_at is not None
+    assert back_at >= (1.0 - margin) / probe - 1e-9  # no sooner than the floor allows
+
+
+# =================================================================================
+# FixedRatePolicy
+# =================================================================================
+
+
+async def run_clients(
+    throttle: Throttle,
+    arrivals: list[float],
+    *,
+    seed: int,
+    status: Callable[[int], int] = lambda i: 200,
+) -> list[float]:
+    """One request per arrival time; each holds its lease for a random time."""
+    rng = random.Random(seed)
+    times: list[float] = []
+    t0 = now()
+
+    async def client(i: int, at: float) -> None:
+        await asyncio.sleep(at)
+        lease = await throttle.acquire(KEY)
+        times.append(now() - t0)
+        service = rng.uniform(0.0, 0.8)
+        await asyncio.sleep(service)
+        lease.observe(latency=service, status=status(i))
+        lease.release()
+
+    async with bounded():
+        await asyncio.gather(*(client(i, at) for i, at in enumerate(arrivals)))
+    return sorted(times)
+
+
+@looptime
+@pytest.mark.parametrize("per_second", [5.0, 0.5, 12.5])
+async def test_fixed_rate_without_burst_spaces_every_send(per_second: float) -> None:
+    throttle = loop_throttle(policy=FixedRatePolicy(per_second), max_concurrency=100)
+    rng = random.Random(3)
+    arrivals = sorted(rng.uniform(0.0, 20.0 / per_second) for _ in range(40))
+    times = await run_clients(throttle, arrivals, seed=4)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= 1.0 / per_second - TOL
+    assert_rate_kept(times, per_second, 1)
+    # It is a rate, not a crawl: a backlog goes at exactly that rate.
+    assert times[-1] == pytest.approx(39 / per_second, abs=1.0 / per_second + TOL)
+
+
+@looptime
+@pytest.mark.parametrize("burst", [2, 3, 8])
+async def test_fixed_rate_with_burst_never_exceeds_burst_plus_rate(burst: int) -> None:
+    per_second = 5.0
+    throttle = loop_throttle(policy=FixedRatePolicy(per_second, burst=burst), max_concurrency=100)
+    rng = random.Random(burst)
+    # Waves with quiet spells between them, so the burst refills, and stragglers.
+    arrivals = [wave + rng.uniform(0.0, 0.3) for wave in (0.0, 10.0, 25.0) for _ in range(15)]
+    arrivals += [rng.uniform(0.0, 40.0) for _ in range(15)]
+    times = await run_clients(throttle, sorted(arrivals), seed=burst)
+    assert_rate_kept(times, per_second, burst)
+    # The burst is really used: the first wave's first `burst` requests go on arrival.
+    assert sum(1 for t in times if t <= 0.3 + TOL) >= burst
+
+
+@looptime
+async def test_fixed_rate_burst_is_exactly_the_burst_after_quiet() -> None:
+    throttle = loop_throttle(policy=FixedRatePolicy(5.0, burst=3), max_concurrency=100)
+    times = await run_clients(throttle, [0.0] * 10, seed=0)
+    assert times[:3] == pytest.approx([0.0, 0.0, 0.0], abs=TOL)
+    assert times[3:] == pytest.approx([0.2 * k for k in range(1, 8)], abs=TOL)
+
+
+@looptime
+async def test_fixed_rate_stays_within_its_rate_through_backoffs() -> None:
+    per_second = 5.0
+    throttle = loop_throttle(policy=FixedRatePolicy(per_second), max_concurrency=100)
+    times = await run_clients(
+        throttle, [0.1 * i for i in range(60)], seed=9, status=lambda i: 429 if i % 7 == 3 else 200
+    )
+    assert throttle.slot(KEY).snapshot().backoffs >= 1
+    assert_rate_kept(times, per_second, 1)
+
+
+@looptime
+async def test_fixed_rate_with_burst_stays_within_its_rate_through_a_backoff() -> None:
+    per_second, burst = 5.0, 3
+    throttle = loop_throttle(policy=FixedRatePolicy(per_second, burst=burst), max_concurrency=100)
+    times: list[float] = []
+    async with bounded():
+        first = [await throttle.acquire(KEY) for _ in range(burst)]  # the whole burst at t0
+        times += [lease.sent_at for lease in first]
+        first[0].observe(latency=0.01, status=429)  # slows the slot down
+        for _ in range(5):
+            lease = await throttle.acquire(KEY)
+            times.append(lease.sent_at)
+            lease.release()
+    assert_rate_kept(times, per_second, burst)
+
+
+async def test_fixed_rate_delay_is_bounded_by_min_and_max_delay() -> None:
+    _, throttle = fake(min_delay=0.5, policy=FixedRatePolicy(10.0))
+    assert throttle.slot(KEY).delay == 0.5
+    _, throttle = fake(max_delay=0.05, policy=FixedRatePolicy(1.0))
+    assert throttle.slot(KEY).delay == 0.05
+
+
+async def test_fixed_rate_ignores_latency() -> None:
+    clock, throttle = fake(policy=FixedRatePolicy(4.0))
+    slot = throttle.slot(KEY)
+    for latency in (0.0, 3.0, 0.01, 10.0):
+        lease = await take(throttle)
+        lease.observe(latency=latency, status=200)
+        lease.release()
+        assert slot.delay == 0.25
+        clock.advance(0.25)
+
+
+# =================================================================================
+# AIMDPolicy
+# =================================================================================
+
+
+async def aimd_run(throttle: Throttle, clock: FakeClock, seconds: float) -> float:
+    """Send back to back for ``seconds`` of fake time, every answer a quick 200."""
+    slot = throttle.slot(KEY)
+    start = clock.now
+    for _ in range(100_000):  # bounded: each turn moves the clock by the delay
+        if clock.now - start >= seconds:
+            break
+        clock.advance(slot.delay)
+        lease = await take(throttle)
+        lease.observe(latency=0.001, status=200)
+        lease.release()
+    return clock.now - start
+
+
+@pytest.mark.parametrize("increase", [0.5, 1.0, 3.0])
+async def test_aimd_rate_grows_by_increase_per_second_of_success(increase: float) -> None:
+    clock, throttle = fake(policy=AIMDPolicy(increase=increase, start_rate=1.0))
+    slot = throttle.slot(KEY)
+    assert slot.delay == 1.0
+    checkpoints = []
+    for _ in range(3):
+        elapsed = await aimd_run(throttle, clock, 5.0)
+        checkpoints.append((elapsed, 1.0 / slot.delay))
+    total = 0.0
+    for elapsed, rate in checkpoints:
+        total += elapsed
+        assert rate == pytest.approx(1.0 + increase * total, rel=0.1)
+
+
+async def test_aimd_decreases_multiplicatively_once_per_burst() -> None:
+    clock, throttle = fake(policy=AIMDPolicy(increase=1.0, decrease=0.5, start_rate=1.0))
+    slot = throttle.slot(KEY)
+    await aimd_run(throttle, clock, 10.0)
+    before = slot.delay
+    assert 1.0 / before > 8.0
+    leases = []
+    for _ in range(5):
+        clock.advance(slot.delay)
+        leases.append(await take(throttle))
+    clock.advance(0.01)
+    for lease in leases:
+        lease.observe(latency=0.01, status=429)
+    assert slot.delay == pytest.approx(before / 0.5)  # the rate halved, once
+    snap = slot.snapshot()
+    assert (snap.backoffs, snap.ignored_backoffs) == (1, 4)
+
+
+@pytest.mark.parametrize("decrease", [0.25, 0.5, 0.9])
+async def test_aimd_decrease_factor(decrease: float) -> None:
+    _, throttle = fake(policy=AIMDPolicy(decrease=decrease, start_rate=2.0))
+    lease = await take(throttle)
+    lease.fail(TimeoutError())
+    assert throttle.slot(KEY).delay == pytest.approx(0.5 / decrease)
+
+
+async def test_aimd_only_200_increases_the_rate() -> None:
+    clock, throttle = fake(policy=AIMDPolicy(start_rate=2.0))
+    slot = throttle.slot(KEY)
+    for status in (404, 500, 302, 304):
+        lease = await take(throttle)
+        lease.observe(latency=0.0, status=status)
+        lease.release()
+        assert slot.delay == 0.5
+        clock.advance(0.5)
+
+
+async def test_aimd_start_rate_defaults_to_start_delay() -> None:
+    _, throttle = fake(start_delay=4.0, policy=AIMDPolicy())
+    assert throttle.slot(KEY).delay == 4.0
+
+
+# =================================================================================
+# AdaptiveConcurrencyPolicy
+# =================================================================================
+
+
+async def simulate_host(
+    policy: DelayPolicy, workers: int, service: float, *, seconds: float, max_concurrency: int = 16
+) -> tuple[Throttle, list[tuple[float, float, float]]]:
+    """Crawl a host of ``workers`` parallel workers, each ``service`` seconds per request.
+
+    Plenty of clients want to send; the throttle alone decides the pace.
+    Returns the throttle and, per response, (send time, limit, delay).
+    """
+    throttle = loop_throttle(start_delay=1.0, max_concurrency=max_concurrency, policy=policy)
+    host = asyncio.Semaphore(workers)
+    log: list[tuple[float, float, float]] = []
+    t0 = now()
+    stop = t0 + seconds
+    slot = throttle.slot(KEY)
+
+    async def client() -> None:
+        while now() < stop:
+            lease = await throttle.acquire(KEY)
+            sent = now()
+            async with host:
+                await asyncio.sleep(service)
+            lease.observe(latency=now() - sent, status=200)
+            lease.release()
+            log.append((sent - t0, slot.policy_state["limit"], slot.delay))
+
+    async with bounded(seconds * 10):
+        await asyncio.gather(*(client() for _ in range(2 * max_concurrency)))
+    return throttle, log
+
+
+@looptime
+@pytest.mark.parametrize(
+    ("workers", "service"),
+    [
+        (1, 0.2),
+        (4, 0.1),
+        (8, 0.2),
+    ],
+)
+async def test_adaptive_concurrency_finds_the_host_capacity(workers: int, service: float) -> None:
+    seconds = 60.0
+    _, log = await simulate_host(AdaptiveConcurrencyPolicy(), workers, service, seconds=seconds)
+    late = [entry for entry in log if entry[0] >= seconds / 2]
+    limits = [limit for _, limit, _ in late]
+    in_band = sum(1 for limit in limits if workers / 2 <= limit <= 2 * workers) / len(limits)
+    delay = statistics.median(delay for _, _, delay in late)
+    throughput = len(late) / (seconds / 2)
+    capacity = workers / service
+    assert in_band >= 0.75, f"limit near {workers} only {in_band:.0%} of the time"
+    assert service / workers / 2 <= delay <= 2 * service / workers
+    assert throughput >= 0.5 * capacity
+    assert throughput <= capacity * 1.05  # nothing serves more than the host can
+
+
+@looptime
+async def test_adaptive_concurrency_limit_is_capped() -> None:
+    _, log = await simulate_host(
+        AdaptiveConcurrencyPolicy(max_limit=3.0), workers=8, service=0.2, seconds=20.0
+    )
+    assert max(limit for _, limit, _ in log) <= 3.0
+    _, log = await simulate_host(
+        AdaptiveConcurrencyPolicy(), workers=8, service=0.2, seconds=20.0, max_concurrency=2
+    )
+    assert max(limit for _, limit, _ in log) <= 2.0
+
+
+async def test_adaptive_concurrency_ignores_errors_and_cache_hits() -> None:
+    clock, throttle = fake(start_delay=1.0, policy=AdaptiveConcurrencyPolicy(initial_limit=2.0))
+    slot = throttle.slot(KEY)
+    for status, headers in ((500, {}), (404, {}), (200, {"X-Cache": "HIT"})):
+        lease = await take(throttle)
+        lease.observe(latency=0.01, status=status, headers=headers)
+        lease.release()
+        assert slot.delay == 1.0
+        assert slot.policy_state.get("limit", 2.0) == 2.0
+        clock.advance(1.0)
+
+
+async def test_adaptive_concurrency_delay_is_latency_over_limit() -> None:
+    _, throttle = fake(start_delay=1.0, policy=AdaptiveConcurrencyPolicy(initial_limit=4.0))
+    lease = await take(throttle)
+    lease.observe(latency=0.4, status=200)
+    # First sample: no queue seen; the limit does not grow past what is in flight.
+    assert throttle.slot(KEY).policy_state["limit"] == 4.0
+    assert throttle.slot(KEY).delay == pytest.approx(0.1)
+
+
+# =================================================================================
+# validation
+# =================================================================================
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "names"),
+    [
+        (lambda: FixedDelayPolicy(-1.0), ValueError, ["delay"]),
+        (lambda: FixedDelayPolicy(math.nan), ValueError, ["delay"]),
+        (lambda: FixedDelayPolicy("1"), TypeError, ["delay"]),
+        (lambda: FixedRatePolicy(0.0), ValueError, ["per_second"]),
+        (lambda: FixedRatePolicy(-2.0), ValueError, ["per_second"]),
+        (lambda: FixedRatePolicy(math.inf), ValueError, ["per_second"]),
+        (lambda: FixedRatePolicy(1.0, burst=0), ValueError, ["burst"]),
+        (lambda: FixedRatePolicy(1.0, burst=1.5), TypeError, ["burst"]),
+        (lambda: FixedRatePolicy(1.0, burst=True), TypeError, ["burst"]),
+        (lambda: AIMDPolicy(increase=0.0), ValueError, ["increase"]),
+        (lambda: AIMDPolicy(decrease=0.0), ValueError, ["decrease"]),
+        (lambda: AIMDPolicy(decrease=1.0), ValueError, ["decrease"]),
+        (lambda: AIMDPolicy(decrease=1.5), ValueError, ["decrease"]),
+        (lambda: AIMDPolicy(start_rate=-1.0), ValueError, ["start_rate"]),
+        (lambda: AIMDPolicy(start_rate="fast"), TypeError, ["start_rate"]),
+        (lambda: AdaptiveConcurrencyPolicy(initial_limit=0.0), ValueError, ["initial_limit"]),
+        (lambda: AdaptiveConcurrencyPolicy(alpha=-0.1), ValueError, ["alpha"]),
+        (lambda: AdaptiveConcurrencyPolicy(beta=0.0), ValueError, ["beta"]),
+        (lambda: AdaptiveConcurrencyPolicy(alpha=1.0, beta=0.5), ValueError, ["beta", "alpha"]),
+        (lambda: AdaptiveConcurrencyPolicy(max_limit=0.0), ValueError, ["max_limit"]),
+        (lambda: AdaptiveConcurrencyPolicy(smoothing=0.0), ValueError, ["smoothing"]),
+        (lambda: AdaptiveConcurrencyPolicy(smoothing=1.5), ValueError, ["smoothing"]),
+        (lambda: AdaptiveConcurrencyPolicy(base_decay=1.0), ValueError, ["base_decay"]),
+        (lambda: AdaptiveConcurrencyPolicy(base_decay=-0.1), ValueError, ["base_decay"]),
+    ],
+)
+def test_invalid_policy_arguments_raise_naming_the_parameter(
+    build: Callable[[], object], error: type[Exception], names: list[str]
+) -> None:
+    with pytest.raises(error) as info:
+        build()
+    for name in names:
+        assert name in str(info.value)
+
+
+def test_throttle_rejects_a_policy_that_is_not_one() -> None:
+    with pytest.raises(TypeError, match="policy"):
+        Throttle(policy=FixedRatePolicy)  # type: ignore[arg-type]
+
+
+def test_policies_have_a_readable_repr() -> None:
+    assert repr(FixedDelayPolicy(0.5)) == "FixedDelayPolicy(delay=0.5)"
+    assert repr(FixedRatePolicy(2.0, burst=3)) == "FixedRatePolicy(per_second=2.0, burst=3)"
+    assert "increase=2.0" in repr(AIMDPolicy(increase=2.0))

@@ -1,0 +1,1000 @@
+"""The status-aware rules: backoff statuses, failures, Retry-After, rate-limit
+headers, cache hits, soft blocks, strict Scrapy mode, and what a slot reports.
+
+Two kinds of tests:
+
+* the delay rules, with a :class:`FakeClock` injected as the throttle's clock
+  (and its wall clock), leases taken with ``await throttle.acquire(key)`` at a
+  moment the gate must be open (:func:`take` fails otherwise), so every
+  ``sent_at`` is real and every expected delay can be worked out by hand;
+* the gate (pauses, rate-limit spacing), on looptime's fake-time loop with the
+  throttle reading the loop's clock, so grant times are exact and no test
+  sleeps for real.
+
+Expected numbers come from the rules in issue 3, not from the code:
+
+* a backoff multiplies the pace the slot kept (its delay here) by
+  ``backoff_factor``, bounded by ``max_delay``; only the first signal of a
+  burst counts: answers to requests sent before the last backoff are lag;
+* after a refusal at gap ``g`` the delay may not fall below
+  ``g / (recovery_margin + probe_per_second * seconds_since)``;
+* Scrapy's rule: ``target = latency / target_concurrency``,
+  ``new = max(target, (delay + target) / 2)``; non-200 never lowers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import math
+from collections.abc import AsyncIterator, Mapping
+from email.utils import formatdate
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autothrottle import Lease, RateLimit, Throttle
+
+KEY = "example.com"
+OTHER = "other.example"
+WALL = 1_700_000_000.0  # the fake wall clock's epoch seconds at fake monotonic 0
+TOL = 1e-5  # looptime's clock ticks in microseconds
+
+
+class FakeClock:
+    """A monotonic clock that only moves when told to."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return WALL + self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def fake(**kwargs: Any) -> tuple[FakeClock, Throttle]:
+    clock = FakeClock()
+    return clock, Throttle(clock=clock, wall_clock=clock.wall, **kwargs)
+
+
+async def take(throttle: Throttle, key: str = KEY) -> Lease:
+    """``await throttle.acquire(key)``, asserting the gate is open now.
+
+    With a fake clock nothing moves time while a request waits, so a closed
+    gate would hang; instead the wait is cancelled and the test fails.
+    """
+    task = asyncio.ensure_future(throttle.acquire(key))
+    await asyncio.sleep(0)
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise AssertionError(f"the gate of {key!r} is closed")
+    return task.result()
+
+
+async def gate_closed(throttle: Throttle, key: str = KEY) -> bool:
+    try:
+        (await take(throttle, key)).release()
+    except AssertionError:
+        return True
+    return False
+
+
+# -- looptime helpers --------------------------------------------------------------
+
+looptime = pytest.mark.looptime
+
+
+def now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def loop_throttle(**kwargs: Any) -> Throttle:
+    """A throttle on the (fake) loop time; its wall clock is WALL + loop time."""
+    return Throttle(clock=now, wall_clock=lambda: WALL + now(), **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def bounded(limit: float = 10_000.0) -> AsyncIterator[None]:
+    """Fail instead of hanging (the limit is fake time)."""
+    async with asyncio.timeout(limit):
+        yield
+
+
+async def grant_times(throttle: Throttle, key: str, count: int) -> list[float]:
+    """Send ``count`` requests from concurrent tasks; their grant times in order."""
+    times: list[float] = []
+
+    async def one() -> None:
+        lease = await throttle.acquire(key)
+        times.append(now())
+        lease.release()
+
+    await asyncio.gather(*(one() for _ in range(count)))
+    return times
+
+
+# =================================================================================
+# backoff statuses
+# =================================================================================
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_backoff_status_multiplies_the_delay_up_to_max_delay(status: int) -> None:
+    clock, throttle = fake(start_delay=1.0, max_delay=5.0)
+    seen = []
+    for _ in range(5):
+        lease = await take(throttle)
+        clock.advance(0.05)
+        lease.observe(latency=0.05, status=status)
+        lease.release()
+        seen.append(throttle.slot(KEY).delay)
+        clock.advance(throttle.slot(KEY).delay)
+    assert seen == [2.0, 4.0, 5.0, 5.0, 5.0]
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.backoffs == 5
+    assert snap.ignored_backoffs == 0
+    assert snap.last_backoff_reason == f"status {status}"
+    assert snap.status_counts == {status: 5}
+
+
+async def test_backoff_factor_is_configurable() -> None:
+    clock, throttle = fake(start_delay=1.0, backoff_factor=3.0)
+    for expected in (3.0, 9.0):
+        lease = await take(throttle)
+        lease.observe(latency=0.01, status=429)
+        lease.release()
+        assert throttle.slot(KEY).delay == expected
+        clock.advance(expected)
+
+
+async def test_a_custom_set_of_backoff_statuses_replaces_the_default() -> None:
+    clock, throttle = fake(start_delay=1.0, backoff_statuses={418, 500})
+    lease = await take(throttle)
+    lease.observe(latency=0.01, status=429)  # not a backoff status now: Scrapy's rule only
+    lease.release()
+    assert throttle.slot(KEY).delay == 1.0
+    assert throttle.slot(KEY).snapshot().backoffs == 0
+    clock.advance(1.0)
+    lease = await take(throttle)
+    lease.observe(latency=0.01, status=418)
+    lease.release()
+    assert throttle.slot(KEY).delay == 2.0
+    assert throttle.slot(KEY).snapshot().last_backoff_reason == "status 418"
+
+
+async def test_no_backoff_statuses_at_all() -> None:
+    _, throttle = fake(start_delay=1.0, backoff_statuses=())
+    lease = await take(throttle)
+    lease.observe(latency=0.01, status=429)
+    assert throttle.slot(KEY).delay == 1.0
+    assert throttle.slot(KEY).snapshot().backoffs == 0
+
+
+async def test_a_burst_of_429s_to_concurrent_requests_backs_off_once() -> None:
+    n = 6
+    clock, throttle = fake(start_delay=1.0, max_concurrency=n + 2)
+    leases = []
+    for _ in range(n):
+        leases.append(await take(throttle))
+        clock.advance(1.0)
+    for lease in leases:
+        lease.observe(latency=0.05, status=429)
+        clock.advance(0.01)
+    slot = throttle.slot(KEY)
+    snap = slot.snapshot()
+    assert snap.backoffs == 1
+    assert snap.ignored_backoffs == n - 1
+    assert slot.delay == 2.0  # once: 1 * 2, not 2 ** 6
+    for lease in leases:
+        lease.release()
+
+    # A 429 to a request sent after the backoff is new evidence: it counts.
+    clock.advance(2.0)
+    later = await take(throttle)
+    later.observe(latency=0.05, status=503)
+    assert slot.snapshot().backoffs == 2
+    assert slot.delay == 4.0
+    # ... and the lag of that second backoff is ignored again.
+    leases[0].observe(latency=0.05, status=429)
+    assert slot.snapshot().backoffs == 2
+    assert slot.delay == 4.0
+
+
+async def test_throttle_observe_also_counts_only_the_first_429_of_a_burst() -> None:
+    clock, throttle = fake(start_delay=1.0, max_concurrency=8)
+    for _ in range(4):
+        await take(throttle)
+        clock.advance(1.0)
+    for _ in range(4):  # no send since the first of them backed the slot off
+        throttle.observe(KEY, latency=0.05, status=429)
+    assert throttle.slot(KEY).snapshot().backoffs == 1
+    assert throttle.slot(KEY).delay == 2.0
+
+
+# =================================================================================
+# failures
+# =================================================================================
+
+
+@pytest.mark.parametrize("error", [ConnectionError("refused"), TimeoutError()])
+async def test_a_failure_backs_off_and_gives_no_latency_sample(error: BaseException) -> None:
+    _, throttle = fake(start_delay=1.0)
+    lease = await take(throttle)
+    lease.fail(error)
+    lease.release()
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.delay == 2.0
+    assert snap.failures == 1
+    assert snap.responses == 0
+    assert snap.last_latency is None
+    assert snap.backoffs == 1
+    assert snap.last_backoff_reason == f"failure: {type(error).__name__}"
+
+
+async def test_a_burst_of_failures_backs_off_once() -> None:
+    clock, throttle = fake(start_delay=1.0)
+    leases = []
+    for _ in range(4):
+        leases.append(await take(throttle))
+        clock.advance(1.0)
+    for lease in leases:
+        lease.fail(ConnectionResetError())
+    snap = throttle.slot(KEY).snapshot()
+    assert (snap.delay, snap.backoffs, snap.ignored_backoffs, snap.failures) == (2.0, 1, 3, 4)
+
+
+async def test_backoff_on_failure_false_only_counts_failures() -> None:
+    _, throttle = fake(start_delay=1.0, backoff_on_failure=False)
+    lease = await take(throttle)
+    lease.fail(ConnectionError())
+    snap = throttle.slot(KEY).snapshot()
+    assert (snap.delay, snap.backoffs, snap.failures, snap.last_latency) == (1.0, 0, 1, None)
+
+
+# =================================================================================
+# recovery after a refusal
+# =================================================================================
+
+
+async def test_recovery_approaches_the_refused_pace_with_care() -> None:
+    margin, probe = Throttle.recovery_margin, Throttle.probe_per_second
+    assert 0.0 < margin < 1.0
+    assert probe > 0.0
+    clock, throttle = fake(start_delay=1.0)
+    slot = throttle.slot(KEY)
+    lease = await take(throttle)
+    clock.advance(0.1)
+    lease.observe(latency=0.1, status=429)  # refused at a gap of 1 s
+    lease.release()
+    refused_at = clock.now
+    assert slot.delay == 2.0
+
+    history: list[tuple[float, float]] = []
+    for _ in range(10_000):  # bounded: each turn moves the clock by the delay (> 0.4 s)
+        if clock.now - refused_at >= 120.0:
+            break
+        clock.advance(slot.delay)
+        lease = await take(throttle)
+        lease.observe(latency=0.01, status=200)  # fast: Scrapy alone would halve each time
+        lease.release()
+        history.append((clock.now - refused_at, slot.delay))
+
+    # Never below the floor, and the floor is what holds it (the policy wants less).
+    for elapsed, delay in history:
+        assert delay == pytest.approx(1.0 / (margin + probe * elapsed), rel=1e-9)
+    # At first it stays above the pace that was refused ...
+    first_elapsed, first_delay = history[0]
+    assert first_elapsed < 2.5
+    assert 1.0 < first_delay <= 1.0 / margin
+    assert all(delay > 1.0 for elapsed, delay in history if elapsed < (1 - margin) / probe - 1)
+    # ... and creeps past it as (fake) time goes by, never jumping.
+    assert all(b[1] <= a[1] for a, b in itertools.pairwise(history))
+    assert history[-1][1] < 1.0
+    assert history[-1][1] > 0.4  # nowhere near the 10 ms the latency asks for
+
+
+async def test_the_floor_holds_after_a_failure_too() -> None:
+    clock, throttle = fake(start_delay=0.5)
+    slot = throttle.slot(KEY)
+    lease = await take(throttle)
+    lease.fail(ConnectionError())
+    lease.release()
+    assert slot.delay == 1.0
+    clock.advance(1.0)
+    lease = await take(throttle)
+    lease.observe(latency=0.0, status=200)
+    assert slot.delay >= 0.5 / (Throttle.recovery_margin + Throttle.probe_per_second * 1.0)
+    assert slot.delay > 0.5
+
+
+# =================================================================================
+# Retry-After
+# =================================================================================
+
+
+@looptime
+@pytest.mark.parametrize("status", [429, 503, 200])
+async def test_retry_after_delta_pauses_the_slot_and_only_that_slot(status: int) -> None:
+    throttle = loop_throttle(start_delay=1.0, max_concurrency=10)
+    async with bounded():
+        t0 = now()
+        lease = await throttle.acquire(KEY)
+        lease.observe(latency=0.0, status=status, headers={"Retry-After": "30"})
+        lease.release()
+        assert throttle.slot(KEY).snapshot().pause_remaining == pytest.approx(30.0, abs=TOL)
+        paused = asyncio.create_task(grant_times(throttle, KEY, 5))
+        other = await grant_times(throttle, OTHER, 5)
+        times = await paused
+    assert times[0] == pytest.approx(t0 + 30.0, abs=TOL)
+    assert min(times) >= t0 + 30.0 - TOL
+    # The other slot kept its own pace during the pause: one per second from t0.
+    gaps = [b - a for a, b in itertools.pairwise(other)]
+    assert other[0] == pytest.approx(t0, abs=TOL)
+    assert gaps == pytest.approx([1.0] * 4, abs=TOL)
+    assert max(other) < t0 + 30.0
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.pauses == 1
+    assert snap.backoffs == (0 if status == 200 else 1)
+
+
+@looptime
+async def test_retry_after_http_date_pauses_until_that_date() -> None:
+    throttle = loop_throttle(start_delay=0.0)
+    async with bounded():
+        t0 = now()
+        assert t0 == int(t0)  # whole seconds: HTTP-dates have no fraction
+        lease = await throttle.acquire(KEY)
+        date = formatdate(WALL + t0 + 45, usegmt=True)
+        lease.observe(latency=0.0, status=503, headers={"Retry-After": date})
+        lease.release()
+        times = await grant_times(throttle, KEY, 3)
+    assert times[0] == pytest.approx(t0 + 45.0, abs=TOL)
+
+
+@looptime
+async def test_retry_after_is_capped_at_max_pause_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    throttle = loop_throttle(start_delay=0.0, max_pause=10.0)
+    async with bounded():
+        t0 = now()
+        lease = await throttle.acquire(KEY)
+        with caplog.at_level(logging.WARNING, logger="autothrottle"):
+            lease.observe(latency=0.0, status=429, headers={"Retry-After": "3600"})
+        lease.release()
+        times = await grant_times(throttle, KEY, 2)
+    assert times[0] == pytest.approx(t0 + 10.0, abs=TOL)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    message = warnings[0].getMessage()
+    assert KEY in message
+    assert "3600" in message
+    assert "max_pause" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "pause"),
+    [
+        ("garbage", 0.0),
+        ("-5", 0.0),
+        ("", 0.0),
+        ("NaN", 0.0),
+        ("inf", 0.0),
+        ("1e999", 0.0),
+        ("0", 0.0),
+        ("Wed, 32 Foo 2024 99:99:99 GMT", 0.0),
+        ("Thu, 01 Jan 1970 00:00:00 GMT", 0.0),  # in the past
+        (formatdate(WALL + 1000.0 - 60, usegmt=True), 0.0),  # a minute ago
+        ("\x00\udcff" * 50, 0.0),
+        ("9" * 400, 60.0),  # absurd: capped
+        ("99999999999999999999999999", 60.0),
+        ("1" * 5000, 0.0),  # over-long: ignored unparsed
+        ("7", 7.0),
+        ("2.5", 2.5),
+        (formatdate(WALL + 1000.0 + 20, usegmt=True), 20.0),
+        (formatdate(WALL + 1000.0 + 10**6, usegmt=True), 60.0),
+    ],
+    ids=lambda v: repr(v)[:30],
+)
+async def test_retry_after_never_raises_and_never_pauses_beyond_max_pause(
+    value: str, pause: float
+) -> None:
+    clock, throttle = fake(start_delay=0.0, max_pause=60.0)
+    assert clock.now == 1000.0  # the dates above are relative to it
+    lease = await take(throttle)
+    lease.observe(latency=0.0, status=503, headers={"Retry-After": value})
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.pause_remaining == pytest.approx(pause)
+    assert 0.0 <= snap.pause_remaining <= 60.0
+    assert snap.pauses == (1 if pause else 0)
+    if not pause:
+        assert not await gate_closed(throttle)
+
+
+async def test_a_later_shorter_retry_after_does_not_cut_a_pause_short() -> None:
+    clock, throttle = fake(start_delay=0.0, max_concurrency=4)
+    first = await take(throttle)
+    second = await take(throttle)
+    first.observe(latency=0.0, status=429, headers={"Retry-After": "30"})
+    clock.advance(1.0)
+    second.observe(latency=0.0, status=429, headers={"Retry-After": "5"})
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.pause_remaining == pytest.approx(29.0)
+    assert snap.pauses == 1
+    clock.advance(28.9)
+    assert await gate_closed(throttle)
+    clock.advance(0.1)
+    assert not await gate_closed(throttle)
+
+
+async def test_retry_after_false_ignores_the_header() -> None:
+    _, throttle = fake(start_delay=0.0, retry_after=False)
+    lease = await take(throttle)
+    lease.observe(latency=0.0, status=429, headers={"Retry-After": "30"})
+    assert throttle.slot(KEY).snapshot().pause_remaining == 0.0
+    assert not await gate_closed(throttle)
+
+
+# =================================================================================
+# rate-limit headers
+# =================================================================================
+
+
+@looptime
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"RateLimit-Limit": "100", "RateLimit-Remaining": "5", "RateLimit-Reset": "10"},
+        {"X-RateLimit-Remaining": "5", "X-RateLimit-Reset": "10"},
+        {"RateLimit": '"default";r=5;t=10', "RateLimit-Policy": '"default";q=100;w=60'},
+    ],
+    ids=["RateLimit-*", "X-RateLimit-*", "RateLimit"],
+)
+async def test_a_budget_spaces_sends_until_its_reset(headers: dict[str, str]) -> None:
+    throttle = loop_throttle(start_delay=0.0, max_concurrency=4)
+    async with bounded():
+        t0 = now()
+        lease = await throttle.acquire(KEY)
+        lease.observe(latency=0.0, status=200, headers=headers)
+        lease.release()
+        assert throttle.slot(KEY).snapshot().rate_limit is not None
+        times = [t - t0 for t in await grant_times(throttle, KEY, 12)]
+    before = [0.0] + [t for t in times if t < 10.0 - TOL]
+    gaps = [b - a for a, b in itertools.pairwise(before)]
+    assert all(gap >= 2.0 - TOL for gap in gaps), times  # reset 10 / remaining 5
+    assert len(before) - 1 <= 5
+    assert len(before) >= 4  # it did send while the budget lasted
+    # After the reset the budget no longer holds the slot back.
+    assert sum(1 for t in times if t <= 10.0 + TOL) >= len(before) + 1
+    assert max(times) <= 10.0 + TOL
+
+
+@looptime
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"RateLimit": '"default";r=0;t=20'},
+        {"RateLimit": "limit=10, remaining=0, reset=20"},
+        {"RateLimit-Remaining": "0", "RateLimit-Reset": "20"},
+        {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "20"},
+        {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "EPOCH+20"},
+        {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "EPOCHMS+20"},
+    ],
+    ids=["draft8", "draft7", "RateLimit-*", "X-RateLimit-*", "epoch", "epoch-ms"],
+)
+async def test_an_exhausted_budget_pauses_until_the_reset(headers: dict[str, str]) -> None:
+    throttle = loop_throttle(start_delay=0.0)
+    async with bounded():
+        t0 = now()
+        wall = WALL + t0
+        resolved = {
+            name: value.replace("EPOCHMS+20", str(int((wall + 20) * 1000))).replace(
+                "EPOCH+20", str(int(wall + 20))
+            )
+            for name, value in headers.items()
+        }
+        lease = await throttle.acquire(KEY)
+        lease.observe(latency=0.0, status=200, headers=resolved)
+        lease.release()
+        times = await grant_times(throttle, KEY, 3)
+    assert times[0] == pytest.approx(t0 + 20.0, abs=TOL)
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.pauses == 1
+    assert snap.backoffs == 0
+    assert snap.rate_limit is not None
+    assert snap.rate_limit.remaining == 0
+
+
+@looptime
+async def test_an_exhausted_budget_pause_is_capped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    throttle = loop_throttle(start_delay=0.0, max_pause=60.0)
+    async with bounded():
+        t0 = now()
+        lease = await throttle.acquire(KEY)
+        with caplog.at_level(logging.WARNING, logger="autothrottle"):
+            lease.observe(
+                latency=0.0,
+                status=200,
+                headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "5000"},
+            )
+        lease.release()
+        times = await grant_times(throttle, KEY, 1)
+    assert times[0] == pytest.approx(t0 + 60.0, abs=TOL)
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(KEY in m and "5000" in m for m in messages), messages
+
+
+@looptime
+async def test_budget_spacing_never_holds_a_slot_beyond_max_pause() -> None:
+    throttle = loop_throttle(start_delay=0.0, max_pause=60.0)
+    async with bounded():
+        t0 = now()
+        lease = await throttle.acquire(KEY)
+        lease.observe(
+            latency=0.0,
+            status=200,
+            headers={"RateLimit-Remaining": "1", "RateLimit-Reset": "3600"},
+        )
+        lease.release()
+        try:
+            async with asyncio.timeout(600.0):
+                times = await grant_times(throttle, KEY, 1)
+        except TimeoutError:
+            times = [math.inf]
+    assert times[0] <= t0 + 60.0 + TOL
+
+
+async def test_rate_limit_headers_are_ignored_on_a_cached_response() -> None:
+    _, throttle = fake(start_delay=0.0)
+    lease = await take(throttle)
+    lease.observe(
+        latency=0.0,
+        status=200,
+        headers={"Age": "30", "RateLimit-Remaining": "0", "RateLimit-Reset": "20"},
+    )
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.rate_limit is None
+    assert snap.pause_remaining == 0.0
+    assert snap.cache_hits == 1
+    assert not await gate_closed(throttle)
+
+
+async def test_an_age_of_zero_does_not_hide_the_budget() -> None:
+    _, throttle = fake(start_delay=0.0)
+    lease = await take(throttle)
+    lease.observe(
+        latency=0.0,
+        status=200,
+        headers={"Age": "0", "RateLimit-Remaining": "0", "RateLimit-Reset": "20"},
+    )
+    assert throttle.slot(KEY).snapshot().pause_remaining == pytest.approx(20.0)
+    assert await gate_closed(throttle)
+
+
+async def test_rate_limit_headers_false_ignores_them() -> None:
+    _, throttle = fake(start_delay=0.0, rate_limit_headers=False)
+    lease = await take(throttle)
+    lease.observe(
+        latency=0.0, status=200, headers={"RateLimit-Remaining": "0", "RateLimit-Reset": "20"}
+    )
+    snap = throttle.slot(KEY).snapshot()
+    assert (snap.rate_limit, snap.pause_remaining) == (None, 0.0)
+    assert not await gate_closed(throttle)
+
+
+# =================================================================================
+# cache hits
+# =================================================================================
+
+CACHE_HITS: list[tuple[int, dict[str, str]]] = [
+    (200, {"Age": "10"}),
+    (200, {"X-Cache": "HIT"}),
+    (200, {"x-cache": "Hit from cloudfront"}),
+    (200, {"CF-Cache-Status": "HIT"}),
+    (200, {"X-Cache-Status": "HIT"}),
+    (304, {}),
+]
+
+
+@pytest.mark.parametrize(("status", "headers"), CACHE_HITS, ids=repr)
+async def test_a_cache_hit_never_lowers_the_delay(status: int, headers: dict[str, str]) -> None:
+    _, throttle = fake(start_delay=2.0)
+    lease = await take(throttle)
+    lease.observe(latency=0.05, status=status, headers=headers)
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.delay == 2.0  # Scrapy alone: (2 + 0.05) / 2
+    assert snap.cache_hits == 1
+
+
+@pytest.mark.parametrize(("status", "headers"), CACHE_HITS, ids=repr)
+async def test_a_slow_cache_hit_may_raise_the_delay(status: int, headers: dict[str, str]) -> None:
+    _, throttle = fake(start_delay=2.0)
+    lease = await take(throttle)
+    lease.observe(latency=5.0, status=status, headers=headers)
+    assert throttle.slot(KEY).delay == 5.0
+
+
+@pytest.mark.parametrize(("status", "headers"), CACHE_HITS[:-1], ids=repr)
+async def test_cache_hits_lower_delay_lets_them_lower_it(
+    status: int, headers: dict[str, str]
+) -> None:
+    _, throttle = fake(start_delay=2.0, cache_hits_lower_delay=True)
+    lease = await take(throttle)
+    lease.observe(latency=0.05, status=status, headers=headers)
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.delay == pytest.approx(1.025)
+    assert snap.cache_hits == 1  # still counted
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Age": "0"}, {"X-Cache": "MISS"}, {"CF-Cache-Status": "MISS"}, {"Age": "soon"}],
+    ids=repr,
+)
+async def test_a_miss_lowers_the_delay_as_usual(headers: dict[str, str]) -> None:
+    _, throttle = fake(start_delay=2.0)
+    lease = await take(throttle)
+    lease.observe(latency=0.05, status=200, headers=headers)
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.delay == pytest.approx(1.025)
+    assert snap.cache_hits == 0
+
+
+# =================================================================================
+# soft blocks: the classifier and Throttle.backoff
+# =================================================================================
+
+
+async def test_block_classifier_backs_off_with_reason_blocked() -> None:
+    calls: list[tuple[int, Mapping[str, str]]] = []
+
+    def classify(status: int, headers: Mapping[str, str]) -> bool:
+        calls.append((status, headers))
+        return headers.get("X-Blocked") == "1"
+
+    clock, throttle = fake(start_delay=1.0, block_classifier=classify)
+    lease = await take(throttle)
+    lease.observe(latency=0.01, status=200, headers={"X-Blocked": "0"})
+    lease.release()
+    assert throttle.slot(KEY).delay == pytest.approx(0.505)
+    assert calls == [(200, {"X-Blocked": "0"})]
+
+    clock.advance(1.0)
+    lease = await take(throttle)
+    lease.observe(latency=0.01, status=200, headers={"X-Blocked": "1"})
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.delay == pytest.approx(1.01)  # 0.505 * 2, the fast latency ignored
+    assert snap.backoffs == 1
+    assert snap.last_backoff_reason == "blocked"
+
+
+async def test_blocks_of_a_burst_back_off_once() -> None:
+    clock, throttle = fake(start_delay=1.0, block_classifier=lambda status, headers: True)
+    leases = []
+    for _ in range(3):
+        leases.append(await take(throttle))
+        clock.advance(1.0)
+    for lease in leases:
+        lease.observe(latency=0.0, status=200)
+    snap = throttle.slot(KEY).snapshot()
+    assert (snap.delay, snap.backoffs, snap.ignored_backoffs) == (2.0, 1, 2)
+
+
+async def test_manual_backoff_by_url_or_key() -> None:
+    clock, throttle = fake(start_delay=1.0)
+    assert throttle.backoff("https://Example.COM:8443/login?next=/") is True
+    slot = throttle.slot(KEY)
+    assert slot.delay == 2.0
+    assert slot.snapshot().last_backoff_reason == "manual"
+    # Nothing sent since: a second call is the lag of the first.
+    assert throttle.backoff(KEY) is False
+    assert slot.delay == 2.0
+    assert slot.snapshot().ignored_backoffs == 1
+    # After a send it is new evidence again.
+    lease = await take(throttle)
+    clock.advance(0.5)
+    assert throttle.backoff(KEY) is True
+    assert slot.delay == 4.0
+    assert slot.snapshot().backoffs == 2
+    lease.release()
+
+
+async def test_manual_backoff_with_sent_at_is_exact() -> None:
+    clock, throttle = fake(start_delay=1.0, max_concurrency=4)
+    early = await take(throttle)
+    clock.advance(1.0)
+    assert throttle.backoff(KEY, sent_at=early.sent_at) is True
+    clock.advance(2.0)
+    late = await take(throttle)  # sent after the backoff
+    # The slot has sent since, but this block answers a request sent before.
+    assert throttle.backoff(KEY, sent_at=early.sent_at) is False
+    assert throttle.slot(KEY).delay == 2.0
+    assert throttle.backoff(KEY, sent_at=late.sent_at) is True
+    assert throttle.slot(KEY).delay == 4.0
+
+
+async def test_manual_backoff_with_a_pause() -> None:
+    clock, throttle = fake(start_delay=0.0)
+    await take(throttle)
+    assert throttle.backoff(KEY, pause=30.0) is True
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.pause_remaining == pytest.approx(30.0)
+    assert snap.pauses == 1
+    clock.advance(29.5)
+    assert await gate_closed(throttle)
+    clock.advance(0.5)
+    assert not await gate_closed(throttle)
+
+
+async def test_manual_pause_is_capped_at_max_pause(caplog: pytest.LogCaptureFixture) -> None:
+    _, throttle = fake(start_delay=0.0, max_pause=20.0)
+    with caplog.at_level(logging.WARNING, logger="autothrottle"):
+        throttle.backoff(KEY, pause=1e6)
+    assert throttle.slot(KEY).snapshot().pause_remaining == pytest.approx(20.0)
+    assert any(KEY in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        ({"url_or_key": ""}, TypeError, "url_or_key"),
+        ({"url_or_key": 5}, TypeError, "url_or_key"),
+        ({"url_or_key": KEY, "pause": -1.0}, ValueError, "pause"),
+        ({"url_or_key": KEY, "pause": math.nan}, ValueError, "pause"),
+        ({"url_or_key": KEY, "pause": "10"}, TypeError, "pause"),
+        ({"url_or_key": KEY, "sent_at": math.inf}, ValueError, "sent_at"),
+    ],
+)
+def test_manual_backoff_rejects_bad_arguments(
+    kwargs: dict[str, Any], error: type[Exception], name: str
+) -> None:
+    _, throttle = fake(start_delay=1.0)
+    url_or_key = kwargs.pop("url_or_key")
+    with pytest.raises(error, match=name):
+        throttle.backoff(url_or_key, **kwargs)
+
+
+# =================================================================================
+# strict Scrapy mode
+# =================================================================================
+
+SIGNALS: list[dict[str, str]] = [
+    {},
+    {"Retry-After": "30"},
+    {"Retry-After": formatdate(WALL + 2000.0, usegmt=True)},
+    {"RateLimit-Remaining": "0", "RateLimit-Reset": "60"},
+    {"X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "100"},
+    {"RateLimit": '"q";r=2;t=50'},
+    {"Age": "100"},
+    {"X-Cache": "HIT"},
+    {"CF-Cache-Status": "HIT", "Retry-After": "5"},
+]
+
+
+def scrapy_rule(delay: float, latency: float, status: int, *, concurrency: float) -> float:
+    """Scrapy's AutoThrottle, written out again (min 0, max 60)."""
+    target = latency / concurrency
+    new = min(max(target, (delay + target) / 2.0), 60.0)
+    if status != 200 and new <= delay:
+        return delay
+    return new
+
+
+async def test_strict_scrapy_by_hand() -> None:
+    clock, throttle = fake(
+        start_delay=1.0, strict_scrapy=True, block_classifier=lambda s, h: True, max_concurrency=4
+    )
+    slot = throttle.slot(KEY)
+    steps: list[tuple[int, float, dict[str, str], float]] = [
+        # 429 in 0.2 s with every signal: may raise, never lower -> stays 1
+        (429, 0.2, {"Retry-After": "30", "RateLimit-Remaining": "0", "RateLimit-Reset": "60"}, 1.0),
+        (503, 3.0, {"Retry-After": "600"}, 3.0),  # target 3 > 2: raised to 3
+        (200, 1.0, {"Age": "100", "X-Cache": "HIT"}, 2.0),  # a cache hit lowers as any 200
+        (200, 0.5, {"X-RateLimit-Remaining": "1", "X-RateLimit-Reset": "100"}, 1.25),
+    ]
+    for status, latency, headers, expected in steps:
+        lease = await take(throttle)  # also proves: no pause, no budget spacing
+        lease.observe(latency=latency, status=status, headers=headers)
+        lease.release()
+        assert slot.delay == pytest.approx(expected), (status, latency, headers)
+        clock.advance(slot.delay)
+    lease = await take(throttle)
+    lease.fail(ConnectionError())
+    assert slot.delay == pytest.approx(1.25)
+    snap = slot.snapshot()
+    assert (snap.backoffs, snap.pauses, snap.cache_hits, snap.failures) == (0, 0, 0, 1)
+    assert (snap.rate_limit, snap.pause_remaining, snap.last_backoff_reason) == (None, 0.0, None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from([200, 200, 200, 304, 404, 429, 500, 503]),
+            st.floats(min_value=0.0, max_value=20.0),
+            st.sampled_from(SIGNALS),
+            st.floats(min_value=0.0, max_value=5.0),
+        ),
+        max_size=30,
+    ),
+    concurrency=st.sampled_from([0.5, 1.0, 3.0]),
+)
+def test_strict_scrapy_is_exactly_scrapys_rule(
+    steps: list[tuple[int, float, dict[str, str], float]], concurrency: float
+) -> None:
+    clock, throttle = fake(start_delay=5.0, strict_scrapy=True, target_concurrency=concurrency)
+    slot = throttle.slot(KEY)
+    expected = 5.0
+    for status, latency, headers, pause in steps:
+        throttle.observe(KEY, latency=latency, status=status, headers=headers)
+        expected = scrapy_rule(expected, latency, status, concurrency=concurrency)
+        assert slot.delay == pytest.approx(expected, rel=1e-12, abs=1e-12)
+        clock.advance(pause)
+    snap = slot.snapshot()
+    assert (snap.backoffs, snap.ignored_backoffs, snap.pauses, snap.cache_hits) == (0, 0, 0, 0)
+    assert (snap.rate_limit, snap.pause_remaining) == (None, 0.0)
+
+
+# =================================================================================
+# snapshot and debug records
+# =================================================================================
+
+
+async def test_snapshot_of_a_fresh_slot() -> None:
+    _, throttle = fake()
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.last_backoff_ago is None
+    assert snap.last_backoff_reason is None
+    assert snap.pause_remaining == 0.0
+    assert snap.rate_limit is None
+    assert (snap.backoffs, snap.ignored_backoffs, snap.pauses, snap.cache_hits) == (0, 0, 0, 0)
+
+
+async def test_snapshot_shows_the_last_backoff_the_pause_and_the_budget() -> None:
+    clock, throttle = fake(start_delay=1.0, max_concurrency=4)
+    lease = await take(throttle)
+    lease.observe(latency=0.1, status=200, headers={"Age": "5"})
+    clock.advance(1.0)
+    lease = await take(throttle)
+    clock.advance(0.5)
+    lease.observe(
+        latency=0.5,
+        status=429,
+        headers={
+            "Retry-After": "10",
+            "RateLimit-Limit": "50",
+            "RateLimit-Remaining": "4",
+            "RateLimit-Reset": "40",
+        },
+    )
+    clock.advance(3.0)
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.last_backoff_ago == pytest.approx(3.0)
+    assert snap.last_backoff_reason == "status 429"
+    assert snap.pause_remaining == pytest.approx(7.0)
+    assert snap.rate_limit == RateLimit(remaining=4, reset=40.0, limit=50, source="RateLimit-*")
+    assert (snap.backoffs, snap.pauses, snap.cache_hits) == (1, 1, 1)
+    assert snap.status_counts == {200: 1, 429: 1}
+    clock.advance(20.0)
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.pause_remaining == 0.0
+    assert snap.last_backoff_ago == pytest.approx(23.0)
+
+
+def _blocked(status: int, headers: Mapping[str, str]) -> bool:
+    return "X-Captcha" in headers
+
+
+async def _scenario(name: str, throttle: Throttle) -> None:
+    lease = await take(throttle)
+    if name == "latency":
+        lease.observe(latency=0.1, status=200)
+    elif name == "status 429":
+        lease.observe(latency=0.1, status=429)
+    elif name == "Retry-After":
+        lease.observe(latency=0.1, status=200, headers={"Retry-After": "5"})
+    elif name == "rate-limit header":
+        lease.observe(
+            latency=0.1, status=200, headers={"RateLimit-Remaining": "0", "RateLimit-Reset": "9"}
+        )
+    elif name == "cache hit":
+        lease.observe(latency=0.1, status=200, headers={"X-Cache": "HIT"})
+    elif name == "failure: ConnectionError":
+        lease.fail(ConnectionError())
+    elif name == "manual":
+        throttle.backoff(KEY)
+    elif name == "manual pause":
+        throttle.backoff(KEY, pause=5.0)
+    elif name == "blocked":
+        lease.observe(latency=0.1, status=200, headers={"X-Captcha": "1"})
+    else:  # pragma: no cover
+        raise AssertionError(name)
+    lease.release()
+
+
+REASONS = [
+    "latency",
+    "status 429",
+    "Retry-After",
+    "rate-limit header",
+    "cache hit",
+    "failure: ConnectionError",
+    "manual",
+    "manual pause",
+    "blocked",
+]
+
+
+@pytest.mark.parametrize("reason", REASONS)
+async def test_debug_records_carry_the_reason(
+    reason: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, throttle = fake(start_delay=1.0, debug=True, block_classifier=_blocked)
+    with caplog.at_level(logging.DEBUG, logger="autothrottle"):
+        await _scenario(reason, throttle)
+    records = [r for r in caplog.records if r.name == "autothrottle" and r.levelno == logging.DEBUG]
+    reasons = [getattr(r, "reason", None) for r in records]
+    assert reason in reasons, reasons
+    for record in records:
+        assert getattr(record, "slot", None) == KEY
+        assert KEY in record.getMessage()
+        assert str(getattr(record, "reason", None)) in record.getMessage()
+    delay_records = [r for r in records if hasattr(r, "new_delay")]
+    if delay_records:
+        assert delay_records[-1].new_delay == throttle.slot(KEY).delay
+
+
+async def test_no_debug_records_without_debug(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="autothrottle"):
+        for reason in REASONS:
+            _, throttle = fake(start_delay=1.0, block_classifier=_blocked)
+            await _scenario(reason, throttle)
+    assert [r for r in caplog.records if r.levelno == logging.DEBUG] == []
+
+
+# =================================================================================
+# validation of the signal settings
+# =================================================================================
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        ({"backoff_factor": 0.5}, ValueError, "backoff_factor"),
+        ({"backoff_factor": math.inf}, ValueError, "backoff_factor"),
+        ({"backoff_factor": "2"}, TypeError, "backoff_factor"),
+        ({"max_pause": -1.0}, ValueError, "max_pause"),
+        ({"max_pause": math.nan}, ValueError, "max_pause"),
+        ({"backoff_statuses": [99]}, ValueError, "backoff_statuses"),
+        ({"backoff_statuses": [429.0]}, ValueError, "backoff_statuses"),
+        ({"backoff_statuses": [True]}, ValueError, "backoff_statuses"),
+        ({"backoff_statuses": "429"}, TypeError, "backoff_statuses"),
+        ({"backoff_statuses": 429}, TypeError, "backoff_statuses"),
+        ({"backoff_on_failure": 1}, TypeError, "backoff_on_failure"),
+        ({"retry_after": "yes"}, TypeError, "retry_after"),
+        ({"rate_limit_headers": None}, TypeError, "rate_limit_headers"),
+        ({"cache_hits_lower_delay": 0}, TypeError, "cache_hits_lower_delay"),
+        ({"strict_scrapy": 1}, TypeError, "strict_scrapy"),
+        ({"block_classifier": "captcha"}, TypeError, "block_classifier"),
+        ({"wall_clock": 5.0}, TypeError, "wall_clock"),
+    ],
+    ids=repr,
+)
+def test_bad_signal_settings_raise_naming_the_parameter(
+    kwargs: dict[str, Any], error: type[Exception], name: str
+) -> None:
+    with pytest.raises(error, match=name):
+        Throttle(**kwargs)
