@@ -41,22 +41,10 @@ from autothrottle import (
     Lease,
     Throttle,
 )
+from fakes import FakeClock
 
 KEY = "example.com"
 TOL = 1e-5  # looptime's clock ticks in microseconds
-
-
-class FakeClock:
-    """A monotonic clock that only moves when told to."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def fake(**kwargs: Any) -> tuple[FakeClock, Throttle]:

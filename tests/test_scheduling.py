@@ -30,22 +30,10 @@ import pytest
 
 from autothrottle import Lease, MemoryStore, Slot, Throttle
 from autothrottle._slot import _Ticket
+from fakes import FakeClock
 
 KEY = "example.com"
 TOL = 1e-5  # looptime's clock ticks in microseconds
-
-
-class FakeClock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def sans_io(**kwargs: object) -> tuple[FakeClock, Throttle, Slot]:

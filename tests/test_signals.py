@@ -38,27 +38,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autothrottle import Lease, RateLimit, Throttle
+from fakes import WALL, FakeClock
 
 KEY = "example.com"
 OTHER = "other.example"
-WALL = 1_700_000_000.0  # the fake wall clock's epoch seconds at fake monotonic 0
 TOL = 1e-5  # looptime's clock ticks in microseconds
-
-
-class FakeClock:
-    """A monotonic clock that only moves when told to."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def wall(self) -> float:
-        return WALL + self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def fake(**kwargs: Any) -> tuple[FakeClock, Throttle]:

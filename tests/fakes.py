@@ -1,0 +1,22 @@
+"""Test doubles shared by the engine tests."""
+
+from __future__ import annotations
+
+WALL = 1_700_000_000.0
+"""The fake wall clock's epoch seconds when the fake monotonic clock reads 0."""
+
+
+class FakeClock:
+    """A monotonic clock that only moves when told to, with a wall clock beside it."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def wall(self) -> float:
+        return WALL + self.now
