@@ -377,28 +377,49 @@ class RateLimited(Behaviour):
         return _RateRuntime(self, host, rng, now)
 
 
-class _RateRuntime(Runtime):
-    def __init__(self, b: RateLimited, host: str, rng: random.Random, now: float) -> None:
+class _BucketRuntime(Runtime):
+    """A token bucket in front of the pages; subclasses say how excess is answered."""
+
+    def __init__(
+        self, b: RateLimited | SoftBlock, host: str, rng: random.Random, now: float
+    ) -> None:
         super().__init__(host, rng)
-        self.b = b
+        self.service_time = b.service_time
         self.bucket = _Bucket(b.rate, b.burst, now)
 
     def reset(self, now: float) -> None:
         super().reset(now)
         self.bucket.refill(now)
 
+    def refused(self) -> Reply:
+        raise NotImplementedError
+
+    def served_headers(self) -> dict[str, str]:
+        return {}
+
     async def serve(self, target: str, ticket: Ticket, rec: Recorder) -> Reply:
-        b = self.b
         if not self.bucket.take(ticket.arrival):
-            headers = self.bucket.headers(limited=True) if b.headers else {}
-            if b.retry_after:
-                headers["Retry-After"] = str(self.bucket.retry_after())
-            return Reply(429, b"Too Many Requests\n", "limited", headers, "text/plain")
-        headers = self.bucket.headers() if b.headers else {}
+            return self.refused()
+        headers = self.served_headers()
         rec.begin(ticket, ticket.arrival)
-        if b.service_time > 0:
-            await asyncio.sleep(self.jittered(b.service_time, 0.1))
+        if self.service_time > 0:
+            await asyncio.sleep(self.jittered(self.service_time, 0.1))
         return Reply(200, _page(self.host, target), "ok", headers)
+
+
+class _RateRuntime(_BucketRuntime):
+    def __init__(self, b: RateLimited, host: str, rng: random.Random, now: float) -> None:
+        super().__init__(b, host, rng, now)
+        self.b = b
+
+    def refused(self) -> Reply:
+        headers = self.bucket.headers(limited=True) if self.b.headers else {}
+        if self.b.retry_after:
+            headers["Retry-After"] = str(self.bucket.retry_after())
+        return Reply(429, b"Too Many Requests\n", "limited", headers, "text/plain")
+
+    def served_headers(self) -> dict[str, str]:
+        return self.bucket.headers() if self.b.headers else {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,23 +450,9 @@ class SoftBlock(Behaviour):
         return _SoftBlockRuntime(self, host, rng, now)
 
 
-class _SoftBlockRuntime(Runtime):
-    def __init__(self, b: SoftBlock, host: str, rng: random.Random, now: float) -> None:
-        super().__init__(host, rng)
-        self.b = b
-        self.bucket = _Bucket(b.rate, b.burst, now)
-
-    def reset(self, now: float) -> None:
-        super().reset(now)
-        self.bucket.refill(now)
-
-    async def serve(self, target: str, ticket: Ticket, rec: Recorder) -> Reply:
-        if not self.bucket.take(ticket.arrival):
-            return Reply(200, _CAPTCHA_PAGE, "blocked", {"Cache-Control": "no-store"})
-        rec.begin(ticket, ticket.arrival)
-        if self.b.service_time > 0:
-            await asyncio.sleep(self.jittered(self.b.service_time, 0.1))
-        return Reply(200, _page(self.host, target))
+class _SoftBlockRuntime(_BucketRuntime):
+    def refused(self) -> Reply:
+        return Reply(200, _CAPTCHA_PAGE, "blocked", {"Cache-Control": "no-store"})
 
 
 @dataclass(frozen=True, slots=True)
