@@ -29,6 +29,7 @@ from ._request import CONTROL_HEADER, RequestOptions
 from ._slot import Lease, Slot, SlotSnapshot
 from ._store import MemoryStore, SlotStore
 from ._throttle import Throttle
+from ._timeline import Mark, SlotSample, Timeline
 
 __all__ = [
     "CONTROL_HEADER",
@@ -41,14 +42,17 @@ __all__ = [
     "RateLimit",
     "DelayPolicy",
     "Lease",
+    "Mark",
     "MemoryStore",
     "RequestOptions",
     "Sample",
     "Slot",
     "SlotConfig",
+    "SlotSample",
     "SlotSnapshot",
     "SlotStore",
     "Throttle",
+    "Timeline",
 ]
 
 __version__ = "0.1.0"

@@ -1,0 +1,572 @@
+"""``autothrottle demo``: watch the throttle find the pace of five simulated sites.
+
+Everything runs in this process and on loopback: an :class:`autothrottle.sim.SimServer`
+serves five hosts of different behaviours (127.0.0.2 … 127.0.0.6), and a few
+workers per host fetch pages from them through ONE :class:`~autothrottle.Throttle`,
+some hosts with httpx and some with aiohttp, until the time is up. The site's
+ground truth (what arrived, the busiest second, its queue) is what the summary
+judges the throttle by, not the throttle's own view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import math
+import random
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import aiohttp
+import httpx
+from rich import box
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from . import __version__
+from ._cli import DEFAULT_DURATION, DEFAULT_OUT
+from ._hosts import HostSettings
+from ._policy import AdaptiveConcurrencyPolicy
+from ._throttle import Throttle
+from ._timeline import Timeline
+from .aiohttp import ThrottledSession
+from .httpx import ThrottledClient
+from .sim import (
+    CDN,
+    Behaviour,
+    Capacity,
+    HostStats,
+    RateLimited,
+    SimServer,
+    SoftBlock,
+    VariableLatency,
+    is_blocked_page,
+)
+
+__all__ = ["Outcome", "Site", "build_throttle", "run", "sites"]
+
+Client = Literal["httpx", "aiohttp"]
+
+#: Requests each host's workers may have under way at once; the throttle's
+#: ``max_concurrency`` is the same, so the throttle, not the worker count, sets the pace.
+_WORKERS = 8
+
+
+@dataclass(frozen=True)
+class Site:
+    """One simulated host of the demo and how it is crawled."""
+
+    address: str
+    name: str
+    about: str
+    behaviour: Behaviour
+    client: Client
+    settings: HostSettings | None = None
+
+
+def sites() -> list[Site]:
+    """The demo's hosts: one of each behaviour the simulator knows."""
+    return [
+        Site(
+            "127.0.0.2",
+            "slow origin",
+            "4 workers, 50 ms a page; extra requests queue",
+            Capacity(workers=4, service_time=0.05),
+            "httpx",
+            # How many requests it serves at once is unknown: let the policy find out.
+            HostSettings(policy=AdaptiveConcurrencyPolicy()),
+        ),
+        Site(
+            "127.0.0.3",
+            "rate-limited API",
+            "10 requests/s (burst 5), told in RateLimit headers; excess gets 429",
+            RateLimited(rate=10, burst=5),
+            "aiohttp",
+        ),
+        Site(
+            "127.0.0.4",
+            "CAPTCHA wall",
+            "5 requests/s; excess gets a 200 CAPTCHA page",
+            SoftBlock(rate=5),
+            "httpx",
+        ),
+        Site(
+            "127.0.0.5",
+            "CDN",
+            "90 % cache hits (5 ms); misses go to a 2-worker origin (200 ms)",
+            CDN(hit_ratio=0.9, origin=Capacity(workers=2, service_time=0.2), edge_time=0.005),
+            "aiohttp",
+            HostSettings(target_concurrency=4.0),
+        ),
+        Site(
+            "127.0.0.6",
+            "mixed pages",
+            "80 % fast pages (30 ms), 20 % slow (500 ms); 4 workers",
+            VariableLatency(fast_time=0.03, slow_time=0.5, slow_ratio=0.2, workers=4),
+            "httpx",
+            HostSettings(target_concurrency=4.0),
+        ),
+    ]
+
+
+def build_throttle(demo_sites: list[Site], *, seed: int | None = None) -> Throttle:
+    """The one throttle every host goes through, with the demo's settings."""
+    return Throttle(
+        start_delay=0.5,
+        max_delay=10.0,
+        target_concurrency=2.0,
+        max_concurrency=_WORKERS,
+        hosts={s.address: s.settings for s in demo_sites if s.settings is not None},
+        rng=random.Random(seed),
+    )
+
+
+# -- the crawl -------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """What the crawler itself saw from one host."""
+
+    responses: int = 0
+    ok: int = 0
+    limited: int = 0
+    blocked: int = 0
+    cache_hits: int = 0
+    other: int = 0
+    errors: int = 0
+    statuses: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Host:
+    site: Site
+    base_url: str
+    tally: Tally = field(default_factory=Tally)
+    pages: itertools.count[int] = field(default_factory=itertools.count)
+
+    def next_url(self) -> str:
+        return f"{self.base_url}/page/{next(self.pages)}"
+
+
+Fetch = Callable[[str], Awaitable[tuple[int, bytes, str]]]
+
+
+class _Crawl:
+    """The crawl's shared state: hosts, throttle, timeline, stop signal."""
+
+    def __init__(self, hosts: list[_Host], throttle: Throttle, timeline: Timeline) -> None:
+        self.hosts = hosts
+        self.throttle = throttle
+        self.timeline = timeline
+        self.stop = asyncio.Event()
+
+    def record(self, host: _Host, url: str, status: int, body: bytes, cache: str) -> None:
+        tally = host.tally
+        tally.responses += 1
+        tally.statuses[status] = tally.statuses.get(status, 0) + 1
+        if cache.upper().startswith("HIT"):
+            tally.cache_hits += 1
+        if status == 200 and is_blocked_page(body):
+            # Status 200, fast: only the body says we were blocked. Tell the
+            # throttle, as any crawler that can recognise a block page should.
+            tally.blocked += 1
+            self.throttle.backoff(url)
+            self.timeline.mark(host.site.address, "blocked")
+        elif status == 200:
+            tally.ok += 1
+        elif status == 429:
+            tally.limited += 1
+        else:
+            tally.other += 1
+
+    async def worker(self, host: _Host, fetch: Fetch) -> None:
+        while not self.stop.is_set():
+            url = host.next_url()
+            try:
+                status, body, cache = await fetch(url)
+            except (httpx.HTTPError, aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                host.tally.errors += 1
+                await asyncio.sleep(0.05)  # never spin on a dead host
+                continue
+            self.record(host, url, status, body, cache)
+
+
+def _httpx_fetch(client: httpx.AsyncClient) -> Fetch:
+    async def fetch(url: str) -> tuple[int, bytes, str]:
+        response = await client.get(url)
+        return response.status_code, response.content, response.headers.get("X-Cache", "")
+
+    return fetch
+
+
+def _aiohttp_fetch(session: aiohttp.ClientSession) -> Fetch:
+    async def fetch(url: str) -> tuple[int, bytes, str]:
+        async with session.get(url) as response:
+            body = await response.read()
+            return response.status, body, response.headers.get("X-Cache", "")
+
+    return fetch
+
+
+# -- what the user sees ------------------------------------------------------------------
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds >= 1.0:
+        return f"{seconds:.2f} s"
+    if seconds < 0.01:
+        return f"{seconds * 1000:.1f} ms"
+    return f"{seconds * 1000:.0f} ms"
+
+
+def _rate(value: float) -> str:
+    if not math.isfinite(value):
+        return "unlimited"
+    return f"{value:.1f}/s" if value < 100 else f"{value:.0f}/s"
+
+
+def _capacity(behaviour: Behaviour) -> str:
+    """The true capacity, and for a CDN its origin's, which is what the pace must respect."""
+    if isinstance(behaviour, CDN):
+        return f"{behaviour.capacity:.3g}/s (origin {behaviour.origin.capacity:.3g}/s)"
+    return f"{behaviour.capacity:.3g}/s"
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f} %" if whole else "-"
+
+
+def _statuses(tally: Tally) -> Text:
+    text = Text()
+    parts: list[tuple[str, str]] = [(f"{tally.ok} ok", "green")]
+    if tally.limited:
+        parts.append((f"{tally.limited} refused (429)", "bold red"))
+    if tally.blocked:
+        parts.append((f"{tally.blocked} blocked", "bold magenta"))
+    if tally.cache_hits:
+        parts.append((f"{tally.cache_hits} cached", "cyan"))
+    if tally.other:
+        parts.append((f"{tally.other} other", "yellow"))
+    if tally.errors:
+        parts.append((f"{tally.errors} errors", "red"))
+    for i, (label, style) in enumerate(parts):
+        if i:
+            text.append("  ")
+        text.append(label, style=style)
+    return text
+
+
+def _live_table(crawl: _Crawl, elapsed: float, duration: float) -> Group:
+    table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    table.add_column("site", no_wrap=True, style="bold")
+    table.add_column("client")
+    for name in ("delay", "latency", "in flight", "req/s", "capacity"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("responses")
+    snapshot = crawl.throttle.snapshot()
+    for host in crawl.hosts:
+        address = host.site.address
+        snap = snapshot.get(address)
+        table.add_row(
+            host.site.name,
+            host.site.client,
+            _ms(snap.delay if snap else None),
+            _ms(snap.last_latency if snap else None),
+            str(snap.in_flight if snap else 0),
+            _rate(crawl.timeline.rate(address, 2.0)),
+            f"{host.site.behaviour.capacity:.3g}/s",
+            _statuses(host.tally),
+        )
+    bar = Text(
+        f"crawling · {elapsed:3.0f} s of {duration:g} s · Ctrl-C ends it early", style="bold"
+    )
+    return Group(bar, table)
+
+
+def _progress_line(crawl: _Crawl, elapsed: float) -> str:
+    parts = []
+    for host in crawl.hosts:
+        t = host.tally
+        note = ""
+        if t.limited:
+            note += f", {t.limited} refused (429)"
+        if t.blocked:
+            note += f", {t.blocked} blocked"
+        rate = crawl.timeline.rate(host.site.address, 2.0)
+        parts.append(f"{host.site.name} {rate:.1f}/s{note}")
+    return f"[{elapsed:3.0f} s] " + " · ".join(parts)
+
+
+def _intro(demo_sites: list[Site], hosts: list[_Host], duration: float) -> Group:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("url", "site", "client", "behaviour", "true capacity"):
+        table.add_column(name, justify="right" if name == "true capacity" else "left")
+    for h in hosts:
+        table.add_row(
+            h.base_url, h.site.name, h.site.client, h.site.about, _capacity(h.site.behaviour)
+        )
+    head = Text.assemble(
+        (f"autothrottle {__version__} demo", "bold"),
+        f": {len(demo_sites)} simulated sites on loopback, crawled for {duration:g} s "
+        "through ONE Throttle (start_delay 0.5 s, target_concurrency 2, at most "
+        f"{_WORKERS} requests in flight per host). Nothing leaves this machine.",
+    )
+    hint = Text(
+        "Each host starts at a 0.5 s delay; watch it settle at the pace the site allows.",
+        style="dim",
+    )
+    return Group(head, table, hint)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One host's result: the crawler's tally, the site's truth, the throttle's state."""
+
+    site: Site
+    tally: Tally
+    truth: HostStats
+    delay: float
+
+    @property
+    def capacity(self) -> float:
+        return self.site.behaviour.capacity
+
+    def verdict(self) -> str:
+        """One sentence a newcomer understands."""
+        s = self.truth
+        b = self.site.behaviour
+        good = s.goodput
+        answered = max(s.completed, 1)
+        if isinstance(b, RateLimited):
+            refused = s.limited / answered
+            if refused <= 0.03 and good >= 0.8 * b.rate:
+                return (
+                    f"found the pace: {good:.1f}/s of {b.rate:g}/s allowed, "
+                    f"{100 * refused:.1f} % refused"
+                )
+            if refused > 0.03:
+                return f"too fast: {100 * refused:.1f} % refused with 429 ({good:.1f}/s)"
+            return f"too cautious: {good:.1f}/s of {b.rate:g}/s allowed"
+        if isinstance(b, SoftBlock):
+            blocked = s.blocked / answered
+            if blocked <= 0.05 and good >= 0.75 * b.rate:
+                return (
+                    f"found the pace: {good:.1f}/s of {b.rate:g}/s allowed, "
+                    f"{100 * blocked:.1f} % CAPTCHA pages"
+                )
+            if blocked > 0.05:
+                return f"too fast: {100 * blocked:.1f} % CAPTCHA pages ({good:.1f}/s)"
+            return f"too cautious: {good:.1f}/s of {b.rate:g}/s allowed"
+        if isinstance(b, CDN):
+            origin = s.origin
+            if origin is None:  # pragma: no cover - a CDN host always has one
+                return f"{good:.1f}/s"
+            word = "spared the origin" if origin.mean_queued < 0.5 else "overloaded the origin"
+            return (
+                f"{word}: {origin.goodput:.1f} misses/s of the {b.origin.capacity:g}/s it "
+                f"serves, at most {origin.max_in_service} of its {b.origin.workers} workers "
+                "busy; cache hits don't set the pace"
+            )
+        # A host bound by its workers (Capacity, VariableLatency): busy, without a pile-up.
+        workers = b.workers if isinstance(b, (Capacity, VariableLatency)) else 1
+        ratio = good / self.capacity if self.capacity > 0 else 0.0
+        waited = _ms(s.wait_mean)
+        if s.mean_queued > workers:
+            head = "pushed too hard"
+        elif ratio >= 0.8:
+            head = "found the pace"
+        else:
+            head = "cautious"
+        return (
+            f"{head}: {good:.1f}/s of the {self.capacity:.0f}/s it can serve, "
+            f"{waited} average wait for a worker there"
+        )
+
+
+def _summary_table(outcomes: list[Outcome], elapsed: float) -> Table:
+    table = Table(
+        title=f"after {elapsed:.0f} s, as the sites counted it",
+        box=box.SIMPLE_HEAD,
+        header_style="bold",
+        pad_edge=False,
+    )
+    table.add_column("site", no_wrap=True, style="bold")
+    for name in ("requests", "goodput", "true capacity", "429", "blocked", "final delay"):
+        table.add_column(name, justify="right")
+    table.add_column("max in 1 s", justify="right")
+    for o in outcomes:
+        s = o.truth
+        table.add_row(
+            o.site.name,
+            str(s.requests),
+            _rate(s.goodput),
+            f"{o.capacity:.3g}/s",
+            _share(s.limited, s.completed),
+            _share(s.blocked, s.completed),
+            _ms(o.delay),
+            str(s.max_in_window),
+        )
+    return table
+
+
+def _verdicts(outcomes: list[Outcome]) -> Table:
+    table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for o in outcomes:
+        style = "green" if o.verdict().startswith(("found", "spared")) else "yellow"
+        table.add_row(o.site.name, Text(o.verdict(), style=style))
+    return table
+
+
+# -- running it ----------------------------------------------------------------------------
+
+
+async def _progress(
+    crawl: _Crawl, console: Console, live: bool, started: float, duration: float
+) -> None:
+    """Refresh the live view (or print a line now and then) until cancelled."""
+    if live:
+        with Live(
+            _live_table(crawl, 0.0, duration),
+            console=console,
+            auto_refresh=False,
+            transient=False,
+        ) as view:
+            while True:  # ends by cancellation
+                await asyncio.sleep(0.25)
+                elapsed = time.monotonic() - started
+                view.update(_live_table(crawl, elapsed, duration), refresh=True)
+    every = 5.0 if duration >= 10 else 1.0
+    for tick in itertools.count(1):  # ends by cancellation
+        await asyncio.sleep(max(0.0, started + tick * every - time.monotonic()))
+        console.print(_progress_line(crawl, time.monotonic() - started), highlight=False)
+
+
+async def _crawl(
+    duration: float, live: bool, seed: int | None, console: Console
+) -> tuple[list[Outcome], Timeline, float]:
+    """Serve the sites, crawl them until the time is up; the outcomes, timeline, seconds."""
+    demo_sites = sites()
+    throttle = build_throttle(demo_sites, seed=seed)
+    server = SimServer({s.address: s.behaviour for s in demo_sites}, seed=seed)
+    timeline = Timeline(throttle, interval=0.1)
+    async with server:
+        hosts = [_Host(s, server.base_url(s.address)) for s in demo_sites]
+        console.print(_intro(demo_sites, hosts, duration))
+        crawl = _Crawl(hosts, throttle, timeline)
+        async with (
+            ThrottledClient(
+                throttle=throttle,
+                trust_env=False,  # loopback only, whatever proxies the environment names
+                timeout=httpx.Timeout(15.0),
+                limits=httpx.Limits(max_connections=100, max_keepalive_connections=100),
+            ) as client,
+            ThrottledSession(
+                throttle=throttle,
+                timeout=aiohttp.ClientTimeout(total=15.0),
+                connector=aiohttp.TCPConnector(limit=100),
+            ) as session,
+        ):
+            fetchers: dict[Client, Fetch] = {
+                "httpx": _httpx_fetch(client),
+                "aiohttp": _aiohttp_fetch(session),
+            }
+            started = time.monotonic()
+            await timeline.start()
+            workers = [
+                asyncio.create_task(crawl.worker(h, fetchers[h.site.client]))
+                for h in hosts
+                for _ in range(_WORKERS)
+            ]
+            progress = asyncio.create_task(_progress(crawl, console, live, started, duration))
+            try:
+                await _wait(duration)
+            finally:
+                elapsed = time.monotonic() - started
+                crawl.stop.set()
+                progress.cancel()
+                await asyncio.gather(progress, return_exceptions=True)
+                # Give the requests under way a moment to finish, then cancel
+                # the rest (most are only waiting for their turn).
+                _, pending = await asyncio.wait(workers, timeout=0.5)
+                for task in pending:
+                    task.cancel()
+                await asyncio.gather(*pending, return_exceptions=True)
+                await timeline.stop()
+        truth = server.stats()
+    snapshot = throttle.snapshot()
+    outcomes = [
+        Outcome(h.site, h.tally, truth[h.site.address], snapshot[h.site.address].delay)
+        for h in hosts
+        if h.site.address in snapshot
+    ]
+    return outcomes, timeline, elapsed
+
+
+async def _wait(duration: float) -> None:
+    """Sleep ``duration`` seconds, or until Ctrl-C, which then only ends the crawl."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    try:
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+    except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not the main thread
+        await asyncio.sleep(duration)
+        return
+    try:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), duration)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def run(
+    *,
+    duration: float = DEFAULT_DURATION,
+    out: str | Path = DEFAULT_OUT,
+    live: bool = True,
+    seed: int | None = None,
+    console: Console | None = None,
+) -> int:
+    """Run the demo and save its chart to ``out``; returns the exit status (0).
+
+    Raises:
+        ValueError: ``out`` cannot be written (checked before the crawl starts).
+    """
+    if console is None:
+        console = Console(width=None if Console().is_terminal else 130)
+    live = live and console.is_terminal
+    path = Path(out).expanduser().resolve()
+    try:  # fail now rather than after the whole crawl
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"out: cannot write the chart to {str(path)!r}: {exc}") from None
+    if path.is_dir():
+        raise ValueError(f"out: {str(path)!r} is a directory; give a file name such as demo.png")
+    outcomes, timeline, elapsed = asyncio.run(_crawl(duration, live, seed, console))
+    console.print()
+    console.print(_summary_table(outcomes, elapsed))
+    console.print(_verdicts(outcomes))
+    console.print()
+    timeline.plot(
+        path,
+        title="autothrottle demo: each host's pace, found by one Throttle",
+        labels={
+            o.site.address: f"{o.site.address}  {o.site.name} ({o.site.client}): {o.site.about}"
+            for o in outcomes
+        },
+        capacities={o.site.address: o.capacity for o in outcomes},
+        keys=[o.site.address for o in outcomes],
+    )
+    console.print(f"chart saved to [bold]{path}[/]", highlight=False)
+    return 0

@@ -1,0 +1,416 @@
+"""The ``autothrottle`` command line, the demo, and the Timeline recorder.
+
+The demo test is a real (short) run on loopback; it asserts what the user must
+get (a summary naming every host, a PNG), never how fast anything went.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import autothrottle
+import autothrottle.sim
+from autothrottle import SlotSnapshot, Throttle
+from autothrottle._cli import DEFAULT_DURATION, DEFAULT_OUT, build_parser, main
+from autothrottle._timeline import Timeline
+from autothrottle.sim import CDN, Capacity, HostStats, RateLimited, SoftBlock
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+# ----------------------------------------------------------------------------- arguments
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"autothrottle {autothrottle.__version__}"
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert "demo" in out and "sim" in out
+
+
+def test_demo_defaults_need_no_arguments() -> None:
+    args = build_parser().parse_args(["demo"])
+    assert args.command == "demo"
+    assert (args.duration, args.out, args.no_live, args.seed) == (
+        DEFAULT_DURATION,
+        DEFAULT_OUT,
+        False,
+        None,
+    )
+    assert DEFAULT_DURATION <= 35  # the whole demo must end within a minute
+
+
+def test_demo_options() -> None:
+    args = build_parser().parse_args(
+        ["demo", "--duration", "2.5", "--out", "x/y.png", "--no-live", "--seed", "7"]
+    )
+    assert (args.duration, args.out, args.no_live, args.seed) == (2.5, "x/y.png", True, 7)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon", "3601"])
+def test_demo_rejects_bad_duration(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--duration", value])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--duration" in err and repr(value) in err
+
+
+def test_demo_rejects_unwritable_out_before_crawling(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--duration", "30", "--no-live", "--out", str(blocker / "x.png")])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert "out" in captured.err and "x.png" in captured.err
+    assert "simulated sites" not in captured.out  # nothing was started
+
+
+def test_sim_delegates_its_arguments_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[list[str], str]] = []
+
+    def fake_main(argv: list[str], *, prog: str) -> int:
+        calls.append((argv, prog))
+        return 5
+
+    monkeypatch.setattr(autothrottle.sim, "main", fake_main)
+    argv = ["--host", "127.0.0.2=rate:rate=2", "--help", "--version", "demo"]
+    assert main(["sim", *argv]) == 5
+    assert calls == [(argv, "autothrottle sim")]
+
+
+def test_sim_runs_the_simulator(capsys: pytest.CaptureFixture[str]) -> None:
+    spec = "127.0.0.2=capacity:workers=1,service_time=0.01"
+    assert main(["sim", "--host", spec, "--duration", "0.1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "http://127.0.0.2:" in out and "capacity:workers=1" in out
+
+
+@pytest.mark.parametrize(
+    ("command", "module", "extra"),
+    [
+        ("demo", "rich", "cli"),
+        ("demo", "matplotlib", "cli"),
+        ("demo", "httpx", "cli"),
+        ("demo", "aiohttp", "cli"),
+        ("sim", "aiohttp", "sim"),
+    ],
+)
+def test_missing_extra_is_named(
+    command: str,
+    module: str,
+    extra: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
+    assert main([command]) == 1
+    err = capsys.readouterr().err
+    assert module in err
+    assert f"pip install 'autothrottle[{extra}]'" in err
+
+
+def test_python_dash_m_autothrottle() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "autothrottle", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"autothrottle {autothrottle.__version__}"
+
+
+# ----------------------------------------------------------------------------- the demo
+
+
+def test_demo_short_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autothrottle._demo import sites
+
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+
+    out = tmp_path / "charts" / "x.png"
+    assert main(["demo", "--duration", "3", "--no-live", "--out", str(out), "--seed", "1"]) == 0
+    text = capsys.readouterr().out
+    assert out.read_bytes().startswith(PNG_MAGIC)
+    assert f"chart saved to {out}" in text
+    demo_sites = sites()
+    assert {s.client for s in demo_sites} == {"httpx", "aiohttp"}
+    intro, summary = text.split("as the sites counted it")
+    for site in demo_sites:
+        assert f"http://{site.address}:" in intro
+        assert summary.count(site.name) == 2  # its row and its verdict
+    assert "[  1 s]" in text  # plain progress lines, as stdout is not a terminal
+    assert "\x1b[" not in text  # and no live view or colours
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+
+def _stats(**values: Any) -> HostStats:
+    base: dict[str, Any] = {
+        f.name: (None if f.name in ("first_arrival", "last_finish", "origin") else 0)
+        for f in dataclasses.fields(HostStats)
+    }
+    base.update(host="127.0.0.9", url="", behaviour="", statuses={}, arrivals=(), records=())
+    base.update(in_service_series=(), queued_series=())
+    base.update(values)
+    return HostStats(**base)
+
+
+def _verdict(behaviour: Any, **values: Any) -> str:
+    from autothrottle._demo import Outcome, Site, Tally
+
+    site = Site("127.0.0.9", "x", "x", behaviour, "httpx")
+    stats = _stats(capacity=behaviour.capacity, **values)
+    return Outcome(site, Tally(), stats, 0.1).verdict()
+
+
+def test_verdicts_say_what_happened() -> None:
+    rate = RateLimited(rate=10)
+    assert _verdict(rate, goodput=9.6, completed=250, limited=1) == (
+        "found the pace: 9.6/s of 10/s allowed, 0.4 % refused"
+    )
+    assert _verdict(rate, goodput=9.9, completed=100, limited=20).startswith("too fast: 20.0 %")
+    assert _verdict(rate, goodput=3.0, completed=100).startswith("too cautious")
+    soft = SoftBlock(rate=5)
+    assert "2.0 % CAPTCHA" in _verdict(soft, goodput=4.8, completed=100, blocked=2)
+    assert _verdict(soft, goodput=4.8, completed=100, blocked=30).startswith("too fast")
+    origin = Capacity(workers=4, service_time=0.05)
+    assert _verdict(origin, goodput=70.0, mean_queued=0.1).startswith("found the pace: 70.0/s")
+    assert _verdict(origin, goodput=79.0, mean_queued=6.0).startswith("pushed too hard")
+    assert _verdict(origin, goodput=20.0).startswith("cautious")
+    cdn = CDN()
+    calm = _stats(goodput=1.5, mean_queued=0.0, max_in_service=1)
+    assert _verdict(cdn, goodput=15.0, origin=calm).startswith("spared the origin")
+    busy = _stats(goodput=10.0, mean_queued=3.0, max_in_service=2)
+    assert _verdict(cdn, goodput=99.0, origin=busy).startswith("overloaded the origin")
+
+
+# ----------------------------------------------------------------------------- Timeline
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeThrottle:
+    def __init__(self) -> None:
+        self.slots: dict[str, SlotSnapshot] = {}
+
+    def set(self, key: str, **values: Any) -> None:
+        base = self.slots.get(key) or SlotSnapshot(
+            key=key,
+            delay=1.0,
+            in_flight=0,
+            queued=0,
+            last_latency=None,
+            sent=0,
+            responses=0,
+            failures=0,
+        )
+        self.slots[key] = dataclasses.replace(base, **values)
+
+    def snapshot(self) -> Mapping[str, SlotSnapshot]:
+        return dict(self.slots)
+
+
+def test_timeline_records_values_and_deltas() -> None:
+    clock, fake = FakeClock(), FakeThrottle()
+    timeline = Timeline(fake, interval=0.5, clock=clock)
+    fake.set("a", delay=0.5, responses=3, status_counts={200: 3}, in_flight=2, queued=4)
+    timeline.sample()
+
+    clock.now += 1.0
+    fake.set(
+        "a",
+        delay=1.0,
+        last_latency=0.2,
+        responses=7,
+        status_counts={200: 5, 429: 2},
+        cache_hits=1,
+        backoffs=1,
+        ignored_backoffs=1,
+        pauses=1,
+        failures=1,
+        last_backoff_reason="status 429",
+        in_flight=1,
+        queued=0,
+    )
+    fake.set("b", responses=2, status_counts={503: 2}, backoffs=1, last_backoff_reason="status 503")
+    timeline.sample()
+
+    clock.now += 1.0
+    timeline.sample()  # nothing happened since
+
+    first, second, third = timeline.samples("a")
+    assert (first.time, first.delay, first.responses, first.statuses) == (0.0, 0.5, 3, {200: 3})
+    assert (first.in_flight, first.queued, first.latency) == (2, 4, None)
+    assert second.time == 1.0 and second.delay == 1.0 and second.latency == 0.2
+    assert second.responses == 4 and second.statuses == {200: 2, 429: 2}
+    assert (second.cache_hits, second.backoffs, second.pauses, second.failures) == (1, 2, 1, 1)
+    assert second.backoff_reason == "status 429"
+    assert (third.responses, third.statuses, third.backoffs, third.backoff_reason) == (
+        0,
+        {},
+        0,
+        None,
+    )
+    # A slot first seen later counts everything it had as new.
+    (b_first, _) = timeline.samples("b")
+    assert b_first.time == 1.0 and b_first.statuses == {503: 2} and b_first.backoffs == 1
+    assert timeline.keys == ("a", "b")
+    assert timeline.samples("never") == []
+
+
+def test_timeline_counts_a_recreated_slot_from_zero() -> None:
+    clock, fake = FakeClock(), FakeThrottle()
+    timeline = Timeline(fake, clock=clock)
+    fake.set("a", sent=50, responses=50, status_counts={200: 50})
+    timeline.sample()
+    del fake.slots["a"]  # evicted while idle, then used again
+    fake.set("a", sent=2, responses=2, status_counts={429: 2}, backoffs=1)
+    timeline.sample()
+    last = timeline.samples("a")[-1]
+    assert (last.responses, last.statuses, last.backoffs) == (2, {429: 2}, 1)
+
+
+def test_timeline_rate_and_marks() -> None:
+    clock, fake = FakeClock(), FakeThrottle()
+    timeline = Timeline(fake, clock=clock)
+    total = 0
+    for added in (5, 10, 20):
+        total += added
+        fake.set("a", responses=total)
+        timeline.sample()
+        clock.now += 1.0
+    assert timeline.rate("a", window=1.0) == 20.0  # t=1..2: the last sample's 20
+    assert timeline.rate("a", window=2.0) == 15.0  # t=0..2: 10 + 20 over 2 s
+    assert timeline.rate("a", window=60.0) == 15.0  # the first sample's 5 came before t=0
+    assert timeline.rate("missing") == 0.0
+    with pytest.raises(ValueError, match="window"):
+        timeline.rate("a", window=0)
+
+    clock.now = 100.0 + 2.5
+    timeline.mark("a", "blocked")
+    timeline.mark("b", "login wall")
+    assert [(m.time, m.kind) for m in timeline.marks("a")] == [(2.5, "blocked")]
+    assert len(timeline.marks()) == 2
+
+
+def test_timeline_keeps_at_most_max_samples() -> None:
+    clock, fake = FakeClock(), FakeThrottle()
+    timeline = Timeline(fake, clock=clock, max_samples=3)
+    fake.set("a")
+    for _ in range(10):
+        timeline.sample()
+        timeline.mark("a", "x")
+        clock.now += 1.0
+    assert [s.time for s in timeline.samples("a")] == [7.0, 8.0, 9.0]
+    assert len(timeline.marks()) == 3
+    timeline.clear()
+    assert timeline.keys == () and timeline.marks() == [] and timeline.now() == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        ({"interval": 0}, ValueError, "interval"),
+        ({"interval": math.nan}, ValueError, "interval"),
+        ({"interval": "fast"}, TypeError, "interval"),
+        ({"max_samples": 0}, ValueError, "max_samples"),
+        ({"clock": 3}, TypeError, "clock"),
+    ],
+)
+def test_timeline_rejects_bad_arguments(
+    kwargs: dict[str, Any], error: type[Exception], name: str
+) -> None:
+    with pytest.raises(error, match=name):
+        Timeline(FakeThrottle(), **kwargs)
+
+
+def test_timeline_needs_something_with_snapshot() -> None:
+    with pytest.raises(TypeError, match="snapshot"):
+        Timeline(object())  # type: ignore[arg-type]
+
+
+async def test_timeline_samples_a_real_throttle_in_the_background() -> None:
+    clock = FakeClock()
+    throttle = Throttle(start_delay=0.0, clock=clock)
+    async with Timeline(throttle, interval=0.01) as timeline:
+        assert timeline.running
+        with pytest.raises(RuntimeError, match="already started"):
+            await timeline.start()
+        lease = await throttle.acquire("example.com")
+        lease.observe(latency=0.1, status=429, headers={"Retry-After": "3"})
+        lease.release()
+        for _ in range(200):  # until the task has sampled at least once
+            if timeline.samples("example.com"):
+                break
+            await asyncio.sleep(0.01)
+    assert not timeline.running
+    await timeline.stop()  # idempotent
+    samples = timeline.samples("example.com")
+    assert sum(s.statuses.get(429, 0) for s in samples) == 1
+    assert sum(s.backoffs for s in samples) == 1
+    assert sum(s.pauses for s in samples) == 1
+    assert any(s.backoff_reason == "status 429" for s in samples)
+    assert samples[-1].delay > 0.0 and samples[-1].in_flight == 0
+
+
+def test_timeline_plot_writes_a_png(tmp_path: Path) -> None:
+    clock, fake = FakeClock(), FakeThrottle()
+    timeline = Timeline(fake, interval=0.1, clock=clock)
+    with pytest.raises(ValueError, match="no samples"):
+        timeline.plot(tmp_path / "empty.png")
+    for i in range(1, 40):
+        fake.set(
+            "api",
+            delay=0.5 / i,
+            last_latency=0.05,
+            responses=3 * i,
+            status_counts={200: 3 * i - i // 10, 429: i // 10},
+            backoffs=i // 10,
+            pauses=i // 20,
+            in_flight=i % 3,
+        )
+        fake.set("cdn", delay=0.1, responses=2 * i, status_counts={200: 2 * i}, cache_hits=i)
+        timeline.sample()
+        if i == 15:
+            timeline.mark("api", "blocked")
+        clock.now += 0.1
+    path = timeline.plot(
+        tmp_path / "sub" / "chart.png",
+        title="test",
+        labels={"api": "the API"},
+        capacities={"api": 10.0, "cdn": math.inf},
+    )
+    assert path == tmp_path / "sub" / "chart.png"
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    only = timeline.plot(tmp_path / "one.png", keys=["cdn"])
+    assert only.stat().st_size > 0
