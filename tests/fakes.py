@@ -20,3 +20,14 @@ class FakeClock:
 
     def wall(self) -> float:
         return WALL + self.now
+
+
+def refusal_floor(refused_gap: float, elapsed: float) -> float:
+    """The least delay ``elapsed`` seconds after a refusal at ``refused_gap`` (issue 3's
+    "approach the refused pace with care"), as the throttle documents it: the allowed
+    rate follows ``W * (1 + (1 - recovery_margin) * (t / recovery_time - 1) ** 3)``.
+    """
+    from autothrottle import Throttle
+
+    phase = elapsed / Throttle.recovery_time - 1.0
+    return refused_gap / (1.0 + (1.0 - Throttle.recovery_margin) * phase**3)

@@ -41,7 +41,7 @@ from autothrottle import (
     Lease,
     Throttle,
 )
-from fakes import FakeClock
+from fakes import FakeClock, refusal_floor
 
 KEY = "example.com"
 TOL = 1e-5  # looptime's clock ticks in microseconds
@@ -119,7 +119,6 @@ async def test_fixed_delay_is_bounded_by_min_delay() -> None:
 
 
 async def test_fixed_delay_backs_off_and_returns_as_the_floor_allows() -> None:
-    margin, probe = Throttle.recovery_margin, Throttle.probe_per_second
     clock, throttle = fake(policy=FixedDelayPolicy(0.5))
     slot = throttle.slot(KEY)
     lease = await take(throttle)
@@ -136,11 +135,11 @@ async def test_fixed_delay_backs_off_and_returns_as_the_floor_allows() -> None:
         lease.observe(latency=0.01, status=200)
         lease.release()
         elapsed = clock.now - refused_at
-        assert slot.delay == pytest.approx(max(0.5, 0.5 / (margin + probe * elapsed)))
+        assert slot.delay == pytest.approx(max(0.5, refusal_floor(0.5, elapsed)))
         if back_at is None and slot.delay == 0.5:
             back_at = elapsed
     assert back_at is not None
-    assert back_at >= (1.0 - margin) / probe - 1e-9  # no sooner than the floor allows
+    assert back_at >= Throttle.recovery_time - 1e-9  # no sooner than the floor allows
 
 
 # =================================================================================

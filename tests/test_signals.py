@@ -17,7 +17,7 @@ Expected numbers come from the rules in issue 3, not from the code:
   ``backoff_factor``, bounded by ``max_delay``; only the first signal of a
   burst counts: answers to requests sent before the last backoff are lag;
 * after a refusal at gap ``g`` the delay may not fall below
-  ``g / (recovery_margin + probe_per_second * seconds_since)``;
+  ``g / (1 + (1 - recovery_margin) * (seconds_since / recovery_time - 1) ** 3)``;
 * Scrapy's rule: ``target = latency / target_concurrency``,
   ``new = max(target, (delay + target) / 2)``; non-200 never lowers.
 """
@@ -38,7 +38,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autothrottle import Lease, RateLimit, Throttle
-from fakes import WALL, FakeClock
+from fakes import WALL, FakeClock, refusal_floor
 
 KEY = "example.com"
 OTHER = "other.example"
@@ -252,9 +252,9 @@ async def test_backoff_on_failure_false_only_counts_failures() -> None:
 
 
 async def test_recovery_approaches_the_refused_pace_with_care() -> None:
-    margin, probe = Throttle.recovery_margin, Throttle.probe_per_second
+    margin, settle = Throttle.recovery_margin, Throttle.recovery_time
     assert 0.0 < margin < 1.0
-    assert probe > 0.0
+    assert settle > 0.0
     clock, throttle = fake(start_delay=1.0)
     slot = throttle.slot(KEY)
     lease = await take(throttle)
@@ -266,7 +266,7 @@ async def test_recovery_approaches_the_refused_pace_with_care() -> None:
 
     history: list[tuple[float, float]] = []
     for _ in range(10_000):  # bounded: each turn moves the clock by the delay (> 0.4 s)
-        if clock.now - refused_at >= 120.0:
+        if clock.now - refused_at >= 2 * settle:
             break
         clock.advance(slot.delay)
         lease = await take(throttle)
@@ -276,16 +276,53 @@ async def test_recovery_approaches_the_refused_pace_with_care() -> None:
 
     # Never below the floor, and the floor is what holds it (the policy wants less).
     for elapsed, delay in history:
-        assert delay == pytest.approx(1.0 / (margin + probe * elapsed), rel=1e-9)
+        assert delay == pytest.approx(refusal_floor(1.0, elapsed), rel=1e-9)
     # At first it stays above the pace that was refused ...
     first_elapsed, first_delay = history[0]
     assert first_elapsed < 2.5
     assert 1.0 < first_delay <= 1.0 / margin
-    assert all(delay > 1.0 for elapsed, delay in history if elapsed < (1 - margin) / probe - 1)
+    assert all(delay > 1.0 for elapsed, delay in history if elapsed < settle)
     # ... and creeps past it as (fake) time goes by, never jumping.
     assert all(b[1] <= a[1] for a, b in itertools.pairwise(history))
     assert history[-1][1] < 1.0
     assert history[-1][1] > 0.4  # nowhere near the 10 ms the latency asks for
+
+
+async def succeed_at(clock: FakeClock, throttle: Throttle, rate: float, seconds: float) -> None:
+    """Fast 200s at ``rate`` per second for ``seconds`` (the slot's delay set to match)."""
+    slot = throttle.slot(KEY)
+    for _ in range(round(rate * seconds)):
+        slot.delay = 1.0 / rate
+        clock.advance(1.0 / rate)
+        lease = await take(throttle)
+        lease.observe(latency=0.0, status=200)
+        lease.release()
+
+
+async def test_a_refusal_far_above_what_got_through_bisects_the_limit() -> None:
+    # 10/s went through for 5 s; then the slot was refused while sending at 40/s:
+    # the limit lies between, and the slot aims at their geometric mean, 20/s.
+    clock, throttle = fake(start_delay=0.1)
+    await succeed_at(clock, throttle, 10.0, 5.0)
+    slot = throttle.slot(KEY)
+    slot.delay = 1.0 / 40
+    clock.advance(1.0 / 40)
+    lease = await take(throttle)
+    lease.observe(latency=0.0, status=429)
+    lease.release()
+    assert 1.0 / slot.refused_gap == pytest.approx(20.0, rel=0.05)
+
+
+async def test_a_refusal_just_above_what_got_through_takes_that_as_the_limit() -> None:
+    clock, throttle = fake(start_delay=0.1)
+    await succeed_at(clock, throttle, 10.0, 5.0)
+    slot = throttle.slot(KEY)
+    slot.delay = 1.0 / 11
+    clock.advance(1.0 / 11)
+    lease = await take(throttle)
+    lease.observe(latency=0.0, status=429)
+    lease.release()
+    assert 1.0 / slot.refused_gap == pytest.approx(10.0, rel=0.05)
 
 
 async def test_the_floor_holds_after_a_failure_too() -> None:
@@ -298,7 +335,7 @@ async def test_the_floor_holds_after_a_failure_too() -> None:
     clock.advance(1.0)
     lease = await take(throttle)
     lease.observe(latency=0.0, status=200)
-    assert slot.delay >= 0.5 / (Throttle.recovery_margin + Throttle.probe_per_second * 1.0)
+    assert slot.delay >= refusal_floor(0.5, 1.0)
     assert slot.delay > 0.5
 
 

@@ -40,6 +40,9 @@ __all__ = ["Lease", "Slot", "SlotSnapshot"]
 
 Clock = Callable[[], float]
 
+_RATE_WINDOW = 2.0
+"""Seconds over which the success rate is averaged (the time constant)."""
+
 
 def _no_wake() -> None:
     return None
@@ -114,6 +117,8 @@ class Slot:
     """
 
     __slots__ = (
+        "_allowed",
+        "_allowed_at",
         "_budget_gap",
         "_budget_until",
         "_clock",
@@ -122,6 +127,9 @@ class Slot:
         "_factor",
         "_last_send",
         "_leases",
+        "_ok_first",
+        "_ok_rate",
+        "_ok_rate_at",
         "_queue",
         "_rng",
         "_tokens",
@@ -131,7 +139,6 @@ class Slot:
         "backoffs",
         "cache_hits",
         "failures",
-        "gap_average",
         "hold_timeout",
         "ignored_backoffs",
         "key",
@@ -186,10 +193,16 @@ class Slot:
         self._tokens = float(config.burst)
         self._tokens_at = self.last_activity
         # What the slot learned from being refused: when, why, and at what pace.
-        self.gap_average: float | None = None
         self.backoff_at = -math.inf
         self.backoff_reason: str | None = None
         self.refused_gap = 0.0
+        # An exponentially weighted rate of successful responses: what the host
+        # actually let through lately, the best estimate of its limit when it refuses.
+        self._allowed = 0.0  # the best success rate seen at a refusal lately
+        self._allowed_at = -math.inf
+        self._ok_first = -math.inf
+        self._ok_rate = 0.0
+        self._ok_rate_at = 0.0
         self.policy_state: dict[str, float] = {}
         self.status_counts: Counter[int] = Counter()
 
@@ -299,6 +312,21 @@ class Slot:
         self._wake_head()
         return True
 
+    def _count_success(self, now: float) -> None:
+        if self._ok_first == -math.inf:
+            self._ok_first = now
+            self._ok_rate_at = now
+        self._ok_rate = self._ok_rate * math.exp((self._ok_rate_at - now) / _RATE_WINDOW)
+        self._ok_rate += 1.0 / _RATE_WINDOW
+        self._ok_rate_at = now
+
+    def _success_rate(self, now: float) -> float | None:
+        """Successful responses per second lately, or None before there is a fair estimate."""
+        warm = 1.0 - math.exp((self._ok_first - now) / _RATE_WINDOW)
+        if warm < 0.3:
+            return None
+        return self._ok_rate * math.exp((self._ok_rate_at - now) / _RATE_WINDOW) / warm
+
     def _burst_tokens(self, now: float) -> float:
         burst = self._config.burst
         if self._delay <= 0.0:
@@ -311,14 +339,7 @@ class Slot:
         self._budget_until = until
         self._wake_head()
 
-    def _grant(self, now: float, throttle: Throttle, adjust: bool, *, queued: bool) -> Lease:
-        last = self._last_send
-        if queued and last is not None and last >= self.pause_until:
-            # Only a request that had to wait shows the pace the gate keeps;
-            # a gap spanning a pause or an idle spell says nothing about it.
-            gap = now - last
-            average = self.gap_average
-            self.gap_average = gap if average is None else average + 0.3 * (gap - average)
+    def _grant(self, now: float, throttle: Throttle, adjust: bool) -> Lease:
         self._last_send = now
         if self._config.burst > 1:
             self._tokens = self._burst_tokens(now) - 1.0
@@ -338,7 +359,7 @@ class Slot:
         now = self._clock()
         if now < self._send_at(now):
             return None
-        return self._grant(now, throttle, adjust, queued=False)
+        return self._grant(now, throttle, adjust)
 
     def _enqueue(self) -> _Ticket:
         ticket = _Ticket()
@@ -364,7 +385,7 @@ class Slot:
         if wait > 0:
             return wait
         self._queue.popleft()
-        ticket.lease = self._grant(now, throttle, adjust, queued=True)
+        ticket.lease = self._grant(now, throttle, adjust)
         self._wake_head()
         return 0.0
 

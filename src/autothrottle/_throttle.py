@@ -87,12 +87,13 @@ class Throttle:
             message names the parameter and the value.
     """
 
-    #: After a refusal the slot may approach the refused pace only up to this
-    #: fraction of it at first ...
-    recovery_margin = 0.85
-    #: ... and the ceiling then rises by this fraction of it per second, so
-    #: the slot probes back towards (and past) the refused pace with care.
-    probe_per_second = 0.01
+    #: Right after a refusal the slot may come back to this fraction of the
+    #: rate that was refused ...
+    recovery_margin = 0.93
+    #: ... reaching that rate again after this many seconds, along a cubic
+    #: that is flat near it (as TCP CUBIC does): quick to return, slow to pass
+    #: the point of the last refusal, faster again to probe beyond it.
+    recovery_time = 15.0
 
     def __init__(
         self,
@@ -373,6 +374,8 @@ class Throttle:
         floor = self._refusal_floor(slot, now)
         if new < floor:
             new = min(floor, config.max_delay)
+        if status == 200 and not cache_hit:
+            slot._count_success(now)
         may_lower = status == 200 and (not cache_hit or self.cache_hits_lower_delay)
         if not may_lower and new < old:
             new = old
@@ -385,16 +388,17 @@ class Throttle:
     def _refusal_floor(self, slot: Slot, now: float) -> float:
         """The smallest delay the slot may use since it was last refused.
 
-        Right after a refusal at a gap ``g`` the floor is ``g / recovery_margin``;
-        it then falls as the allowed rate rises by ``probe_per_second`` of the
-        refused rate each second, so the slot creeps back towards the pace
-        that was refused instead of jumping straight back to it.
+        With ``W`` the refused rate, ``K = recovery_time`` and
+        ``b = 1 - recovery_margin``, the allowed rate ``t`` seconds after the
+        refusal is ``W * (1 + b * (t / K - 1) ** 3)``: ``(1 - b) W`` at once,
+        ``W`` after ``K`` seconds (with a long flat stretch around it), then
+        rising ever faster beyond, so a host whose limit went up is found again.
         """
         refused = slot.refused_gap
         if refused <= 0.0:
             return 0.0
-        elapsed = max(0.0, now - slot.backoff_at)
-        return refused / (self.recovery_margin + self.probe_per_second * elapsed)
+        phase = max(0.0, now - slot.backoff_at) / self.recovery_time - 1.0
+        return refused / (1.0 + (1.0 - self.recovery_margin) * phase**3)
 
     def _backoff(
         self,
@@ -411,12 +415,32 @@ class Throttle:
             return False
         config = slot.config
         old = slot.delay
-        pace = max(old, slot.gap_average or 0.0)
+        # The pace that was refused: the delay, or, when the cap rather than the
+        # delay was what held the slot back, latency / in-flight (Little's law).
+        pace = old
         if slot.last_latency and slot.in_flight:
             pace = max(pace, slot.last_latency / slot.in_flight)
         new = config.clamp(config.policy.backoff_delay(pace, self.backoff_factor, config))
         new = max(new, old)
-        slot.refused_gap = pace
+        # The host's limit lies between what it let through lately (a lower
+        # bound) and the pace it refused (an upper one). Far apart, take their
+        # geometric mean, a step of binary search, so a few refusals pin the
+        # limit down even when the first came at several times it; close
+        # together, the lower bound is the limit.
+        # The lower bound is the best rate seen let through at a refusal in the
+        # last minute: right after a pause the recent rate reads low.
+        refused_gap = pace
+        allowed = slot._success_rate(now) or 0.0
+        if now - slot._allowed_at < 60.0:
+            allowed = max(allowed, slot._allowed)
+        if allowed > 0.0:
+            slot._allowed = allowed
+            slot._allowed_at = now
+            if 1.0 / allowed > 1.25 * pace:
+                refused_gap = math.sqrt(pace / allowed)
+            else:  # refused just above what got through: that is the limit
+                refused_gap = max(pace, 1.0 / allowed)
+        slot.refused_gap = refused_gap
         slot.backoff_at = now
         slot.backoff_reason = reason
         slot.backoffs += 1
