@@ -12,7 +12,7 @@ nox.options.error_on_missing_interpreters = True
 @nox.session
 def tests(session: nox.Session) -> None:
     """The test suite: real loopback servers, injected clocks, property tests."""
-    session.install("-e", ".[dev,sim]")
+    session.install("-e", ".[dev,sim,cli]")
     session.run("pytest", *session.posargs)
 
 
@@ -27,14 +27,14 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def types(session: nox.Session) -> None:
     """mypy --strict over the package."""
-    session.install("-e", ".[dev,sim]")
+    session.install("-e", ".[dev,sim,cli]")
     session.run("mypy")
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """The benchmarks (never part of the test run); each prints a table and writes JSON."""
-    session.install("-e", ".[dev,sim,bench]")
+    session.install("-e", ".[dev,sim,cli,bench]")
     names = session.posargs or ["overhead", "many_hosts", "adaptive", "scale"]
     for name in names:
         session.run("python", f"benchmarks/{name}.py")
