@@ -1,0 +1,533 @@
+"""Overhead: requests/s through raw httpx and aiohttp vs the same clients throttled.
+
+Run with ``python benchmarks/overhead.py`` (about 1.5 minutes; ``--quick`` for
+a rough figure in ~30 s; ``--breakdown`` adds the variants that say where the
+adapters' cost goes). Loopback only.
+
+One aiohttp.web server runs in a separate process (so client and server do not
+share an event loop) and answers ``GET /`` with a small body at once. In the
+client process, ``--concurrency`` tasks share one client and send requests back
+to back for a fixed time. Against a server that does no work, the client's own
+CPU is the bottleneck, so this is the harshest setting for the ratio: any real
+site's latency would hide the adapter's cost. The variants:
+
+* ``httpx``: ``httpx.AsyncClient()``; ``httpx + ThrottledClient``.
+* ``aiohttp``: ``aiohttp.ClientSession()``; ``aiohttp + ThrottledSession``
+  (the throttle's middleware and its TraceConfig); ``aiohttp + middleware
+  only``: ``ClientSession(middlewares=(throttle_middleware(t),))`` without the
+  TraceConfig (documented: latency then includes connecting and pool waits,
+  and ``trace_request_ctx`` options are not read).
+
+The throttle is ``Throttle(start_delay=0, min_delay=0, max_delay=0,
+max_concurrency=10**6)``: zero delay (``max_delay=0`` clamps whatever the
+default policy computes, so every response still runs the whole observe path:
+header reading, the policy, the clamp) and a cap never reached. Every request
+still passes the throttle's gate, takes and releases a lease, and is timed.
+
+Rounds interleave the variants of one client in mirrored order (A B C C B A,
+reversed every other round), so background load and drift hit all alike. The
+table gives the median requests/s over half-rounds, the median per-round
+ratio to raw, and the client process's CPU time per request
+(``time.process_time``): CPU per request is disturbed far less by background
+load than a wall-clock rate, and its difference is the adapter's own cost.
+
+httpcore calls ``import sniffio`` on every request; anyio >= 4.12 no longer
+installs sniffio, and a failing import searches ``sys.path`` each time
+(~0.3 ms here), which would slow raw httpx and flatter the ratio. Unless
+``--no-sniffio-stub`` is given, a stub ``sniffio`` module answering "asyncio"
+is put in ``sys.modules`` so httpx runs at the speed it has with sniffio
+installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import multiprocessing
+import os
+import pstats
+import statistics
+import sys
+import time
+import types
+from collections.abc import Awaitable, Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+if not sys.stdout.isatty():
+    os.environ.setdefault("COLUMNS", "160")  # rich's tables: no wrapping when piped
+
+if "--no-sniffio-stub" not in sys.argv and "sniffio" not in sys.modules:
+    try:
+        import sniffio  # noqa: F401
+    except ImportError:
+        sys.modules["sniffio"] = types.SimpleNamespace(  # type: ignore[assignment]
+            current_async_library=lambda: "asyncio"
+        )
+        SNIFFIO = "stub"
+    else:
+        SNIFFIO = "installed"
+else:
+    SNIFFIO = "absent"
+
+import aiohttp
+import httpx
+from _common import print_table, write_results
+
+from autothrottle import Throttle
+from autothrottle.aiohttp import ThrottledSession, throttle_middleware
+from autothrottle.httpx import ThrottledClient
+
+BODY = b"<html><body>ok</body></html>\n" * 4  # ~120 bytes
+GOAL = 0.95
+
+# -- the server (its own process) --------------------------------------------------------
+
+
+def _serve(conn: Connection, delay: float) -> None:
+    """Serve ``GET /`` on 127.0.0.1 until the parent says stop (or goes away)."""
+    from aiohttp import web
+
+    async def index(request: web.Request) -> web.Response:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        return web.Response(body=BODY, content_type="text/html")
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_get("/", index)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets
+        conn.send(server.sockets[0].getsockname()[1])
+        # Block in a thread until the parent writes or closes the pipe.
+        with contextlib.suppress(EOFError, OSError):
+            await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+        await runner.cleanup()
+
+    asyncio.run(main())
+
+
+class ServerProcess:
+    """The loopback server in a child process; ``url`` once started."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, delay), daemon=True)
+        self._proc.start()
+        child.close()
+        try:
+            if not self._conn.poll(30):
+                raise RuntimeError("the benchmark server did not start within 30 s")
+            self.url = f"http://127.0.0.1:{self._conn.recv()}/"
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self._conn.send("stop")
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(5)
+
+
+# -- the clients -------------------------------------------------------------------------
+
+
+def _throttle() -> Throttle:
+    return Throttle(start_delay=0.0, min_delay=0.0, max_delay=0.0, max_concurrency=10**6)
+
+
+Fetch = Callable[[], Awaitable[None]]
+
+
+async def _noop_middleware(
+    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+) -> aiohttp.ClientResponse:
+    return await handler(request)
+
+
+class _NoopTransport(httpx.AsyncBaseTransport):
+    """A wrapping transport that does nothing (optionally sets a trace callback)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, trace: bool) -> None:
+        self._inner = inner
+        self._trace = trace
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._trace:
+
+            async def trace(name: str, info: dict[str, Any]) -> None:
+                return None
+
+            request.extensions = {**request.extensions, "trace": trace}
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class Variant:
+    """One client setup: opened once, measured in several rounds."""
+
+    def __init__(self, name: str, client: str, kind: str) -> None:
+        self.name = name
+        self.client = client
+        self.kind = kind
+        self.rates: list[float] = []
+        self.cpu_us: list[float] = []
+        self.throttle: Throttle | None = None
+        self._stack = contextlib.AsyncExitStack()
+        self.fetch: Fetch | None = None
+
+    async def open(self, url: str, concurrency: int) -> None:
+        limit = concurrency * 2
+        if self.client == "httpx":
+            pool = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
+            if self.kind == "throttled":
+                self.throttle = _throttle()
+                hx: httpx.AsyncClient = ThrottledClient(throttle=self.throttle, limits=pool)
+            elif self.kind in ("noop", "noop+trace"):
+                inner = httpx.AsyncHTTPTransport(limits=pool)
+                transport = _NoopTransport(inner, trace=self.kind == "noop+trace")
+                hx = httpx.AsyncClient(transport=transport)
+            else:
+                hx = httpx.AsyncClient(limits=pool)
+            await self._stack.enter_async_context(hx)
+
+            async def fetch_httpx() -> None:
+                response = await hx.get(url)
+                if response.status_code != 200:
+                    raise RuntimeError(f"unexpected status {response.status_code}")
+
+            self.fetch = fetch_httpx
+        else:
+            connector = aiohttp.TCPConnector(limit=limit)
+            if self.kind == "throttled":
+                self.throttle = _throttle()
+                session = ThrottledSession(throttle=self.throttle, connector=connector)
+            elif self.kind == "middleware":
+                self.throttle = _throttle()
+                session = aiohttp.ClientSession(
+                    connector=connector, middlewares=(throttle_middleware(self.throttle),)
+                )
+            elif self.kind == "noop":
+                session = aiohttp.ClientSession(
+                    connector=connector, middlewares=(_noop_middleware,)
+                )
+            elif self.kind == "trace":
+                session = aiohttp.ClientSession(
+                    connector=connector, trace_configs=[aiohttp.TraceConfig()]
+                )
+            else:
+                session = aiohttp.ClientSession(connector=connector)
+            await self._stack.enter_async_context(session)
+
+            async def fetch_aiohttp() -> None:
+                async with session.get(url) as response:
+                    await response.read()
+                    if response.status != 200:
+                        raise RuntimeError(f"unexpected status {response.status}")
+
+            self.fetch = fetch_aiohttp
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+    async def run(self, seconds: float, concurrency: int, *, record: bool = True) -> int:
+        """Send back to back from ``concurrency`` tasks for ``seconds``; the count."""
+        fetch = self.fetch
+        assert fetch is not None
+        count = 0
+        deadline = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal count
+            while time.perf_counter() < deadline:
+                await fetch()
+                count += 1
+
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        if record:
+            self.rates.append(count / wall)
+            self.cpu_us.append(cpu / count * 1e6)
+        return count
+
+    def check(self) -> None:
+        """A throttled variant must have kept its books straight."""
+        if self.throttle is None:
+            return
+        slots = list(self.throttle.slots())
+        if len(slots) != 1:
+            raise RuntimeError(f"expected one slot, got {slots}")
+        snap = slots[0].snapshot()
+        if snap.in_flight or snap.queued or snap.delay != 0.0 or snap.sent != snap.responses:
+            raise RuntimeError(f"the throttle left state behind: {snap}")
+
+
+def _module(filename: str) -> str:
+    """A profile entry's module group: autothrottle files one by one, packages whole."""
+    path = filename.replace(os.sep, "/")
+    if "/autothrottle/" in path:
+        return "autothrottle/" + os.path.basename(path)
+    if "/aiohttp/tracing" in path:
+        return "aiohttp/tracing.py"
+    if "site-packages/" in path:
+        return path.split("site-packages/", 1)[1].split("/", 1)[0]
+    if filename.startswith("~") or filename.startswith("<"):
+        return "builtins"
+    return "stdlib"
+
+
+def _profile_by_module(profiler: cProfile.Profile, requests: int) -> dict[str, float]:
+    """Own time per request (µs, profiler-inflated) by module group."""
+    totals: dict[str, float] = {}
+    raw_stats: dict[Any, Any] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    for (filename, _line, _func), (_cc, _nc, tt, _ct, _callers) in raw_stats.items():
+        group = _module(filename)
+        totals[group] = totals.get(group, 0.0) + tt / requests * 1e6
+    return totals
+
+
+async def _engine_cost(n: int = 50_000) -> dict[str, float]:
+    """The engine alone, in-process: acquire + observe + release on one slot (µs)."""
+    headers = {
+        "Content-Type": "text/html; charset=utf-8",
+        "Content-Length": "120",
+        "Date": "Sat, 22 Nov 2025 05:00:00 GMT",
+        "Server": "Python/3.11 aiohttp/3.14",
+    }
+    hx_headers = httpx.Headers(headers)
+    out: dict[str, float] = {}
+    for name, hdrs in (("dict headers", headers), ("httpx.Headers", hx_headers)):
+        throttle = _throttle()
+        started = time.perf_counter()
+        for _ in range(n):
+            lease = await throttle.acquire("host")
+            lease.observe(latency=0.001, status=200, headers=hdrs)
+            lease.release()
+        out[name] = (time.perf_counter() - started) / n * 1e6
+    return out
+
+
+# -- main ----------------------------------------------------------------------------------
+
+
+def _groups(breakdown: bool) -> list[list[Variant]]:
+    httpx_group = [
+        Variant("httpx", "httpx", "raw"),
+        Variant("httpx + ThrottledClient", "httpx", "throttled"),
+    ]
+    aiohttp_group = [
+        Variant("aiohttp", "aiohttp", "raw"),
+        Variant("aiohttp + ThrottledSession", "aiohttp", "throttled"),
+        Variant("aiohttp + middleware only", "aiohttp", "middleware"),
+    ]
+    if breakdown:
+        httpx_group += [
+            Variant("httpx + no-op transport", "httpx", "noop"),
+            Variant("httpx + no-op transport + trace", "httpx", "noop+trace"),
+        ]
+        aiohttp_group += [
+            Variant("aiohttp + no-op middleware", "aiohttp", "noop"),
+            Variant("aiohttp + empty TraceConfig", "aiohttp", "trace"),
+        ]
+    return [httpx_group, aiohttp_group]
+
+
+async def bench(args: argparse.Namespace, url: str) -> dict[str, Any]:
+    groups = _groups(args.breakdown)
+    variants = [v for group in groups for v in group]
+    conc = args.concurrency
+    for variant in variants:
+        await variant.open(url, conc)
+    profiles: dict[str, dict[str, float]] = {}
+    try:
+        for variant in variants:  # warm up: connections, caches, code paths
+            await variant.run(args.warmup, conc, record=False)
+        half = args.seconds / 2
+        for i in range(args.rounds):
+            for group in groups:
+                order = [*group, *reversed(group)]
+                if i % 2:
+                    order.reverse()
+                for variant in order:
+                    await variant.run(half, conc)
+            print(f"  round {i + 1}/{args.rounds} done", flush=True)
+        for variant in variants:
+            variant.check()
+        if args.profile:
+            for variant in variants:
+                if variant.kind not in ("raw", "throttled", "middleware"):
+                    continue
+                profiler = cProfile.Profile()
+                profiler.enable()
+                try:
+                    count = await variant.run(args.profile_seconds, conc, record=False)
+                finally:
+                    profiler.disable()
+                profiles[variant.name] = _profile_by_module(profiler, count)
+    finally:
+        for variant in variants:
+            await variant.close()
+
+    results: dict[str, Any] = {"variants": {}}
+    for group in groups:
+        raw = group[0]
+        raw_rounds = [(raw.rates[2 * i] + raw.rates[2 * i + 1]) / 2 for i in range(args.rounds)]
+        raw_cpu = statistics.median(raw.cpu_us)
+        for variant in group:
+            rounds = [
+                (variant.rates[2 * i] + variant.rates[2 * i + 1]) / 2 for i in range(args.rounds)
+            ]
+            ratios = [v / r for v, r in zip(rounds, raw_rounds, strict=True)]
+            cpu = statistics.median(variant.cpu_us)
+            results["variants"][variant.name] = {
+                "client": variant.client,
+                "kind": variant.kind,
+                "median_rps": statistics.median(variant.rates),
+                "rps_half_rounds": [round(r, 1) for r in variant.rates],
+                "median_ratio_to_raw": statistics.median(ratios),
+                "ratios_per_round": [round(r, 4) for r in ratios],
+                "median_cpu_us_per_request": cpu,
+                "cpu_us_half_rounds": [round(c, 1) for c in variant.cpu_us],
+                "cpu_us_added_per_request": cpu - raw_cpu,
+                "cpu_ratio_to_raw": raw_cpu / cpu,
+            }
+    results["engine_us_per_request"] = await _engine_cost()
+    results["profiles"] = profiles
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    parser.add_argument(
+        "--seconds", type=float, default=3.0, help="seconds per variant per round (default 3)"
+    )
+    parser.add_argument("--concurrency", type=int, default=8, help="client tasks (default 8)")
+    parser.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per variant")
+    parser.add_argument("--quick", action="store_true", help="3 rounds of 2 s: a rough figure")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="add no-op wrappers: where the cost goes"
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile the throttled variants")
+    parser.add_argument("--profile-seconds", type=float, default=3.0)
+    parser.add_argument(
+        "--server-delay",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="the server waits this long before answering (default 0: client CPU-bound)",
+    )
+    parser.add_argument(
+        "--no-sniffio-stub",
+        action="store_true",
+        help="measure httpx with its failing per-request 'import sniffio' (see the docstring)",
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.seconds = 3, 2.0
+    if not 1 <= args.rounds <= 50 or not 0.2 <= args.seconds <= 60:
+        parser.error("--rounds must be in [1, 50] and --seconds in [0.2, 60]")
+    if not 1 <= args.concurrency <= 256:
+        parser.error("--concurrency must be in [1, 256]")
+    if not 0 <= args.server_delay <= 1000:
+        parser.error("--server-delay must be in [0, 1000] ms")
+
+    print(
+        f"overhead: {args.rounds} rounds x {args.seconds:g} s per variant, "
+        f"{args.concurrency} concurrent tasks, server in a separate process "
+        f"(answers after {args.server_delay:g} ms), sniffio {SNIFFIO}",
+        flush=True,
+    )
+    server = ServerProcess(args.server_delay / 1000)
+    try:
+        results = asyncio.run(bench(args, server.url))
+    finally:
+        server.stop()
+
+    rows = []
+    for name, v in results["variants"].items():
+        ratio = v["median_ratio_to_raw"]
+        goal = ""
+        if v["kind"] in ("throttled", "middleware"):
+            goal = "met" if ratio >= GOAL else f"missed by {GOAL - ratio:.3f}"
+        rows.append(
+            (
+                name,
+                f"{v['median_rps']:,.0f}",
+                f"{min(v['rps_half_rounds']):,.0f}-{max(v['rps_half_rounds']):,.0f}",
+                f"{ratio:.3f}",
+                f"{v['median_cpu_us_per_request']:.0f}",
+                f"{v['cpu_us_added_per_request']:+.1f}",
+                f"{v['cpu_ratio_to_raw']:.3f}",
+                goal,
+            )
+        )
+    print_table(
+        f"requests/s, raw vs throttled (goal: ratio >= {GOAL}); {args.concurrency} tasks, "
+        f"server delay {args.server_delay:g} ms, median of {args.rounds} interleaved rounds",
+        [
+            "client",
+            "req/s",
+            "range",
+            "ratio to raw",
+            "CPU µs/req",
+            "CPU µs added",
+            "CPU ratio",
+            "goal",
+        ],
+        rows,
+    )
+    engine = results["engine_us_per_request"]
+    print(
+        "engine alone (acquire + observe + release, in-process): "
+        + ", ".join(f"{k} {v:.1f} µs" for k, v in engine.items())
+    )
+    profiles = results["profiles"]
+    for group in _groups(False):
+        raw = profiles.get(group[0].name)
+        if raw is None:
+            continue
+        for variant in group[1:]:
+            prof = profiles.get(variant.name)
+            if prof is None:
+                continue
+            diff = sorted(
+                ((prof.get(k, 0.0) - raw.get(k, 0.0), k) for k in set(raw) | set(prof)),
+                reverse=True,
+            )
+            print_table(
+                f"cProfile: where {variant.name} spends more than {group[0].name} "
+                f"(own time, µs/request, profiler-inflated; total "
+                f"{sum(raw.values()):.0f} -> {sum(prof.values()):.0f})",
+                ["module", "µs/request added"],
+                [(k, f"{d:+.1f}") for d, k in diff[:8]],
+            )
+    results["settings"] = {
+        "rounds": args.rounds,
+        "seconds_per_variant_per_round": args.seconds,
+        "concurrency": args.concurrency,
+        "throttle": "Throttle(start_delay=0, min_delay=0, max_delay=0, max_concurrency=10**6)",
+        "sniffio": SNIFFIO,
+        "server_delay_ms": args.server_delay,
+        "goal": GOAL,
+    }
+    name = "overhead" if not args.server_delay else f"overhead_delay{args.server_delay:g}ms"
+    path = write_results(name, results)
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
