@@ -38,10 +38,9 @@ from autothrottle import (
     DelayPolicy,
     FixedDelayPolicy,
     FixedRatePolicy,
-    Lease,
     Throttle,
 )
-from fakes import FakeClock, refusal_floor
+from fakes import FakeClock, refusal_floor, take
 
 KEY = "example.com"
 TOL = 1e-5  # looptime's clock ticks in microseconds
@@ -50,18 +49,6 @@ TOL = 1e-5  # looptime's clock ticks in microseconds
 def fake(**kwargs: Any) -> tuple[FakeClock, Throttle]:
     clock = FakeClock()
     return clock, Throttle(clock=clock, **kwargs)
-
-
-async def take(throttle: Throttle, key: str = KEY) -> Lease:
-    """``await throttle.acquire(key)``, asserting the gate is open at the fake clock's now."""
-    task = asyncio.ensure_future(throttle.acquire(key))
-    await asyncio.sleep(0)
-    if not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        raise AssertionError(f"the gate of {key!r} is closed")
-    return task.result()
 
 
 looptime = pytest.mark.looptime

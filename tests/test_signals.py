@@ -37,8 +37,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autothrottle import Lease, RateLimit, Throttle
-from fakes import WALL, FakeClock, refusal_floor
+from autothrottle import RateLimit, Throttle
+from fakes import WALL, FakeClock, refusal_floor, take
 
 KEY = "example.com"
 OTHER = "other.example"
@@ -48,22 +48,6 @@ TOL = 1e-5  # looptime's clock ticks in microseconds
 def fake(**kwargs: Any) -> tuple[FakeClock, Throttle]:
     clock = FakeClock()
     return clock, Throttle(clock=clock, wall_clock=clock.wall, **kwargs)
-
-
-async def take(throttle: Throttle, key: str = KEY) -> Lease:
-    """``await throttle.acquire(key)``, asserting the gate is open now.
-
-    With a fake clock nothing moves time while a request waits, so a closed
-    gate would hang; instead the wait is cancelled and the test fails.
-    """
-    task = asyncio.ensure_future(throttle.acquire(key))
-    await asyncio.sleep(0)
-    if not task.done():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        raise AssertionError(f"the gate of {key!r} is closed")
-    return task.result()
 
 
 async def gate_closed(throttle: Throttle, key: str = KEY) -> bool:
