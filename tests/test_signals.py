@@ -283,30 +283,28 @@ async def succeed_at(clock: FakeClock, throttle: Throttle, rate: float, seconds:
         lease.release()
 
 
-async def test_a_refusal_far_above_what_got_through_bisects_the_limit() -> None:
-    # 10/s went through for 5 s; then the slot was refused while sending at 40/s:
-    # the limit lies between, and the slot aims at their geometric mean, 20/s.
+@pytest.mark.parametrize(
+    ("refused_rate", "expected_limit"),
+    [
+        # Far above what got through (10/s): the limit lies between; aim at the
+        # geometric mean of the two bounds, sqrt(10 * 40) = 20/s.
+        (40.0, 20.0),
+        # Just above it: what got through is the limit.
+        (11.0, 10.0),
+    ],
+)
+async def test_a_refusal_brackets_the_limit_with_what_got_through(
+    refused_rate: float, expected_limit: float
+) -> None:
     clock, throttle = fake(start_delay=0.1)
     await succeed_at(clock, throttle, 10.0, 5.0)
     slot = throttle.slot(KEY)
-    slot.delay = 1.0 / 40
-    clock.advance(1.0 / 40)
+    slot.delay = 1.0 / refused_rate
+    clock.advance(1.0 / refused_rate)
     lease = await take(throttle)
     lease.observe(latency=0.0, status=429)
     lease.release()
-    assert 1.0 / slot.refused_gap == pytest.approx(20.0, rel=0.05)
-
-
-async def test_a_refusal_just_above_what_got_through_takes_that_as_the_limit() -> None:
-    clock, throttle = fake(start_delay=0.1)
-    await succeed_at(clock, throttle, 10.0, 5.0)
-    slot = throttle.slot(KEY)
-    slot.delay = 1.0 / 11
-    clock.advance(1.0 / 11)
-    lease = await take(throttle)
-    lease.observe(latency=0.0, status=429)
-    lease.release()
-    assert 1.0 / slot.refused_gap == pytest.approx(10.0, rel=0.05)
+    assert 1.0 / slot.refused_gap == pytest.approx(expected_limit, rel=0.05)
 
 
 async def test_the_floor_holds_after_a_failure_too() -> None:
