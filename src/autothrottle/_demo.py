@@ -348,25 +348,13 @@ class Outcome:
         good = s.goodput
         answered = max(s.completed, 1)
         if isinstance(b, RateLimited):
-            refused = s.limited / answered
-            if refused <= 0.03 and good >= 0.8 * b.rate:
-                return (
-                    f"found the pace: {good:.1f}/s of {b.rate:g}/s allowed, "
-                    f"{100 * refused:.1f} % refused"
-                )
-            if refused > 0.03:
-                return f"too fast: {100 * refused:.1f} % refused with 429 ({good:.1f}/s)"
-            return f"too cautious: {good:.1f}/s of {b.rate:g}/s allowed"
+            return _bucket_verdict(
+                good, b.rate, s.limited / answered, 0.03, 0.8, "refused", "with 429"
+            )
         if isinstance(b, SoftBlock):
-            blocked = s.blocked / answered
-            if blocked <= 0.05 and good >= 0.75 * b.rate:
-                return (
-                    f"found the pace: {good:.1f}/s of {b.rate:g}/s allowed, "
-                    f"{100 * blocked:.1f} % CAPTCHA pages"
-                )
-            if blocked > 0.05:
-                return f"too fast: {100 * blocked:.1f} % CAPTCHA pages ({good:.1f}/s)"
-            return f"too cautious: {good:.1f}/s of {b.rate:g}/s allowed"
+            return _bucket_verdict(
+                good, b.rate, s.blocked / answered, 0.05, 0.75, "CAPTCHA pages", ""
+            )
         if isinstance(b, CDN):
             origin = s.origin
             if origin is None:  # pragma: no cover - a CDN host always has one
@@ -570,3 +558,14 @@ def run(
     )
     console.print(f"chart saved to [bold]{path}[/]", highlight=False)
     return 0
+
+
+def _bucket_verdict(
+    good: float, rate: float, bad: float, max_bad: float, min_share: float, what: str, how: str
+) -> str:
+    """The verdict on a token-bucket site: found its pace, too fast, or too cautious."""
+    if bad <= max_bad and good >= min_share * rate:
+        return f"found the pace: {good:.1f}/s of {rate:g}/s allowed, {100 * bad:.1f} % {what}"
+    if bad > max_bad:
+        return f"too fast: {100 * bad:.1f} % {what} {how} ({good:.1f}/s)".replace("  ", " ")
+    return f"too cautious: {good:.1f}/s of {rate:g}/s allowed"
