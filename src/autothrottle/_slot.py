@@ -468,7 +468,7 @@ class Lease:
         A failure gives no latency sample. Cancellation is not a failure: just
         release the lease.
         """
-        self._throttle._fail_slot(self.slot, error, adjust=self.adjust, sent_at=self.sent_at)
+        self._throttle._fail_slot(self.slot, error, sent_at=self.sent_at)
 
     def release(self) -> None:
         """Stop counting the request as in flight; safe to call more than once."""

@@ -312,7 +312,7 @@ class Throttle:
             sent_at = slot._last_send if slot._last_send is not None else -math.inf
         return self._backoff(slot, "manual", sent_at, now)
 
-    def _fail_slot(self, slot: Slot, error: BaseException, *, adjust: bool, sent_at: float) -> None:
+    def _fail_slot(self, slot: Slot, error: BaseException, *, sent_at: float) -> None:
         slot.failures += 1
         now = self._clock()
         slot.last_activity = now
@@ -358,6 +358,9 @@ class Throttle:
         if reason is not None:
             self._backoff(slot, reason, sent_at, now, latency=latency, status=status)
             return
+        if status == 200 and not cache_hit:
+            # What the host let through, adjusted or not: the lower bound of its limit.
+            slot._count_success(now)
         if not adjust:
             return
 
@@ -374,8 +377,6 @@ class Throttle:
         floor = self._refusal_floor(slot, now)
         if new < floor:
             new = min(floor, config.max_delay)
-        if status == 200 and not cache_hit:
-            slot._count_success(now)
         may_lower = status == 200 and (not cache_hit or self.cache_hits_lower_delay)
         if not may_lower and new < old:
             new = old
