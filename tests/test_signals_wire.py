@@ -31,10 +31,9 @@ def fast_throttle(**kwargs: object) -> Throttle:
 async def test_retry_after_seconds_pauses_only_that_slot() -> None:
     throttle = fast_throttle()
     async with loopback_hosts(2) as (paused, other), ThrottledClient(throttle=throttle) as client:
-        refused = await client.get(paused.url("/status/429?h.Retry-After=1"))
+        refused = await client.get(paused.url("/status/429?h.Retry-After=3"))
         assert refused.status_code == 429
         refused_at = paused.arrivals[0].time
-        started = time.monotonic()
         results = await asyncio.gather(
             *(client.get(paused.url(f"/after/{i}")) for i in range(3)),
             *(client.get(other.url(f"/free/{i}")) for i in range(3)),
@@ -42,9 +41,10 @@ async def test_retry_after_seconds_pauses_only_that_slot() -> None:
         assert all(r.status_code == 200 for r in results)
     later = [a.time for a in paused.arrivals[1:]]
     assert len(later) == 3
-    assert min(later) >= refused_at + 0.95
-    # The other host was never held by the pause.
-    assert max(a.time for a in other.arrivals) - started < 0.9
+    assert min(later) >= refused_at + 2.95
+    # The other host was never held by the pause: all of it arrived while the
+    # paused host was still waiting (an order at the server, not a speed).
+    assert max(a.time for a in other.arrivals) < min(later)
     assert throttle.slot("127.0.0.2").snapshot().pauses == 1
 
 
