@@ -26,15 +26,14 @@ import aiohttp
 import pytest
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
 
-from autothrottle import AutoThrottlePolicy, Throttle
-from autothrottle._config import SlotConfig
-from autothrottle._policy import Sample
+from autothrottle import AutoThrottlePolicy, Sample, SlotConfig, Throttle
 from autothrottle.aiohttp import (
     ThrottledSession,
     _hold_until_finished,
     throttle_middleware,
     throttle_trace_config,
 )
+from helpers import wait_until
 from loopback import LoopbackHost, loopback_hosts
 
 
@@ -56,15 +55,6 @@ def fixed(delay: float, **kwargs: Any) -> Throttle:
 
 def key(host: LoopbackHost) -> str:
     return host.address
-
-
-async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Poll ``predicate`` until true; fail after ``timeout`` seconds (bounded loop)."""
-    for _ in range(int(timeout / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 async def fetch(session: aiohttp.ClientSession, url: str, **kwargs: Any) -> int:
@@ -111,7 +101,7 @@ async def test_arrivals_at_the_server_are_spaced_by_the_delay() -> None:
     assert len(policy.latencies) == 5
     assert max(policy.latencies) < 0.5, policy.latencies
     slot = throttle.slot(key(host))
-    assert (slot.sent, slot.responses, slot.in_flight, slot.queued) == (5, 5, 0, 0)
+    assert (slot.sent, slot.state.responses, slot.in_flight, slot.queued) == (5, 5, 0, 0)
 
 
 async def test_the_cap_is_never_exceeded() -> None:
@@ -207,7 +197,7 @@ async def test_bypass_is_neither_delayed_nor_counted(via: str) -> None:
         )
     assert statuses == [200] * 3
     slot = throttle.slot(key(host))
-    assert (slot.sent, slot.responses, slot.in_flight) == (1, 1, 0)
+    assert (slot.sent, slot.state.responses, slot.in_flight) == (1, 1, 0)
     assert len(host.arrivals) == 4
     assert all("x-autothrottle" not in {h.lower() for h in a.headers} for a in host.arrivals)
 
@@ -221,7 +211,7 @@ async def test_no_adjust_waits_but_keeps_the_delay(via: str) -> None:
         await asyncio.gather(*(fetch(session, host.url("/"), **no_adjust) for _ in range(2)))
         slot = throttle.slot(key(host))
         assert slot.delay == 0.3  # a 1 ms response would have halved it
-        assert (slot.sent, slot.responses) == (2, 2)
+        assert (slot.sent, slot.state.responses) == (2, 2)
         assert host.gaps()[0] >= 0.3 - TOLERANCE  # ... but it waited its turn
         await fetch(session, host.url("/"))
         assert slot.delay < 0.3  # an ordinary response does adjust
@@ -300,9 +290,9 @@ async def test_redirect_hops_are_throttled_on_their_own_hosts() -> None:
         await response.read()
     for host, path in ((a, "/redirect"), (b, "/target")):
         slot = throttle.slot(key(host))
-        assert (slot.sent, slot.responses, slot.in_flight) == (1, 1, 0)
+        assert (slot.sent, slot.state.responses, slot.in_flight) == (1, 1, 0)
         assert [arrival.path for arrival in host.arrivals] == [path]
-    assert throttle.slot(key(a)).status_counts == {302: 1}
+    assert throttle.slot(key(a)).state.status_counts == {302: 1}
 
 
 async def test_each_redirect_hop_waits_for_its_own_slot() -> None:
@@ -492,8 +482,8 @@ async def test_user_middleware_retries_are_each_throttled() -> None:
     assert len(host.arrivals) == 2
     assert host.gaps()[0] >= 0.2 - TOLERANCE  # the retry waited its turn
     slot = throttle.slot("retried")  # the header's option held for the retry too
-    assert (slot.sent, slot.responses, slot.in_flight) == (2, 2, 0)
-    assert slot.status_counts == {503: 2}
+    assert (slot.sent, slot.state.responses, slot.in_flight) == (2, 2, 0)
+    assert slot.state.status_counts == {503: 2}
     assert all("x-autothrottle" not in {h.lower() for h in a.headers} for a in host.arrivals)
 
 
@@ -604,7 +594,7 @@ async def test_cancel_while_waiting_in_the_throttle() -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        assert (slot.in_flight, slot.queued, slot.failures) == (0, 0, 0)
+        assert (slot.in_flight, slot.queued, slot.state.failures) == (0, 0, 0)
     assert [a.path for a in host.arrivals] == ["/"]
 
 
@@ -618,7 +608,7 @@ async def test_cancel_while_the_server_is_slow() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert (slot.in_flight, slot.queued, slot.failures) == (0, 0, 0)
+        assert (slot.in_flight, slot.queued, slot.state.failures) == (0, 0, 0)
 
 
 async def test_timeout_releases_the_slot() -> None:
@@ -629,12 +619,12 @@ async def test_timeout_releases_the_slot() -> None:
         slot = throttle.slot(key(host))
         # aiohttp turns its own timeout into TimeoutError where it reads the
         # headers, so the middleware sees an error: a failure, not a cancellation.
-        assert (slot.in_flight, slot.queued, slot.failures) == (0, 0, 1)
+        assert (slot.in_flight, slot.queued, slot.state.failures) == (0, 0, 1)
         with pytest.raises(asyncio.TimeoutError):
             await fetch(
                 session, host.url("/delay/1000"), timeout=aiohttp.ClientTimeout(sock_read=0.2)
             )
-        assert (slot.in_flight, slot.queued, slot.failures) == (0, 0, 2)
+        assert (slot.in_flight, slot.queued, slot.state.failures) == (0, 0, 2)
 
 
 async def test_refused_connection_releases_and_counts_a_failure() -> None:
@@ -644,7 +634,7 @@ async def test_refused_connection_releases_and_counts_a_failure() -> None:
         with pytest.raises(aiohttp.ClientConnectorError):
             await session.get(f"http://127.0.0.2:{port}/")
     slot = throttle.slot("127.0.0.2")
-    assert (slot.sent, slot.failures, slot.responses, slot.in_flight) == (1, 1, 0, 0)
+    assert (slot.sent, slot.state.failures, slot.state.responses, slot.in_flight) == (1, 1, 0, 0)
 
 
 async def test_dropped_connection_releases_and_counts_a_failure() -> None:
@@ -653,8 +643,8 @@ async def test_dropped_connection_releases_and_counts_a_failure() -> None:
         with pytest.raises(aiohttp.ServerDisconnectedError):
             await session.get(host.url("/close"))
     slot = throttle.slot(key(host))
-    assert slot.failures >= 1
-    assert (slot.responses, slot.in_flight, slot.queued) == (0, 0, 0)
+    assert slot.state.failures >= 1
+    assert (slot.state.responses, slot.in_flight, slot.queued) == (0, 0, 0)
 
 
 # -- debug output ------------------------------------------------------------------------

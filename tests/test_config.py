@@ -246,12 +246,20 @@ def test_valid_arguments_are_accepted(kwargs: dict[str, Any]) -> None:
     Throttle(**kwargs)
 
 
-def test_positional_arguments_follow_the_documented_order() -> None:
-    throttle = Throttle(2.0, 30.0, 3.0, 1.0, 4, 0.25, True, None)
-    config = throttle.config
-    assert (config.start_delay, config.max_delay, config.target_concurrency) == (2.0, 30.0, 3.0)
-    assert (config.min_delay, config.max_concurrency, config.jitter) == (1.0, 4, 0.25)
-    assert throttle.debug is True
+def test_arguments_are_keyword_only() -> None:
+    # Throttle(2.0) reads as a target to most people and as Scrapy's start delay to others.
+    with pytest.raises(TypeError):
+        Throttle(2.0)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("strict_scrapy", True), ("backoff_factor", 3.0), ("debug", True), ("max_pause", 1.0)],
+)
+def test_settings_are_read_only_after_construction(name: str, value: object) -> None:
+    throttle = Throttle()
+    with pytest.raises(AttributeError):
+        setattr(throttle, name, value)
 
 
 def test_integer_settings_are_stored_as_floats() -> None:

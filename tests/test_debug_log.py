@@ -26,11 +26,10 @@ class Clock:
 
 
 def take(throttle: Throttle, slot: Slot, *, adjust: bool = True) -> Lease:
-    """A lease granted now, through the slot's queue (no event loop needed)."""
-    ticket = slot._enqueue()
-    assert slot._try_acquire(ticket, throttle, adjust) == 0.0
-    assert ticket.lease is not None
-    return ticket.lease
+    """A lease granted now (no event loop needed)."""
+    lease = throttle.try_acquire(slot.key, adjust=adjust)
+    assert lease is not None
+    return lease
 
 
 def records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -97,7 +96,8 @@ def test_the_status_is_logged(caplog_debug: pytest.LogCaptureFixture) -> None:
     logged = records(caplog_debug)
     assert len(logged) == 1
     message = logged[0].getMessage()
-    assert numbers_in_order(message, "2000", "2000", "300", "404"), message
+    assert numbers_in_order(message, "2000", "300", "404"), message
+    assert "(unchanged)" in message
 
 
 def test_one_record_per_adjusted_response(caplog_debug: pytest.LogCaptureFixture) -> None:
@@ -119,7 +119,28 @@ def test_a_response_that_keeps_the_delay_is_logged_too(
     throttle.observe(KEY, latency=3.0, status=200)  # steady: 3000 ms -> 3000 ms
     logged = records(caplog_debug)
     assert len(logged) == 1
-    assert numbers_in_order(logged[0].getMessage(), "3000", "3000", "3000", "200")
+    message = logged[0].getMessage()
+    assert numbers_in_order(message, "3000", "3000", "200"), message
+    assert "delay=3000ms (unchanged)" in message
+
+
+def test_a_small_change_is_not_rounded_away(caplog_debug: pytest.LogCaptureFixture) -> None:
+    throttle = Throttle(start_delay=0.0124, min_delay=0.0, debug=True, clock=Clock())
+    throttle.observe(KEY, latency=0.0108, status=200)  # 12.4 ms -> 11.6 ms
+    message = records(caplog_debug)[0].getMessage()
+    assert "delay=12.4ms->11.6ms (-0.80ms)" in message, message
+
+
+def test_a_floor_raise_is_logged_as_the_recovery_floor(
+    caplog_debug: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    throttle = Throttle(start_delay=1.0, debug=True, clock=clock)
+    throttle.observe(KEY, latency=0.1, status=429)  # refused at a gap of 1 s
+    clock.now += 0.5
+    caplog_debug.clear()
+    throttle.observe(KEY, latency=0.01, status=200)
+    assert records(caplog_debug)[0].getMessage().endswith("reason=recovery floor")
 
 
 def test_nothing_logged_without_debug(caplog_debug: pytest.LogCaptureFixture) -> None:

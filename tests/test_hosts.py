@@ -12,11 +12,9 @@ The settings then really govern the slot: its delays, cap, jitter and policy.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import math
 import random
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -29,9 +27,9 @@ from autothrottle import (
     Lease,
     Throttle,
 )
+from helpers import bounded
 
 TOL = 1e-5  # looptime's clock ticks in microseconds
-
 
 # =================================================================================
 # resolution
@@ -234,13 +232,6 @@ looptime = pytest.mark.looptime
 
 def now() -> float:
     return asyncio.get_running_loop().time()
-
-
-@contextlib.asynccontextmanager
-async def bounded(limit: float = 10_000.0) -> AsyncIterator[None]:
-    """Fail instead of hanging (the limit is fake time)."""
-    async with asyncio.timeout(limit):
-        yield
 
 
 async def crawl(

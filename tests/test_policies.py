@@ -22,12 +22,11 @@ rules, looptime's loop clock for grant times.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import math
 import random
 import statistics
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -40,7 +39,7 @@ from autothrottle import (
     FixedRatePolicy,
     Throttle,
 )
-from fakes import FakeClock, refusal_floor, take
+from helpers import FakeClock, bounded, refusal_floor, take
 
 KEY = "example.com"
 TOL = 1e-5  # looptime's clock ticks in microseconds
@@ -60,13 +59,6 @@ def now() -> float:
 
 def loop_throttle(**kwargs: Any) -> Throttle:
     return Throttle(clock=now, **kwargs)
-
-
-@contextlib.asynccontextmanager
-async def bounded(limit: float = 10_000.0) -> AsyncIterator[None]:
-    """Fail instead of hanging (the limit is fake time)."""
-    async with asyncio.timeout(limit):
-        yield
 
 
 def assert_rate_kept(times: list[float], per_second: float, burst: int) -> None:
@@ -126,7 +118,7 @@ async def test_fixed_delay_backs_off_and_returns_as_the_floor_allows() -> None:
         if back_at is None and slot.delay == 0.5:
             back_at = elapsed
     assert back_at is not None
-    assert back_at >= Throttle.recovery_time - 1e-9  # no sooner than the floor allows
+    assert back_at >= Throttle().recovery_time - 1e-9  # no sooner than the floor allows
 
 
 # =================================================================================
@@ -346,7 +338,7 @@ async def simulate_host(
                 await asyncio.sleep(service)
             lease.observe(latency=now() - sent, status=200)
             lease.release()
-            log.append((sent - t0, slot.policy_state["limit"], slot.delay))
+            log.append((sent - t0, slot.state.policy_state["limit"], slot.delay))
 
     async with bounded(seconds * 10):
         await asyncio.gather(*(client() for _ in range(2 * max_concurrency)))
@@ -397,7 +389,7 @@ async def test_adaptive_concurrency_ignores_errors_and_cache_hits() -> None:
         lease.observe(latency=0.01, status=status, headers=headers)
         lease.release()
         assert slot.delay == 1.0
-        assert slot.policy_state.get("limit", 2.0) == 2.0
+        assert slot.state.policy_state.get("limit", 2.0) == 2.0
         clock.advance(1.0)
 
 
@@ -406,7 +398,7 @@ async def test_adaptive_concurrency_delay_is_latency_over_limit() -> None:
     lease = await take(throttle)
     lease.observe(latency=0.4, status=200)
     # First sample: no queue seen; the limit does not grow past what is in flight.
-    assert throttle.slot(KEY).policy_state["limit"] == 4.0
+    assert throttle.slot(KEY).state.policy_state["limit"] == 4.0
     assert throttle.slot(KEY).delay == pytest.approx(0.1)
 
 

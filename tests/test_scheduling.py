@@ -23,14 +23,13 @@ import itertools
 import math
 import random
 import statistics
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
 
 from autothrottle import Lease, MemoryStore, Slot, Throttle
-from autothrottle._slot import _Ticket
-from fakes import FakeClock
+from autothrottle._gate import Ticket
+from helpers import FakeClock, abandon, bounded, grant_now, try_acquire
 
 KEY = "example.com"
 TOL = 1e-5  # looptime's clock ticks in microseconds
@@ -42,12 +41,11 @@ def sans_io(**kwargs: object) -> tuple[FakeClock, Throttle, Slot]:
     return clock, throttle, throttle.slot(KEY)
 
 
-def grant(slot: Slot, throttle: Throttle) -> Lease:
-    """Take a lease through the queue, asserting it is granted now."""
-    ticket = slot._enqueue()
-    assert slot._try_acquire(ticket, throttle, True) == 0.0
-    assert ticket.lease is not None
-    return ticket.lease
+def grant(slot: Slot, throttle: Throttle, *, adjust: bool = True) -> Lease:
+    """Take a lease of the slot, asserting it is granted now."""
+    lease = throttle.try_acquire(slot.key, adjust=adjust)
+    assert lease is not None
+    return lease
 
 
 class WakeCounter:
@@ -66,18 +64,18 @@ class WakeCounter:
 class TestSlotFirstRequestAndDelay:
     def test_first_request_to_a_new_slot_goes_at_once(self) -> None:
         clock, throttle, slot = sans_io(start_delay=30.0)
-        ticket = slot._enqueue()
+        ticket = slot.gate.enqueue()
         assert slot.queued == 1
-        assert slot._try_acquire(ticket, throttle, True) == 0.0
-        assert ticket.lease is not None
-        assert ticket.lease.sent_at == clock.now
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == 0.0
+        assert ticket.hold is not None
+        assert ticket.hold.sent_at == clock.now
         assert slot.queued == 0
         assert slot.in_flight == 1
         assert slot.snapshot().sent == 1
 
     def test_fast_path_grants_a_new_slot_at_once(self) -> None:
         clock, throttle, slot = sans_io(start_delay=30.0)
-        lease = slot._try_grant_now(throttle, True)
+        lease = grant_now(slot, throttle.hold_timeout)
         assert lease is not None
         assert lease.sent_at == clock.now
         assert slot.in_flight == 1
@@ -86,24 +84,24 @@ class TestSlotFirstRequestAndDelay:
     def test_next_send_waits_exactly_the_delay(self, delay: float) -> None:
         clock, throttle, slot = sans_io(start_delay=delay)
         first = grant(slot, throttle)
-        ticket = slot._enqueue()
-        assert slot._try_acquire(ticket, throttle, True) == pytest.approx(delay)
+        ticket = slot.gate.enqueue()
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(delay)
         clock.advance(delay * 0.4)
-        assert slot._try_acquire(ticket, throttle, True) == pytest.approx(delay * 0.6)
-        assert ticket.lease is None
-        assert slot._try_grant_now(throttle, True) is None
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(delay * 0.6)
+        assert ticket.hold is None
+        assert grant_now(slot, throttle.hold_timeout) is None
         clock.advance(delay * 0.6)
-        assert slot._try_acquire(ticket, throttle, True) == 0.0
-        assert ticket.lease is not None
-        assert ticket.lease.sent_at - first.sent_at == pytest.approx(delay)
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == 0.0
+        assert ticket.hold is not None
+        assert ticket.hold.sent_at - first.sent_at == pytest.approx(delay)
 
     def test_the_delay_counts_from_the_previous_send_not_its_release(self) -> None:
         clock, throttle, slot = sans_io(start_delay=5.0)
         first = grant(slot, throttle)
         clock.advance(4.0)
         first.release()
-        ticket = slot._enqueue()
-        assert slot._try_acquire(ticket, throttle, True) == pytest.approx(1.0)
+        ticket = slot.gate.enqueue()
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(1.0)
 
     def test_zero_delay_sends_back_to_back(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=100)
@@ -113,42 +111,42 @@ class TestSlotFirstRequestAndDelay:
 
     def test_fast_path_refuses_inside_the_delay(self) -> None:
         clock, throttle, slot = sans_io(start_delay=3.0)
-        assert slot._try_grant_now(throttle, True) is not None
+        assert grant_now(slot, throttle.hold_timeout) is not None
         clock.advance(2.999)
-        assert slot._try_grant_now(throttle, True) is None
+        assert grant_now(slot, throttle.hold_timeout) is None
         clock.advance(0.001)
-        assert slot._try_grant_now(throttle, True) is not None
+        assert grant_now(slot, throttle.hold_timeout) is not None
 
 
 class TestSlotFifo:
     def test_only_the_head_may_go(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=100)
-        tickets = [slot._enqueue() for _ in range(5)]
+        tickets = [slot.gate.enqueue() for _ in range(5)]
         for ticket in tickets[1:]:
-            assert slot._try_acquire(ticket, throttle, True) == math.inf
-            assert ticket.lease is None
-        assert slot._try_acquire(tickets[0], throttle, True) == 0.0
-        assert slot._try_acquire(tickets[2], throttle, True) == math.inf
-        assert slot._try_acquire(tickets[1], throttle, True) == 0.0
+            assert try_acquire(slot, ticket, throttle.hold_timeout) == math.inf
+            assert ticket.hold is None
+        assert try_acquire(slot, tickets[0], throttle.hold_timeout) == 0.0
+        assert try_acquire(slot, tickets[2], throttle.hold_timeout) == math.inf
+        assert try_acquire(slot, tickets[1], throttle.hold_timeout) == 0.0
 
     @pytest.mark.parametrize("seed", range(5))
     def test_grant_order_is_arrival_order_whatever_the_check_order(self, seed: int) -> None:
         rng = random.Random(seed)
         clock, throttle, slot = sans_io(start_delay=1.5, max_concurrency=3)
-        tickets = [slot._enqueue() for _ in range(30)]
+        tickets = [slot.gate.enqueue() for _ in range(30)]
         order: list[int] = []
         held: list[Lease] = []
         for _ in range(10_000):  # bounded
             if len(order) == len(tickets):
                 break
-            waiting = [i for i, t in enumerate(tickets) if t.lease is None]
+            waiting = [i for i, t in enumerate(tickets) if t.hold is None]
             rng.shuffle(waiting)
             waits = []
             for i in waiting:
-                wait = slot._try_acquire(tickets[i], throttle, True)
+                wait = try_acquire(slot, tickets[i], throttle.hold_timeout)
                 if wait == 0.0:
                     order.append(i)
-                    held.append(tickets[i].lease)  # type: ignore[arg-type]
+                    held.append(tickets[i].hold)  # type: ignore[arg-type]
                 else:
                     waits.append(wait)
                 assert slot.in_flight <= 3
@@ -163,26 +161,26 @@ class TestSlotFifo:
     def test_fast_path_never_jumps_the_queue(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=1)
         first = grant(slot, throttle)
-        waiting = slot._enqueue()
-        assert slot._try_acquire(waiting, throttle, True) > 0
-        assert waiting.lease is None
+        waiting = slot.gate.enqueue()
+        assert try_acquire(slot, waiting, throttle.hold_timeout) > 0
+        assert waiting.hold is None
         first.release()
         # the gate is open now, but someone is queued: a newcomer must queue too
-        assert slot._try_grant_now(throttle, True) is None
-        assert slot._try_acquire(waiting, throttle, True) == 0.0
+        assert grant_now(slot, throttle.hold_timeout) is None
+        assert try_acquire(slot, waiting, throttle.hold_timeout) == 0.0
 
 
 class TestSlotCap:
     def test_cap_blocks_until_a_release(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=2, hold_timeout=math.inf)
         a, _b = grant(slot, throttle), grant(slot, throttle)
-        ticket = slot._enqueue()
-        assert slot._try_acquire(ticket, throttle, True) == math.inf
-        assert slot._try_grant_now(throttle, True) is None
+        ticket = slot.gate.enqueue()
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == math.inf
+        assert grant_now(slot, throttle.hold_timeout) is None
         assert slot.in_flight == 2
         a.release()
         assert slot.in_flight == 1
-        assert slot._try_acquire(ticket, throttle, True) == 0.0
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == 0.0
         assert slot.in_flight == 2
 
     def test_capped_wait_is_the_time_to_the_first_lease_expiry(self) -> None:
@@ -191,25 +189,25 @@ class TestSlotCap:
         clock.advance(10.0)
         grant(slot, throttle)
         clock.advance(5.0)
-        ticket = slot._enqueue()
-        assert slot._try_acquire(ticket, throttle, True) == pytest.approx(15.0)
+        ticket = slot.gate.enqueue()
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(15.0)
 
     def test_cap_and_delay_both_apply(self) -> None:
         clock, throttle, slot = sans_io(start_delay=4.0, max_concurrency=1, hold_timeout=math.inf)
         first = grant(slot, throttle)
-        ticket = slot._enqueue()
+        ticket = slot.gate.enqueue()
         clock.advance(1.0)
         first.release()
         # the cap is free, but the delay still holds
-        assert slot._try_acquire(ticket, throttle, True) == pytest.approx(3.0)
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(3.0)
 
 
 class TestSlotWakes:
     def test_the_head_is_woken_by_a_release(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=1)
         lease = grant(slot, throttle)
-        head = slot._enqueue()
-        slot._try_acquire(head, throttle, True)
+        head = slot.gate.enqueue()
+        try_acquire(slot, head, throttle.hold_timeout)
         head.wake = WakeCounter()
         lease.release()
         assert head.wake.count >= 1
@@ -218,8 +216,8 @@ class TestSlotWakes:
     def test_the_head_is_woken_by_a_delay_change(self, how: str) -> None:
         _clock, throttle, slot = sans_io(start_delay=10.0)
         grant(slot, throttle)
-        head = slot._enqueue()
-        slot._try_acquire(head, throttle, True)
+        head = slot.gate.enqueue()
+        try_acquire(slot, head, throttle.hold_timeout)
         head.wake = wake = WakeCounter()
         if how == "setter":
             slot.delay = 2.0
@@ -229,81 +227,81 @@ class TestSlotWakes:
 
     def test_the_next_head_is_woken_by_a_grant_and_an_abandon(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=100)
-        tickets = [slot._enqueue() for _ in range(3)]
+        tickets = [slot.gate.enqueue() for _ in range(3)]
         counters = [WakeCounter() for _ in tickets]
         for ticket, counter in zip(tickets, counters, strict=True):
             ticket.wake = counter
-        assert slot._try_acquire(tickets[0], throttle, True) == 0.0
+        assert try_acquire(slot, tickets[0], throttle.hold_timeout) == 0.0
         assert counters[1].count >= 1
-        slot._abandon(tickets[1])
+        abandon(slot, tickets[1])
         assert counters[2].count >= 1
 
     def test_abandoning_a_non_head_keeps_the_order(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=100)
-        tickets = [slot._enqueue() for _ in range(4)]
-        slot._abandon(tickets[2])
+        tickets = [slot.gate.enqueue() for _ in range(4)]
+        abandon(slot, tickets[2])
         assert slot.queued == 3
-        slot._abandon(tickets[2])  # twice: a no-op
+        abandon(slot, tickets[2])  # twice: a no-op
         assert slot.queued == 3
-        assert slot._try_acquire(tickets[1], throttle, True) == math.inf
-        assert slot._try_acquire(tickets[0], throttle, True) == 0.0
-        assert slot._try_acquire(tickets[3], throttle, True) == math.inf
-        assert slot._try_acquire(tickets[1], throttle, True) == 0.0
-        assert slot._try_acquire(tickets[3], throttle, True) == 0.0
+        assert try_acquire(slot, tickets[1], throttle.hold_timeout) == math.inf
+        assert try_acquire(slot, tickets[0], throttle.hold_timeout) == 0.0
+        assert try_acquire(slot, tickets[3], throttle.hold_timeout) == math.inf
+        assert try_acquire(slot, tickets[1], throttle.hold_timeout) == 0.0
+        assert try_acquire(slot, tickets[3], throttle.hold_timeout) == 0.0
 
     def test_abandoning_a_granted_ticket_releases_its_lease(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0)
-        ticket = slot._enqueue()
-        slot._try_acquire(ticket, throttle, True)
+        ticket = slot.gate.enqueue()
+        try_acquire(slot, ticket, throttle.hold_timeout)
         assert slot.in_flight == 1
-        slot._abandon(ticket)
+        abandon(slot, ticket)
         assert slot.in_flight == 0
-        assert ticket.lease is not None and ticket.lease.released
+        assert ticket.hold is not None and ticket.hold.released
 
 
 class TestSlotReevaluation:
     def test_a_lower_delay_shortens_the_wait(self) -> None:
         clock, throttle, slot = sans_io(start_delay=10.0)
         grant(slot, throttle)
-        ticket = slot._enqueue()
-        assert slot._try_acquire(ticket, throttle, True) == pytest.approx(10.0)
+        ticket = slot.gate.enqueue()
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(10.0)
         clock.advance(2.0)
         throttle.observe(KEY, latency=0.0, status=200)  # 10 -> 5
         assert slot.delay == 5.0
-        assert slot._try_acquire(ticket, throttle, True) == pytest.approx(3.0)
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(3.0)
         slot.delay = 1.0  # already past: goes now
-        assert slot._try_acquire(ticket, throttle, True) == 0.0
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == 0.0
 
     def test_a_higher_delay_lengthens_the_wait(self) -> None:
         clock, throttle, slot = sans_io(start_delay=10.0)
         grant(slot, throttle)
-        ticket = slot._enqueue()
+        ticket = slot.gate.enqueue()
         clock.advance(2.0)
         throttle.observe(KEY, latency=40.0, status=200)  # target 40 > 25
         assert slot.delay == 40.0
-        assert slot._try_acquire(ticket, throttle, True) == pytest.approx(38.0)
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(38.0)
 
 
 class TestSlotJitter:
     def test_the_factor_is_drawn_once_per_send_not_per_check(self) -> None:
         clock, throttle, slot = sans_io(start_delay=2.0, jitter=0.5, rng=random.Random(3))
         grant(slot, throttle)
-        ticket = slot._enqueue()
-        first = slot._try_acquire(ticket, throttle, True)
+        ticket = slot.gate.enqueue()
+        first = try_acquire(slot, ticket, throttle.hold_timeout)
         for _ in range(50):
-            assert slot._try_acquire(ticket, throttle, True) == first
+            assert try_acquire(slot, ticket, throttle.hold_timeout) == first
         clock.advance(0.1)
-        assert slot._try_acquire(ticket, throttle, True) == pytest.approx(first - 0.1)
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(first - 0.1)
 
     def test_the_factor_scales_the_delay_in_force(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=2.0, jitter=0.5, rng=random.Random(5))
         grant(slot, throttle)
-        ticket = slot._enqueue()
-        wait = slot._try_acquire(ticket, throttle, True)
+        ticket = slot.gate.enqueue()
+        wait = try_acquire(slot, ticket, throttle.hold_timeout)
         factor = wait / 2.0
         assert 0.5 <= factor <= 1.5
         slot.delay = 4.0
-        assert slot._try_acquire(ticket, throttle, True) == pytest.approx(4.0 * factor)
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(4.0 * factor)
 
     @pytest.mark.parametrize(("jitter", "seed"), [(0.1, 1), (0.5, 2), (0.9, 3)])
     def test_gaps_lie_in_the_band_and_are_not_biased_up(self, jitter: float, seed: int) -> None:
@@ -313,14 +311,14 @@ class TestSlotJitter:
         )
         sends = [grant(slot, throttle).sent_at]
         for _ in range(2000):
-            ticket = slot._enqueue()
+            ticket = slot.gate.enqueue()
             for _ in range(1000):  # bounded; checks often, as a polling driver would
-                wait = slot._try_acquire(ticket, throttle, True)
+                wait = try_acquire(slot, ticket, throttle.hold_timeout)
                 if wait == 0.0:
                     break
                 clock.advance(min(wait, delay / 7))
-            assert ticket.lease is not None
-            sends.append(ticket.lease.sent_at)
+            assert ticket.hold is not None
+            sends.append(ticket.hold.sent_at)
         gaps = [b - a for a, b in itertools.pairwise(sends)]
         low, high = delay * (1 - jitter), delay * (1 + jitter)
         assert all(low - 1e-9 <= gap <= high + 1e-9 for gap in gaps)
@@ -333,12 +331,12 @@ class TestSlotJitter:
         clock, throttle, slot = sans_io(start_delay=1.25, max_concurrency=100)
         sends = [grant(slot, throttle).sent_at]
         for _ in range(20):
-            ticket = slot._enqueue()
-            wait = slot._try_acquire(ticket, throttle, True)
+            ticket = slot.gate.enqueue()
+            wait = try_acquire(slot, ticket, throttle.hold_timeout)
             assert wait == pytest.approx(1.25)
             clock.advance(wait)
-            assert slot._try_acquire(ticket, throttle, True) == 0.0
-            sends.append(ticket.lease.sent_at)  # type: ignore[union-attr]
+            assert try_acquire(slot, ticket, throttle.hold_timeout) == 0.0
+            sends.append(ticket.hold.sent_at)  # type: ignore[union-attr]
         assert all(b - a == pytest.approx(1.25) for a, b in itertools.pairwise(sends))
 
 
@@ -372,17 +370,17 @@ class TestLeases:
         lost = grant(slot, throttle)
         clock.advance(29.9)
         assert slot.in_flight == 1
-        ticket = slot._enqueue()
-        assert slot._try_acquire(ticket, throttle, True) == pytest.approx(0.1)
+        ticket = slot.gate.enqueue()
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(0.1)
         clock.advance(0.1)
         assert slot.in_flight == 0
         assert lost.released
-        assert slot._try_acquire(ticket, throttle, True) == 0.0
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == 0.0
         assert slot.in_flight == 1
         # the late release of the expired lease must not free the new one
         lost.release()
         assert slot.in_flight == 1
-        assert not ticket.lease.released  # type: ignore[union-attr]
+        assert not ticket.hold.released  # type: ignore[union-attr]
 
     def test_default_hold_timeout_is_a_finite_bound(self) -> None:
         clock, throttle, slot = sans_io(start_delay=0.0)
@@ -400,10 +398,7 @@ class TestLeases:
 
     def test_observe_through_a_no_adjust_lease_counts_but_keeps_the_delay(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=5.0)
-        ticket = slot._enqueue()
-        slot._try_acquire(ticket, throttle, False)
-        assert ticket.lease is not None
-        ticket.lease.observe(latency=1.0, status=200)
+        grant(slot, throttle, adjust=False).observe(latency=1.0, status=200)
         assert slot.delay == 5.0
         assert slot.snapshot().responses == 1
         assert slot.snapshot().last_latency == 1.0
@@ -422,18 +417,18 @@ class TestSlotManyAbandons:
     def test_thousands_of_abandons_leave_nothing_behind(self) -> None:
         rng = random.Random(11)
         clock, throttle, slot = sans_io(start_delay=0.5, max_concurrency=3)
-        queue: list[_Ticket] = []
+        queue: list[Ticket] = []
         held: list[Lease] = []
         abandoned = 0
         while abandoned < 5000:
             for _ in range(rng.randint(1, 20)):
-                queue.append(slot._enqueue())
+                queue.append(slot.gate.enqueue())
             for ticket in list(queue):
-                if slot._try_acquire(ticket, throttle, True) == 0.0:
+                if try_acquire(slot, ticket, throttle.hold_timeout) == 0.0:
                     queue.remove(ticket)
-                    held.append(ticket.lease)  # type: ignore[arg-type]
+                    held.append(ticket.hold)  # type: ignore[arg-type]
             for ticket in rng.sample(queue, k=rng.randint(0, len(queue))):
-                slot._abandon(ticket)
+                abandon(slot, ticket)
                 queue.remove(ticket)
                 abandoned += 1
             while held and rng.random() < 0.6:
@@ -442,14 +437,14 @@ class TestSlotManyAbandons:
             assert slot.queued == len(queue)
             assert slot.in_flight == len(held) <= 3
         for ticket in queue:
-            slot._abandon(ticket)
+            abandon(slot, ticket)
         for lease in held:
             lease.release()
         assert slot.queued == 0
         assert slot.in_flight == 0
         assert slot.idle
         clock.advance(1.0)
-        assert slot._try_grant_now(throttle, True) is not None
+        assert grant_now(slot, throttle.hold_timeout) is not None
 
 
 class TestIdleEviction:
@@ -465,7 +460,7 @@ class TestIdleEviction:
         grant(slot, throttle).release()
         clock.advance(11.0)
         throttle.slot("b.example")  # creating a slot sweeps
-        assert store.get("a.example") is None
+        assert store.load("a.example") is None
         assert "a.example" not in throttle.snapshot()
         assert len(store) == 1
 
@@ -475,7 +470,7 @@ class TestIdleEviction:
         grant(slot, throttle).release()
         clock.advance(9.0)
         throttle.slot("b.example")
-        assert store.get("a.example") is slot
+        assert store.load("a.example") is slot.state
 
     def test_recent_activity_keeps_a_slot(self) -> None:
         clock, throttle, store = self.make()
@@ -485,7 +480,7 @@ class TestIdleEviction:
         throttle.observe("a.example", latency=1.0, status=200)
         clock.advance(3.0)
         throttle.slot("b.example")
-        assert store.get("a.example") is slot
+        assert store.load("a.example") is slot.state
 
     @pytest.mark.parametrize("busy", ["in_flight", "queued"])
     def test_a_busy_slot_is_not_evicted(self, busy: str) -> None:
@@ -494,10 +489,10 @@ class TestIdleEviction:
         lease = grant(slot, throttle)
         if busy == "queued":
             lease.release()
-            slot._enqueue()
+            slot.gate.enqueue()
         clock.advance(100.0)
         throttle.slot("b.example")
-        assert store.get("a.example") is slot
+        assert store.load("a.example") is slot.state
         assert throttle.slot("a.example") is slot
 
     def test_an_evicted_slot_starts_fresh(self) -> None:
@@ -513,7 +508,7 @@ class TestIdleEviction:
         assert fresh.delay == 5.0
         assert fresh.snapshot().responses == 0
         # the old slot would still wait 20 - 11 = 9 s; the fresh one goes at once
-        assert fresh._try_grant_now(throttle, True) is not None
+        assert grant_now(fresh, throttle.hold_timeout) is not None
 
     def test_a_paused_slot_is_not_evicted_before_its_pause_ends(self) -> None:
         clock = FakeClock()
@@ -532,7 +527,7 @@ class TestIdleEviction:
         throttle.slot("b.example")  # sweeps
         again = throttle.slot("a.example")
         assert again.snapshot().pause_remaining == pytest.approx(105.0)
-        assert again._try_grant_now(throttle, True) is None
+        assert grant_now(again, throttle.hold_timeout) is None
 
     def test_evict_idle_directly(self) -> None:
         clock, throttle, store = self.make(idle_timeout=10.0)
@@ -540,12 +535,22 @@ class TestIdleEviction:
         for key in ("b", "c"):
             grant(throttle.slot(key), throttle).release()
         clock.advance(10.5)
-        assert store.evict_idle(clock.now) == 2
-        assert [slot.key for slot in store] == ["a"]
+        assert throttle.evict_idle() == 2
+        assert list(store) == ["a"]
+        assert [slot.key for slot in throttle.slots()] == ["a"]
         busy.release()
         clock.advance(10.5)
-        assert store.evict_idle(clock.now) == 1
+        assert throttle.evict_idle() == 1
         assert len(store) == 0
+
+    def test_traffic_to_known_slots_alone_still_evicts_stale_ones(self) -> None:
+        clock, throttle, store = self.make(idle_timeout=10.0)
+        for key in ("stale-1", "stale-2", "busy"):
+            grant(throttle.slot(key), throttle).release()
+        clock.advance(11.0)
+        for _ in range(1000):  # no new slot is ever made
+            throttle.slot("busy")
+        assert sorted(store) == ["busy"]
 
     def test_infinite_idle_timeout_keeps_everything(self) -> None:
         clock, throttle, store = self.make(idle_timeout=math.inf)
@@ -571,13 +576,6 @@ def make(**kwargs: object) -> Throttle:
 
 def now() -> float:
     return asyncio.get_running_loop().time()
-
-
-@contextlib.asynccontextmanager
-async def bounded(limit: float = 100_000.0) -> AsyncIterator[None]:
-    """Fail instead of hanging if the test deadlocks (the limit is fake time)."""
-    async with asyncio.timeout(limit):
-        yield
 
 
 async def settle() -> None:
@@ -1049,7 +1047,7 @@ async def test_driver_hold_timeout_frees_the_slot_of_a_lost_lease() -> None:
 async def test_driver_no_leak_after_thousands_of_cancellations() -> None:
     rng = random.Random(2024)
     gc.collect()
-    tickets_before = sum(isinstance(o, _Ticket) for o in gc.get_objects())
+    tickets_before = sum(isinstance(o, Ticket) for o in gc.get_objects())
     throttle = make(start_delay=1.0, max_concurrency=2, hold_timeout=math.inf)
     keys = ["a.example", "b.example"]
     cancelled = 0
@@ -1089,14 +1087,14 @@ async def test_driver_no_leak_after_thousands_of_cancellations() -> None:
     assert granted > 0
     for key in keys:
         slot = throttle.slot(key)
-        assert not slot._queue
-        assert not slot._leases
+        assert slot.queued == 0
+        assert slot.in_flight == 0
         assert slot.idle
     await settle()  # let asyncio drop its references to the finished tasks
     gc.collect()
     # asyncio may keep the very last CancelledError (and so one waiter's frame)
     # for a while; a leak would keep thousands
-    assert sum(isinstance(o, _Ticket) for o in gc.get_objects()) <= tickets_before + 2
+    assert sum(isinstance(o, Ticket) for o in gc.get_objects()) <= tickets_before + 2
     # and the slot still works: the next request waits at most one delay
     async with bounded():
         t1 = now()

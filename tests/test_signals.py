@@ -25,11 +25,10 @@ Expected numbers come from the rules in issue 3, not from the code:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from email.utils import formatdate
 from typing import Any
 
@@ -38,7 +37,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autothrottle import RateLimit, Throttle
-from fakes import WALL, FakeClock, refusal_floor, take
+from helpers import WALL, FakeClock, bounded, refusal_floor, take
 
 KEY = "example.com"
 OTHER = "other.example"
@@ -70,13 +69,6 @@ def now() -> float:
 def loop_throttle(**kwargs: Any) -> Throttle:
     """A throttle on the (fake) loop time; its wall clock is WALL + loop time."""
     return Throttle(clock=now, wall_clock=lambda: WALL + now(), **kwargs)
-
-
-@contextlib.asynccontextmanager
-async def bounded(limit: float = 10_000.0) -> AsyncIterator[None]:
-    """Fail instead of hanging (the limit is fake time)."""
-    async with asyncio.timeout(limit):
-        yield
 
 
 async def grant_times(throttle: Throttle, key: str, count: int) -> list[float]:
@@ -236,7 +228,7 @@ async def test_backoff_on_failure_false_only_counts_failures() -> None:
 
 
 async def test_recovery_approaches_the_refused_pace_with_care() -> None:
-    margin, settle = Throttle.recovery_margin, Throttle.recovery_time
+    margin, settle = Throttle().recovery_margin, Throttle().recovery_time
     assert 0.0 < margin < 1.0
     assert settle > 0.0
     clock, throttle = fake(start_delay=1.0)
@@ -304,7 +296,7 @@ async def test_a_refusal_brackets_the_limit_with_what_got_through(
     lease = await take(throttle)
     lease.observe(latency=0.0, status=429)
     lease.release()
-    assert 1.0 / slot.refused_gap == pytest.approx(expected_limit, rel=0.05)
+    assert 1.0 / slot.state.refused_gap == pytest.approx(expected_limit, rel=0.05)
 
 
 async def test_the_floor_holds_after_a_failure_too() -> None:

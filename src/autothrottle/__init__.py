@@ -13,20 +13,20 @@ The client adapters live in :mod:`autothrottle.httpx` and
 :mod:`autothrottle.aiohttp`.
 """
 
-from ._config import SlotConfig
 from ._headers import RateLimit
 from ._hosts import HostSettings
-from ._policy import (
+from ._lease import Lease
+from ._policies import (
     AdaptiveConcurrencyPolicy,
     AIMDPolicy,
     AutoThrottlePolicy,
-    DelayPolicy,
     FixedDelayPolicy,
     FixedRatePolicy,
-    Sample,
 )
+from ._policy import DelayPolicy, Sample, SlotConfig
 from ._request import CONTROL_HEADER, RequestOptions
-from ._slot import Lease, Slot, SlotSnapshot
+from ._slot import Slot, SlotSnapshot
+from ._state import SlotState
 from ._store import MemoryStore, SlotStore
 from ._throttle import Throttle
 from ._timeline import Mark, SlotSample, Timeline
@@ -50,6 +50,7 @@ __all__ = [
     "SlotConfig",
     "SlotSample",
     "SlotSnapshot",
+    "SlotState",
     "SlotStore",
     "Throttle",
     "Timeline",

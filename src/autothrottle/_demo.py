@@ -33,7 +33,7 @@ from rich.text import Text
 from . import __version__
 from ._cli import DEFAULT_DURATION, DEFAULT_OUT
 from ._hosts import HostSettings
-from ._policy import AdaptiveConcurrencyPolicy
+from ._policies import AdaptiveConcurrencyPolicy
 from ._throttle import Throttle
 from ._timeline import Timeline
 from .aiohttp import ThrottledSession

@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from fnmatch import fnmatchcase
 
-from ._config import SlotConfig
-from ._policy import DelayPolicy
+from ._policy import DelayPolicy, SlotConfig
 from ._request import host_key
 
 __all__ = ["HostSettings"]

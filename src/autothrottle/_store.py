@@ -1,114 +1,104 @@
-"""Where a throttle keeps its slots.
+"""Where a throttle keeps what its slots learned.
 
-The store is a seam: the throttle asks it for a slot by key and never holds a
-slot table of its own, so another store (one that shares learned delays across
-processes, say) can stand in without touching the scheduling code.
+The store is a seam: it holds one :class:`~autothrottle._state.SlotState`
+record per slot key, plain data with no tickets, leases or clocks, so another
+store (one that shares learned state across processes, or keeps it across
+runs) can stand in without touching the scheduling code. The throttle's live
+slots (queues, leases in flight) stay in the throttle's own table.
 
-:class:`MemoryStore` keeps slots in a dict and forgets a slot that has been
-idle (nothing queued, nothing in flight) for ``idle_timeout`` seconds, so a
-crawl over millions of hosts does not grow without bound. A forgotten slot
-loses what it learned: the next request to that key starts a fresh slot at
-the start delay, and goes at once.
+:class:`MemoryStore` keeps records in a dict of this process. The throttle
+forgets a slot that has been idle (nothing queued or in flight, no pause or
+budget in force) for the store's ``idle_timeout`` seconds and discards its
+record too, so a crawl over millions of hosts does not grow without bound. A
+forgotten slot loses what it learned: the next request to that key starts a
+fresh slot at the start delay, and goes at once.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
-from ._config import check_number
-from ._slot import Slot
+from ._state import SlotState
+from ._validate import check_number
 
 __all__ = ["MemoryStore", "SlotStore"]
 
 
 @runtime_checkable
 class SlotStore(Protocol):
-    """The interface a slot store implements."""
+    """The interface a store of learned slot state implements.
 
-    def get(self, key: str) -> Slot | None:
-        """The slot for ``key`` if the store holds one."""
+    ``idle_timeout`` is how long an idle slot's record is worth keeping; the
+    throttle forgets its live slot after that long too.
+    """
+
+    idle_timeout: float
+
+    def load(self, key: str) -> SlotState | None:
+        """The record for ``key``, or None if the store has none."""
         ...
 
-    def get_or_create(self, key: str, factory: Callable[[str], Slot]) -> Slot:
-        """The slot for ``key``, made with ``factory(key)`` if there is none yet."""
+    def save(self, key: str, state: SlotState) -> None:
+        """Keep ``state`` as the record for ``key``."""
         ...
 
-    def __iter__(self) -> Iterator[Slot]:
-        """Every slot held now."""
+    def update(self, key: str, change: Callable[[SlotState], None]) -> SlotState | None:
+        """Apply ``change`` to the record for ``key`` atomically; None if there is none."""
+        ...
+
+    def discard(self, key: str) -> None:
+        """Forget the record for ``key`` (no error if there is none)."""
+        ...
+
+    def __iter__(self) -> Iterator[str]:
+        """The keys held now."""
         ...
 
     def __len__(self) -> int: ...
 
 
 class MemoryStore:
-    """Slots in a dict of this process, with idle slots evicted.
+    """Learned slot state in a dict of this process.
 
     Args:
         idle_timeout: Seconds a slot may stay idle before it is forgotten
             (``math.inf`` keeps every slot forever). A slot is idle when nothing
             is queued or in flight and no pause or rate-limit budget is in force.
 
-    Slots are kept in order of last use, so eviction looks only at the least
-    recently used ones: each new slot evicts at most a few hundred stale ones,
-    and no single request pays for a sweep of the whole table.
+    The records are the live slots' own state objects: saving one costs a dict
+    assignment, and a change to a slot is in the store at once.
     """
 
-    __slots__ = ("_slots", "idle_timeout")
-
-    #: Stale slots one slot creation may evict: the cost is bounded per call.
-    evict_batch = 256
+    __slots__ = ("_records", "idle_timeout")
 
     def __init__(self, idle_timeout: float = 600.0) -> None:
         if idle_timeout != math.inf:
             check_number("idle_timeout", idle_timeout, minimum=0.0)
         self.idle_timeout = float(idle_timeout)
-        self._slots: OrderedDict[str, Slot] = OrderedDict()
+        self._records: dict[str, SlotState] = {}
 
-    def get(self, key: str) -> Slot | None:
-        return self._slots.get(key)
+    def load(self, key: str) -> SlotState | None:
+        return self._records.get(key)
 
-    def get_or_create(self, key: str, factory: Callable[[str], Slot]) -> Slot:
-        slots = self._slots
-        slot = slots.get(key)
-        if slot is None:
-            slot = factory(key)
-            if math.isfinite(self.idle_timeout):
-                self._evict(slot.last_activity, self.evict_batch)
-            self._slots[key] = slot  # _evict may have rebuilt the table
-        else:
-            slots.move_to_end(key)
-        return slot
+    def save(self, key: str, state: SlotState) -> None:
+        self._records[key] = state
 
-    def __iter__(self) -> Iterator[Slot]:
-        return iter(list(self._slots.values()))
+    def update(self, key: str, change: Callable[[SlotState], None]) -> SlotState | None:
+        state = self._records.get(key)
+        if state is not None:
+            change(state)
+        return state
+
+    def discard(self, key: str) -> None:
+        self._records.pop(key, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._records))
 
     def __len__(self) -> int:
-        return len(self._slots)
+        return len(self._records)
 
-    def evict_idle(self, now: float) -> int:
-        """Forget every slot idle since before ``now - idle_timeout``; return how many."""
-        return self._evict(now, len(self._slots))
-
-    def _evict(self, now: float, limit: int) -> int:
-        cutoff = now - self.idle_timeout
-        slots = self._slots
-        evicted = 0
-        looked = 0
-        while slots and looked < limit:
-            key, slot = next(iter(slots.items()))
-            if slot.last_activity >= cutoff:
-                break  # everything after it was used more recently
-            looked += 1
-            if slot.idle:
-                del slots[key]
-                evicted += 1
-            else:
-                slots.move_to_end(key)  # busy or paused: look again later
-        if evicted and evicted * 2 > len(slots):
-            # A dict never shrinks its table by itself; after a mass eviction
-            # rebuild it so the memory goes back.
-            self._slots = OrderedDict(slots)
-        return evicted
+    def __repr__(self) -> str:
+        return f"MemoryStore(idle_timeout={self.idle_timeout!r}, slots={len(self._records)})"

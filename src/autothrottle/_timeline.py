@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, cast
 
-from ._config import check_int, check_positive
+from ._validate import check_int, check_positive
 
 if TYPE_CHECKING:
     from ._slot import SlotSnapshot

@@ -79,15 +79,14 @@ from aiohttp import (
 )
 from aiohttp.connector import Connection
 
+from ._lease import Lease
 from ._request import (
     CONTROL_HEADER,
     DEFAULT_OPTIONS,
     RequestOptions,
-    host_key,
     options_from_header,
     options_from_mapping,
 )
-from ._slot import Lease
 from ._throttle import Throttle
 
 __all__ = ["ThrottledSession", "throttle_middleware", "throttle_trace_config"]
@@ -323,9 +322,8 @@ class _ThrottleMiddleware:
     def _key(self, request: ClientRequest, options: RequestOptions) -> str:
         if options.slot is not None:
             return options.slot
-        if self.throttle._key is not None:
-            return self.throttle.key_for(str(request.url))
-        return host_key(request.url.raw_host or "")
+        url = request.url
+        return self.throttle.key_for(url, host=url.raw_host or "")
 
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         options = self._options(request)

@@ -68,9 +68,8 @@ from typing import Any, TypeVar, cast
 
 import httpx
 
+from ._lease import Lease
 from ._request import CONTROL_HEADER, options_from_header, options_from_mapping
-from ._request import host_key as _host_key
-from ._slot import Lease
 from ._throttle import Throttle
 
 __all__ = ["ThrottledClient", "ThrottledTransport"]
@@ -262,10 +261,7 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
     def _key(self, request: httpx.Request, slot: str | None) -> str:
         if slot is not None:
             return slot
-        throttle = self._throttle
-        if throttle._key is not None:
-            return throttle.key_for(str(request.url))
-        return _host_key(request.url.host)
+        return self._throttle.key_for(request.url, host=request.url.host)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for the slot's turn, send through ``inner``, and track the response."""

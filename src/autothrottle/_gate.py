@@ -1,0 +1,242 @@
+"""The gate of one slot: who may send now, with no I/O.
+
+Everything here is synchronous and reads time only through the injected
+clock, so the scheduling rules (``docs/scheduling.md``) can be tested by
+setting the clock by hand. Waiting is the driver's business
+(:mod:`autothrottle._driver`): it parks a :class:`Ticket` in the queue, asks
+:meth:`Gate.try_acquire` how long to wait, and sleeps until then or until the
+gate wakes the ticket.
+
+The gate reads the slot's learned state (delay, pause, rate-limit budget) from
+its :class:`~autothrottle._state.SlotState` and keeps only what belongs to this
+process: the queue, the holds in flight, the last send, the jitter factor and
+the burst tokens.
+
+This module's interface to the rest of the engine is :class:`Gate`'s public
+methods; nothing outside the engine calls it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from ._policy import SlotConfig
+from ._state import SlotState
+
+__all__ = ["Gate", "Hold", "Ticket"]
+
+Clock = Callable[[], float]
+
+
+class Hold(Protocol):
+    """What the gate keeps of one request in flight (a lease, for the throttle)."""
+
+    @property
+    def expires_at(self) -> float:
+        """When the hold stops counting even if never released."""
+        ...
+
+    def expire(self) -> None:
+        """Mark the hold released by expiry (the gate has already let go of it)."""
+        ...
+
+
+H = TypeVar("H", bound=Hold)
+
+
+def _no_wake() -> None:
+    return None
+
+
+class Ticket:
+    """A request waiting in a gate's queue.
+
+    ``wake`` is set by the driver to whatever resumes the waiting task;
+    ``hold`` is set, synchronously, when the ticket is granted.
+    """
+
+    __slots__ = ("hold", "wake")
+
+    def __init__(self) -> None:
+        self.wake: Callable[[], None] = _no_wake
+        self.hold: Hold | None = None
+
+
+class Gate:
+    """FIFO queue, concurrency cap, spacing, burst, pause and budget of one slot."""
+
+    __slots__ = (
+        "_clock",
+        "_factor",
+        "_holds",
+        "_queue",
+        "_rng",
+        "_tokens",
+        "_tokens_at",
+        "config",
+        "last_send",
+        "state",
+    )
+
+    def __init__(
+        self,
+        state: SlotState,
+        config: SlotConfig,
+        *,
+        clock: Clock,
+        rng: random.Random,
+    ) -> None:
+        self.state = state
+        self.config = config
+        self._clock = clock
+        self._rng = rng
+        self._queue: deque[Ticket] = deque()
+        self._holds: set[Hold] = set()
+        self.last_send: float | None = None
+        self._factor = 1.0
+        # The burst allowance of a policy with burst > 1: a token bucket that
+        # refills one token per delay, up to the burst.
+        self._tokens = float(config.burst)
+        self._tokens_at = clock()
+
+    # -- what others read --------------------------------------------------------
+
+    def in_flight(self) -> int:
+        """Holds not yet released nor expired."""
+        if self._holds:
+            self._expire(self._clock())
+        return len(self._holds)
+
+    def queued(self) -> int:
+        """Tickets waiting."""
+        return len(self._queue)
+
+    def idle(self) -> bool:
+        """Nothing queued or in flight, and no pause or budget still in force."""
+        if self._queue or self.in_flight():
+            return False
+        now = self._clock()
+        state = self.state
+        return now >= state.pause_until and now >= state.budget_until
+
+    def send_at(self, now: float) -> float:
+        """The earliest time the next request may be sent, ignoring the cap."""
+        state = self.state
+        last = self.last_send
+        if last is None:
+            return state.pause_until
+        delay = state.delay
+        gap = delay * self._factor
+        if self.config.burst == 1:
+            at = last + gap
+        else:
+            missing = 1.0 - self._burst_tokens(now)
+            at = now + missing * delay if missing > 0 else -math.inf
+        if state.budget_gap > gap and now < state.budget_until:
+            # Spread the advertised budget until its reset; after it, the budget is spent.
+            at = max(at, min(last + state.budget_gap, state.budget_until))
+        return max(at, state.pause_until)
+
+    # -- what the rules call when the state changed --------------------------------
+
+    def wake(self) -> None:
+        """Let the head re-check: something it may wait on changed."""
+        if self._queue:
+            self._queue[0].wake()
+
+    # -- what the driver calls -----------------------------------------------------
+
+    def grant_now(self, make: Callable[[float], H]) -> H | None:
+        """The fast path: a hold at once if nobody is queued and the gate is open."""
+        if self._queue or len(self._holds) >= self.config.max_concurrency:
+            return None
+        now = self._clock()
+        if now < self.send_at(now):
+            return None
+        return self._grant(now, make)
+
+    def enqueue(self) -> Ticket:
+        """Join the queue."""
+        ticket = Ticket()
+        self._queue.append(ticket)
+        return ticket
+
+    def try_acquire(self, ticket: Ticket, make: Callable[[float], Hold]) -> float:
+        """Grant ``ticket`` if it may go now.
+
+        Returns 0.0 when granted (``ticket.hold`` is then set and the ticket
+        has left the queue); otherwise the seconds after which it is worth
+        checking again (``math.inf``: only when woken).
+        """
+        if self._queue[0] is not ticket:
+            return math.inf
+        now = self._clock()
+        if len(self._holds) >= self.config.max_concurrency:
+            self._expire(now)
+            if len(self._holds) >= self.config.max_concurrency:
+                soonest = min(hold.expires_at for hold in self._holds)
+                return max(soonest - now, 0.0) if math.isfinite(soonest) else math.inf
+        wait = self.send_at(now) - now
+        if wait > 0:
+            return wait
+        self._queue.popleft()
+        ticket.hold = self._grant(now, make)
+        self.wake()
+        return 0.0
+
+    def abandon(self, ticket: Ticket) -> Hold | None:
+        """Forget a ticket whose request will not be sent (cancelled or failed).
+
+        Returns the ticket's hold if it had already been granted: the caller
+        must release that.
+        """
+        if ticket.hold is not None:
+            return ticket.hold
+        was_head = bool(self._queue) and self._queue[0] is ticket
+        try:
+            self._queue.remove(ticket)
+        except ValueError:
+            return None
+        if was_head:
+            self.wake()
+        return None
+
+    def release(self, hold: Hold) -> None:
+        """Stop counting ``hold`` as in flight."""
+        self._holds.discard(hold)
+        self.state.last_activity = self._clock()
+        self.wake()
+
+    # -- inside the gate -------------------------------------------------------------
+
+    def _burst_tokens(self, now: float) -> float:
+        burst = self.config.burst
+        delay = self.state.delay
+        if delay <= 0.0:
+            return float(burst)
+        refill = (now - self._tokens_at) / delay
+        return min(float(burst), self._tokens + refill)
+
+    def _grant(self, now: float, make: Callable[[float], H]) -> H:
+        self.last_send = now
+        if self.config.burst > 1:
+            self._tokens = self._burst_tokens(now) - 1.0
+            self._tokens_at = now
+        jitter = self.config.jitter
+        self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0) if jitter else 1.0
+        state = self.state
+        state.sent += 1
+        state.last_activity = now
+        hold = make(now)
+        self._holds.add(hold)
+        return hold
+
+    def _expire(self, now: float) -> None:
+        expired = [hold for hold in self._holds if hold.expires_at <= now]
+        for hold in expired:
+            hold.expire()
+            self._holds.discard(hold)

@@ -1,0 +1,112 @@
+"""A lease: one request's hold on its slot, from send until its response is finished."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Protocol
+
+from ._slot import Slot
+
+__all__ = ["Lease"]
+
+
+class Reporter(Protocol):
+    """Where a lease reports its response: the throttle's rules."""
+
+    def observe(
+        self,
+        slot: Slot,
+        *,
+        latency: float,
+        status: int,
+        headers: Mapping[str, str] | None,
+        adjust: bool,
+        sent_at: float | None,
+    ) -> None: ...
+
+    def fail(self, slot: Slot, error: BaseException, *, sent_at: float) -> None: ...
+
+
+class Lease:
+    """One request's hold on its slot, from send until its response is finished.
+
+    The adapters take and release leases for you. Use one directly to throttle
+    a client autothrottle has no adapter for::
+
+        with await throttle.acquire("example.com") as lease:
+            response = await send()
+            lease.observe(latency=response.elapsed, status=response.status)
+
+    ``release`` is idempotent. A lease never released stops counting as in
+    flight after the throttle's ``hold_timeout``.
+
+    Attributes:
+        slot: The slot the request was sent to.
+        sent_at: When the lease was granted, on the throttle's clock.
+        expires_at: When it stops counting as in flight if never released.
+        adjust: False when the response must not change the slot's delay.
+    """
+
+    __slots__ = ("__weakref__", "_released", "_reporter", "adjust", "expires_at", "sent_at", "slot")
+
+    def __init__(
+        self, slot: Slot, reporter: Reporter, sent_at: float, expires_at: float, adjust: bool
+    ) -> None:
+        self.slot = slot
+        self._reporter = reporter
+        self.sent_at = sent_at
+        self.expires_at = expires_at
+        self.adjust = adjust
+        self._released = False
+
+    @property
+    def released(self) -> bool:
+        """True once the lease no longer counts as in flight."""
+        return self._released
+
+    def observe(
+        self,
+        *,
+        latency: float,
+        status: int,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Apply this request's response to its slot (unless ``adjust`` is off)."""
+        self._reporter.observe(
+            self.slot,
+            latency=latency,
+            status=status,
+            headers=headers,
+            adjust=self.adjust,
+            sent_at=self.sent_at,
+        )
+
+    def fail(self, error: BaseException) -> None:
+        """Record that the request failed without a response (refused, reset, timed out).
+
+        A failure gives no latency sample. Cancellation is not a failure: just
+        release the lease.
+        """
+        self._reporter.fail(self.slot, error, sent_at=self.sent_at)
+
+    def release(self) -> None:
+        """Stop counting the request as in flight; safe to call more than once."""
+        if not self._released:
+            self._released = True
+            self.slot.gate.release(self)
+
+    def expire(self) -> None:
+        """Called by the gate when the hold timed out; the gate has let go already."""
+        self._released = True
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

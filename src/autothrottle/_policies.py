@@ -1,0 +1,213 @@
+"""The delay policies autothrottle ships, each one class behind :class:`DelayPolicy`.
+
+See :mod:`autothrottle._policy` for the interface and the rules every policy
+shares (the throttle applies those, so each class here states only its idea).
+"""
+
+from __future__ import annotations
+
+from ._policy import DelayPolicy, Sample, SlotConfig
+from ._validate import check_int, check_number, check_positive
+
+__all__ = [
+    "AIMDPolicy",
+    "AdaptiveConcurrencyPolicy",
+    "AutoThrottlePolicy",
+    "FixedDelayPolicy",
+    "FixedRatePolicy",
+]
+
+
+class AutoThrottlePolicy(DelayPolicy):
+    """Scrapy's AutoThrottle rules, exactly.
+
+    A slot starts at ``max(start_delay, min_delay)``. Each response of latency
+    ``L`` sets a target of ``L / target_concurrency`` (the gap that keeps
+    ``target_concurrency`` requests in flight on average), and the delay moves
+    to ``max(target, (delay + target) / 2)``: up to the target at once, down
+    towards it by halves, so one fast response cannot collapse the delay.
+    """
+
+    __slots__ = ()
+
+    def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
+        target = sample.latency / config.target_concurrency
+        return max(target, (delay + target) / 2.0)
+
+    def __repr__(self) -> str:
+        return "AutoThrottlePolicy()"
+
+
+class FixedDelayPolicy(DelayPolicy):
+    """The same delay between sends, whatever the latency (Scrapy's DOWNLOAD_DELAY).
+
+    Backoff signals still raise it; the delay returns to ``delay`` no faster
+    than the refusal floor allows.
+    """
+
+    __slots__ = ("delay",)
+
+    def __init__(self, delay: float) -> None:
+        self.delay = check_number("delay", delay)
+
+    def initial_delay(self, config: SlotConfig) -> float:
+        return self.delay
+
+    def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
+        return self.delay
+
+    def __repr__(self) -> str:
+        return f"FixedDelayPolicy(delay={self.delay!r})"
+
+
+class FixedRatePolicy(DelayPolicy):
+    """At most ``per_second`` requests per second, with an optional burst.
+
+    Sends are spaced ``1 / per_second`` apart; with ``burst`` > 1 up to
+    ``burst`` requests may go back to back after a quiet spell (a generic cell
+    rate algorithm), never more than ``burst + per_second * w`` in any window
+    of ``w`` seconds. ``min_delay``/``max_delay`` still bound the gap.
+    """
+
+    __slots__ = ("burst", "per_second")
+
+    def __init__(self, per_second: float, *, burst: int = 1) -> None:
+        self.per_second = check_positive("per_second", per_second)
+        self.burst = check_int("burst", burst, minimum=1)
+
+    def initial_delay(self, config: SlotConfig) -> float:
+        return 1.0 / self.per_second
+
+    def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
+        return 1.0 / self.per_second
+
+    def __repr__(self) -> str:
+        return f"FixedRatePolicy(per_second={self.per_second!r}, burst={self.burst!r})"
+
+
+class AIMDPolicy(DelayPolicy):
+    """Additive increase of the rate on success, multiplicative decrease on backoff.
+
+    Each 200 response adds ``increase * gap`` to the rate, so the rate grows by
+    about ``increase`` requests per second for every second of success,
+    whatever the current rate. A backoff multiplies the rate by ``decrease``.
+    The throttle counts only the first backoff signal of a burst (responses to
+    requests sent before the slot backed off are the concurrency lag of the
+    old rate, not new evidence), so a burst of 429s cuts the rate once.
+
+    Args:
+        increase: Requests/second gained per second of success.
+        decrease: Factor in (0, 1) applied to the rate on backoff.
+        start_rate: Requests/second of a new slot; default from ``start_delay``.
+    """
+
+    __slots__ = ("decrease", "increase", "start_rate")
+
+    def __init__(
+        self, *, increase: float = 1.0, decrease: float = 0.5, start_rate: float | None = None
+    ) -> None:
+        self.increase = check_positive("increase", increase)
+        self.decrease = check_positive("decrease", decrease)
+        if self.decrease >= 1.0:
+            raise ValueError(f"decrease must be in (0, 1), got {decrease!r}")
+        self.start_rate = None if start_rate is None else check_positive("start_rate", start_rate)
+
+    def initial_delay(self, config: SlotConfig) -> float:
+        if self.start_rate is not None:
+            return 1.0 / self.start_rate
+        return super().initial_delay(config)
+
+    def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
+        if sample.status != 200 or delay <= 0.0:
+            return delay
+        rate = 1.0 / delay + self.increase * delay
+        return 1.0 / rate
+
+    def backoff_delay(self, pace: float, factor: float, config: SlotConfig) -> float:
+        return pace / self.decrease
+
+    def __repr__(self) -> str:
+        return (
+            f"AIMDPolicy(increase={self.increase!r}, decrease={self.decrease!r}, "
+            f"start_rate={self.start_rate!r})"
+        )
+
+
+class AdaptiveConcurrencyPolicy(DelayPolicy):
+    """Finds how many requests a host serves in parallel, from the rise of latency.
+
+    AutoThrottle keeps ``target_concurrency`` requests in flight, whatever the
+    host can take: too low a target wastes capacity, too high a one keeps a
+    standing queue at the host. This policy estimates the target itself, in
+    the manner of TCP Vegas: it keeps the lowest latency seen (the no-load
+    latency, slowly forgotten so it can follow a host that got slower) and,
+    from the latest latencies, how many of its in-flight requests are queued
+    at the host rather than served: ``queued = limit * (1 - base / latency)``.
+    Under ``alpha`` queued it raises the limit by one; above ``beta`` it lowers
+    it by one. The delay is then ``latency / limit``, as AutoThrottle's rule.
+
+    Args:
+        initial_limit: Concurrency estimate of a new slot.
+        alpha: Queued requests below which the limit grows.
+        beta: Queued requests above which the limit shrinks.
+        max_limit: The largest limit it will try (``max_concurrency`` also caps).
+        smoothing: Weight of each new latency in the short-term average.
+        base_decay: Per-sample factor by which the no-load latency is forgotten.
+    """
+
+    __slots__ = ("alpha", "base_decay", "beta", "initial_limit", "max_limit", "smoothing")
+
+    def __init__(
+        self,
+        *,
+        initial_limit: float = 1.0,
+        alpha: float = 0.2,
+        beta: float = 0.6,
+        max_limit: float = 256.0,
+        smoothing: float = 0.2,
+        base_decay: float = 0.001,
+    ) -> None:
+        self.initial_limit = check_positive("initial_limit", initial_limit)
+        self.alpha = check_number("alpha", alpha)
+        self.beta = check_positive("beta", beta)
+        if self.beta <= self.alpha:
+            raise ValueError(f"beta must be > alpha, got beta={beta!r} and alpha={alpha!r}")
+        self.max_limit = check_positive("max_limit", max_limit)
+        self.smoothing = check_positive("smoothing", smoothing)
+        if self.smoothing > 1.0:
+            raise ValueError(f"smoothing must be in (0, 1], got {smoothing!r}")
+        self.base_decay = check_number("base_decay", base_decay)
+        if self.base_decay >= 1.0:
+            raise ValueError(f"base_decay must be in [0, 1), got {base_decay!r}")
+
+    def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
+        state = sample.state
+        latency = sample.latency
+        limit = state.get("limit", self.initial_limit)
+        if sample.status != 200 or sample.cache_hit or latency <= 0.0:
+            state["limit"] = limit
+            return delay
+        base = state.get("base", latency)
+        base = min(latency, base * (1.0 + self.base_decay))
+        short = state.get("short", latency)
+        short += self.smoothing * (latency - short)
+        # Judge the limit once per round of `limit` responses (about one round
+        # trip), as Vegas does once per RTT: judging every response would move
+        # it `limit` steps before the first change could show in the latency.
+        seen = state.get("seen", 0.0) + 1.0
+        if seen >= limit:
+            seen = 0.0
+            queued = limit * (1.0 - base / short) if short > 0 else 0.0
+            cap = min(self.max_limit, float(config.max_concurrency))
+            if queued < self.alpha and sample.in_flight >= limit - 1.0:
+                limit = min(limit + 1.0, cap)
+            elif queued > self.beta:
+                limit = max(limit - 1.0, 1.0)
+        state.update(limit=limit, base=base, short=short, seen=seen)
+        return short / limit
+
+    def backoff_delay(self, pace: float, factor: float, config: SlotConfig) -> float:
+        return pace * factor
+
+    def __repr__(self) -> str:
+        return f"AdaptiveConcurrencyPolicy(initial_limit={self.initial_limit!r})"

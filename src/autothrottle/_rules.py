@@ -1,0 +1,269 @@
+"""The rules that turn a response, a failure or a signal into a slot's new state.
+
+This is the one place a slot's learned state changes after a request: the
+policy's next delay, the shared bounds on it (``docs/signals.md``), backoffs,
+pauses, rate-limit budgets and the refusal memory (``docs/recovery.md``). It
+writes the :class:`~autothrottle._state.SlotState` record and then wakes the
+slot's gate, so a waiting request re-checks at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from ._headers import HeaderSignals, read_headers
+from ._policy import Sample
+from ._recovery import Recovery
+from ._settings import Signals
+from ._slot import Slot
+from ._validate import check_number
+
+__all__ = ["Rules"]
+
+logger = logging.getLogger("autothrottle")
+
+_NO_HEADERS: Mapping[str, str] = {}
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds with enough digits that a small change does not read as none."""
+    ms = seconds * 1000.0
+    if abs(ms) >= 100.0:
+        return f"{ms:.0f}ms"
+    if abs(ms) >= 10.0:
+        return f"{ms:.1f}ms"
+    return f"{ms:.2f}ms"
+
+
+class Rules:
+    """The response rules of one throttle: its signal settings and refusal memory."""
+
+    __slots__ = ("_clock", "_wall_clock", "debug", "recovery", "signals")
+
+    def __init__(
+        self,
+        signals: Signals,
+        recovery: Recovery,
+        *,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        debug: bool,
+    ) -> None:
+        self.signals = signals
+        self.recovery = recovery
+        self.debug = debug
+        self._clock = clock
+        self._wall_clock = wall_clock
+
+    # -- a response ------------------------------------------------------------------
+
+    def observe(
+        self,
+        slot: Slot,
+        *,
+        latency: float,
+        status: int,
+        headers: Mapping[str, str] | None,
+        adjust: bool,
+        sent_at: float | None,
+    ) -> None:
+        """Apply one response: count it, read its headers, back off or adapt."""
+        latency = check_number("latency", latency)
+        if isinstance(status, bool) or not isinstance(status, int):
+            raise TypeError(f"status must be an int, got {status!r}")
+        if headers is None:
+            headers = _NO_HEADERS
+        elif type(headers) is not dict and not isinstance(headers, Mapping):
+            raise TypeError(f"headers must be a mapping of str to str, got {headers!r}")
+        now = self._clock()
+        state = slot.state
+        state.responses += 1
+        state.status_counts[status] += 1
+        state.last_latency = latency
+        state.last_activity = now
+        signals = self.signals
+        cache_hit = False
+        if signals.reads_headers:
+            read = read_headers(status, headers, now=self._wall_clock())
+            cache_hit = read.cache_hit
+            if cache_hit:
+                state.cache_hits += 1
+            if read.retry_after is not None or read.rate_limit is not None or read.ignored:
+                self._apply_pacing_headers(slot, read, now)
+
+        reason = None
+        if status in signals.backoff_statuses:
+            reason = f"status {status}"
+        elif signals.block_classifier is not None and signals.block_classifier(status, headers):
+            reason = "blocked"
+        if reason is not None:
+            self.backoff(slot, reason, sent_at, now, latency=latency, status=status)
+            return
+        if status == 200 and not cache_hit:
+            # What the host let through, adjusted or not: the lower bound of its limit.
+            self.recovery.count_success(state, now)
+        if adjust:
+            self._adapt(slot, latency, status, cache_hit, now)
+
+    def _adapt(self, slot: Slot, latency: float, status: int, cache_hit: bool, now: float) -> None:
+        """The policy's next delay, within the bounds every policy shares."""
+        state = slot.state
+        config = slot.config
+        old = state.delay
+        sample = Sample(
+            latency=latency,
+            status=status,
+            in_flight=slot.gate.in_flight(),
+            cache_hit=cache_hit,
+            state=state.policy_state,
+        )
+        new = config.clamp(config.policy.next_delay(old, sample, config))
+        reason = "cache hit" if cache_hit else "latency"
+        floor = self.recovery.floor(state, now)
+        if new < floor:
+            new = min(floor, config.max_delay)
+            reason = "recovery floor"
+        may_lower = status == 200 and (not cache_hit or self.signals.cache_hits_lower_delay)
+        if not may_lower and new < old:
+            new = old
+        self._set_delay(slot, new)
+        if self.debug:
+            self._log(slot, old, new, reason, latency, status)
+
+    # -- failures and backoffs ----------------------------------------------------------
+
+    def fail(self, slot: Slot, error: BaseException, *, sent_at: float) -> None:
+        """A request to ``slot`` failed without a response."""
+        state = slot.state
+        state.failures += 1
+        now = self._clock()
+        state.last_activity = now
+        if self.signals.backoff_on_failure:
+            self.backoff(slot, f"failure: {type(error).__name__}", sent_at, now)
+
+    def backoff(
+        self,
+        slot: Slot,
+        reason: str,
+        sent_at: float | None,
+        now: float,
+        *,
+        latency: float | None = None,
+        status: int | None = None,
+    ) -> bool:
+        """Slow ``slot`` down, unless the signal is the lag of an earlier backoff.
+
+        Returns True if the slot backed off.
+        """
+        state = slot.state
+        if sent_at is not None and sent_at < state.backoff_at:
+            state.ignored_backoffs += 1
+            return False
+        config = slot.config
+        old = state.delay
+        # The pace that was refused: the delay, or, when the cap rather than the
+        # delay was what held the slot back, latency / in-flight (Little's law).
+        pace = old
+        in_flight = slot.gate.in_flight()
+        if state.last_latency and in_flight:
+            pace = max(pace, state.last_latency / in_flight)
+        new = config.clamp(config.policy.backoff_delay(pace, self.signals.backoff_factor, config))
+        new = max(new, old)
+        self.recovery.refused(state, pace, now)
+        state.backoff_reason = reason
+        state.backoffs += 1
+        self._set_delay(slot, new)
+        if self.debug:
+            self._log(slot, old, new, reason, latency, status)
+        return True
+
+    def pause(self, slot: Slot, seconds: float, now: float, *, reason: str) -> None:
+        """Send nothing to ``slot`` for ``seconds`` (bounded by ``max_pause``)."""
+        max_pause = self.signals.max_pause
+        if seconds > max_pause:
+            logger.warning(
+                "slot %s: %s of %.0fs capped to max_pause=%.0fs",
+                slot.key,
+                reason,
+                seconds,
+                max_pause,
+            )
+            seconds = max_pause
+        if seconds <= 0.0:
+            return
+        state = slot.state
+        until = now + seconds
+        if until <= state.pause_until:
+            return
+        state.pause_until = until
+        state.pauses += 1
+        slot.gate.wake()
+        if self.debug:
+            logger.debug(
+                "slot=%s paused for %.0fms reason=%s",
+                slot.key,
+                seconds * 1000,
+                reason,
+                extra={"slot": slot.key, "pause": seconds, "reason": reason},
+            )
+
+    # -- inside the rules ---------------------------------------------------------------
+
+    @staticmethod
+    def _set_delay(slot: Slot, delay: float) -> None:
+        state = slot.state
+        if delay != state.delay:
+            state.delay = delay
+            slot.gate.wake()
+
+    def _apply_pacing_headers(self, slot: Slot, read: HeaderSignals, now: float) -> None:
+        for note in read.ignored:
+            logger.info("slot %s: %s", slot.key, note)
+        signals = self.signals
+        if signals.retry_after and read.retry_after is not None:
+            self.pause(slot, read.retry_after, now, reason="Retry-After")
+        budget = read.rate_limit
+        if signals.rate_limit_headers and budget is not None:
+            state = slot.state
+            state.rate_limit = budget
+            if budget.remaining <= 0:
+                self.pause(slot, budget.reset, now, reason="rate-limit header")
+            else:
+                state.budget_gap = budget.spacing
+                state.budget_until = now + min(budget.reset, signals.max_pause)
+                slot.gate.wake()
+
+    def _log(
+        self,
+        slot: Slot,
+        old: float,
+        new: float,
+        reason: str,
+        latency: float | None,
+        status: int | None,
+    ) -> None:
+        in_flight = slot.gate.in_flight()
+        if new == old:
+            change = f"{_ms(new)} (unchanged)"
+        else:
+            sign = "+" if new > old else "-"
+            change = f"{_ms(old)}->{_ms(new)} ({sign}{_ms(abs(new - old))})"
+        logger.debug(
+            "slot=%s in_flight=%d delay=%s latency=%s status=%s reason=%s",
+            slot.key,
+            in_flight,
+            change,
+            "-" if latency is None else _ms(latency),
+            "-" if status is None else status,
+            reason,
+            extra={
+                "slot": slot.key,
+                "in_flight": in_flight,
+                "old_delay": old,
+                "new_delay": new,
+                "latency": latency,
+                "status": status,
+                "reason": reason,
+            },
+        )

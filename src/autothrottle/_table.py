@@ -1,0 +1,94 @@
+"""The throttle's live slots, in order of last use, with idle ones forgotten.
+
+A live slot is this process's :class:`~autothrottle.Slot`: its learned record
+(kept in the store) and its gate (queue, leases). The table keeps them in
+least-recently-used order so that forgetting idle slots only ever looks at the
+oldest: each look is bounded (``evict_batch`` slots), so no single request
+pays for a sweep of the whole table, and it happens both when a new slot is
+made and, every ``_HIT_SWEEP`` uses, when a known one is used, so a crawl that
+only revisits known hosts still forgets the stale ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+
+from ._slot import Slot
+from ._store import SlotStore
+
+__all__ = ["SlotTable"]
+
+_HIT_SWEEP = 256
+"""Uses of known slots between two bounded looks for idle ones."""
+
+
+class SlotTable:
+    """Live slots by key; makes missing ones with ``make(key)``."""
+
+    __slots__ = ("_clock", "_hits", "_make", "_slots", "evict_batch", "store")
+
+    def __init__(
+        self, store: SlotStore, make: Callable[[str], Slot], clock: Callable[[], float]
+    ) -> None:
+        self.store = store
+        self.evict_batch = 256
+        self._make = make
+        self._clock = clock
+        self._slots: OrderedDict[str, Slot] = OrderedDict()
+        self._hits = 0
+
+    def get(self, key: str) -> Slot | None:
+        """The live slot for ``key``, if there is one (does not count as a use)."""
+        return self._slots.get(key)
+
+    def get_or_create(self, key: str) -> Slot:
+        """The live slot for ``key``, made on first use."""
+        slots = self._slots
+        slot = slots.get(key)
+        if slot is not None:
+            slots.move_to_end(key)
+            self._hits += 1
+            if self._hits >= _HIT_SWEEP:
+                self._hits = 0
+                if math.isfinite(self.store.idle_timeout):
+                    self._evict(self._clock(), self.evict_batch)
+            return slot
+        slot = self._make(key)
+        if math.isfinite(self.store.idle_timeout):
+            self._evict(self._clock(), self.evict_batch)
+        self._slots[key] = slot  # _evict may have rebuilt the table
+        return slot
+
+    def __iter__(self) -> Iterator[Slot]:
+        return iter(list(self._slots.values()))
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def evict_idle(self) -> int:
+        """Forget every slot idle for the store's ``idle_timeout``; return how many."""
+        return self._evict(self._clock(), len(self._slots))
+
+    def _evict(self, now: float, limit: int) -> int:
+        cutoff = now - self.store.idle_timeout
+        slots = self._slots
+        evicted = 0
+        looked = 0
+        while slots and looked < limit:
+            key, slot = next(iter(slots.items()))
+            if slot.last_activity >= cutoff:
+                break  # everything after it was used more recently
+            looked += 1
+            if slot.idle:
+                del slots[key]
+                self.store.discard(key)
+                evicted += 1
+            else:
+                slots.move_to_end(key)  # busy or paused: look again later
+        if evicted and evicted * 2 > len(slots):
+            # A dict never shrinks its table by itself; after a mass eviction
+            # rebuild it so the memory goes back.
+            self._slots = OrderedDict(slots)
+        return evicted

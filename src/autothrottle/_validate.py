@@ -1,0 +1,49 @@
+"""Argument checkers: the leaf every validating constructor imports.
+
+Every public constructor funnels its numbers through the checkers here, so a bad
+value fails at construction time with an error that names the parameter and the
+value, instead of surfacing later as a stalled or runaway crawl.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def check_number(name: str, value: object, *, minimum: float = 0.0) -> float:
+    """Return ``value`` as a float if it is a finite real number >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def check_positive(name: str, value: object) -> float:
+    """Return ``value`` as a float if it is a finite real number > 0."""
+    number = check_number(name, value, minimum=-math.inf)
+    if number <= 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return number
+
+
+def check_int(name: str, value: object, *, minimum: int) -> int:
+    """Return ``value`` if it is an int (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is a bool (not merely truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return value

@@ -1,0 +1,116 @@
+"""Test helpers shared by the suite: one copy of each (clocks, holds, bounded waits)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from autothrottle import Lease, Slot, Throttle
+from autothrottle._gate import Ticket
+
+WALL = 1_700_000_000.0
+"""The fake wall clock's epoch seconds when the fake monotonic clock reads 0."""
+
+
+class FakeClock:
+    """A monotonic clock that only moves when told to, with a wall clock beside it."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def wall(self) -> float:
+        return WALL + self.now
+
+
+def refusal_floor(
+    refused_gap: float, elapsed: float, *, margin: float = 0.93, time: float = 15.0
+) -> float:
+    """The least delay ``elapsed`` seconds after a refusal at ``refused_gap``, as
+    docs/recovery.md states it: the allowed rate follows
+    ``W * (1 + (1 - margin) * (t / time - 1) ** 3)`` (the throttle's defaults).
+    """
+    phase = elapsed / time - 1.0
+    return refused_gap / (1.0 + (1.0 - margin) * phase**3)
+
+
+async def take(throttle: Throttle, key: str = "example.com") -> Lease:
+    """``await throttle.acquire(key)``, asserting the gate is open now.
+
+    With a fake clock nothing moves time while a request waits, so a closed
+    gate would hang; instead the wait is cancelled and the test fails.
+    """
+    task = asyncio.ensure_future(throttle.acquire(key))
+    await asyncio.sleep(0)
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise AssertionError(f"the gate of {key!r} is closed")
+    return task.result()
+
+
+class Hold:
+    """A request in flight as the gate sees it: the engine's lease without the rules."""
+
+    __slots__ = ("expires_at", "gate", "released", "sent_at")
+
+    def __init__(self, slot: Slot, sent_at: float, expires_at: float) -> None:
+        self.gate = slot.gate
+        self.sent_at = sent_at
+        self.expires_at = expires_at
+        self.released = False
+
+    def expire(self) -> None:
+        self.released = True
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.gate.release(self)
+
+
+def holds(slot: Slot, hold_timeout: float = math.inf) -> Callable[[float], Hold]:
+    """A hold factory for the gate of ``slot``, as the throttle's lease factory."""
+    return lambda now: Hold(slot, now, now + hold_timeout)
+
+
+def try_acquire(slot: Slot, ticket: Ticket, hold_timeout: float = math.inf) -> float:
+    """``Gate.try_acquire`` with plain holds."""
+    return slot.gate.try_acquire(ticket, holds(slot, hold_timeout))
+
+
+def grant_now(slot: Slot, hold_timeout: float = math.inf) -> Hold | None:
+    """``Gate.grant_now`` with plain holds."""
+    return slot.gate.grant_now(holds(slot, hold_timeout))
+
+
+def abandon(slot: Slot, ticket: Ticket) -> None:
+    """Leave the queue as the driver does: release the hold if one was granted."""
+    granted = slot.gate.abandon(ticket)
+    if granted is not None:
+        granted.release()  # type: ignore[attr-defined]
+
+
+@contextlib.asynccontextmanager
+async def bounded(limit: float = 100_000.0) -> AsyncIterator[None]:
+    """Fail instead of hanging: a generous limit (fake-time loops make it cheap)."""
+    async with asyncio.timeout(limit):
+        yield
+
+
+async def wait_until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
+    """Poll ``condition`` on the real loop until true, failing after ``timeout`` s."""
+    for _ in range(max(1, int(timeout / 0.005))):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"condition not reached in {timeout} s")
