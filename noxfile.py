@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
+
 import nox
 
 nox.options.sessions = ["lint", "types", "tests"]
+
+#: Every Python the package declares (requires-python >= 3.11) that this machine has.
+PYTHONS = [v for v in ("3.11", "3.12", "3.13", "3.14") if shutil.which(f"python{v}")] or ["3.11"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 
-@nox.session
+@nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The test suite: real loopback servers, injected clocks, property tests."""
     session.install("-e", ".[dev,sim,cli]")
@@ -18,10 +23,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff: lint and formatting."""
-    session.install("ruff>=0.5")
+    """ruff (lint and formatting) and import-linter (the layers of docs/architecture.md)."""
+    session.install("ruff>=0.5", "import-linter>=2.0", "-e", ".")
     session.run("ruff", "check", "src", "tests", "examples", "benchmarks", "noxfile.py")
     session.run("ruff", "format", "--check", "src", "tests", "examples", "benchmarks", "noxfile.py")
+    session.run("lint-imports")
 
 
 @nox.session

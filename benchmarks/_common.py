@@ -12,7 +12,7 @@ import os
 import platform
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
     path = RESULTS_DIR / f"{name}.json"
     document = {
         "benchmark": name,
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": machine(),
         "results": data,

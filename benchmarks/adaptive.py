@@ -350,7 +350,7 @@ async def run_aiohttp(
                 async with session.get(url) as response:
                     body = await response.read()
                     status = response.status
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 tally.add(type(exc).__name__)
                 return
             tally.add(str(status))
@@ -373,7 +373,7 @@ async def run_fixed(base: str, seconds: float, tally: Tally) -> None:
                     async with session.get(url) as response:
                         body = await response.read()
                         status = response.status
-                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, aiohttp.ClientError) as exc:
                     tally.add(type(exc).__name__)
                     return
             tally.add(str(status))
@@ -418,7 +418,7 @@ async def run_scrapy(
         )
         try:
             _, err = await asyncio.wait_for(proc.communicate(), timeout=seconds + 120)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             proc.kill()
             await proc.wait()
             raise RuntimeError("the Scrapy run did not finish in time") from None

@@ -142,10 +142,10 @@ class SimProcess:
             response.raise_for_status()
 
     async def wait_idle(
-        self, http: aiohttp.ClientSession, host: str | None = None, timeout: float = 30.0
+        self, http: aiohttp.ClientSession, host: str | None = None, within: float = 30.0
     ) -> None:
         """Wait until nothing is queued or in service (abandoned requests finish)."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         while time.monotonic() < deadline:
             doc = await self.stats(http, host, series=False)
             hosts = doc["hosts"].values() if host is None else [doc]
@@ -285,7 +285,7 @@ async def crawl(
                         async with session.get(f"{base}/page/{i}") as response:
                             await response.read()
                             count(str(response.status))
-                    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    except (TimeoutError, aiohttp.ClientError) as exc:
                         count(type(exc).__name__)
                     i += per_host
 

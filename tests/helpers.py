@@ -107,10 +107,10 @@ async def bounded(limit: float = 100_000.0) -> AsyncIterator[None]:
         yield
 
 
-async def wait_until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
-    """Poll ``condition`` on the real loop until true, failing after ``timeout`` s."""
-    for _ in range(max(1, int(timeout / 0.005))):
+async def wait_until(condition: Callable[[], Any], within: float = 10.0) -> None:
+    """Poll ``condition`` on the real loop until true, failing after ``within`` s."""
+    for _ in range(max(1, int(within / 0.005))):
         if condition():
             return
         await asyncio.sleep(0.005)
-    raise AssertionError(f"condition not reached in {timeout} s")
+    raise AssertionError(f"condition not reached in {within} s")

@@ -1,7 +1,7 @@
 """The default delay policy (Scrapy's AutoThrottle rules), as table tests.
 
-Every expected delay below was worked out by hand from the rules in the
-issue, not from the code:
+Every expected delay below was worked out by hand from the rules (docs/signals.md
+and the policy docstrings), not from the code:
 
 * a new slot starts at ``max(start_delay, min_delay)``, bounded by ``max_delay``;
 * a response of latency ``L`` sets ``target = L / target_concurrency`` and

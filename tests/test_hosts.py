@@ -1,6 +1,6 @@
 """Per-host settings: ``Throttle(hosts={...})``.
 
-The rules (issue 3 and :mod:`autothrottle._hosts`): a pattern is an exact host
+The rules (docs/guide.md, "Policies", and :mod:`autothrottle._hosts`): a pattern is an exact host
 or a glob; an exact host beats any glob; among matching globs the most
 specific wins (most literal characters, then longest, then first given);
 ``*.example.com`` matches subdomains but not ``example.com``; a dict and a

@@ -1,6 +1,6 @@
 """The delay policies other than Scrapy's: fixed delay, fixed rate, AIMD, adaptive concurrency.
 
-The rules come from issue 3 and the policies' docstrings:
+The rules come from docs/signals.md, docs/recovery.md and the policies' docstrings:
 
 * ``FixedDelayPolicy(d)``: the delay is ``d`` whatever the latency; a backoff
   raises it and the refusal floor brings it back;

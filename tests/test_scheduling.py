@@ -6,7 +6,7 @@
   the throttle reading the loop's clock, so sleeps take no real time and every
   grant time can be asserted exactly.
 
-The rules under test are the issue's "Scheduling" section: FIFO per slot; one
+The rules under test are docs/scheduling.md: FIFO per slot; one
 request may go when the current delay (times a jitter factor drawn once per
 send) has passed since the previous send and fewer than ``max_concurrency``
 are in flight; the first request to a new slot goes at once; a lower delay lets
@@ -996,7 +996,7 @@ async def test_driver_task_group_cancellation_leaves_nothing() -> None:
         raise RuntimeError("boom")
 
     async with bounded():
-        with pytest.raises(ExceptionGroup):  # noqa: F821 (the tests need Python >= 3.11)
+        with pytest.raises(ExceptionGroup):
             async with asyncio.TaskGroup() as group:
                 for _ in range(20):
                     group.create_task(waiter())

@@ -11,7 +11,8 @@ Two kinds of tests:
   throttle reading the loop's clock, so grant times are exact and no test
   sleeps for real.
 
-Expected numbers come from the rules in issue 3, not from the code:
+Expected numbers come from the rules in docs/signals.md and docs/recovery.md,
+not from the code:
 
 * a backoff multiplies the pace the slot kept (its delay here) by
   ``backoff_factor``, bounded by ``max_delay``; only the first signal of a

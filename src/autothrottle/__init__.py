@@ -30,8 +30,10 @@ from ._state import SlotState
 from ._store import MemoryStore, SlotStore
 from ._throttle import Throttle
 from ._timeline import Mark, SlotSample, Timeline
+from ._version import __version__
 
 __all__ = [
+    "__version__",
     "CONTROL_HEADER",
     "AIMDPolicy",
     "AdaptiveConcurrencyPolicy",
@@ -55,5 +57,3 @@ __all__ = [
     "Throttle",
     "Timeline",
 ]
-
-__version__ = "0.1.0"

@@ -13,7 +13,7 @@ import math
 import sys
 from collections.abc import Sequence
 
-from . import __version__
+from ._version import __version__
 
 __all__ = ["build_parser", "main"]
 

@@ -30,12 +30,12 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
 from ._cli import DEFAULT_DURATION, DEFAULT_OUT
 from ._hosts import HostSettings
 from ._policies import AdaptiveConcurrencyPolicy
 from ._throttle import Throttle
 from ._timeline import Timeline
+from ._version import __version__
 from .aiohttp import ThrottledSession
 from .httpx import ThrottledClient
 from .sim import (
@@ -192,7 +192,7 @@ class _Crawl:
             url = host.next_url()
             try:
                 status, body, cache = await fetch(url)
-            except (httpx.HTTPError, aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            except (TimeoutError, httpx.HTTPError, aiohttp.ClientError, OSError):
                 host.tally.errors += 1
                 await asyncio.sleep(0.05)  # never spin on a dead host
                 continue

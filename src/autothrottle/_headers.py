@@ -26,7 +26,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_tz
 from functools import partial
 
@@ -368,7 +368,7 @@ def _http_date(text: str) -> float | None:
     year, month, day, hour, minute, second = parts[:6]
     offset = parts[9] or 0
     try:
-        moment = datetime(year, month, day, hour, minute, min(second, 59), tzinfo=timezone.utc)
+        moment = datetime(year, month, day, hour, minute, min(second, 59), tzinfo=UTC)
     except (ValueError, OverflowError, TypeError):
         return None
     return moment.timestamp() - offset

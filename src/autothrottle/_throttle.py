@@ -38,6 +38,25 @@ def _signal(name: str, doc: str) -> Any:
     return property(lambda self: getattr(self._rules.signals, name), doc=doc)
 
 
+def _checked_runtime(
+    clock: object, wall_clock: object, store: object, rng: object
+) -> tuple[Callable[[], float], Callable[[], float], SlotStore, random.Random]:
+    """The throttle's clocks, store and random source, checked (defaults filled in)."""
+    if not callable(clock):
+        raise TypeError(f"clock must be a callable returning seconds, got {clock!r}")
+    if not callable(wall_clock):
+        raise TypeError(f"wall_clock must be a callable returning seconds, got {wall_clock!r}")
+    if store is None:
+        store = MemoryStore()
+    elif not isinstance(store, SlotStore):
+        raise TypeError(f"store must implement SlotStore, got {store!r}")
+    if rng is None:
+        rng = random.Random()
+    elif not isinstance(rng, random.Random):
+        raise TypeError(f"rng must be a random.Random, got {rng!r}")
+    return clock, wall_clock, store, rng
+
+
 class Throttle:
     """Paces requests per slot (per host by default), adapting each slot's delay.
 
@@ -153,10 +172,7 @@ class Throttle:
             strict_scrapy=strict_scrapy,
             hold_timeout=hold_timeout,
         )
-        if not callable(clock):
-            raise TypeError(f"clock must be a callable returning seconds, got {clock!r}")
-        if not callable(wall_clock):
-            raise TypeError(f"wall_clock must be a callable returning seconds, got {wall_clock!r}")
+        clock, wall_clock, store, self._rng = _checked_runtime(clock, wall_clock, store, rng)
         self._clock = clock
         self._rules = Rules(
             signals,
@@ -165,13 +181,6 @@ class Throttle:
             wall_clock=wall_clock,
             debug=check_bool("debug", debug),
         )
-        if store is None:
-            store = MemoryStore()
-        elif not isinstance(store, SlotStore):
-            raise TypeError(f"store must implement SlotStore, got {store!r}")
-        if rng is not None and not isinstance(rng, random.Random):
-            raise TypeError(f"rng must be a random.Random, got {rng!r}")
-        self._rng = rng if rng is not None else random.Random()
         self._table = SlotTable(store, self._new_slot, clock)
 
     def __repr__(self) -> str:

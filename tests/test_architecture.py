@@ -1,0 +1,154 @@
+"""The package's shape: its public names, its layers, and the learned-state record.
+
+The layers themselves are checked by import-linter (``nox -s lint``, contracts in
+pyproject.toml, described in docs/architecture.md); this file checks that no module
+escapes the contract by not being listed, and that the public surface is deliberate.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from autothrottle import MemoryStore, SlotState, Throttle
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "src" / "autothrottle"
+
+PUBLIC = {
+    "autothrottle": [
+        "AIMDPolicy",
+        "AdaptiveConcurrencyPolicy",
+        "AutoThrottlePolicy",
+        "CONTROL_HEADER",
+        "DelayPolicy",
+        "FixedDelayPolicy",
+        "FixedRatePolicy",
+        "HostSettings",
+        "Lease",
+        "Mark",
+        "MemoryStore",
+        "RateLimit",
+        "RequestOptions",
+        "Sample",
+        "Slot",
+        "SlotConfig",
+        "SlotSample",
+        "SlotSnapshot",
+        "SlotState",
+        "SlotStore",
+        "Throttle",
+        "Timeline",
+        "__version__",
+    ],
+    "autothrottle.httpx": ["ThrottledClient", "ThrottledTransport"],
+    "autothrottle.aiohttp": ["ThrottledSession", "throttle_middleware", "throttle_trace_config"],
+    "autothrottle.sim": [
+        "Behaviour",
+        "CDN",
+        "Capacity",
+        "HostStats",
+        "RateLimited",
+        "RequestRecord",
+        "SimServer",
+        "SoftBlock",
+        "VariableLatency",
+        "is_blocked_page",
+        "main",
+        "max_in_window",
+        "parse_behaviour",
+    ],
+}
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_public_names_are_pinned(module: str) -> None:
+    imported = importlib.import_module(module)
+    assert sorted(imported.__all__) == sorted(PUBLIC[module])
+    for name in imported.__all__:
+        assert getattr(imported, name) is not None
+
+
+def _modules() -> list[str]:
+    names = []
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if len(parts) > 1 and parts[1] == "sim" and len(parts) > 2:
+            continue  # the simulator is one unit in the contract
+        names.append(".".join(parts))
+    return sorted(names)
+
+
+def test_every_module_is_in_the_layers_contract() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    contract = config["tool"]["importlinter"]["contracts"][0]
+    listed = {
+        name.strip() for layer in contract["layers"] for name in layer.replace(":", "|").split("|")
+    }
+    missing = [m for m in _modules() if m != "autothrottle" and m not in listed]
+    assert not missing, f"add these modules to a layer in pyproject.toml: {missing}"
+
+
+def test_learned_state_round_trips_through_a_memory_store_as_plain_data() -> None:
+    now = [1000.0]
+    wall = [1.7e9]
+    store = MemoryStore()
+    throttle = Throttle(
+        start_delay=1.0, store=store, clock=lambda: now[0], wall_clock=lambda: wall[0]
+    )
+    lease = throttle.try_acquire("api.example")
+    assert lease is not None
+    lease.observe(latency=0.4, status=200)
+    lease.release()
+    now[0] += 2.0
+    throttle.observe(
+        "api.example",
+        latency=0.1,
+        status=429,
+        headers={"Retry-After": "30", "RateLimit": '"d";r=0;t=30'},
+    )
+    record = store.load("api.example")
+    assert record is throttle.slot("api.example").state
+
+    data = json.loads(json.dumps(record.to_dict(now=now[0])))
+    later = 50_000.0  # another process, another monotonic clock
+    loaded = SlotState.from_dict(data, now=later)
+    assert loaded.delay == record.delay
+    assert loaded.refused_gap == record.refused_gap
+    assert loaded.status_counts == record.status_counts
+    assert loaded.policy_state == record.policy_state
+    assert loaded.rate_limit == record.rate_limit
+    assert loaded.pause_until - later == pytest.approx(record.pause_until - now[0])
+    assert loaded.backoff_at - later == pytest.approx(record.backoff_at - now[0])
+    assert loaded.ok_first == -math.inf or math.isfinite(loaded.ok_first)
+
+    # A new throttle whose store holds the record starts where the first left off.
+    fresh = MemoryStore()
+    fresh.save("api.example", loaded)
+    resumed = Throttle(start_delay=1.0, store=fresh, clock=lambda: later)
+    slot = resumed.slot("api.example")
+    assert slot.delay == record.delay
+    assert slot.snapshot().pause_remaining == pytest.approx(30.0)
+    assert resumed.try_acquire("api.example") is None  # still paused
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        ([], TypeError),
+        ({"delay": 1.0, "colour": "red"}, ValueError),
+        ({}, ValueError),
+        ({"delay": "fast"}, TypeError),
+        ({"delay": 1.0, "pause_until": "soon"}, TypeError),
+    ],
+)
+def test_a_bad_record_is_refused_naming_what_is_wrong(data: object, error: type) -> None:
+    with pytest.raises(error):
+        SlotState.from_dict(data, now=0.0)  # type: ignore[arg-type]
