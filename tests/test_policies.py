@@ -357,7 +357,9 @@ async def simulate_host(
 async def test_adaptive_concurrency_finds_the_host_capacity(workers: int, service: float) -> None:
     seconds = 60.0
     _, log = await simulate_host(AdaptiveConcurrencyPolicy(), workers, service, seconds=seconds)
-    late = [entry for entry in log if entry[0] >= seconds / 2]
+    # Sends in the second half of the run only: requests still queued in the
+    # throttle at the end go after it, and would count twice the time.
+    late = [entry for entry in log if seconds / 2 <= entry[0] < seconds]
     limits = [limit for _, limit, _ in late]
     in_band = sum(1 for limit in limits if workers / 2 <= limit <= 2 * workers) / len(limits)
     delay = statistics.median(delay for _, _, delay in late)
@@ -388,13 +390,16 @@ async def test_adaptive_concurrency_ignores_errors_and_cache_hits() -> None:
         lease = await take(throttle)
         lease.observe(latency=0.01, status=status, headers=headers)
         lease.release()
-        assert slot.delay == 1.0
         assert slot.state.policy_state.get("limit", 2.0) == 2.0
         clock.advance(1.0)
+    # Errors never lower the delay; the hit lowers it only through the share of
+    # sends that reach the origin (docs/signals.md, "Caches"), by one step.
+    assert slot.delay == pytest.approx(0.95)
 
 
 async def test_adaptive_concurrency_delay_is_latency_over_limit() -> None:
-    _, throttle = fake(start_delay=1.0, policy=AdaptiveConcurrencyPolicy(initial_limit=4.0))
+    policy = AdaptiveConcurrencyPolicy(initial_limit=4.0, ramp_up=None)
+    _, throttle = fake(start_delay=1.0, policy=policy)
     lease = await take(throttle)
     lease.observe(latency=0.4, status=200)
     # First sample: no queue seen; the limit does not grow past what is in flight.

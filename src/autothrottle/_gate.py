@@ -123,6 +123,13 @@ class Gate:
         state = self.state
         return now >= state.pause_until and now >= state.budget_until
 
+    def cap(self) -> int:
+        """The most requests that may be in flight: ``max_concurrency``, or the
+        policy's own estimate when it has one and it is lower."""
+        cap = self.config.max_concurrency
+        own = self.state.in_flight_cap
+        return own if 0 < own < cap else cap
+
     def send_at(self, now: float) -> float:
         """The earliest time the next request may be sent, ignoring the cap."""
         state = self.state
@@ -152,7 +159,7 @@ class Gate:
 
     def grant_now(self, make: Callable[[float], H]) -> H | None:
         """The fast path: a hold at once if nobody is queued and the gate is open."""
-        if self._queue or len(self._holds) >= self.config.max_concurrency:
+        if self._queue or len(self._holds) >= self.cap():
             return None
         now = self._clock()
         if now < self.send_at(now):
@@ -175,9 +182,10 @@ class Gate:
         if self._queue[0] is not ticket:
             return math.inf
         now = self._clock()
-        if len(self._holds) >= self.config.max_concurrency:
+        cap = self.cap()
+        if len(self._holds) >= cap:
             self._expire(now)
-            if len(self._holds) >= self.config.max_concurrency:
+            if len(self._holds) >= cap:
                 soonest = min(hold.expires_at for hold in self._holds)
                 return max(soonest - now, 0.0) if math.isfinite(soonest) else math.inf
         wait = self.send_at(now) - now

@@ -6,6 +6,8 @@ shares (the throttle applies those, so each class here states only its idea).
 
 from __future__ import annotations
 
+import math
+
 from ._policy import DelayPolicy, Sample, SlotConfig
 from ._validate import check_int, check_number, check_positive
 
@@ -139,33 +141,62 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
     AutoThrottle keeps ``target_concurrency`` requests in flight, whatever the
     host can take: too low a target wastes capacity, too high a one keeps a
     standing queue at the host. This policy estimates the target itself, in
-    the manner of TCP Vegas: it keeps the lowest latency seen (the no-load
+    the manner of TCP Vegas. It keeps the lowest latency seen (the no-load
     latency, slowly forgotten so it can follow a host that got slower) and,
-    from the latest latencies, how many of its in-flight requests are queued
-    at the host rather than served: ``queued = limit * (1 - base / latency)``.
-    Under ``alpha`` queued it raises the limit by one; above ``beta`` it lowers
-    it by one. The delay is then ``latency / limit``, as AutoThrottle's rule.
+    once per round of responses, the lowest latencies of that round. A queue at
+    the host delays *every* request, the fastest too, so the round's lowest
+    latency rises above the no-load one; slow pages alone do not raise it,
+    because a round still holds fast ones (a steady mix of 30 ms and 800 ms
+    pages is not a queue). It judges the round's second-lowest latency, so one
+    request that happened to meet no queue does not hide one. From the two it
+    reads how many of its in-flight
+    requests wait at the host rather than being served:
+    ``queued = limit * (1 - base / round_min)``. Under ``alpha`` queued it
+    raises the limit by ``step``; above ``beta`` it lowers it by ``step``. The
+    delay is then the averaged latency over the limit, as AutoThrottle's rule,
+    and the limit also caps the requests in flight (rounded up): pacing alone
+    would let a burst of slow pages pile a queue up at the host.
+
+    Its ``ramp_up`` (1 s) bounds how fast a new slot speeds up before its
+    first refusal: the rate at most doubles each second.
 
     Args:
         initial_limit: Concurrency estimate of a new slot.
         alpha: Queued requests below which the limit grows.
         beta: Queued requests above which the limit shrinks.
         max_limit: The largest limit it will try (``max_concurrency`` also caps).
-        smoothing: Weight of each new latency in the short-term average.
+        smoothing: Weight of each new latency in the averaged latency.
         base_decay: Per-sample factor by which the no-load latency is forgotten.
+        step: How much the limit moves at a time.
+        round_size: Responses per round at least (more when the limit is higher).
+        ramp_up: Seconds in which the rate may at most double before the first
+            refusal (None: no bound).
     """
 
-    __slots__ = ("alpha", "base_decay", "beta", "initial_limit", "max_limit", "smoothing")
+    __slots__ = (
+        "alpha",
+        "base_decay",
+        "beta",
+        "initial_limit",
+        "max_limit",
+        "ramp_up",
+        "round_size",
+        "smoothing",
+        "step",
+    )
 
     def __init__(
         self,
         *,
         initial_limit: float = 1.0,
-        alpha: float = 0.2,
-        beta: float = 0.6,
+        alpha: float = 0.1,
+        beta: float = 0.4,
         max_limit: float = 256.0,
-        smoothing: float = 0.2,
+        smoothing: float = 0.05,
         base_decay: float = 0.001,
+        step: float = 0.5,
+        round_size: int = 8,
+        ramp_up: float | None = 1.0,
     ) -> None:
         self.initial_limit = check_positive("initial_limit", initial_limit)
         self.alpha = check_number("alpha", alpha)
@@ -179,6 +210,9 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         self.base_decay = check_number("base_decay", base_decay)
         if self.base_decay >= 1.0:
             raise ValueError(f"base_decay must be in [0, 1), got {base_decay!r}")
+        self.step = check_positive("step", step)
+        self.round_size = check_int("round_size", round_size, minimum=1)
+        self.ramp_up = None if ramp_up is None else check_positive("ramp_up", ramp_up)
 
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
         state = sample.state
@@ -187,27 +221,41 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         if sample.status != 200 or sample.cache_hit or latency <= 0.0:
             state["limit"] = limit
             return delay
-        base = state.get("base", latency)
-        base = min(latency, base * (1.0 + self.base_decay))
+        base = min(latency, state.get("base", latency) * (1.0 + self.base_decay))
         short = state.get("short", latency)
         short += self.smoothing * (latency - short)
-        # Judge the limit once per round of `limit` responses (about one round
-        # trip), as Vegas does once per RTT: judging every response would move
-        # it `limit` steps before the first change could show in the latency.
+        # The round's two lowest latencies (0: none yet); the second is the one
+        # judged, so one lucky request that met no queue does not hide a queue.
+        low = state.get("low") or latency
+        second = state.get("second") or math.inf
+        if latency < low:
+            low, second = latency, low
+        elif latency < second:
+            second = latency
+        # Judge once per round (about one round trip), as Vegas does once per
+        # RTT: judging every response would move the limit many steps before
+        # the first change could show in the latency.
         seen = state.get("seen", 0.0) + 1.0
-        if seen >= limit:
-            seen = 0.0
-            queued = limit * (1.0 - base / short) if short > 0 else 0.0
+        if seen >= max(limit, float(self.round_size)):
+            queued = limit * (1.0 - base / second) if math.isfinite(second) else 0.0
             cap = min(self.max_limit, float(config.max_concurrency))
             if queued < self.alpha and sample.in_flight >= limit - 1.0:
-                limit = min(limit + 1.0, cap)
+                limit = min(limit + self.step, cap)
             elif queued > self.beta:
-                limit = max(limit - 1.0, 1.0)
-        state.update(limit=limit, base=base, short=short, seen=seen)
+                limit = max(limit - self.step, 1.0)
+            seen, low, second = 0.0, 0.0, 0.0
+        state.update(limit=limit, base=base, short=short, seen=seen, low=low)
+        state["second"] = second if math.isfinite(second) else 0.0
         return short / limit
+
+    def in_flight_limit(self, state: dict[str, float]) -> float | None:
+        return state.get("limit", self.initial_limit)
 
     def backoff_delay(self, pace: float, factor: float, config: SlotConfig) -> float:
         return pace * factor
 
     def __repr__(self) -> str:
-        return f"AdaptiveConcurrencyPolicy(initial_limit={self.initial_limit!r})"
+        return (
+            f"AdaptiveConcurrencyPolicy(initial_limit={self.initial_limit!r}, "
+            f"step={self.step!r}, ramp_up={self.ramp_up!r})"
+        )

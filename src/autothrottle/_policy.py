@@ -56,10 +56,15 @@ class DelayPolicy(ABC):
     Subclasses implement :meth:`next_delay`; the defaults of the other hooks
     suit most policies. ``burst`` is how many requests the slot may send back
     to back before the delay applies (1 for every policy but a rate with a
-    burst).
+    burst). ``ramp_up`` bounds how fast the delay may fall while the slot has
+    never been refused: the send rate at most doubles every ``ramp_up``
+    seconds (None: no bound, as Scrapy's rules). A host is then met at a pace
+    near the one it was last seen to accept, and its limit is found with one
+    refusal instead of several (see ``docs/recovery.md``).
     """
 
     burst: int = 1
+    ramp_up: float | None = None
 
     def initial_delay(self, config: SlotConfig) -> float:
         """The delay of a slot that has seen no response yet."""
@@ -68,6 +73,16 @@ class DelayPolicy(ABC):
     @abstractmethod
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
         """The delay the slot should use after ``sample``; the throttle clamps it."""
+
+    def in_flight_limit(self, state: dict[str, float]) -> float | None:
+        """How many requests the slot may have in flight, by this policy's estimate.
+
+        None (the default): only ``max_concurrency`` caps. A policy that
+        estimates a host's capacity (as a concurrency) returns it here, and the
+        gate then holds the slot to it as well as to its delay, so a burst of
+        slow responses cannot build a queue at the host.
+        """
+        return None
 
     def backoff_delay(self, pace: float, factor: float, config: SlotConfig) -> float:
         """The delay after a backoff signal (a 429/503, a failure, a block).

@@ -10,6 +10,7 @@ slot's gate, so a waiting request re-checks at once.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 
 from ._headers import HeaderSignals, read_headers
@@ -17,6 +18,7 @@ from ._policy import Sample
 from ._recovery import Recovery
 from ._settings import Signals
 from ._slot import Slot
+from ._state import SlotState
 from ._validate import check_number
 
 __all__ = ["Rules"]
@@ -24,6 +26,12 @@ __all__ = ["Rules"]
 logger = logging.getLogger("autothrottle")
 
 _NO_HEADERS: Mapping[str, str] = {}
+
+_SHARE_WEIGHT = 0.05
+"""Weight of one response in the averaged miss share (about the last 20 responses)."""
+
+_MIN_SHARE = 0.01
+"""The miss share never reads lower: a cache that answers everything still has an origin."""
 
 
 def _ms(seconds: float) -> str:
@@ -111,6 +119,46 @@ class Rules:
         state = slot.state
         config = slot.config
         old = state.delay
+        by_share = cache_hit and status == 200 and not self.signals.cache_hits_lower_delay
+        if by_share:
+            new, reason = self._cache_hit_delay(state, old), "cache hit"
+            slow = latency / config.target_concurrency
+            if slow > old:  # a slow hit may raise the delay, as any response may
+                new = slow
+        else:
+            new = self._policy_delay(slot, latency, status, cache_hit)
+            reason = "cache hit" if cache_hit else "latency"
+        new = config.clamp(new)
+        floor = self.recovery.floor(state, now)
+        if new < floor:
+            new = min(floor, config.max_delay)
+            reason = "recovery floor"
+        ramp = config.policy.ramp_up
+        if ramp is not None and new < old and state.refused_gap <= 0.0:
+            slowest = old * 2.0 ** (-max(0.0, now - state.adjusted_at) / ramp)
+            if new < slowest:
+                new, reason = slowest, "ramp-up"
+        may_lower = status == 200 and (not cache_hit or self.signals.cache_hits_lower_delay)
+        if not may_lower and new < old and not by_share:
+            new = old
+        state.adjusted_at = now
+        self._set_delay(slot, new)
+        if self.debug:
+            self._log(slot, old, new, reason, latency, status)
+
+    def _policy_delay(self, slot: Slot, latency: float, status: int, cache_hit: bool) -> float:
+        """The policy's delay for a response that reached the origin.
+
+        The policy paces the origin: it is handed the gap between requests that
+        reach it (the delay over the miss share), and its answer is scaled back
+        by the share, so that hits flow at the pace that keeps the origin where
+        the policy wants it (``docs/signals.md``, "Caches").
+        """
+        state = slot.state
+        config = slot.config
+        share = state.miss_share
+        if not cache_hit:
+            share = state.miss_share = share + _SHARE_WEIGHT * (1.0 - share)
         sample = Sample(
             latency=latency,
             status=status,
@@ -118,18 +166,28 @@ class Rules:
             cache_hit=cache_hit,
             state=state.policy_state,
         )
-        new = config.clamp(config.policy.next_delay(old, sample, config))
-        reason = "cache hit" if cache_hit else "latency"
-        floor = self.recovery.floor(state, now)
-        if new < floor:
-            new = min(floor, config.max_delay)
-            reason = "recovery floor"
-        may_lower = status == 200 and (not cache_hit or self.signals.cache_hits_lower_delay)
-        if not may_lower and new < old:
-            new = old
-        self._set_delay(slot, new)
-        if self.debug:
-            self._log(slot, old, new, reason, latency, status)
+        policy = config.policy
+        origin_gap = policy.next_delay(state.delay / share, sample, config)
+        limit = policy.in_flight_limit(state.policy_state)
+        if limit is not None:
+            cap = max(1, math.ceil(limit / share))
+            if cap > state.in_flight_cap > 0:
+                slot.gate.wake()
+            state.in_flight_cap = cap
+        return origin_gap * share
+
+    @staticmethod
+    def _cache_hit_delay(state: SlotState, old: float) -> float:
+        """A hit lowers the share of sends that reach the origin, and with it the delay.
+
+        Before the first miss nothing is known of the origin: the delay stays.
+        """
+        if state.responses - state.cache_hits <= 0:
+            return old
+        share = state.miss_share
+        new_share = max(_MIN_SHARE, share - _SHARE_WEIGHT * share)
+        state.miss_share = new_share
+        return old * new_share / share
 
     # -- failures and backoffs ----------------------------------------------------------
 

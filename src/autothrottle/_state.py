@@ -26,6 +26,7 @@ __all__ = ["SlotState"]
 #: Fields that are times on the throttle's clock (written relative to ``now``).
 _TIMES = frozenset(
     {
+        "adjusted_at",
         "allowed_at",
         "backoff_at",
         "budget_until",
@@ -57,6 +58,11 @@ class SlotState:
         ok_rate: Exponentially weighted rate of successful responses.
         ok_rate_at: When ``ok_rate`` was last brought up to date.
         ok_first: The first success counted (``-inf``: none yet).
+        in_flight_cap: The policy's own cap on requests in flight (0: none; the
+            gate also applies ``max_concurrency``).
+        miss_share: The averaged share of responses a cache did not answer (1 until
+            a hit is seen): the share of the slot's sends that reach the origin.
+        adjusted_at: When the delay was last adapted (the ramp-up measures from it).
         last_activity: The last send, release or response.
         sent, responses, failures, cache_hits, backoffs, ignored_backoffs, pauses,
         status_counts: Counters since the slot was created.
@@ -77,6 +83,9 @@ class SlotState:
     ok_rate: float = 0.0
     ok_rate_at: float = 0.0
     ok_first: float = -math.inf
+    in_flight_cap: int = 0
+    miss_share: float = 1.0
+    adjusted_at: float = 0.0
     last_activity: float = 0.0
     sent: int = 0
     responses: int = 0

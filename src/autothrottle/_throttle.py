@@ -264,8 +264,9 @@ class Throttle:
         store = self._table.store
         state = store.load(key)
         if state is None:
-            state = SlotState(delay=config.clamp(config.policy.initial_delay(config)))
-            state.last_activity = self._clock()
+            now = self._clock()
+            delay = config.clamp(config.policy.initial_delay(config))
+            state = SlotState(delay=delay, last_activity=now, adjusted_at=now)
             store.save(key, state)
         return Slot(key, config, state, clock=self._clock, rng=self._rng)
 

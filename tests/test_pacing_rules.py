@@ -1,0 +1,151 @@
+"""Pacing rules beyond Scrapy's: caches, the ramp-up, and a policy's own in-flight cap.
+
+The rules are in docs/signals.md ("Caches", "Ramp-up", "In-flight cap"); every
+expected number below is worked out from them by hand, with a hand-set clock.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
+from helpers import FakeClock, grant_now
+
+KEY = "cdn.example"
+HIT = {"X-Cache": "HIT", "Age": "30"}
+MISS = {"X-Cache": "MISS", "Age": "0"}
+
+
+def fake(**kwargs: object) -> tuple[FakeClock, Throttle]:
+    clock = FakeClock()
+    return clock, Throttle(clock=clock, wall_clock=clock.wall, **kwargs)  # type: ignore[arg-type]
+
+
+def test_hits_before_any_miss_teach_nothing() -> None:
+    _, throttle = fake(start_delay=2.0)
+    for _ in range(50):
+        throttle.observe(KEY, latency=0.005, status=200, headers=HIT)
+    assert throttle.slot(KEY).delay == 2.0
+
+
+def test_a_hit_lowers_the_delay_only_through_the_share_of_misses() -> None:
+    _, throttle = fake(start_delay=2.0)
+    throttle.observe(KEY, latency=1.0, status=200, headers=MISS)  # AutoThrottle: 1.5 s
+    assert throttle.slot(KEY).delay == pytest.approx(1.5)
+    throttle.observe(KEY, latency=0.005, status=200, headers=HIT)
+    # one hit: the miss share falls from 1 to 0.95, and the delay with it
+    assert throttle.slot(KEY).state.miss_share == pytest.approx(0.95)
+    assert throttle.slot(KEY).delay == pytest.approx(1.5 * 0.95)
+
+
+def test_the_origin_is_paced_at_the_target_and_hits_flow_between() -> None:
+    # 9 hits in 10, misses take 0.2 s at the origin, target 1 in flight there:
+    # origin gap 0.2 s, one send in ten reaches it, so the slot sends every 0.02 s.
+    _, throttle = fake(start_delay=1.0, target_concurrency=1.0)
+    for i in range(2000):
+        miss = i % 10 == 0
+        throttle.observe(
+            KEY, latency=0.2 if miss else 0.005, status=200, headers=MISS if miss else HIT
+        )
+    slot = throttle.slot(KEY)
+    assert slot.state.miss_share == pytest.approx(0.1, rel=0.35)
+    assert slot.delay == pytest.approx(0.02, rel=0.35)
+    # Little's law at the origin: sends/s x miss share x miss latency = target
+    origin_in_flight = (1.0 / slot.delay) * 0.1 * 0.2
+    assert origin_in_flight == pytest.approx(1.0, rel=0.35)
+
+
+def test_a_slow_hit_still_raises_the_delay() -> None:
+    _, throttle = fake(start_delay=0.5)
+    throttle.observe(KEY, latency=0.5, status=200, headers=MISS)
+    throttle.observe(KEY, latency=3.0, status=200, headers=HIT)
+    assert throttle.slot(KEY).delay == 3.0
+
+
+def test_cache_hits_lower_delay_restores_the_plain_rule() -> None:
+    _, throttle = fake(start_delay=2.0, cache_hits_lower_delay=True)
+    throttle.observe(KEY, latency=0.05, status=200, headers=HIT)
+    slot = throttle.slot(KEY)
+    assert slot.delay == pytest.approx(1.025)  # Scrapy: (2 + 0.05) / 2
+    assert slot.state.miss_share == 1.0
+
+
+def test_strict_scrapy_ignores_cache_status() -> None:
+    _, throttle = fake(start_delay=2.0, strict_scrapy=True)
+    throttle.observe(KEY, latency=1.0, status=200, headers=MISS)
+    throttle.observe(KEY, latency=0.05, status=200, headers=HIT)
+    assert throttle.slot(KEY).delay == pytest.approx((1.5 + 0.05) / 2)
+
+
+# -- ramp-up ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.5, 1.0, 3.0])
+def test_the_rate_at_most_doubles_each_ramp_up_period(seconds: float) -> None:
+    clock, throttle = fake(start_delay=1.0, policy=AdaptiveConcurrencyPolicy(ramp_up=1.0))
+    throttle.slot(KEY)  # the ramp counts from the slot's creation
+    clock.advance(seconds)
+    throttle.observe(KEY, latency=0.001, status=200)
+    assert throttle.slot(KEY).delay == pytest.approx(2.0**-seconds)
+
+
+def test_the_ramp_compounds_over_many_responses() -> None:
+    clock, throttle = fake(start_delay=1.0, policy=AdaptiveConcurrencyPolicy(ramp_up=2.0))
+    throttle.slot(KEY)
+    for _ in range(40):
+        clock.advance(0.1)
+        throttle.observe(KEY, latency=0.001, status=200)
+    assert throttle.slot(KEY).delay == pytest.approx(2.0**-2.0)  # 4 s / 2 s: two doublings
+
+
+def test_the_ramp_never_raises_the_delay_and_ends_at_the_first_refusal() -> None:
+    clock, throttle = fake(start_delay=1.0, policy=AdaptiveConcurrencyPolicy(ramp_up=1.0))
+    clock.advance(1.0)
+    throttle.observe(KEY, latency=2.0, status=200)  # a slow response raises at once
+    assert throttle.slot(KEY).delay == pytest.approx(2.0)
+    throttle.observe(KEY, latency=0.1, status=429)
+    slot = throttle.slot(KEY)
+    assert slot.state.refused_gap > 0
+    # after a refusal the recovery floor, not the ramp, bounds the way down
+    clock.advance(60.0)
+    before = slot.delay
+    throttle.observe(KEY, latency=0.001, status=200)
+    assert slot.delay < before / 2.0
+
+
+def test_scrapys_policy_has_no_ramp() -> None:
+    _, throttle = fake(start_delay=1.0, policy=AutoThrottlePolicy())
+    throttle.observe(KEY, latency=0.0, status=200)
+    assert throttle.slot(KEY).delay == 0.5
+
+
+# -- a policy's own in-flight cap ----------------------------------------------------
+
+
+def test_the_adaptive_limit_caps_requests_in_flight() -> None:
+    policy = AdaptiveConcurrencyPolicy(initial_limit=2.0, ramp_up=None)
+    clock, throttle = fake(start_delay=0.0, min_delay=0.0, max_concurrency=8, policy=policy)
+    slot = throttle.slot(KEY)
+    first = throttle.try_acquire(KEY)
+    assert first is not None
+    first.observe(latency=0.0001, status=200)
+    assert slot.state.in_flight_cap == 2
+    clock.advance(1.0)
+    held = [first, throttle.try_acquire(KEY)]
+    assert held[1] is not None
+    assert slot.gate.cap() == 2
+    clock.advance(1.0)
+    assert grant_now(slot) is None  # a third would exceed the policy's limit
+    for lease in held:
+        lease.release()  # type: ignore[union-attr]
+    assert grant_now(slot) is not None
+
+
+def test_max_concurrency_still_caps_below_the_policy() -> None:
+    policy = AdaptiveConcurrencyPolicy(initial_limit=50.0, ramp_up=None)
+    _, throttle = fake(start_delay=0.0, max_concurrency=3, policy=policy)
+    throttle.observe(KEY, latency=0.01, status=200)
+    assert throttle.slot(KEY).gate.cap() == 3
+    assert not math.isinf(throttle.slot(KEY).delay)
