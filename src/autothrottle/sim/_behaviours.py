@@ -211,26 +211,89 @@ class _Bucket:
         """Whole seconds until a token is available, rounded up, at least 1."""
         return max(1, math.ceil((1.0 - self._tokens) / self.rate - 1e-9))
 
-    def headers(self, *, limited: bool = False) -> dict[str, str]:
-        """The budget as a client should read it: ``r`` requests in the next ``t`` seconds.
+    def headers(self, *, limited: bool = False, style: str = "even") -> dict[str, str]:
+        """The budget in the IETF draft's fields and the ``X-RateLimit-*`` family.
 
-        A token bucket has no fixed window, so the answer to "how many may I
-        send before the reset" is the tokens now plus what refills within the
-        policy window, at most the quota: spending it evenly is exactly the
-        bucket's rate. A refused request reads ``r=0`` until the next token.
+        ``style`` is how the server words "``r`` requests in the next ``t``
+        seconds" (real servers differ; see :class:`RateLimited`):
+
+        * ``"even"``: the tokens now plus what refills within the policy
+          window, at most the quota, over the whole window: spent evenly, that
+          is exactly the bucket's rate;
+        * ``"refill"``: the whole tokens now, and ``t`` the seconds until the
+          bucket is full again;
+        * ``"eager"``: the whole tokens now, ``t=0`` while any remain and the
+          seconds to the next token once empty.
+
+        A refused request reads ``r=0`` until the next token, in every style.
         """
+        tokens = self._tokens
         if limited:
             remaining, reset = 0, self.retry_after()
-        else:
-            remaining = min(self.quota, math.floor(self._tokens + self.rate * self.window + 1e-9))
+        elif style == "even":
+            remaining = min(self.quota, math.floor(tokens + self.rate * self.window + 1e-9))
             reset = self.window
-        return {
-            "RateLimit-Policy": f'"default";q={self.quota};w={self.window}',
-            "RateLimit": f'"default";r={remaining};t={reset}',
-            "X-RateLimit-Limit": str(self.quota),
-            "X-RateLimit-Remaining": str(remaining),
-            "X-RateLimit-Reset": str(reset),
-        }
+        else:
+            remaining = math.floor(tokens + 1e-9)
+            if style == "refill":
+                reset = max(0, math.ceil((self.burst - tokens) / self.rate - 1e-9))
+            else:
+                reset = 0 if remaining else self.retry_after()
+        return _budget_headers(self.quota, self.window, remaining, reset)
+
+
+def _budget_headers(quota: int, window: int, remaining: int, reset: int) -> dict[str, str]:
+    return {
+        "RateLimit-Policy": f'"default";q={quota};w={window}',
+        "RateLimit": f'"default";r={remaining};t={reset}',
+        "X-RateLimit-Limit": str(quota),
+        "X-RateLimit-Remaining": str(remaining),
+        "X-RateLimit-Reset": str(reset),
+    }
+
+
+class _Window:
+    """A fixed-window counter: ``quota`` requests per ``window`` seconds, reset on the edge."""
+
+    __slots__ = ("_start", "_used", "quota", "window")
+
+    def __init__(self, rate: float, burst: int, now: float) -> None:
+        self.window = max(1, math.ceil(burst / rate - 1e-9))
+        self.quota = max(1, round(rate * self.window))
+        self._start = now
+        self._used = 0
+
+    def refill(self, now: float) -> None:
+        self._start = now
+        self._used = 0
+
+    def _roll(self, now: float) -> None:
+        if now - self._start >= self.window:
+            self._start += math.floor((now - self._start) / self.window) * self.window
+            self._used = 0
+
+    def take(self, now: float) -> bool:
+        self._roll(now)
+        if self._used < self.quota:
+            self._used += 1
+            return True
+        return False
+
+    def retry_after(self) -> int:
+        """Whole seconds until the window resets, rounded up, at least 1."""
+        left = self._start + self.window - time.monotonic()
+        return max(1, math.ceil(left - 1e-9))
+
+    def headers(self, *, limited: bool = False, style: str = "window") -> dict[str, str]:
+        """``r`` what is left of the quota, ``t`` the seconds to the window's edge."""
+        self._roll(time.monotonic())
+        left = self._start + self.window - time.monotonic()
+        reset = max(0, math.ceil(left - 1e-9))
+        remaining = 0 if limited else self.quota - self._used
+        return _budget_headers(self.quota, self.window, remaining, reset)
+
+
+_HEADER_STYLES = ("even", "window", "refill", "eager")
 
 
 class Runtime:
@@ -351,6 +414,11 @@ class RateLimited(Behaviour):
     ``R`` the requests allowed in the next ``T`` seconds: on a 200, the tokens
     now plus those that refill within the window ``T = W``, at most ``Q``
     (spent evenly, that is the bucket's rate); on a 429, 0 until the next token.
+    ``header_style`` words the budget the way other servers do: ``"window"``
+    is a fixed-window counter instead of a bucket (``Q`` per ``W`` seconds,
+    reset on the window's edge, ``T`` the seconds to it); ``"refill"`` a
+    bucket whose ``T`` is the time until it is full again and ``R`` its whole
+    tokens; ``"eager"`` a bucket that sends ``T=0`` while tokens remain.
     True capacity: ``rate``.
     """
 
@@ -359,6 +427,7 @@ class RateLimited(Behaviour):
     retry_after: bool = True
     headers: bool = True
     service_time: float = 0.01
+    header_style: str = "even"
 
     kind: ClassVar[str] = "rate"
 
@@ -368,6 +437,11 @@ class RateLimited(Behaviour):
         _flag("RateLimited", "retry_after", self.retry_after)
         _flag("RateLimited", "headers", self.headers)
         _at_least("RateLimited", "service_time", self.service_time, 0.0)
+        if self.header_style not in _HEADER_STYLES:
+            raise ValueError(
+                f"RateLimited: header_style must be one of {list(_HEADER_STYLES)}, "
+                f"got {self.header_style!r}"
+            )
 
     @property
     def capacity(self) -> float:
@@ -385,7 +459,10 @@ class _BucketRuntime(Runtime):
     ) -> None:
         super().__init__(host, rng)
         self.service_time = b.service_time
-        self.bucket = _Bucket(b.rate, b.burst, now)
+        window = isinstance(b, RateLimited) and b.header_style == "window"
+        self.bucket: _Bucket | _Window = (
+            _Window(b.rate, b.burst, now) if window else _Bucket(b.rate, b.burst, now)
+        )
 
     def reset(self, now: float) -> None:
         super().reset(now)
@@ -413,13 +490,14 @@ class _RateRuntime(_BucketRuntime):
         self.b = b
 
     def refused(self) -> Reply:
-        headers = self.bucket.headers(limited=True) if self.b.headers else {}
+        style = self.b.header_style
+        headers = self.bucket.headers(limited=True, style=style) if self.b.headers else {}
         if self.b.retry_after:
             headers["Retry-After"] = str(self.bucket.retry_after())
         return Reply(429, b"Too Many Requests\n", "limited", headers, "text/plain")
 
     def served_headers(self) -> dict[str, str]:
-        return self.bucket.headers() if self.b.headers else {}
+        return self.bucket.headers(style=self.b.header_style) if self.b.headers else {}
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ _KINDS: dict[str, type[Behaviour]] = {
 }
 _INTS = {"workers", "burst"}
 _BOOLS = {"retry_after", "headers"}
+_STRS = {"header_style"}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 _CDN_ORIGIN = ("workers", "service_time", "jitter")
@@ -56,6 +57,8 @@ def _parameters(cls: type[Behaviour]) -> list[str]:
 
 
 def _convert(kind: str, name: str, text: str) -> object:
+    if name in _STRS:
+        return text
     if name in _BOOLS:
         low = text.lower()
         if low in _TRUE:
