@@ -1,4 +1,4 @@
-"""Helpers shared by every benchmark: the results file and the printed table.
+"""Helpers shared by every benchmark: the results file, the printed table, the simulator.
 
 Each benchmark writes ``benchmarks/results/<name>.json`` (the directory is
 gitignored) with the machine that produced the figures, because a figure
@@ -7,17 +7,31 @@ without its machine cannot be compared with anything.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import platform
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RESULTS_DIR", "machine", "print_table", "write_results"]
+import aiohttp
+
+__all__ = [
+    "RESULTS_DIR",
+    "SimProcess",
+    "control_session",
+    "machine",
+    "print_table",
+    "write_results",
+]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -106,3 +120,109 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[obje
     for row in cells:
         table.add_row(*(Text(cell) for cell in row))  # Text: no markup in cells
     Console().print(table)
+
+
+# -- the simulator in its own process ----------------------------------------------------
+
+
+class SimProcess:
+    """``python -m autothrottle.sim`` in a child process, driven over HTTP.
+
+    Start with the sim's command-line arguments; ``hosts`` maps each address
+    to its base URL. Ground truth comes from ``GET /_sim/stats?all=1`` and
+    ``POST /_sim/reset``, the control endpoints every simulated host serves.
+    """
+
+    def __init__(self, sim_args: Sequence[str], *, start_timeout: float = 60.0) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "autothrottle.sim",
+            "--quiet",
+            "--ready-json",
+            *sim_args,
+        ]
+        self._proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # Ctrl-C in the terminal goes to us, not it
+        )
+        self.hosts: dict[str, str] = {}
+        self.specs: dict[str, str] = {}
+        deadline = time.monotonic() + start_timeout
+        assert self._proc.stdout is not None
+        try:
+            for line in self._proc.stdout:
+                if line.startswith('{"ready"'):
+                    for address, host in json.loads(line)["hosts"].items():
+                        self.hosts[address] = host["url"]
+                        self.specs[address] = host["spec"]
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the simulator did not start in time")
+            if not self.hosts or self._proc.poll() is not None:
+                err = self._proc.stderr.read() if self._proc.stderr else ""
+                raise RuntimeError(f"the simulator did not start: {err.strip()}")
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def control_url(self) -> str:
+        return next(iter(self.hosts.values()))
+
+    async def stats(
+        self, http: aiohttp.ClientSession, host: str | None = None, *, series: bool = True
+    ) -> dict[str, Any]:
+        """Every host's ground truth (or one host's), as the sim's JSON."""
+        flag = "1" if series else "0"
+        if host is None:
+            url = f"{self.control_url}/_sim/stats?all=1&series={flag}"
+        else:
+            url = f"{self.hosts[host]}/_sim/stats?series={flag}"
+        async with http.get(url) as response:
+            response.raise_for_status()
+            doc: dict[str, Any] = await response.json(loads=json.loads)
+        return doc
+
+    async def reset(self, http: aiohttp.ClientSession, host: str | None = None) -> None:
+        url = (
+            f"{self.control_url}/_sim/reset?all=1"
+            if host is None
+            else f"{self.hosts[host]}/_sim/reset"
+        )
+        async with http.post(url) as response:
+            response.raise_for_status()
+
+    async def wait_idle(
+        self, http: aiohttp.ClientSession, host: str | None = None, within: float = 30.0
+    ) -> None:
+        """Wait until nothing is queued or in service (abandoned requests finish)."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            doc = await self.stats(http, host, series=False)
+            hosts = doc["hosts"].values() if host is None else [doc]
+            busy = sum(h["in_service"] + h["queued"] for h in hosts)
+            if not busy:
+                return
+            await asyncio.sleep(0.2)
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(5)
+        for stream in (self._proc.stdout, self._proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def control_session() -> aiohttp.ClientSession:
+    """A plain session for the simulator's control endpoints (never throttled)."""
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))

@@ -77,8 +77,7 @@ from typing import Any
 
 import aiohttp
 import httpx
-from _common import print_table, write_results
-from many_hosts import SimProcess, control_session
+from _common import SimProcess, control_session, print_table, write_results
 
 from autothrottle import (
     AdaptiveConcurrencyPolicy,

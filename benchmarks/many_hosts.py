@@ -22,20 +22,9 @@ What it reports, from the simulator's ground truth (not the client's view):
   had a window above the limit;
 * 429s, and the smallest gap between two arrivals at one host (arrival jitter).
 
-Goals (issue 4): aggregate >= 95 % of 400/s, no host above 2 in any 1-second
-window.
-
-Two prototypes of core changes can run next to the plain policy
-(``--variants``, default ``base,wire``):
-
-* ``wire``: count each gap from the moment the request's new connection was
-  ready rather than from the grant (a TraceConfig defined here that moves the
-  slot's last-send time). The first request to each host opens a connection
-  and so reaches the server later than it was granted; the next one, on a
-  pooled connection, does not, so the first gap at the server is short and,
-  against a burst-1 bucket, draws a 429.
-* ``guard``: ``--guard-ms`` added to every gap (a ``FixedRatePolicy``
-  subclass), against arrival jitter in the steady state.
+Goals (docs/benchmarks.md): aggregate >= 95 % of 400/s, no host above 2 in any
+1-second window. It runs the library as shipped, with either client
+(``--client``, default both).
 
 ``--headers`` makes the hosts send rate-limit headers too.
 """
@@ -44,23 +33,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import itertools
-import json
 import os
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
-from _common import print_table, write_results
+from _common import SimProcess, control_session, print_table, write_results
 
-from autothrottle import FixedRatePolicy, SlotConfig, Throttle
+from autothrottle import FixedRatePolicy, Throttle
 
 if not sys.stdout.isatty():
     os.environ.setdefault("COLUMNS", "160")  # rich's tables: no wrapping when piped
@@ -69,168 +53,7 @@ HOSTS = 200
 RATE = 2.0
 GOAL_AGGREGATE = 0.95
 
-# -- the simulator in its own process ----------------------------------------------------
-
-_URL_LINE = re.compile(r"^\s+(http://\S+)\s+(\S+)")
-
-
-class SimProcess:
-    """``python -m autothrottle.sim`` in a child process, driven over HTTP.
-
-    Start with the sim's command-line arguments; ``hosts`` maps each address
-    to its base URL. Ground truth comes from ``GET /_sim/stats?all=1`` and
-    ``POST /_sim/reset``, the control endpoints every simulated host serves.
-    """
-
-    def __init__(self, sim_args: Sequence[str], *, start_timeout: float = 60.0) -> None:
-        command = [sys.executable, "-m", "autothrottle.sim", "--quiet", *sim_args]
-        self._proc = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # Ctrl-C in the terminal goes to us, not it
-        )
-        self.hosts: dict[str, str] = {}
-        self.specs: dict[str, str] = {}
-        deadline = time.monotonic() + start_timeout
-        assert self._proc.stdout is not None
-        try:
-            for line in self._proc.stdout:
-                match = _URL_LINE.match(line)
-                if match:
-                    url = match.group(1).rstrip("/")
-                    address = url.split("//", 1)[1].rsplit(":", 1)[0]
-                    self.hosts[address] = url
-                    self.specs[address] = match.group(2)
-                if line.startswith("running until"):
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the simulator did not start in time")
-            if not self.hosts or self._proc.poll() is not None:
-                err = self._proc.stderr.read() if self._proc.stderr else ""
-                raise RuntimeError(f"the simulator did not start: {err.strip()}")
-        except BaseException:
-            self.stop()
-            raise
-
-    @property
-    def control_url(self) -> str:
-        return next(iter(self.hosts.values()))
-
-    async def stats(
-        self, http: aiohttp.ClientSession, host: str | None = None, *, series: bool = True
-    ) -> dict[str, Any]:
-        """Every host's ground truth (or one host's), as the sim's JSON."""
-        flag = "1" if series else "0"
-        if host is None:
-            url = f"{self.control_url}/_sim/stats?all=1&series={flag}"
-        else:
-            url = f"{self.hosts[host]}/_sim/stats?series={flag}"
-        async with http.get(url) as response:
-            response.raise_for_status()
-            doc: dict[str, Any] = await response.json(loads=json.loads)
-        return doc
-
-    async def reset(self, http: aiohttp.ClientSession, host: str | None = None) -> None:
-        url = (
-            f"{self.control_url}/_sim/reset?all=1"
-            if host is None
-            else f"{self.hosts[host]}/_sim/reset"
-        )
-        async with http.post(url) as response:
-            response.raise_for_status()
-
-    async def wait_idle(
-        self, http: aiohttp.ClientSession, host: str | None = None, within: float = 30.0
-    ) -> None:
-        """Wait until nothing is queued or in service (abandoned requests finish)."""
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            doc = await self.stats(http, host, series=False)
-            hosts = doc["hosts"].values() if host is None else [doc]
-            busy = sum(h["in_service"] + h["queued"] for h in hosts)
-            if not busy:
-                return
-            await asyncio.sleep(0.2)
-
-    def stop(self) -> None:
-        if self._proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(5)
-        for stream in (self._proc.stdout, self._proc.stderr):
-            if stream is not None:
-                stream.close()
-
-
-def control_session() -> aiohttp.ClientSession:
-    """A plain session for the simulator's control endpoints (never throttled)."""
-    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
-
-
 # -- the crawler ---------------------------------------------------------------------------
-
-
-class GuardedFixedRate(FixedRatePolicy):
-    """Prototype: ``FixedRatePolicy`` with ``guard`` seconds added to every gap.
-
-    Arrival times at a server differ from send times by a varying transit
-    delay (event-loop lag, the network stack); a guard at least as large as
-    that variation keeps arrivals, not only sends, within the limit.
-    """
-
-    __slots__ = ("guard",)
-
-    def __init__(self, per_second: float, *, guard: float, burst: int = 1) -> None:
-        super().__init__(per_second, burst=burst)
-        self.guard = guard
-
-    def initial_delay(self, config: SlotConfig) -> float:
-        return 1.0 / self.per_second + self.guard
-
-    def next_delay(self, delay: float, sample: Any, config: SlotConfig) -> float:
-        return 1.0 / self.per_second + self.guard
-
-
-def wire_time_trace_config(throttle: Throttle) -> aiohttp.TraceConfig:
-    """Prototype of a core change: count a slot's gap from when a new connection is ready.
-
-    The throttle stamps a send when it grants the lease; a request that must
-    first open a connection reaches the server that much later, while the next
-    one (on a pooled connection) does not, so their gap at the server is
-    shorter than the delay. This moves the slot's last-send time to the moment
-    the connection is ready, if no later request has been granted since (burst
-    1 only). It reaches into private slot state, which is why it lives here and
-    not in the adapter.
-    """
-
-    async def on_start(
-        session: aiohttp.ClientSession, ctx: Any, params: aiohttp.TraceRequestStartParams
-    ) -> None:
-        ctx.wire_key = throttle.key_for(str(params.url))
-
-    async def on_create_start(session: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
-        ctx.wire_sent = throttle.slot(ctx.wire_key).sent
-
-    async def on_create_end(session: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
-        slot = throttle.slot(ctx.wire_key)
-        if slot.sent != ctx.wire_sent:  # a later request was granted meanwhile
-            return
-        now = time.monotonic()  # the throttle's default clock
-        last = slot._last_send
-        if last is not None and now > last and slot.config.burst == 1:
-            slot._last_send = now
-
-    config = aiohttp.TraceConfig()
-    config.on_request_start.append(on_start)
-    config.on_connection_create_start.append(on_create_start)
-    config.on_connection_create_end.append(on_create_end)
-    return config
 
 
 async def crawl(
@@ -239,8 +62,6 @@ async def crawl(
     client: str,
     seconds: float,
     per_host: int,
-    *,
-    wire_time: bool = False,
 ) -> dict[str, int]:
     """Fetch pages from every base URL for ``seconds``; client-side status counts."""
     counts: dict[str, int] = {}
@@ -273,9 +94,8 @@ async def crawl(
 
         connector = aiohttp.TCPConnector(limit=0)
         timeout = aiohttp.ClientTimeout(total=30)
-        traces = [wire_time_trace_config(throttle)] if wire_time else []
         async with ThrottledSession(
-            throttle=throttle, connector=connector, timeout=timeout, trace_configs=traces
+            throttle=throttle, connector=connector, timeout=timeout
         ) as session:
 
             async def worker_aiohttp(base: str, n: int) -> None:
@@ -363,24 +183,15 @@ def summarize(doc: dict[str, Any], limit: float) -> dict[str, Any]:
     }
 
 
-async def run_once(
-    sim: SimProcess, args: argparse.Namespace, guard: float, wire_time: bool, label: str
-) -> dict[str, Any]:
-    policy: FixedRatePolicy = (
-        GuardedFixedRate(RATE, guard=guard) if guard > 0 else FixedRatePolicy(RATE)
-    )
+async def run_once(sim: SimProcess, args: argparse.Namespace, client: str) -> dict[str, Any]:
+    policy = FixedRatePolicy(RATE)
     throttle = Throttle(policy=policy)
     async with control_session() as http:
         await sim.wait_idle(http)
         await sim.reset(http)
         cpu0, t0 = time.process_time(), time.monotonic()
         counts = await crawl(
-            list(sim.hosts.values()),
-            throttle,
-            args.client,
-            args.seconds,
-            args.per_host,
-            wire_time=wire_time,
+            list(sim.hosts.values()), throttle, client, args.seconds, args.per_host
         )
         wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
         await sim.wait_idle(http)
@@ -388,10 +199,8 @@ async def run_once(
     summary = summarize(doc, RATE)
     snaps = throttle.snapshot().values()
     summary.update(
-        label=label,
+        label=f"{client}, FixedRatePolicy({RATE:g})",
         policy=repr(policy),
-        guard_ms=guard * 1000,
-        wire_time=wire_time,
         client_counts=counts,
         client_cpu_share=cpu / wall,
         backoffs=sum(s.backoffs for s in snaps),
@@ -402,17 +211,9 @@ async def run_once(
 
 async def bench(args: argparse.Namespace, sim: SimProcess) -> list[dict[str, Any]]:
     runs = []
-    guard = args.guard_ms / 1000
-    configs = {
-        "base": (0.0, False, "FixedRatePolicy(2)"),
-        "guard": (guard, False, f"+ guard {args.guard_ms:g} ms"),
-        "wire": (0.0, True, "+ gap from connection ready (prototype)"),
-        "wire+guard": (guard, True, f"+ connection ready + guard {args.guard_ms:g} ms"),
-    }
-    for name in args.variants:
-        g, wire, label = configs[name]
-        print(f"  crawling {len(sim.hosts)} hosts for {args.seconds:g} s: {label}", flush=True)
-        runs.append(await run_once(sim, args, g, wire, label))
+    for client in args.clients:
+        print(f"  crawling {len(sim.hosts)} hosts for {args.seconds:g} s: {client}", flush=True)
+        runs.append(await run_once(sim, args, client))
     return runs
 
 
@@ -422,16 +223,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a 12-second crawl")
     parser.add_argument("--hosts", type=int, default=HOSTS, help=f"hosts (default {HOSTS})")
     parser.add_argument("--per-host", type=int, default=2, help="tasks per host (default 2)")
-    parser.add_argument("--client", choices=("aiohttp", "httpx"), default="aiohttp")
     parser.add_argument(
-        "--variants",
-        default="base,wire",
-        help="comma-separated runs among base, guard, wire, wire+guard (default base,wire): "
-        "guard adds --guard-ms to every gap; wire counts gaps from connection ready "
-        "(prototypes of core changes, aiohttp only)",
-    )
-    parser.add_argument(
-        "--guard-ms", type=float, default=5.0, help="the guard of the guard variants (ms)"
+        "--client",
+        choices=("aiohttp", "httpx", "both"),
+        default="both",
+        help="which adapter crawls (default both, one run each)",
     )
     parser.add_argument("--headers", action="store_true", help="hosts also send rate-limit headers")
     args = parser.parse_args()
@@ -441,14 +237,7 @@ def main() -> None:
         parser.error("--seconds must be in [2, 300]")
     if not 1 <= args.hosts <= 1000 or not 1 <= args.per_host <= 8:
         parser.error("--hosts must be in [1, 1000] and --per-host in [1, 8]")
-    if not 0 < args.guard_ms <= 100:
-        parser.error("--guard-ms must be in (0, 100]")
-    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    known = {"base", "guard", "wire", "wire+guard"}
-    if not args.variants or not set(args.variants) <= known:
-        parser.error(f"--variants must be a comma-separated list of {sorted(known)}")
-    if args.client == "httpx" and any("wire" in v for v in args.variants):
-        parser.error("the wire-time prototype exists for --client aiohttp only")
+    args.clients = ["aiohttp", "httpx"] if args.client == "both" else [args.client]
 
     spec = f"rate:rate={RATE:g},burst=1,headers={'true' if args.headers else 'false'}"
     sim = SimProcess(["--many", f"{args.hosts}={spec}", "--seed", "1"])
@@ -479,9 +268,9 @@ def main() -> None:
         )
     print_table(
         f"{args.hosts} hosts x {RATE:g} req/s (sum {args.hosts * RATE:g}/s), "
-        f"{args.seconds:g} s, {args.client}, sim spec {spec}",
+        f"{args.seconds:g} s, sim spec {spec}",
         [
-            "policy",
+            "client and policy",
             "rate/s",
             "of sum",
             "goodput/s",
@@ -503,7 +292,7 @@ def main() -> None:
                 "rate": RATE,
                 "sim_spec": spec,
                 "seconds": args.seconds,
-                "client": args.client,
+                "clients": args.clients,
                 "tasks_per_host": args.per_host,
                 "goal_aggregate": GOAL_AGGREGATE,
             },

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import dataclasses
 import math
 import signal
@@ -223,6 +224,12 @@ def build_parser(prog: str = "python -m autothrottle.sim") -> argparse.ArgumentP
     parser.add_argument(
         "--quiet", action="store_true", help="print only the URLs, no summary on exit"
     )
+    parser.add_argument(
+        "--ready-json",
+        action="store_true",
+        help="once serving, print one JSON line for programs: "
+        '{"ready": true, "hosts": {ADDRESS: {"url": URL, "spec": SPEC}, ...}}',
+    )
     return parser
 
 
@@ -287,6 +294,12 @@ async def _serve(sim: SimServer, args: argparse.Namespace, out: TextIO) -> tuple
         )
         until = "Ctrl-C" if args.duration is None else f"{args.duration:g} s"
         print(f"running until {until}", file=out, flush=True)
+        if args.ready_json:
+            ready = {
+                host: {"url": sim.url(host).rstrip("/"), "spec": sim.behaviour(host).spec}
+                for host in sim.hosts
+            }
+            print(json.dumps({"ready": True, "hosts": ready}), file=out, flush=True)
         await _wait_for_stop(args.duration)
         return (sim.stats_json() if args.stats_file else ""), _summary(sim)
 
