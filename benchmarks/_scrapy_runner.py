@@ -52,7 +52,7 @@ class SimSpider(scrapy.Spider):
 
     def __init__(self, base: str, pages: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.base = base.rstrip("/")
+        self.bases = [b.rstrip("/") for b in base.split(",") if b.strip()]
         self.pages = pages
         self.t0 = time.monotonic()
         self.statuses: dict[str, int] = {}
@@ -63,7 +63,8 @@ class SimSpider(scrapy.Spider):
         # Scrapy takes start requests into its scheduler eagerly, so the count
         # is bounded by the caller to what the crawl could possibly use.
         for i in range(self.pages):
-            yield scrapy.Request(f"{self.base}/page/{i}", dont_filter=True, callback=self.parse)
+            for base in self.bases:
+                yield scrapy.Request(f"{base}/page/{i}", dont_filter=True, callback=self.parse)
 
     def parse(self, response: Response) -> None:
         status = str(response.status)
@@ -85,7 +86,11 @@ class SimSpider(scrapy.Spider):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", required=True, help="http://ADDRESS:PORT of the sim host")
+    parser.add_argument(
+        "--base",
+        required=True,
+        help="http://ADDRESS:PORT of the sim host (several: comma-separated; --pages each)",
+    )
     parser.add_argument("--seconds", type=float, required=True, help="crawl time")
     parser.add_argument("--settings", default="{}", help="Scrapy settings as a JSON object")
     parser.add_argument(
