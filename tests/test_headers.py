@@ -105,13 +105,13 @@ def test_retry_after_rejects_a_bad_clock(now: float) -> None:
         # IETF draft 08+: structured list, policy gives the quota.
         (
             {"RateLimit": '"default";r=50;t=30', "RateLimit-Policy": '"default";q=100;w=60'},
-            RateLimit(50, 30.0, 100, "RateLimit", "default"),
+            RateLimit(50, 30.0, 100, "RateLimit", "default", 60.0),
         ),
         ({"ratelimit": "default;r=0;t=12"}, RateLimit(0, 12.0, None, "RateLimit", "default")),
         # No t=: the policy window bounds the reset.
         (
             {"RateLimit": '"p";r=3', "RateLimit-Policy": '"p";q=10;w=60'},
-            RateLimit(3, 60.0, 10, "RateLimit", "p"),
+            RateLimit(3, 60.0, 10, "RateLimit", "p", 60.0),
         ),
         # Several policies: the one demanding the widest spacing (3600/100 > 20/5).
         (
@@ -119,7 +119,7 @@ def test_retry_after_rejects_a_bad_clock(now: float) -> None:
                 "RateLimit": '"minute";r=5;t=20, "day";r=100;t=3600',
                 "RateLimit-Policy": '"minute";q=10;w=60, "day";q=1000;w=86400',
             },
-            RateLimit(100, 3600.0, 1000, "RateLimit", "day"),
+            RateLimit(100, 3600.0, 1000, "RateLimit", "day", 86400.0),
         ),
         # ... but an exhausted policy beats any spacing.
         (
@@ -154,7 +154,7 @@ def test_retry_after_rejects_a_bad_clock(now: float) -> None:
         ),
         (
             {"RateLimit-Limit": "10;w=1, 50;w=60", "RateLimit-Remaining": "3"},
-            RateLimit(3, 1.0, 10, "RateLimit-*"),
+            RateLimit(3, 1.0, 10, "RateLimit-*", window=1.0),
         ),
         (
             {"ratelimit-remaining": "0", "ratelimit-reset": "0"},

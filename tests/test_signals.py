@@ -466,14 +466,37 @@ async def test_a_budget_spaces_sends_until_its_reset(headers: dict[str, str]) ->
         lease.release()
         assert throttle.slot(KEY).snapshot().rate_limit is not None
         times = [t - t0 for t in await grant_times(throttle, KEY, 12)]
-    before = [0.0] + [t for t in times if t < 10.0 - TOL]
+    before = [0.0] + [t for t in times if t < 9.0 - TOL]
     gaps = [b - a for a, b in itertools.pairwise(before)]
-    assert all(gap >= 2.0 - TOL for gap in gaps), times  # reset 10 / remaining 5
+    # 5 remaining over a reset given in whole seconds (it may be as near as 9 s):
+    # sends spread 9 / 5 = 1.8 s apart, never more than 5 before the reset.
+    assert all(gap >= 1.8 - TOL for gap in gaps), times
     assert len(before) - 1 <= 5
     assert len(before) >= 4  # it did send while the budget lasted
-    # After the reset the budget no longer holds the slot back.
+    # After the reset the budget no longer holds the slot back ...
     assert sum(1 for t in times if t <= 10.0 + TOL) >= len(before) + 1
-    assert max(times) <= 10.0 + TOL
+    if "RateLimit-Policy" not in headers:
+        assert max(times) <= 10.0 + TOL
+    else:  # ... but a known policy (100 per 60 s) still paces at its own rate.
+        after = [t for t in times if t >= 10.0 - TOL]
+        assert all(b - a >= 0.6 for a, b in itertools.pairwise(after)), after
+
+
+@looptime
+async def test_a_policy_with_a_window_paces_at_its_own_rate_past_the_reset() -> None:
+    # q=10 per w=1 s: 0.1 s apart (2 % wider), even when t says 0 while tokens remain.
+    throttle = loop_throttle(start_delay=0.0, max_concurrency=4)
+    headers = {"RateLimit": '"site";r=9;t=0', "RateLimit-Policy": '"site";q=10;w=1'}
+    async with bounded():
+        t0 = now()
+        times = [0.0]
+        for _ in range(30):
+            lease = await throttle.acquire(KEY)
+            times.append(now() - t0)
+            lease.observe(latency=0.0, status=200, headers=headers)
+            lease.release()
+    gaps = [b - a for a, b in itertools.pairwise(times[1:])]
+    assert all(gap == pytest.approx(0.102, abs=TOL) for gap in gaps), gaps
 
 
 @looptime
@@ -994,3 +1017,21 @@ def test_bad_signal_settings_raise_naming_the_parameter(
 ) -> None:
     with pytest.raises(error, match=name):
         Throttle(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("status", "reset", "pause"),
+    [
+        (200, "1", 0.102),  # spent at the policy's pace: the window ends within one gap
+        (200, "3", 3.0),  # a reset seconds away is taken as said
+        (429, "1", 1.0),  # refused: the header's t, rounding and all
+    ],
+)
+async def test_an_exhausted_budget_with_a_known_policy_pauses_no_longer_than_needed(
+    status: int, reset: str, pause: float
+) -> None:
+    _, throttle = fake(start_delay=0.0, backoff_statuses=())
+    headers = {"RateLimit": f'"site";r=0;t={reset}', "RateLimit-Policy": '"site";q=10;w=1'}
+    lease = await take(throttle)
+    lease.observe(latency=0.0, status=status, headers=headers)
+    assert throttle.slot(KEY).snapshot().pause_remaining == pytest.approx(pause)

@@ -146,6 +146,8 @@ class Gate:
         if state.budget_gap > gap and now < state.budget_until:
             # Spread the advertised budget until its reset; after it, the budget is spent.
             at = max(at, min(last + state.budget_gap, state.budget_until))
+        if state.sustained_gap > gap and now < state.sustained_until:
+            at = max(at, min(last + state.sustained_gap, state.sustained_until))
         return max(at, state.pause_until)
 
     # -- what the rules call when the state changed --------------------------------

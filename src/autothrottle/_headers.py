@@ -130,6 +130,8 @@ class RateLimit:
             fields) or ``"X-RateLimit-*"``.
         policy: The draft's policy name (``"default"`` in
             ``RateLimit: "default";r=5;t=30``), when there is one.
+        window: The policy's window in seconds (``w`` of ``RateLimit-Policy``,
+            or ``;w=`` on a ``-Limit`` field), when the server said.
     """
 
     remaining: int
@@ -137,6 +139,19 @@ class RateLimit:
     limit: int | None = None
     source: str = "RateLimit"
     policy: str | None = None
+    window: float | None = None
+
+    @property
+    def sustained(self) -> float | None:
+        """Seconds between requests at the policy's own pace (``window / limit``), if known.
+
+        Unlike :attr:`spacing`, it does not hang on ``reset``, which servers
+        round up to whole seconds, send as 0 while tokens remain, or measure to
+        a full refill: it is the pace the quota allows in the long run.
+        """
+        if self.window is None or not self.limit:
+            return None
+        return self.window / self.limit
 
     @property
     def spacing(self) -> float:
@@ -546,7 +561,7 @@ def _structured(folded: Mapping[str, str], now: float, notes: list[str]) -> Rate
         if reset is None:
             problems.append(f"{_show(main)} has no valid t= (reset)")
             continue
-        candidates.append(RateLimit(remaining, reset, quota, "RateLimit", name or None))
+        candidates.append(RateLimit(remaining, reset, quota, "RateLimit", name or None, window))
     if problems:
         # One note per field, however many members a hostile server sends.
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -621,7 +636,7 @@ def _separate(
         if reset is None:
             notes.append(f"{source}: remaining without a reset")
             return None
-    return RateLimit(remaining, reset, limit, source)
+    return RateLimit(remaining, reset, limit, source, window=window)
 
 
 def _first_item(text: str) -> str:

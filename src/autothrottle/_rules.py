@@ -13,7 +13,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 
-from ._headers import HeaderSignals, read_headers
+from ._headers import HeaderSignals, RateLimit, read_headers
 from ._policy import Sample
 from ._recovery import Recovery
 from ._settings import Signals
@@ -29,6 +29,10 @@ _NO_HEADERS: Mapping[str, str] = {}
 
 _SHARE_WEIGHT = 0.05
 """Weight of one response in the averaged miss share (about the last 20 responses)."""
+
+_SUSTAINED_MARGIN = 1.02
+"""Sends at a policy's own pace are spaced this much wider: timer noise never packs
+one more request into a window than the quota allows."""
 
 _MIN_SHARE = 0.01
 """The miss share never reads lower: a cache that answers everything still has an origin."""
@@ -98,7 +102,7 @@ class Rules:
             if cache_hit:
                 state.cache_hits += 1
             if read.retry_after is not None or read.rate_limit is not None or read.ignored:
-                self._apply_pacing_headers(slot, read, now)
+                self._apply_pacing_headers(slot, read, now, refused=status >= 400)
 
         reason = None
         if status in signals.backoff_statuses:
@@ -275,7 +279,9 @@ class Rules:
             state.delay = delay
             slot.gate.wake()
 
-    def _apply_pacing_headers(self, slot: Slot, read: HeaderSignals, now: float) -> None:
+    def _apply_pacing_headers(
+        self, slot: Slot, read: HeaderSignals, now: float, *, refused: bool
+    ) -> None:
         for note in read.ignored:
             logger.info("slot %s: %s", slot.key, note)
         signals = self.signals
@@ -283,14 +289,32 @@ class Rules:
             self.pause(slot, read.retry_after, now, reason="Retry-After")
         budget = read.rate_limit
         if signals.rate_limit_headers and budget is not None:
-            state = slot.state
-            state.rate_limit = budget
-            if budget.remaining <= 0:
-                self.pause(slot, budget.reset, now, reason="rate-limit header")
-            else:
-                state.budget_gap = budget.spacing
-                state.budget_until = now + min(budget.reset, signals.max_pause)
-                slot.gate.wake()
+            self._apply_budget(slot, budget, now, refused=refused)
+
+    def _apply_budget(self, slot: Slot, budget: RateLimit, now: float, *, refused: bool) -> None:
+        """Pace by an advertised budget (``docs/signals.md``, "Rate-limit headers")."""
+        state = slot.state
+        state.rate_limit = budget
+        sustained = budget.sustained
+        if budget.remaining <= 0:
+            wait = budget.reset
+            if not refused and sustained is not None and wait <= 1.0:
+                # The last unit went to a request sent at the policy's own pace:
+                # the window ends within one such gap, not the second t rounds to.
+                wait = min(wait, sustained * _SUSTAINED_MARGIN)
+            self.pause(slot, wait, now, reason="rate-limit header")
+            return
+        spacing = budget.spacing
+        if budget.reset >= 1.0 and budget.reset.is_integer():
+            # Whole seconds, rounded up by the server: the reset may be a second nearer.
+            spacing = (budget.reset - 1.0) / budget.remaining
+        state.budget_gap = spacing
+        state.budget_until = now + min(budget.reset, self.signals.max_pause)
+        if sustained is not None:
+            state.sustained_gap = sustained * _SUSTAINED_MARGIN
+            horizon = max(budget.reset, budget.window or 0.0)
+            state.sustained_until = now + min(horizon, self.signals.max_pause)
+        slot.gate.wake()
 
     def _log(
         self,

@@ -34,6 +34,7 @@ _TIMES = frozenset(
         "ok_first",
         "ok_rate_at",
         "pause_until",
+        "sustained_until",
     }
 )
 
@@ -49,6 +50,9 @@ class SlotState:
         pause_until: No send before this time (Retry-After, exhausted budget).
         budget_gap: Spacing a rate-limit header asked for, until ``budget_until``.
         budget_until: When that budget resets.
+        sustained_gap: The spacing of the advertised policy's own pace (window
+            over quota), until ``sustained_until``.
+        sustained_until: When that pace stops holding unless renewed.
         rate_limit: The last budget a response advertised.
         backoff_at: When the slot last backed off (``-inf``: never).
         backoff_reason: Why it last backed off.
@@ -74,6 +78,8 @@ class SlotState:
     pause_until: float = -math.inf
     budget_gap: float = 0.0
     budget_until: float = -math.inf
+    sustained_gap: float = 0.0
+    sustained_until: float = -math.inf
     rate_limit: RateLimit | None = None
     backoff_at: float = -math.inf
     backoff_reason: str | None = None

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import dataclasses
+import json
 import math
 import signal
 import sys
