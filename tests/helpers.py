@@ -36,10 +36,12 @@ def refusal_floor(
 ) -> float:
     """The least delay ``elapsed`` seconds after a refusal at ``refused_gap``, as
     docs/recovery.md states it: the allowed rate follows
-    ``W * (1 + (1 - margin) * (t / time - 1) ** 3)`` (the throttle's defaults).
+    ``W * (1 + (1 - margin) * (t / time - 1) ** 3)`` up to ``time``, then
+    ``W * (1 + (t / time - 1) ** 3)`` (the throttle's defaults).
     """
     phase = elapsed / time - 1.0
-    return refused_gap / (1.0 + (1.0 - margin) * phase**3)
+    gain = (1.0 - margin) if phase < 0 else 1.0
+    return refused_gap / (1.0 + gain * phase**3)
 
 
 async def take(throttle: Throttle, key: str = "example.com") -> Lease:

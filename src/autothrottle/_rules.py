@@ -232,7 +232,7 @@ class Rules:
             pace = max(pace, state.last_latency / in_flight)
         new = config.clamp(config.policy.backoff_delay(pace, self.signals.backoff_factor, config))
         new = max(new, old)
-        self.recovery.refused(state, pace, now)
+        self.recovery.refused(state, pace, now, self.signals.backoff_factor)
         state.backoff_reason = reason
         state.backoffs += 1
         self._set_delay(slot, new)

@@ -32,7 +32,6 @@ _TIMES = frozenset(
         "budget_until",
         "last_activity",
         "ok_first",
-        "ok_rate_at",
         "pause_until",
         "sustained_until",
     }
@@ -57,11 +56,12 @@ class SlotState:
         backoff_at: When the slot last backed off (``-inf``: never).
         backoff_reason: Why it last backed off.
         refused_gap: The gap between sends the host last refused (0: none).
+        recover_in: Seconds until the floor is back at the refused gap (0: the
+            throttle's ``recovery_time``).
         allowed: The best success rate seen at a refusal lately (requests/s).
         allowed_at: When ``allowed`` was measured.
-        ok_rate: Exponentially weighted rate of successful responses.
-        ok_rate_at: When ``ok_rate`` was last brought up to date.
-        ok_first: The first success counted (``-inf``: none yet).
+        ok_count: Successful responses since the last refusal.
+        ok_first: The first of them.
         in_flight_cap: The policy's own cap on requests in flight (0: none; the
             gate also applies ``max_concurrency``).
         miss_share: The averaged share of responses a cache did not answer (1 until
@@ -84,10 +84,10 @@ class SlotState:
     backoff_at: float = -math.inf
     backoff_reason: str | None = None
     refused_gap: float = 0.0
+    recover_in: float = 0.0
     allowed: float = 0.0
     allowed_at: float = -math.inf
-    ok_rate: float = 0.0
-    ok_rate_at: float = 0.0
+    ok_count: int = 0
     ok_first: float = -math.inf
     in_flight_cap: int = 0
     miss_share: float = 1.0

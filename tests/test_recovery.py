@@ -1,0 +1,98 @@
+"""The refusal memory through its own interface, with plain numbers (docs/recovery.md)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autothrottle._recovery import Recovery
+from autothrottle._state import SlotState
+
+
+def succeed(recovery: Recovery, state: SlotState, times: list[float]) -> None:
+    for t in times:
+        recovery.count_success(state, t)
+
+
+def test_the_success_rate_needs_three_successes_and_counts_one_less() -> None:
+    recovery, state = Recovery(), SlotState(delay=1.0)
+    succeed(recovery, state, [10.0, 10.5])
+    assert recovery.success_rate(state, 11.0) is None
+    recovery.count_success(state, 11.0)
+    # 3 successes from 10.0 to 11.0: the first came for free, two in one second
+    assert recovery.success_rate(state, 11.0) == pytest.approx(2.0)
+
+
+def test_a_refusal_close_above_what_got_through_takes_that_as_the_limit() -> None:
+    recovery, state = Recovery(), SlotState(delay=0.09)
+    succeed(recovery, state, [i / 10 for i in range(51)])  # 10/s for 5 s
+    recovery.refused(state, pace=1 / 11, now=5.0)
+    assert 1 / state.refused_gap == pytest.approx(10.0)
+    assert state.recover_in == recovery.time
+
+
+def test_a_first_refusal_far_above_is_capped_at_the_refused_rate_over_the_factor() -> None:
+    # A burst of 2 let a client run at 4.4/s for a second against a 2/s host.
+    recovery, state = Recovery(), SlotState(delay=0.5)
+    succeed(recovery, state, [0.05, 0.5, 0.85, 1.13])
+    recovery.refused(state, pace=0.228, now=1.35, factor=2.0)
+    # allowed (4-1)/1.3 = 2.3/s, geometric mean with 4.4/s is 3.2/s: capped to 2.2/s
+    assert 1 / state.refused_gap == pytest.approx(1 / 0.456)
+    assert state.recover_in == pytest.approx(0.7 * recovery.time)
+
+
+def test_a_later_refusal_far_above_takes_the_geometric_mean() -> None:
+    recovery, state = Recovery(), SlotState(delay=0.1, refused_gap=0.2)
+    succeed(recovery, state, [i / 10 for i in range(51)])
+    recovery.refused(state, pace=1 / 40, now=5.0)
+    assert 1 / state.refused_gap == pytest.approx(20.0)  # sqrt(10 * 40)
+
+
+def test_a_refusal_with_nothing_counted_remembers_the_refused_pace() -> None:
+    recovery, state = Recovery(), SlotState(delay=0.3)
+    recovery.refused(state, pace=0.3, now=1.0)
+    assert state.refused_gap == 0.3
+    assert state.ok_count == 0
+
+
+def test_a_refusal_starts_a_new_count() -> None:
+    recovery, state = Recovery(), SlotState(delay=0.5)
+    succeed(recovery, state, [0.0, 1.0, 2.0, 3.0])
+    recovery.refused(state, pace=0.5, now=3.5)
+    assert state.ok_count == 0
+    assert recovery.success_rate(state, 4.0) is None
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "rate"),
+    [
+        (0.0, 0.93),  # at once: the margin of the refused rate
+        (15.0, 1.0),  # after the recovery time: the refused rate again
+        (22.5, 1.125),  # then faster: + (0.5) ** 3
+        (30.0, 2.0),  # doubled by twice the recovery time
+    ],
+)
+def test_the_floor_follows_a_cubic_around_the_refused_rate(elapsed: float, rate: float) -> None:
+    recovery = Recovery(margin=0.93, time=15.0)
+    state = SlotState(delay=1.0, refused_gap=1.0, backoff_at=100.0)
+    assert 1 / recovery.floor(state, 100.0 + elapsed) == pytest.approx(rate)
+
+
+def test_no_refusal_no_floor() -> None:
+    assert Recovery().floor(SlotState(delay=1.0), 1e6) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"margin": 0.0}, "recovery_margin"),
+        ({"margin": 1.5}, "recovery_margin"),
+        ({"margin": math.nan}, "recovery_margin"),
+        ({"time": 0.0}, "recovery_time"),
+        ({"time": -1.0}, "recovery_time"),
+    ],
+)
+def test_bad_knobs_are_refused_naming_them(kwargs: dict[str, float], name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        Recovery(**kwargs)
