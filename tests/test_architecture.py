@@ -7,6 +7,7 @@ escapes the contract by not being listed, and that the public surface is deliber
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import math
@@ -94,6 +95,17 @@ def test_every_module_is_in_the_layers_contract() -> None:
     }
     missing = [m for m in _modules() if m != "autothrottle" and m not in listed]
     assert not missing, f"add these modules to a layer in pyproject.toml: {missing}"
+
+
+def test_no_function_in_the_package_is_longer_than_sixty_lines() -> None:
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length >= 60:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length})")
+    assert not long, long
 
 
 def test_learned_state_round_trips_through_a_memory_store_as_plain_data() -> None:

@@ -151,6 +151,7 @@ def test_demo_short_run(
         monkeypatch.delenv(name, raising=False)
 
     out = tmp_path / "charts" / "x.png"
+    out.parent.mkdir()
     assert main(["demo", "--duration", "3", "--no-live", "--out", str(out), "--seed", "1"]) == 0
     text = capsys.readouterr().out
     assert out.read_bytes().startswith(PNG_MAGIC)
@@ -414,3 +415,14 @@ def test_timeline_plot_writes_a_png(tmp_path: Path) -> None:
     assert path.read_bytes().startswith(PNG_MAGIC)
     only = timeline.plot(tmp_path / "one.png", keys=["cdn"])
     assert only.stat().st_size > 0
+
+
+def test_demo_out_into_a_missing_directory_is_an_error_naming_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--out", str(missing / "chart.png"), "--duration", "1"])
+    assert info.value.code == 2
+    assert str(missing) in capsys.readouterr().err
+    assert not missing.exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import sys
 from collections.abc import Sequence
 
@@ -139,6 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 1
+    folder = os.path.dirname(os.path.abspath(ns.out))
+    if not os.path.isdir(folder):
+        parser.exit(2, f"{PROG} demo: error: --out {ns.out!r}: no such directory {folder!r}\n")
     from ._demo import run
 
     try:

@@ -30,7 +30,6 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ._cli import DEFAULT_DURATION, DEFAULT_OUT
 from ._hosts import HostSettings
 from ._policies import AdaptiveConcurrencyPolicy
 from ._throttle import Throttle
@@ -520,8 +519,8 @@ async def _wait(duration: float) -> None:
 
 def run(
     *,
-    duration: float = DEFAULT_DURATION,
-    out: str | Path = DEFAULT_OUT,
+    duration: float,
+    out: str | Path,
     live: bool = True,
     seed: int | None = None,
     console: Console | None = None,

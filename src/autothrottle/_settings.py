@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ._validate import check_bool, check_number, check_positive
 
@@ -34,6 +35,20 @@ class Signals:
     block_classifier: BlockClassifier | None
     strict_scrapy: bool
     hold_timeout: float
+
+    #: The ``Throttle`` keywords :meth:`build` takes, in order.
+    SETTINGS: ClassVar[tuple[str, ...]] = (
+        "backoff_statuses",
+        "backoff_factor",
+        "backoff_on_failure",
+        "retry_after",
+        "rate_limit_headers",
+        "max_pause",
+        "cache_hits_lower_delay",
+        "block_classifier",
+        "strict_scrapy",
+        "hold_timeout",
+    )
 
     @property
     def reads_headers(self) -> bool:

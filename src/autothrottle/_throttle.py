@@ -160,18 +160,8 @@ class Throttle:
         if key is not None and not callable(key):
             raise TypeError(f"key must be a callable from URL to slot key, got {key!r}")
         self._key = key
-        signals = Signals.build(
-            backoff_statuses=backoff_statuses,
-            backoff_factor=backoff_factor,
-            backoff_on_failure=backoff_on_failure,
-            retry_after=retry_after,
-            rate_limit_headers=rate_limit_headers,
-            max_pause=max_pause,
-            cache_hits_lower_delay=cache_hits_lower_delay,
-            block_classifier=block_classifier,
-            strict_scrapy=strict_scrapy,
-            hold_timeout=hold_timeout,
-        )
+        given = locals()
+        signals = Signals.build(**{name: given[name] for name in Signals.SETTINGS})
         clock, wall_clock, store, self._rng = _checked_runtime(clock, wall_clock, store, rng)
         self._clock = clock
         self._rules = Rules(

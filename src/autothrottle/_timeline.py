@@ -29,6 +29,9 @@ from typing import TYPE_CHECKING, Protocol, cast
 from ._validate import check_int, check_positive
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import SubFigure
+
     from ._slot import SlotSnapshot
 
 __all__ = ["Mark", "SlotSample", "Timeline"]
@@ -402,10 +405,6 @@ def _plot(
 
     matplotlib.use("Agg")  # no display needed, and never steal focus
     import matplotlib.pyplot as plt
-    from matplotlib.figure import SubFigure
-    from matplotlib.lines import Line2D
-    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
-    from matplotlib.transforms import blended_transform_factory
 
     rows = [k for k in keys if timeline.samples(k)]
     if not rows:
@@ -426,67 +425,9 @@ def _plot(
         sub = subfigs[row]
         sub.suptitle(labels.get(key, key), x=0.005, ha="left", fontsize=11, fontweight="bold")
         pace, rate_ax, load = sub.subplots(1, 3, width_ratios=[1.3, 1.0, 0.75])
-
-        # The pace: delay and last latency on a log scale, events along the top.
-        delay = [max(s.delay, 1e-4) for s in samples]
-        latency = [math.nan if s.latency is None else max(s.latency, 1e-4) for s in samples]
-        pace.plot(t, latency, color="#2ca02c", lw=0.8, alpha=0.75)
-        pace.plot(t, delay, color="#1f77b4", lw=2.2)
-        pace.set_yscale("log")
-        pace.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        pace.yaxis.set_major_formatter(FuncFormatter(_seconds_label))
-        pace.yaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
-        low, high = pace.get_ylim()
-        pace.set_ylim(low, high * 2.5)  # headroom for the event strip
-        pace.grid(True, which="major", alpha=0.3)
-        strip = blended_transform_factory(pace.transData, pace.transAxes)
-        for lane, (kind, times) in enumerate(_events(samples, timeline.marks(key)).items()):
-            colour, marker = _EVENT_STYLES.get(kind, _OTHER_EVENT)[:2]
-            if kind not in seen:
-                seen.append(kind)
-            pace.scatter(
-                times,
-                [0.93 - 0.08 * lane] * len(times),
-                transform=strip,
-                color=colour,
-                marker=marker,
-                s=30,
-                lw=1.2,
-                zorder=3,
-            )
-
-        # The rate: responses per second, cache hits shaded, the capacity dashed.
-        rates = _rolling_rate(t, [s.responses for s in samples], window)
-        hits = _rolling_rate(t, [s.cache_hits for s in samples], window)
-        if any(hits):
-            rate_ax.fill_between(t, 0, hits, color="#17becf", alpha=0.35, lw=0)
-        rate_ax.plot(t, rates, color="#ff7f0e", lw=1.8)
-        top = max([*rates, 1.0])
-        capacity = capacities.get(key)
-        if capacity is not None and math.isfinite(capacity) and capacity > 0:
-            rate_ax.axhline(capacity, color="#555555", ls="--", lw=1.2)
-            rate_ax.annotate(
-                f"site capacity {capacity:.3g}/s",
-                (0.01, capacity),
-                xycoords=("axes fraction", "data"),
-                xytext=(0, 3),
-                textcoords="offset points",
-                fontsize=8.5,
-                color="#333333",
-            )
-            top = max(top, capacity)
-        rate_ax.set_ylim(0, top * 1.2)
-        rate_ax.grid(True, alpha=0.3)
-
-        # The load: requests in flight, and those waiting in the throttle.
-        in_flight = [s.in_flight for s in samples]
-        queued = [s.queued for s in samples]
-        load.step(t, queued, where="post", color="#bcbd22", lw=1.0, ls=":")
-        load.step(t, in_flight, where="post", color="#9467bd", lw=1.4)
-        load.set_ylim(0, max([*in_flight, *queued, 1]) * 1.15)
-        load.yaxis.set_major_locator(MaxNLocator(integer=True))
-        load.grid(True, alpha=0.3)
-
+        _plot_pace(pace, t, samples, timeline.marks(key), seen)
+        _plot_rate(rate_ax, t, samples, window, capacities.get(key))
+        _plot_load(load, t, samples)
         for ax in (pace, rate_ax, load):
             ax.set_xlim(0, end)
             if row < len(rows) - 1:
@@ -497,6 +438,93 @@ def _plot(
             pace.set_title("delay between sends · latency · events", fontsize=10)
             rate_ax.set_title(f"responses per second ({window:g} s average)", fontsize=10)
             load.set_title("requests in flight · waiting their turn", fontsize=10)
+    _legend(subfigs[-1], seen)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, format="png")
+    plt.close(fig)
+    return path
+
+
+def _plot_pace(
+    pace: Axes, t: list[float], samples: list[SlotSample], marks: list[Mark], seen: list[str]
+) -> None:
+    """Delay and last latency on a log scale, events along the top."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.transforms import blended_transform_factory
+
+    delay = [max(s.delay, 1e-4) for s in samples]
+    latency = [math.nan if s.latency is None else max(s.latency, 1e-4) for s in samples]
+    pace.plot(t, latency, color="#2ca02c", lw=0.8, alpha=0.75)
+    pace.plot(t, delay, color="#1f77b4", lw=2.2)
+    pace.set_yscale("log")
+    pace.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    pace.yaxis.set_major_formatter(FuncFormatter(_seconds_label))
+    pace.yaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
+    low, high = pace.get_ylim()
+    pace.set_ylim(low, high * 2.5)  # headroom for the event strip
+    pace.grid(True, which="major", alpha=0.3)
+    strip = blended_transform_factory(pace.transData, pace.transAxes)
+    for lane, (kind, times) in enumerate(_events(samples, marks).items()):
+        colour, marker = _EVENT_STYLES.get(kind, _OTHER_EVENT)[:2]
+        if kind not in seen:
+            seen.append(kind)
+        pace.scatter(
+            times,
+            [0.93 - 0.08 * lane] * len(times),
+            transform=strip,
+            color=colour,
+            marker=marker,
+            s=30,
+            lw=1.2,
+            zorder=3,
+        )
+
+
+def _plot_rate(
+    rate_ax: Axes,
+    t: list[float],
+    samples: list[SlotSample],
+    window: float,
+    capacity: float | None,
+) -> None:
+    """Responses per second, cache hits shaded, the site's capacity dashed."""
+    rates = _rolling_rate(t, [s.responses for s in samples], window)
+    hits = _rolling_rate(t, [s.cache_hits for s in samples], window)
+    if any(hits):
+        rate_ax.fill_between(t, 0, hits, color="#17becf", alpha=0.35, lw=0)
+    rate_ax.plot(t, rates, color="#ff7f0e", lw=1.8)
+    top = max([*rates, 1.0])
+    if capacity is not None and math.isfinite(capacity) and capacity > 0:
+        rate_ax.axhline(capacity, color="#555555", ls="--", lw=1.2)
+        rate_ax.annotate(
+            f"site capacity {capacity:.3g}/s",
+            (0.01, capacity),
+            xycoords=("axes fraction", "data"),
+            xytext=(0, 3),
+            textcoords="offset points",
+            fontsize=8.5,
+            color="#333333",
+        )
+        top = max(top, capacity)
+    rate_ax.set_ylim(0, top * 1.2)
+    rate_ax.grid(True, alpha=0.3)
+
+
+def _plot_load(load: Axes, t: list[float], samples: list[SlotSample]) -> None:
+    """Requests in flight, and those waiting in the throttle."""
+    from matplotlib.ticker import MaxNLocator
+
+    in_flight = [s.in_flight for s in samples]
+    queued = [s.queued for s in samples]
+    load.step(t, queued, where="post", color="#bcbd22", lw=1.0, ls=":")
+    load.step(t, in_flight, where="post", color="#9467bd", lw=1.4)
+    load.set_ylim(0, max([*in_flight, *queued, 1]) * 1.15)
+    load.yaxis.set_major_locator(MaxNLocator(integer=True))
+    load.grid(True, alpha=0.3)
+
+
+def _legend(sub: SubFigure, seen: list[str]) -> None:
+    from matplotlib.lines import Line2D
 
     handles = [
         Line2D([], [], color="#1f77b4", lw=2.2, label="delay"),
@@ -513,8 +541,4 @@ def _plot(
         handles.append(
             Line2D([], [], color=colour, marker=marker, ls="", markersize=7, label=label)
         )
-    subfigs[-1].legend(handles=handles, loc="center", ncol=min(len(handles), 6), frameon=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, format="png")
-    plt.close(fig)
-    return path
+    sub.legend(handles=handles, loc="center", ncol=min(len(handles), 6), frameon=False)

@@ -161,6 +161,20 @@ def _nonnegative(text: str) -> float:
     return value
 
 
+_EPILOG = """\
+Behaviour SPEC: KIND[:name=value,...], KIND one of capacity, rate, softblock,
+cdn, variable. Examples:
+  capacity:workers=4,service_time=0.05
+  rate:rate=10,burst=2,headers=false
+  rate:rate=10,burst=2,header_style=window
+  softblock:rate=5
+  cdn:hit_ratio=0.9,edge_time=0.005,workers=2,service_time=0.2
+  variable:fast_time=0.03,slow_time=0.5,slow_ratio=0.2,workers=4
+
+Every host serves its ground truth at GET /_sim/stats (?all=1 for every host).
+"""
+
+
 def build_parser(prog: str = "python -m autothrottle.sim") -> argparse.ArgumentParser:
     """The argument parser of :func:`main`."""
     parser = argparse.ArgumentParser(
@@ -170,15 +184,15 @@ def build_parser(prog: str = "python -m autothrottle.sim") -> argparse.ArgumentP
             "and record the ground truth of what arrived. Without --host or --many, "
             "serves one host of each kind."
         ),
-        epilog=(
-            "Behaviour SPEC: KIND[:name=value,...] with KIND one of capacity, rate, "
-            "softblock, cdn, variable. Examples: capacity:workers=4,service_time=0.05  "
-            "rate:rate=10,burst=2,headers=false  softblock:rate=5  "
-            "cdn:hit_ratio=0.9,edge_time=0.005,workers=2,service_time=0.2  "
-            "variable:fast_time=0.03,slow_time=0.5,slow_ratio=0.2,workers=4. "
-            "Every host serves its ground truth at GET /_sim/stats (?all=1 for every host)."
-        ),
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_host_arguments(parser)
+    _add_run_arguments(parser)
+    return parser
+
+
+def _add_host_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host",
         action="append",
@@ -207,6 +221,9 @@ def build_parser(prog: str = "python -m autothrottle.sim") -> argparse.ArgumentP
         default=0,
         help="bind every address to this port (default: 0, a free port per address)",
     )
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="seed the service-time jitter")
     parser.add_argument(
         "--duration",
@@ -230,7 +247,6 @@ def build_parser(prog: str = "python -m autothrottle.sim") -> argparse.ArgumentP
         help="once serving, print one JSON line for programs: "
         '{"ready": true, "hosts": {ADDRESS: {"url": URL, "spec": SPEC}, ...}}',
     )
-    return parser
 
 
 def hosts_from_args(args: argparse.Namespace) -> dict[str, Behaviour]:
@@ -331,8 +347,15 @@ def _summary(sim: SimServer) -> str:
     for address, s in sim.stats().items():
         cap = f"{s.capacity:.1f}" if math.isfinite(s.capacity) else "inf"
         queue = s.origin.mean_queued if s.origin is not None else s.mean_queued
+        # A rate over less than a second of activity says nothing: one quick
+        # request would read as dozens a second.
+        goodput = f"{s.goodput:.1f}" if s.active >= _RATE_SAMPLE else "n/a"
         lines.append(
             f"{address:<16}{s.requests:>9}{s.ok:>7}{s.limited:>6}{s.blocked:>8}"
-            f"{s.goodput:>10.1f}{cap:>11}{s.max_in_window:>7}{queue:>11.2f}"
+            f"{goodput:>10}{cap:>11}{s.max_in_window:>7}{queue:>11.2f}"
         )
     return "\n".join(lines)
+
+
+_RATE_SAMPLE = 1.0
+"""Seconds of activity below which the summary shows no rate."""

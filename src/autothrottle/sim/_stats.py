@@ -347,6 +347,30 @@ class Recorder:
             ticket.start = now
         self.done(ticket, now, 0, "aborted")
 
+    def _records(self, t0: float) -> tuple[RequestRecord, ...]:
+        h = self._history
+        outcomes = [OUTCOMES[i] for i in h.r_outcome]
+        return tuple(
+            RequestRecord(a - t0, s - t0, f - t0, st, o)
+            for a, s, f, st, o in zip(
+                h.r_arrival, h.r_start, h.r_finish, h.r_status, outcomes, strict=True
+            )
+        )
+
+    def _activity(
+        self, first: float | None, t0: float, end_abs: float
+    ) -> tuple[float, float, float]:
+        """The active period's length and its mean in service and queued."""
+        if first is None:
+            return 0.0, 0.0, 0.0
+        h = self._history
+        start_abs = first + t0
+        return (
+            max(0.0, end_abs - start_abs),
+            h.in_service.average(start_abs, end_abs),
+            h.queued.average(start_abs, end_abs),
+        )
+
     def snapshot(
         self,
         *,
@@ -362,35 +386,15 @@ class Recorder:
         h = self._history
         t0 = origin_time
         arrivals = tuple(t - t0 for t in h.arrivals)
-        outcomes = [OUTCOMES[i] for i in h.r_outcome]
-        records = tuple(
-            RequestRecord(a - t0, s - t0, f - t0, st, o)
-            for a, s, f, st, o in zip(
-                h.r_arrival, h.r_start, h.r_finish, h.r_status, outcomes, strict=True
-            )
-        )
-        counts = dict.fromkeys(OUTCOMES, 0)
-        statuses: dict[int, int] = {}
-        for rec in records:
-            counts[rec.outcome] += 1
-            if rec.status:
-                statuses[rec.status] = statuses.get(rec.status, 0) + 1
+        records = self._records(t0)
+        counts, statuses = _tally(records)
         answered = [r for r in records if r.outcome != "aborted"]
         latencies = sorted(r.latency for r in answered)
-
-        first = arrivals[0] if arrivals else None
+        first = arrivals[0] if arrivals else None  # the active period runs from it
         last = max((r.finish for r in records), default=None)
         busy = self.in_service + self.queued > 0
         end_abs = now if busy or last is None else last + t0
-        if first is None:
-            active = 0.0
-            mean_in_service = mean_queued = 0.0
-        else:
-            start_abs = first + t0
-            active = max(0.0, end_abs - start_abs)
-            mean_in_service = h.in_service.average(start_abs, end_abs)
-            mean_queued = h.queued.average(start_abs, end_abs)
-
+        active, mean_in_service, mean_queued = self._activity(first, t0, end_abs)
         return HostStats(
             host=host,
             url=url,
@@ -417,21 +421,40 @@ class Recorder:
             max_queued=max(h.queued.values),
             mean_in_service=mean_in_service,
             mean_queued=mean_queued,
-            latency_mean=sum(latencies) / len(latencies) if latencies else 0.0,
-            latency_p50=_quantile(latencies, 0.5),
-            latency_p95=_quantile(latencies, 0.95),
-            latency_max=latencies[-1] if latencies else 0.0,
+            **_latency_figures(latencies),
             wait_mean=sum(r.wait for r in answered) / len(answered) if answered else 0.0,
             origin=origin,
             arrivals=arrivals,
             records=records,
-            in_service_series=tuple(
-                (t - t0, n) for t, n in zip(h.in_service.times, h.in_service.values, strict=True)
-            ),
-            queued_series=tuple(
-                (t - t0, n) for t, n in zip(h.queued.times, h.queued.values, strict=True)
-            ),
+            in_service_series=_series(h.in_service.times, h.in_service.values, t0),
+            queued_series=_series(h.queued.times, h.queued.values, t0),
         )
+
+
+def _latency_figures(latencies: Sequence[float]) -> dict[str, float]:
+    """Mean, median, 95th percentile and maximum of sorted latencies (0 when none)."""
+    return {
+        "latency_mean": sum(latencies) / len(latencies) if latencies else 0.0,
+        "latency_p50": _quantile(latencies, 0.5),
+        "latency_p95": _quantile(latencies, 0.95),
+        "latency_max": latencies[-1] if latencies else 0.0,
+    }
+
+
+def _series(times: Sequence[float], values: Sequence[int], t0: float) -> tuple[Any, ...]:
+    """A step series as ``(seconds since t0, value)`` pairs."""
+    return tuple((t - t0, n) for t, n in zip(times, values, strict=True))
+
+
+def _tally(records: Sequence[RequestRecord]) -> tuple[dict[str, int], dict[int, int]]:
+    """Requests by outcome, and by status (0, no status, left out)."""
+    counts = dict.fromkeys(OUTCOMES, 0)
+    statuses: dict[int, int] = {}
+    for rec in records:
+        counts[rec.outcome] += 1
+        if rec.status:
+            statuses[rec.status] = statuses.get(rec.status, 0) + 1
+    return counts, statuses
 
 
 def _quantile(ordered: Sequence[float], q: float) -> float:
