@@ -1035,3 +1035,28 @@ async def test_an_exhausted_budget_with_a_known_policy_pauses_no_longer_than_nee
     lease = await take(throttle)
     lease.observe(latency=0.0, status=status, headers=headers)
     assert throttle.slot(KEY).snapshot().pause_remaining == pytest.approx(pause)
+
+
+async def test_a_header_problem_is_logged_once_per_slot_then_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _, throttle = fake(start_delay=0.0)
+    bad = {"X-RateLimit-Remaining": "lots", "X-RateLimit-Reset": "10"}
+    with caplog.at_level(logging.DEBUG, logger="autothrottle"):
+        for key in (KEY, KEY, KEY, OTHER):
+            throttle.observe(key, latency=0.0, status=200, headers=bad)
+    notes = [r for r in caplog.records if "lots" in r.getMessage()]
+    assert [r.levelno for r in notes] == [logging.INFO, logging.DEBUG, logging.DEBUG, logging.INFO]
+    assert [r.slot for r in notes] == [KEY, KEY, KEY, OTHER]  # type: ignore[attr-defined]
+
+
+async def test_a_capped_pause_warns_once_per_slot_with_readable_numbers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _, throttle = fake(start_delay=0.0, max_pause=0.2)
+    with caplog.at_level(logging.DEBUG, logger="autothrottle"):
+        for _ in range(3):
+            throttle.observe(KEY, latency=0.0, status=503, headers={"Retry-After": "30"})
+    capped = [r for r in caplog.records if "capped" in r.getMessage()]
+    assert [r.levelno for r in capped] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    assert "Retry-After of 30s capped to max_pause=0.2s" in capped[0].getMessage()

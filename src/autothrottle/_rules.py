@@ -38,6 +38,15 @@ _MIN_SHARE = 0.01
 """The miss share never reads lower: a cache that answers everything still has an origin."""
 
 
+_MAX_NOTED = 32
+"""Kinds of header problem remembered per slot (a hostile server cannot grow it)."""
+
+
+def _seconds(value: float) -> str:
+    """Seconds for a log line: whole above 10 s, else with the digits that matter."""
+    return f"{value:.0f}s" if value >= 10 else f"{value:.3g}s"
+
+
 def _ms(seconds: float) -> str:
     """Milliseconds with enough digits that a small change does not read as none."""
     ms = seconds * 1000.0
@@ -244,12 +253,11 @@ class Rules:
         """Send nothing to ``slot`` for ``seconds`` (bounded by ``max_pause``)."""
         max_pause = self.signals.max_pause
         if seconds > max_pause:
-            logger.warning(
-                "slot %s: %s of %.0fs capped to max_pause=%.0fs",
-                slot.key,
-                reason,
-                seconds,
-                max_pause,
+            self._note(
+                slot,
+                f"{reason} capped",
+                f"{reason} of {_seconds(seconds)} capped to max_pause={_seconds(max_pause)}",
+                logging.WARNING,
             )
             seconds = max_pause
         if seconds <= 0.0:
@@ -283,7 +291,8 @@ class Rules:
         self, slot: Slot, read: HeaderSignals, now: float, *, refused: bool
     ) -> None:
         for note in read.ignored:
-            logger.info("slot %s: %s", slot.key, note)
+            text = str(note)
+            self._note(slot, text.partition(":")[0], text, logging.INFO)
         signals = self.signals
         if signals.retry_after and read.retry_after is not None:
             self.pause(slot, read.retry_after, now, reason="Retry-After")
@@ -315,6 +324,21 @@ class Rules:
             horizon = max(budget.reset, budget.window or 0.0)
             state.sustained_until = now + min(horizon, self.signals.max_pause)
         slot.gate.wake()
+
+    @staticmethod
+    def _note(slot: Slot, kind: str, text: str, level: int) -> None:
+        """Log a header problem once per slot and kind at ``level``, then at DEBUG.
+
+        A server that sends the same bad header on every response must not
+        flood the log; the first one is worth a look.
+        """
+        seen = slot.noted
+        if kind in seen:
+            level = logging.DEBUG
+        elif len(seen) < _MAX_NOTED:
+            seen.add(kind)
+        if logger.isEnabledFor(level):
+            logger.log(level, "slot %s: %s", slot.key, text, extra={"slot": slot.key})
 
     def _log(
         self,

@@ -86,7 +86,7 @@ class Slot:
         gate: The engine's scheduling gate for this slot (package-internal).
     """
 
-    __slots__ = ("_clock", "_config", "gate", "key", "state")
+    __slots__ = ("_clock", "_config", "gate", "key", "noted", "state")
 
     def __init__(
         self,
@@ -102,6 +102,8 @@ class Slot:
         self._clock = clock
         self.state = state
         self.gate = Gate(state, config, clock=clock, rng=rng)
+        #: Kinds of header problem already logged for this slot (see docs/signals.md).
+        self.noted: set[str] = set()
 
     @property
     def config(self) -> SlotConfig:
