@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 
 import nox
 
 nox.options.sessions = ["lint", "types", "tests"]
 
+
 #: Every Python the package declares (requires-python >= 3.11) that this machine has.
-PYTHONS = [v for v in ("3.11", "3.12", "3.13", "3.14") if shutil.which(f"python{v}")] or ["3.11"]
+def _runs(version: str) -> bool:
+    """True when ``python<version>`` is on PATH and actually starts (pyenv shims may not)."""
+    exe = shutil.which(f"python{version}")
+    if exe is None:
+        return False
+    try:
+        return subprocess.run([exe, "-c", "pass"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+PYTHONS = [v for v in ("3.11", "3.12", "3.13", "3.14") if _runs(v)] or ["3.11"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
