@@ -47,7 +47,12 @@ PUBLIC = {
         "Timeline",
         "__version__",
     ],
-    "autothrottle.httpx": ["ThrottledClient", "ThrottledTransport"],
+    "autothrottle.httpx": [
+        "SyncThrottledClient",
+        "SyncThrottledTransport",
+        "ThrottledClient",
+        "ThrottledTransport",
+    ],
     "autothrottle.aiohttp": ["ThrottledSession", "throttle_middleware", "throttle_trace_config"],
     "autothrottle.sim": [
         "Behaviour",

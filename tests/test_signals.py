@@ -415,6 +415,7 @@ async def test_retry_after_never_raises_and_never_pauses_beyond_max_pause(
     assert 0.0 <= snap.pause_remaining <= 60.0
     assert snap.pauses == (1 if pause else 0)
     if not pause:
+        clock.advance(throttle.slot(KEY).delay)  # the backoff's delay, but no pause
         assert not await gate_closed(throttle)
 
 
@@ -435,10 +436,11 @@ async def test_a_later_shorter_retry_after_does_not_cut_a_pause_short() -> None:
 
 
 async def test_retry_after_false_ignores_the_header() -> None:
-    _, throttle = fake(start_delay=0.0, retry_after=False)
+    clock, throttle = fake(start_delay=0.0, retry_after=False)
     lease = await take(throttle)
     lease.observe(latency=0.0, status=429, headers={"Retry-After": "30"})
     assert throttle.slot(KEY).snapshot().pause_remaining == 0.0
+    clock.advance(throttle.slot(KEY).delay)  # the backoff's delay, but no pause
     assert not await gate_closed(throttle)
 
 

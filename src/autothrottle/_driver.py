@@ -1,8 +1,15 @@
-"""The waiting loop: the only place the engine awaits.
+"""The waiting loops: the only places the engine waits.
 
-It parks a ticket in the gate's queue and sleeps until the gate says the
-ticket may go, or until the gate wakes it because something it waits on
-changed. anyio makes it work under asyncio and trio alike.
+:func:`wait_for_hold` parks a ticket in the gate's queue and sleeps until the
+gate says the ticket may go, or until the gate wakes it because something it
+waits on changed. anyio makes it work under asyncio and trio alike.
+:func:`wait_for_hold_blocking` does the same for a thread (the sync client).
+
+Wake-ups may come from any thread: a lease released by another thread or by
+another event loop's task. The async waker therefore sets the event directly
+only from the waiting loop's own thread, and otherwise hands the wake-up to
+that loop thread-safely. A waiter whose event loop was closed under it (never
+cancelled) is dropped from the queue by the gate, so it cannot stall the slot.
 
 Cancellation is safe at the one await point: the ticket is granted inside
 :meth:`Gate.try_acquire`, synchronously, so there is no moment at which a
@@ -13,15 +20,18 @@ the next head if it was the head).
 
 from __future__ import annotations
 
+import asyncio
 import math
+import sys
+import threading
 from collections.abc import Callable
-from typing import Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 
-from ._gate import Gate, Hold
+from ._gate import Gate, Hold, Ticket
 
-__all__ = ["wait_for_hold"]
+__all__ = ["wait_for_hold", "wait_for_hold_blocking"]
 
 
 class _Releasable(Hold, Protocol):
@@ -31,21 +41,69 @@ class _Releasable(Hold, Protocol):
 H = TypeVar("H", bound=_Releasable)
 
 
+def _loop_waker(ticket: Ticket) -> Callable[[anyio.Event], None]:
+    """Point ``ticket`` at the current loop; return how to arm it for one event."""
+    thread = threading.get_ident()
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is not None:
+        schedule: Callable[[Callable[[], object]], object] = loop.call_soon_threadsafe
+        ticket.alive = lambda: not loop.is_closed()
+    else:  # trio: it cancels every task before its run ends, so no alive check
+        trio: Any = sys.modules["trio"]
+        schedule = trio.lowlevel.current_trio_token().run_sync_soon
+
+    def arm(event: anyio.Event) -> None:
+        set_event = event.set
+
+        def wake() -> None:
+            if threading.get_ident() == thread:
+                set_event()
+            else:
+                schedule(set_event)
+
+        ticket.wake = wake
+
+    return arm
+
+
 async def wait_for_hold(gate: Gate, make: Callable[[float], H]) -> H:
     """Wait in ``gate``'s queue until granted; return ``make(grant_time)``."""
     ticket = gate.enqueue()
     try:
+        arm = _loop_waker(ticket)
         while True:
+            event = anyio.Event()
+            arm(event)  # before the check, so a wake-up during it is not lost
             wait = gate.try_acquire(ticket, make)
             if ticket.hold is not None:
                 return cast(H, ticket.hold)
-            event = anyio.Event()
-            ticket.wake = event.set
             if math.isinf(wait):
                 await event.wait()
             else:
                 with anyio.move_on_after(wait):
                     await event.wait()
+    except BaseException:
+        granted = gate.abandon(ticket)
+        if granted is not None:
+            cast(H, granted).release()
+        raise
+
+
+def wait_for_hold_blocking(gate: Gate, make: Callable[[float], H]) -> H:
+    """:func:`wait_for_hold` for a thread: block until granted."""
+    ticket = gate.enqueue()
+    event = threading.Event()
+    ticket.wake = event.set
+    try:
+        while True:
+            event.clear()
+            wait = gate.try_acquire(ticket, make)
+            if ticket.hold is not None:
+                return cast(H, ticket.hold)
+            event.wait(None if math.isinf(wait) else wait)
     except BaseException:
         granted = gate.abandon(ticket)
         if granted is not None:

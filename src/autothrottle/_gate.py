@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol, TypeVar
@@ -44,6 +45,9 @@ class Hold(Protocol):
         """Mark the hold released by expiry (the gate has already let go of it)."""
         ...
 
+    wire_gap: float
+    """The spacing its grant kept after the grant before it; the wire keeps it too."""
+
 
 H = TypeVar("H", bound=Hold)
 
@@ -52,17 +56,23 @@ def _no_wake() -> None:
     return None
 
 
+def _alive() -> bool:
+    return True
+
+
 class Ticket:
     """A request waiting in a gate's queue.
 
-    ``wake`` is set by the driver to whatever resumes the waiting task;
-    ``hold`` is set, synchronously, when the ticket is granted.
+    ``wake`` is set by the driver to whatever resumes the waiting task, from
+    any thread; ``alive`` says whether that task can still run (its event loop
+    is not closed); ``hold`` is set, synchronously, when the ticket is granted.
     """
 
-    __slots__ = ("hold", "wake")
+    __slots__ = ("alive", "hold", "wake")
 
     def __init__(self) -> None:
         self.wake: Callable[[], None] = _no_wake
+        self.alive: Callable[[], bool] = _alive
         self.hold: Hold | None = None
 
 
@@ -77,8 +87,10 @@ class Gate:
         "_rng",
         "_tokens",
         "_tokens_at",
+        "_wire_last",
         "config",
         "last_send",
+        "lock",
         "state",
     )
 
@@ -97,7 +109,11 @@ class Gate:
         self._queue: deque[Ticket] = deque()
         self._holds: set[Hold] = set()
         self.last_send: float | None = None
+        self._wire_last: float | None = None
         self._factor = 1.0
+        # Threads (the sync client, several event loops) share slots: every
+        # change to the gate and to the slot's state happens under this lock.
+        self.lock = threading.RLock()
         # The burst allowance of a policy with burst > 1: a token bucket that
         # refills one token per delay, up to the burst.
         self._tokens = float(config.burst)
@@ -108,7 +124,8 @@ class Gate:
     def in_flight(self) -> int:
         """Holds not yet released nor expired."""
         if self._holds:
-            self._expire(self._clock())
+            with self.lock:
+                self._expire(self._clock())
         return len(self._holds)
 
     def queued(self) -> int:
@@ -132,10 +149,14 @@ class Gate:
 
     def send_at(self, now: float) -> float:
         """The earliest time the next request may be sent, ignoring the cap."""
-        state = self.state
         last = self.last_send
         if last is None:
-            return state.pause_until
+            return self.state.pause_until
+        return max(self._spaced_at(now, last), self.state.pause_until)
+
+    def _spaced_at(self, now: float, last: float) -> float:
+        """When the spacing rules (delay, burst, budget, sustained pace) allow a send."""
+        state = self.state
         delay = state.delay
         gap = delay * self._factor
         if self.config.burst == 1:
@@ -148,30 +169,62 @@ class Gate:
             at = max(at, min(last + state.budget_gap, state.budget_until))
         if state.sustained_gap > gap and now < state.sustained_until:
             at = max(at, min(last + state.sustained_gap, state.sustained_until))
-        return max(at, state.pause_until)
+        return at
 
     # -- what the rules call when the state changed --------------------------------
 
     def wake(self) -> None:
-        """Let the head re-check: something it may wait on changed."""
-        if self._queue:
-            self._queue[0].wake()
+        """Let the head re-check: something it may wait on changed.
+
+        A head whose event loop has closed can never run again: it leaves the
+        queue, and the next head is woken instead.
+        """
+        queue = self._queue
+        while queue:
+            head = queue[0]
+            try:
+                head.wake()
+                return
+            except RuntimeError:  # its loop is closed
+                with self.lock:
+                    if queue and queue[0] is head:
+                        queue.popleft()
+
+    def wire_wait(self, hold: Hold) -> float:
+        """Reserve the moment a granted request goes on the wire; seconds to wait.
+
+        A grant may wait in the client's pool or on connection setup and then
+        leave together with others; the wire keeps each grant's spacing
+        (``docs/scheduling.md``, rule 10): no sooner than the last reserved
+        wire send plus this hold's gap, and not during a pause. A reservation
+        whose request never goes stays taken, as if it had gone: slower,
+        never faster, than the promise.
+        """
+        with self.lock:
+            now = self._clock()
+            last = self._wire_last
+            at = now if last is None else max(now, last + hold.wire_gap)
+            at = max(at, self.state.pause_until)
+            self._wire_last = at
+            return at - now
 
     # -- what the driver calls -----------------------------------------------------
 
     def grant_now(self, make: Callable[[float], H]) -> H | None:
         """The fast path: a hold at once if nobody is queued and the gate is open."""
-        if self._queue or len(self._holds) >= self.cap():
-            return None
-        now = self._clock()
-        if now < self.send_at(now):
-            return None
-        return self._grant(now, make)
+        with self.lock:
+            if self._queue or len(self._holds) >= self.cap():
+                return None
+            now = self._clock()
+            if now < self.send_at(now):
+                return None
+            return self._grant(now, make)
 
     def enqueue(self) -> Ticket:
         """Join the queue."""
         ticket = Ticket()
-        self._queue.append(ticket)
+        with self.lock:
+            self._queue.append(ticket)
         return ticket
 
     def try_acquire(self, ticket: Ticket, make: Callable[[float], Hold]) -> float:
@@ -181,7 +234,14 @@ class Gate:
         has left the queue); otherwise the seconds after which it is worth
         checking again (``math.inf``: only when woken).
         """
-        if self._queue[0] is not ticket:
+        with self.lock:
+            return self._try_acquire(ticket, make)
+
+    def _try_acquire(self, ticket: Ticket, make: Callable[[float], Hold]) -> float:
+        queue = self._queue
+        while queue[0] is not ticket and not queue[0].alive():
+            queue.popleft()  # a waiter whose event loop closed under it
+        if queue[0] is not ticket:
             return math.inf
         now = self._clock()
         cap = self.cap()
@@ -204,22 +264,24 @@ class Gate:
         Returns the ticket's hold if it had already been granted: the caller
         must release that.
         """
-        if ticket.hold is not None:
-            return ticket.hold
-        was_head = bool(self._queue) and self._queue[0] is ticket
-        try:
-            self._queue.remove(ticket)
-        except ValueError:
+        with self.lock:
+            if ticket.hold is not None:
+                return ticket.hold
+            was_head = bool(self._queue) and self._queue[0] is ticket
+            try:
+                self._queue.remove(ticket)
+            except ValueError:
+                return None
+            if was_head:
+                self.wake()
             return None
-        if was_head:
-            self.wake()
-        return None
 
     def release(self, hold: Hold) -> None:
         """Stop counting ``hold`` as in flight."""
-        self._holds.discard(hold)
-        self.state.last_activity = self._clock()
-        self.wake()
+        with self.lock:
+            self._holds.discard(hold)
+            self.state.last_activity = self._clock()
+            self.wake()
 
     # -- inside the gate -------------------------------------------------------------
 
@@ -232,6 +294,8 @@ class Gate:
         return min(float(burst), self._tokens + refill)
 
     def _grant(self, now: float, make: Callable[[float], H]) -> H:
+        last = self.last_send
+        gap = 0.0 if last is None else max(0.0, self._spaced_at(now, last) - last)
         self.last_send = now
         if self.config.burst > 1:
             self._tokens = self._burst_tokens(now) - 1.0
@@ -242,6 +306,7 @@ class Gate:
         state.sent += 1
         state.last_activity = now
         hold = make(now)
+        hold.wire_gap = gap
         self._holds.add(hold)
         return hold
 

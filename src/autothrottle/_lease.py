@@ -46,9 +46,19 @@ class Lease:
         sent_at: When the lease was granted, on the throttle's clock.
         expires_at: When it stops counting as in flight if never released.
         adjust: False when the response must not change the slot's delay.
+        wire_gap: The spacing the grant kept after the slot's previous grant.
     """
 
-    __slots__ = ("__weakref__", "_released", "_reporter", "adjust", "expires_at", "sent_at", "slot")
+    __slots__ = (
+        "__weakref__",
+        "_released",
+        "_reporter",
+        "adjust",
+        "expires_at",
+        "sent_at",
+        "slot",
+        "wire_gap",
+    )
 
     def __init__(
         self, slot: Slot, reporter: Reporter, sent_at: float, expires_at: float, adjust: bool
@@ -58,12 +68,23 @@ class Lease:
         self.sent_at = sent_at
         self.expires_at = expires_at
         self.adjust = adjust
+        self.wire_gap = 0.0
         self._released = False
 
     @property
     def released(self) -> bool:
         """True once the lease no longer counts as in flight."""
         return self._released
+
+    def wire_wait(self) -> float:
+        """Take this request's turn on the wire; return the seconds to wait first.
+
+        Call it when the connection is ready, just before the request is
+        written, and sleep that long: the gap the slot granted is then also
+        the gap the host sees, however long the request waited for a
+        connection (``docs/scheduling.md``, rule 10). The adapters do this.
+        """
+        return self.slot.gate.wire_wait(self)
 
     def observe(
         self,

@@ -12,6 +12,7 @@ so the httpx and aiohttp adapters agree to the letter:
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -114,16 +115,33 @@ def host_key(host: str) -> str:
     """The default slot key of a host: lowercase, IDNA-encoded, no port.
 
     ``host`` may be a bare host (``Example.COM``, ``example.com:8080``,
-    ``[::1]``) or a whole URL.
+    ``[::1]``) or a whole URL. One host gets one key however it is spelled: a
+    fully qualified name's trailing dot is dropped (``example.com.`` is
+    ``example.com``) and an IPv6 address takes its compressed form
+    (``0:0:0:0:0:0:0:1`` is ``::1``), as yarl writes it.
 
     Raises:
         ValueError: ``host`` names no host (``""``, ``"/just/a/path"``).
     """
     if host.isascii() and host and not any(ch in host for ch in ":/[@?#"):
-        return host.lower()
+        return _plain(host.lower())
     if "/" not in host and host.count(":") > 1 and "[" not in host:
-        return host.lower()  # a bare IPv6 address
+        return _ipv6(host)  # a bare IPv6 address
     raw = yarl.URL(host if "/" in host else "//" + host).raw_host
     if not raw:
         raise ValueError(f"cannot derive a slot key: no host in URL {host!r}")
-    return raw.lower()
+    return _ipv6(raw) if ":" in raw else _plain(raw.lower())
+
+
+def _plain(name: str) -> str:
+    stripped = name.rstrip(".")
+    return stripped if stripped else name
+
+
+def _ipv6(address: str) -> str:
+    try:
+        return ipaddress.IPv6Address(address.split("%", 1)[0]).compressed + (
+            "%" + address.split("%", 1)[1] if "%" in address else ""
+        )
+    except ValueError:
+        return address.lower()

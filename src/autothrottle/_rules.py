@@ -9,9 +9,11 @@ slot's gate, so a waiting request re-checks at once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Mapping
+from typing import Concatenate, ParamSpec, TypeVar
 
 from ._headers import HeaderSignals, RateLimit, read_headers
 from ._policy import Sample
@@ -57,6 +59,29 @@ def _ms(seconds: float) -> str:
     return f"{ms:.2f}ms"
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _under_slot_lock(
+    method: Callable[Concatenate[Rules, Slot, P], R],
+) -> Callable[Concatenate[Rules, Slot, P], R]:
+    """Run a rule holding the slot's lock: threads share slots (the sync client)."""
+
+    @functools.wraps(method)
+    def locked(self: Rules, slot: Slot, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with slot.gate.lock:
+            return method(self, slot, *args, **kwargs)
+
+    return locked
+
+
+BACKOFF_FLOOR = 0.05
+"""The least delay a backoff leaves, in seconds (within ``max_delay``): a slot at
+delay 0 that is refused, or whose connections fail, must slow down too, and
+twice 0 is 0 (``docs/signals.md``)."""
+
+
 class Rules:
     """The response rules of one throttle: its signal settings and refusal memory."""
 
@@ -79,6 +104,7 @@ class Rules:
 
     # -- a response ------------------------------------------------------------------
 
+    @_under_slot_lock
     def observe(
         self,
         slot: Slot,
@@ -204,6 +230,7 @@ class Rules:
 
     # -- failures and backoffs ----------------------------------------------------------
 
+    @_under_slot_lock
     def fail(self, slot: Slot, error: BaseException, *, sent_at: float) -> None:
         """A request to ``slot`` failed without a response."""
         state = slot.state
@@ -213,6 +240,7 @@ class Rules:
         if self.signals.backoff_on_failure:
             self.backoff(slot, f"failure: {type(error).__name__}", sent_at, now)
 
+    @_under_slot_lock
     def backoff(
         self,
         slot: Slot,
@@ -239,8 +267,8 @@ class Rules:
         in_flight = slot.gate.in_flight()
         if state.last_latency and in_flight:
             pace = max(pace, state.last_latency / in_flight)
-        new = config.clamp(config.policy.backoff_delay(pace, self.signals.backoff_factor, config))
-        new = max(new, old)
+        new = config.policy.backoff_delay(pace, self.signals.backoff_factor, config)
+        new = config.clamp(max(new, old, BACKOFF_FLOOR))
         self.recovery.refused(state, pace, now, self.signals.backoff_factor)
         state.backoff_reason = reason
         state.backoffs += 1
@@ -249,6 +277,7 @@ class Rules:
             self._log(slot, old, new, reason, latency, status)
         return True
 
+    @_under_slot_lock
     def pause(self, slot: Slot, seconds: float, now: float, *, reason: str) -> None:
         """Send nothing to ``slot`` for ``seconds`` (bounded by ``max_pause``)."""
         max_pause = self.signals.max_pause

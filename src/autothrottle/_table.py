@@ -12,6 +12,7 @@ only revisits known hosts still forgets the stale ones.
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
@@ -27,7 +28,7 @@ _HIT_SWEEP = 256
 class SlotTable:
     """Live slots by key; makes missing ones with ``make(key)``."""
 
-    __slots__ = ("_clock", "_hits", "_make", "_slots", "evict_batch", "store")
+    __slots__ = ("_clock", "_hits", "_lock", "_make", "_slots", "evict_batch", "store")
 
     def __init__(
         self, store: SlotStore, make: Callable[[str], Slot], clock: Callable[[], float]
@@ -38,28 +39,30 @@ class SlotTable:
         self._clock = clock
         self._slots: OrderedDict[str, Slot] = OrderedDict()
         self._hits = 0
+        self._lock = threading.Lock()
 
     def get(self, key: str) -> Slot | None:
         """The live slot for ``key``, if there is one (does not count as a use)."""
         return self._slots.get(key)
 
     def get_or_create(self, key: str) -> Slot:
-        """The live slot for ``key``, made on first use."""
-        slots = self._slots
-        slot = slots.get(key)
-        if slot is not None:
-            slots.move_to_end(key)
-            self._hits += 1
-            if self._hits >= _HIT_SWEEP:
-                self._hits = 0
-                if math.isfinite(self.store.idle_timeout):
-                    self._evict(self._clock(), self.evict_batch)
+        """The live slot for ``key``, made on first use (thread-safe)."""
+        with self._lock:
+            slots = self._slots
+            slot = slots.get(key)
+            if slot is not None:
+                slots.move_to_end(key)
+                self._hits += 1
+                if self._hits >= _HIT_SWEEP:
+                    self._hits = 0
+                    if math.isfinite(self.store.idle_timeout):
+                        self._evict(self._clock(), self.evict_batch)
+                return slot
+            slot = self._make(key)
+            if math.isfinite(self.store.idle_timeout):
+                self._evict(self._clock(), self.evict_batch)
+            self._slots[key] = slot  # _evict may have rebuilt the table
             return slot
-        slot = self._make(key)
-        if math.isfinite(self.store.idle_timeout):
-            self._evict(self._clock(), self.evict_batch)
-        self._slots[key] = slot  # _evict may have rebuilt the table
-        return slot
 
     def __iter__(self) -> Iterator[Slot]:
         return iter(list(self._slots.values()))
@@ -69,7 +72,8 @@ class SlotTable:
 
     def evict_idle(self) -> int:
         """Forget every slot idle for the store's ``idle_timeout``; return how many."""
-        return self._evict(self._clock(), len(self._slots))
+        with self._lock:
+            return self._evict(self._clock(), len(self._slots))
 
     def _evict(self, now: float, limit: int) -> int:
         cutoff = now - self.store.idle_timeout

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
-from ._driver import wait_for_hold
+from ._driver import wait_for_hold, wait_for_hold_blocking
 from ._hosts import HostTable
 from ._lease import Lease
 from ._policies import AutoThrottlePolicy
@@ -60,8 +60,9 @@ def _checked_runtime(
 class Throttle:
     """Paces requests per slot (per host by default), adapting each slot's delay.
 
-    One throttle may serve any number of clients, httpx and aiohttp alike; they
-    then share slots. It is meant for one event loop (thread) at a time.
+    One throttle may serve any number of clients, httpx and aiohttp alike, sync
+    and async; they then share slots. It is thread-safe: several threads, each
+    with its own event loop or none, may use it at once.
 
     Every argument is keyword-only (``Throttle(2.0)`` would be ambiguous: the
     first eight are Scrapy's AutoThrottle settings, named as Scrapy names them).
@@ -291,6 +292,20 @@ class Throttle:
         if lease is not None:
             return lease
         return await wait_for_hold(slot.gate, make)
+
+    def acquire_blocking(self, key: str, *, adjust: bool = True) -> Lease:
+        """:meth:`acquire` for a thread: block until the turn of slot ``key``.
+
+        For synchronous clients (``autothrottle.httpx.SyncThrottledClient``
+        uses it). Threads and event loops may share one throttle: a slot's
+        queue is FIFO across all of them.
+        """
+        slot = self.slot(key)
+        make = self._lease_factory(slot, adjust)
+        lease = slot.gate.grant_now(make)
+        if lease is not None:
+            return lease
+        return wait_for_hold_blocking(slot.gate, make)
 
     def try_acquire(self, key: str, *, adjust: bool = True) -> Lease | None:
         """A lease for slot ``key`` now if its turn is now, else None; never waits.

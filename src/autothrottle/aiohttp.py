@@ -25,10 +25,10 @@ it) with two additions, both of which you may also install yourself with
   response is released or closed, or its connection is lost. A response never
   finished stops counting after the throttle's ``hold_timeout``.
 * A TraceConfig, appended to the session's trace configs. It reads the
-  per-request options from ``trace_request_ctx`` and stamps the moment the
-  connection is ready (a new connection established or a pooled one taken), so
-  the latency excludes the time spent waiting in the throttle and in the
-  connector's pool.
+  per-request options from ``trace_request_ctx``, and when the connection is
+  ready (a new connection established or a pooled one taken) it takes the
+  request's turn on the wire, so the host sees the slot's spacing however long
+  the request waited for a connection, and starts the latency clock there.
 
 Per-request options, in either form (they are merged)::
 
@@ -58,8 +58,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from time import perf_counter
 from types import SimpleNamespace
 from typing import Any
 
@@ -79,6 +79,7 @@ from aiohttp import (
 )
 from aiohttp.connector import Connection
 
+from ._exchange import Exchange
 from ._lease import Lease
 from ._request import (
     CONTROL_HEADER,
@@ -91,14 +92,21 @@ from ._throttle import Throttle
 
 __all__ = ["ThrottledSession", "throttle_middleware", "throttle_trace_config"]
 
-# Errors that mean "the request failed without a response"; anything else
-# (cancellation above all) only releases the lease.
-_FAILURES: tuple[type[BaseException], ...] = (
-    aiohttp.ClientError,
+_HOST_FAILURES: tuple[type[BaseException], ...] = (
+    aiohttp.ClientConnectionError,
+    aiohttp.ClientPayloadError,
     asyncio.TimeoutError,
     TimeoutError,
     OSError,
 )
+
+
+def _host_failure(error: BaseException) -> bool:
+    """The host failed: refused, reset, timed out, or sent a broken body.
+
+    Other client errors (``InvalidURL``, a user middleware's own) are the caller's.
+    """
+    return isinstance(error, _HOST_FAILURES)
 
 
 @dataclass(eq=False, slots=True)
@@ -110,13 +118,6 @@ class _RequestState:
     done: bool = False
 
 
-@dataclass(eq=False, slots=True)
-class _Hop:
-    """One pass through the middleware; the TraceConfig stamps ``ready`` on it."""
-
-    ready: float | None = None
-
-
 # The request being made by the current task, set by the TraceConfig from
 # on_request_start to on_request_end/on_request_exception. Requests nest
 # (a middleware may make a request of its own before calling its handler), so
@@ -125,20 +126,29 @@ _REQUEST: contextvars.ContextVar[_RequestState | None] = contextvars.ContextVar(
     "autothrottle_aiohttp_request", default=None
 )
 
-# The hop the middleware is sending now. The connector sends the connection
-# signals from inside the handler, in the same task, so they find it here.
-_HOP: contextvars.ContextVar[_Hop | None] = contextvars.ContextVar(
-    "autothrottle_aiohttp_hop", default=None
+# The exchange the middleware is sending now. The connector sends the
+# connection signals from inside the handler, in the same task, so they find it.
+_EXCHANGE: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar(
+    "autothrottle_aiohttp_exchange", default=None
 )
 
 
 # -- trace config ------------------------------------------------------------------
 
 
+def _options_of(trace_request_ctx: object) -> RequestOptions:
+    """Options from ``trace_request_ctx``: a mapping's ``"autothrottle"`` key, or
+    an object's ``autothrottle`` attribute (other tracers share the context)."""
+    if trace_request_ctx is None or isinstance(trace_request_ctx, Mapping):
+        return options_from_mapping(trace_request_ctx)
+    found = getattr(trace_request_ctx, "autothrottle", None)
+    return DEFAULT_OPTIONS if found is None else options_from_mapping({"autothrottle": found})
+
+
 async def _on_request_start(
     session: ClientSession, ctx: SimpleNamespace, params: TraceRequestStartParams
 ) -> None:
-    options = options_from_mapping(getattr(ctx, "trace_request_ctx", None))
+    options = _options_of(getattr(ctx, "trace_request_ctx", None))
     state = _RequestState(options, _REQUEST.get())
     ctx.autothrottle_state = state
     _REQUEST.set(state)
@@ -165,9 +175,9 @@ async def _on_connection_ready(
     ctx: SimpleNamespace,
     params: TraceConnectionCreateEndParams | TraceConnectionReuseconnParams,
 ) -> None:
-    hop = _HOP.get()
-    if hop is not None:
-        hop.ready = perf_counter()
+    exchange = _EXCHANGE.get()
+    if exchange is not None:
+        await exchange.on_wire()
 
 
 def throttle_trace_config() -> TraceConfig:
@@ -228,6 +238,7 @@ class _Hold:
 
     def watch(self, response: ClientResponse, connection: Connection) -> None:
         connection.add_callback(self.finished)
+        _unpin(response)
         assert self._closed is not None
         self._closed.add_done_callback(self._on_lost)
         finalizer = weakref.finalize(response, self._on_collected)
@@ -262,6 +273,38 @@ class _Hold:
             self._loop.call_soon_threadsafe(self._lease.release)
         except RuntimeError:  # the loop is closed: nothing else runs any more
             self._lease.release()
+
+
+def _unpin(response: ClientResponse) -> None:
+    """Let a response that its caller dropped unread be collected.
+
+    aiohttp registers the response's own end-of-body callback on its body
+    stream, which the connection keeps alive, so a dropped response lives as
+    long as its stalled connection and its lease until ``hold_timeout``.
+    Holding that callback weakly lets the response be collected; aiohttp then
+    releases its connection, which finishes the hold. If aiohttp's internals
+    differ from what is expected here, nothing changes.
+    """
+    callbacks = getattr(getattr(response, "content", None), "_eof_callbacks", None)
+    if not isinstance(callbacks, list):
+        return
+    for index, callback in enumerate(callbacks):
+        if getattr(callback, "__self__", None) is response:
+            callbacks[index] = _WeakCallback(callback)
+
+
+class _WeakCallback:
+    """A bound method held weakly; calling it after its object died does nothing."""
+
+    __slots__ = ("_method",)
+
+    def __init__(self, method: Callable[[], None]) -> None:
+        self._method = weakref.WeakMethod(method)
+
+    def __call__(self) -> None:
+        method = self._method()
+        if method is not None:
+            method()
 
 
 def _hold_until_finished(response: ClientResponse, lease: Lease) -> None:
@@ -330,31 +373,23 @@ class _ThrottleMiddleware:
         if options.bypass:
             return await handler(request)
         throttle = self.throttle
-        lease = await throttle.acquire(self._key(request, options), adjust=options.adjust)
-        hop = _Hop()
-        token = _HOP.set(hop)
+        exchange = Exchange(
+            await throttle.acquire(self._key(request, options), adjust=options.adjust)
+        )
+        token = _EXCHANGE.set(exchange)
         try:
-            sent = perf_counter()
             response = await handler(request)
-            headers_at = perf_counter()
-        except _FAILURES as exc:
-            lease.fail(exc)
-            lease.release()
-            raise
-        except BaseException:
-            lease.release()
+        except BaseException as error:
+            exchange.failed(error, _host_failure)
             raise
         finally:
-            _HOP.reset(token)
-        ready = hop.ready if hop.ready is not None else sent
+            _EXCHANGE.reset(token)
         try:
-            lease.observe(
-                latency=max(headers_at - ready, 0.0),
-                status=response.status,
-                headers=response.headers,
-            )
-        finally:
-            _hold_until_finished(response, lease)
+            exchange.responded(response.status, response.headers)
+        except BaseException:
+            response.close()
+            raise
+        _hold_until_finished(response, exchange.lease)
         return response
 
 

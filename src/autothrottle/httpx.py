@@ -52,7 +52,9 @@ How the adapter behaves:
   ``httpx.MockTransport`` as ``inner``, requests are still paced and counted;
   latency is the fallback above.
 
-Only the asynchronous client is supported (``httpx.AsyncClient``).
+For threads, :class:`SyncThrottledTransport` and :class:`SyncThrottledClient`
+do the same for ``httpx.Client``, on the same engine: threads of one process,
+and async clients, share slots when they share the throttle.
 """
 
 from __future__ import annotations
@@ -61,20 +63,27 @@ import asyncio
 import inspect
 import sys
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from time import perf_counter
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
 import httpx
 
+from ._exchange import Exchange
 from ._lease import Lease
 from ._request import CONTROL_HEADER, options_from_header, options_from_mapping
 from ._throttle import Throttle
 
-__all__ = ["ThrottledClient", "ThrottledTransport"]
+__all__ = [
+    "SyncThrottledClient",
+    "SyncThrottledTransport",
+    "ThrottledClient",
+    "ThrottledTransport",
+]
 
 _T = TypeVar("_T", bound="ThrottledTransport")
+_S = TypeVar("_S", bound="SyncThrottledTransport")
 
 _STARTED = ".send_request_headers.started"
 _COMPLETE = ".receive_response_headers.complete"
@@ -82,19 +91,41 @@ _COMPLETE = ".receive_response_headers.complete"
 _Schedule = Callable[[Callable[[], None]], object]
 
 
-class _Tracer:
-    """httpcore ``trace`` callback: times one request, then calls the user's own.
+def _host_failure(error: BaseException) -> bool:
+    """The host failed: it refused, reset, timed out or broke the protocol.
 
-    Each event overwrites the previous one of its kind, so when several requests
-    share the trace (an HTTPS proxy's ``CONNECT``, a retry on a fresh
-    connection) the last, real one is timed.
+    A pool timeout is this client's own congestion, and the other transport
+    errors (an unsupported scheme, a malformed request) are the caller's.
+    """
+    if isinstance(error, httpx.PoolTimeout):
+        return False
+    return isinstance(
+        error,
+        (
+            httpx.TimeoutException,
+            httpx.NetworkError,
+            httpx.RemoteProtocolError,
+            httpx.ProxyError,
+            OSError,
+            TimeoutError,
+        ),
+    )
+
+
+class _Tracer:
+    """httpcore ``trace`` callback: takes the wire turn and times the request.
+
+    It calls the user's own callback first. Each event overwrites the previous
+    one of its kind, so when several requests share the trace (an HTTPS
+    proxy's ``CONNECT``, a retry on a fresh connection) the last, real one is
+    timed; the wire turn is taken once, at the first.
     """
 
-    __slots__ = ("end", "start", "user")
+    __slots__ = ("end", "exchange", "user")
 
-    def __init__(self, user: object) -> None:
+    def __init__(self, exchange: Exchange, user: object) -> None:
+        self.exchange = exchange
         self.user = user
-        self.start: float | None = None
         self.end: float | None = None
 
     async def __call__(self, name: str, info: dict[str, Any]) -> None:
@@ -108,15 +139,23 @@ class _Tracer:
                 await result
         if name.endswith(_STARTED):
             # After the user's callback: the headers go out only now.
-            self.start = perf_counter()
+            await self.exchange.on_wire()
             self.end = None
 
-    def latency(self) -> float | None:
-        """Connection-ready to headers-received, or None if the events were absent."""
-        start, end = self.start, self.end
-        if start is None or end is None or end < start:
-            return None
-        return end - start
+
+class _SyncTracer(_Tracer):
+    """:class:`_Tracer` for the sync client: httpcore calls it synchronously."""
+
+    __slots__ = ()
+
+    def __call__(self, name: str, info: dict[str, Any]) -> None:  # type: ignore[override]
+        if name.endswith(_COMPLETE):
+            self.end = perf_counter()
+        if self.user is not None:
+            cast(Callable[[str, dict[str, Any]], object], self.user)(name, info)
+        if name.endswith(_STARTED):
+            self.exchange.on_wire_blocking()
+            self.end = None
 
 
 def _scheduler() -> _Schedule | None:
@@ -138,7 +177,8 @@ def _release_collected(lease: Lease, schedule: _Schedule | None) -> None:
     """Release the lease of a response that was garbage-collected unclosed.
 
     The garbage collector may run in the middle of the slot's own bookkeeping,
-    so the release is deferred to the event loop rather than done in place.
+    so the release is deferred to the event loop rather than done in place
+    (the gate's lock makes an in-place release safe in a thread).
     """
     if lease.released:
         return
@@ -151,7 +191,20 @@ def _release_collected(lease: Lease, schedule: _Schedule | None) -> None:
     lease.release()
 
 
-class _LeaseStream(httpx.AsyncByteStream):
+class _Releaser:
+    """Releases a lease once the body is finished, closed or collected."""
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+        self._finalizer = weakref.finalize(self, _release_collected, lease, _scheduler())
+        self._finalizer.atexit = False
+
+    def _release(self) -> None:
+        self._finalizer.detach()
+        self._lease.release()
+
+
+class _LeaseStream(_Releaser, httpx.AsyncByteStream):
     """A response body that releases its request's lease once finished.
 
     Finished means: iterated to the end (or failed while iterating), closed,
@@ -159,10 +212,8 @@ class _LeaseStream(httpx.AsyncByteStream):
     """
 
     def __init__(self, inner: httpx.AsyncByteStream, lease: Lease) -> None:
+        super().__init__(lease)
         self._inner = inner
-        self._lease = lease
-        self._finalizer = weakref.finalize(self, _release_collected, lease, _scheduler())
-        self._finalizer.atexit = False
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
@@ -179,9 +230,25 @@ class _LeaseStream(httpx.AsyncByteStream):
             # before the next request of the slot may go.
             self._release()
 
-    def _release(self) -> None:
-        self._finalizer.detach()
-        self._lease.release()
+
+class _SyncLeaseStream(_Releaser, httpx.SyncByteStream):
+    """:class:`_LeaseStream` for the sync client."""
+
+    def __init__(self, inner: httpx.SyncByteStream, lease: Lease) -> None:
+        super().__init__(lease)
+        self._inner = inner
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._inner
+        finally:
+            self._release()
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self._release()
 
 
 def _without_control_header(request: httpx.Request) -> httpx.Request:
@@ -199,6 +266,39 @@ def _without_control_header(request: httpx.Request) -> httpx.Request:
         stream=request.stream,
         extensions=request.extensions,
     )
+
+
+def _prepare(throttle: Throttle, request: httpx.Request) -> tuple[httpx.Request, str | None, bool]:
+    """The request to send, its slot key (None: do not throttle it) and ``adjust``.
+
+    A request with no host is not throttled: the inner transport refuses it
+    with httpx's own error (``UnsupportedProtocol``), as a plain client would.
+    """
+    options = options_from_mapping(request.extensions)
+    header = request.headers.get(CONTROL_HEADER)
+    send = request
+    if header is not None:
+        options = options.merged(options_from_header(header))
+        send = _without_control_header(request)
+    if options.bypass:
+        return send, None, True
+    if options.slot is not None:
+        return send, options.slot, options.adjust
+    host = request.url.host
+    if not host:
+        return send, None, True
+    return send, throttle.key_for(request.url, host=host), options.adjust
+
+
+def _traced(send: httpx.Request, tracer: _Tracer) -> dict[str, Any]:
+    """Put ``tracer`` on ``send``; return the extensions to restore after sending.
+
+    The client copies these extensions into redirect hops: they must not
+    inherit this hop's tracer.
+    """
+    extensions = send.extensions
+    send.extensions = {**extensions, "trace": tracer}
+    return extensions
 
 
 class ThrottledTransport(httpx.AsyncBaseTransport):
@@ -258,53 +358,27 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
     def __repr__(self) -> str:
         return f"ThrottledTransport({self._inner!r}, throttle={self._throttle!r})"
 
-    def _key(self, request: httpx.Request, slot: str | None) -> str:
-        if slot is not None:
-            return slot
-        return self._throttle.key_for(request.url, host=request.url.host)
-
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for the slot's turn, send through ``inner``, and track the response."""
-        options = options_from_mapping(request.extensions)
-        header = request.headers.get(CONTROL_HEADER)
-        send = request
-        if header is not None:
-            options = options.merged(options_from_header(header))
-            send = _without_control_header(request)
-        if options.bypass:
+        send, key, adjust = _prepare(self._throttle, request)
+        if key is None:
             return await self._inner.handle_async_request(send)
-
-        key = self._key(request, options.slot)
-        lease = await self._throttle.acquire(key, adjust=options.adjust)
-
-        extensions = send.extensions
-        tracer = _Tracer(extensions.get("trace"))
-        send.extensions = {**extensions, "trace": tracer}
+        exchange = Exchange(await self._throttle.acquire(key, adjust=adjust))
+        tracer = _Tracer(exchange, send.extensions.get("trace"))
+        extensions = _traced(send, tracer)
         try:
-            started = perf_counter()
             response = await self._inner.handle_async_request(send)
-            returned = perf_counter()
-        except Exception as exc:
-            lease.fail(exc)
-            lease.release()
-            raise
-        except BaseException:  # cancellation is not the server's fault
-            lease.release()
+        except BaseException as error:
+            exchange.failed(error, _host_failure)
             raise
         finally:
-            # The client copies these extensions into redirect hops: they must
-            # not inherit this hop's tracer.
             send.extensions = extensions
-
-        latency = tracer.latency()
-        if latency is None:
-            latency = returned - started
         try:
-            lease.observe(latency=latency, status=response.status_code, headers=response.headers)
-        except BaseException:  # a failing policy must not leak the slot or the connection
-            lease.release()
+            exchange.responded(response.status_code, response.headers, tracer.end)
+        except BaseException:
             await response.aclose()
             raise
+        lease = exchange.lease
         if response.is_closed:  # the inner transport already read the body
             lease.release()
         else:
@@ -387,4 +461,128 @@ class ThrottledClient(httpx.AsyncClient):
         return self._wrap(super()._init_transport(*args, **kwargs))
 
     def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
+        return self._wrap(super()._init_proxy_transport(*args, **kwargs))
+
+
+class SyncThrottledTransport(httpx.BaseTransport):
+    """:class:`ThrottledTransport` for the synchronous ``httpx.Client``.
+
+    Args:
+        inner: The transport that does the sending; default a new
+            ``httpx.HTTPTransport()``. Closing this transport closes it.
+        throttle: The engine; it may be shared with async clients and threads.
+
+    Example::
+
+        throttle = Throttle(start_delay=0.5)
+        with httpx.Client(transport=SyncThrottledTransport(throttle=throttle)) as client:
+            client.get("https://example.com/a")
+            client.get("https://example.com/b")  # ~0.5 s later
+    """
+
+    def __init__(self, inner: httpx.BaseTransport | None = None, *, throttle: Throttle) -> None:
+        if not isinstance(throttle, Throttle):
+            raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+        if inner is None:
+            inner = httpx.HTTPTransport()
+        elif not isinstance(inner, httpx.BaseTransport):
+            raise TypeError(f"inner must be an httpx.BaseTransport, got {inner!r}")
+        self._inner = inner
+        self._throttle = throttle
+
+    @property
+    def inner(self) -> httpx.BaseTransport:
+        """The wrapped transport."""
+        return self._inner
+
+    @property
+    def throttle(self) -> Throttle:
+        """The throttle that paces this transport's requests."""
+        return self._throttle
+
+    def __repr__(self) -> str:
+        return f"SyncThrottledTransport({self._inner!r}, throttle={self._throttle!r})"
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Block for the slot's turn, send through ``inner``, and track the response."""
+        send, key, adjust = _prepare(self._throttle, request)
+        if key is None:
+            return self._inner.handle_request(send)
+        exchange = Exchange(self._throttle.acquire_blocking(key, adjust=adjust))
+        tracer = _SyncTracer(exchange, send.extensions.get("trace"))
+        extensions = _traced(send, tracer)
+        try:
+            response = self._inner.handle_request(send)
+        except BaseException as error:
+            exchange.failed(error, _host_failure)
+            raise
+        finally:
+            send.extensions = extensions
+        try:
+            exchange.responded(response.status_code, response.headers, tracer.end)
+        except BaseException:
+            response.close()
+            raise
+        lease = exchange.lease
+        if response.is_closed:
+            lease.release()
+        else:
+            response.stream = _SyncLeaseStream(cast(httpx.SyncByteStream, response.stream), lease)
+        return response
+
+    def close(self) -> None:
+        """Close the inner transport."""
+        self._inner.close()
+
+    def __enter__(self: _S) -> _S:
+        self._inner.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        self._inner.__exit__(exc_type, exc_value, traceback)
+
+
+class SyncThrottledClient(httpx.Client):
+    """:class:`ThrottledClient` for threads: an ``httpx.Client`` whose every route is throttled.
+
+    Same arguments as ``httpx.Client`` plus ``throttle``; the default, proxy,
+    ``mounts=`` and ``transport=`` transports are all wrapped in a
+    :class:`SyncThrottledTransport`. Any number of threads may share the
+    client (httpx's ``Client`` is thread-safe) or the throttle::
+
+        throttle = Throttle(start_delay=0.5, target_concurrency=2.0)
+        with SyncThrottledClient(throttle=throttle) as client:
+            with ThreadPoolExecutor(8) as pool:
+                pages = list(pool.map(client.get, urls))
+    """
+
+    def __init__(self, *, throttle: Throttle, **kwargs: Any) -> None:
+        if not isinstance(throttle, Throttle):
+            raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+        self._throttle = throttle
+        super().__init__(**kwargs)
+        self._mounts = {
+            pattern: None if transport is None else self._wrap(transport)
+            for pattern, transport in self._mounts.items()
+        }
+
+    @property
+    def throttle(self) -> Throttle:
+        """The throttle that paces this client's requests."""
+        return self._throttle
+
+    def _wrap(self, transport: httpx.BaseTransport) -> httpx.BaseTransport:
+        if isinstance(transport, SyncThrottledTransport):
+            return transport
+        return SyncThrottledTransport(transport, throttle=self._throttle)
+
+    def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.BaseTransport:
+        return self._wrap(super()._init_transport(*args, **kwargs))
+
+    def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.BaseTransport:
         return self._wrap(super()._init_proxy_transport(*args, **kwargs))

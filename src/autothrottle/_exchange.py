@@ -1,0 +1,94 @@
+"""One request's exchange with its slot: the lifecycle every adapter shares.
+
+The adapters (httpx async and sync, aiohttp) differ only in how they hook
+into their client. What happens to a request is decided here, once; the
+rules are written down in ``docs/adapters.md`` ("The request lifecycle"):
+
+1. **Turn.** The request waits for its slot's turn (FIFO, cap, delay) before
+   it is handed to the client, so waiting requests never fill the pool.
+2. **Wire.** When its connection is ready, just before the request headers
+   are written, it takes its turn on the wire (:meth:`Exchange.on_wire`): the
+   host sees the spacing the slot granted, however long the request waited
+   for a connection. Latency starts after that.
+3. **Failure.** An error from sending is the host's failure only when the
+   client says the host failed (refused, reset, timed out, broke the
+   protocol); the slot records it and may back off. Any other error (the
+   caller's own: a bad URL, a raising callback) and cancellation only release.
+4. **Response.** Every response the client accepts is observed, whatever its
+   status. Latency is connection ready to response headers, or, when the
+   client gave no connection event (a mock), handed over to headers. If
+   observing raises (a user's classifier), the slot is released, the caller
+   closes the response, and the error propagates.
+5. **Release.** When the body is finished or the response closed, its
+   connection lost, or the response dropped unread; ``hold_timeout`` bounds
+   anything else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from time import perf_counter
+
+import anyio
+
+from ._lease import Lease
+
+__all__ = ["Exchange", "HostFailure"]
+
+HostFailure = Callable[[BaseException], bool]
+"""Says whether an error from the client means the host failed (rule 3)."""
+
+
+class Exchange:
+    """One request's lease and timing, from its turn to its response."""
+
+    __slots__ = ("lease", "ready", "started", "wired")
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.started = perf_counter()
+        self.ready: float | None = None
+        self.wired = False
+
+    async def on_wire(self) -> None:
+        """The connection is ready: wait for the wire turn, then start the latency clock."""
+        if not self.wired:
+            self.wired = True
+            wait = self.lease.wire_wait()
+            if wait > 0.0:
+                await anyio.sleep(wait)
+        self.ready = perf_counter()
+
+    def on_wire_blocking(self) -> None:
+        """:meth:`on_wire` for a thread."""
+        if not self.wired:
+            self.wired = True
+            wait = self.lease.wire_wait()
+            if wait > 0.0:
+                time.sleep(wait)
+        self.ready = perf_counter()
+
+    def failed(self, error: BaseException, host_failure: HostFailure) -> None:
+        """Sending raised ``error``: record it if the host failed, and release."""
+        try:
+            if isinstance(error, Exception) and host_failure(error):
+                self.lease.fail(error)
+        finally:
+            self.lease.release()
+
+    def responded(
+        self, status: int, headers: Mapping[str, str], headers_at: float | None = None
+    ) -> None:
+        """Observe the response (its headers arrived at ``headers_at``, default now).
+
+        On an error the lease is released and the error raised: the caller
+        must close the response, which nobody else will.
+        """
+        end = perf_counter() if headers_at is None else headers_at
+        start = self.ready if self.ready is not None else self.started
+        try:
+            self.lease.observe(latency=max(end - start, 0.0), status=status, headers=headers)
+        except BaseException:
+            self.lease.release()
+            raise

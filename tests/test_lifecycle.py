@@ -1,0 +1,353 @@
+"""The request lifecycle both adapters share (docs/adapters.md, "The request lifecycle").
+
+Each test drives a real client against a real loopback server, or the engine
+with an injected clock, and asserts what the server saw or what the slot holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, contextmanager
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+from tests.helpers import wait_until
+from tests.loopback import LoopbackHost, loopback_hosts
+
+from autothrottle import FixedDelayPolicy, Throttle
+from autothrottle._request import host_key
+from autothrottle._rules import BACKOFF_FLOOR
+from autothrottle.aiohttp import ThrottledSession
+from autothrottle.httpx import SyncThrottledClient, ThrottledClient
+
+CLIENTS = ["httpx", "aiohttp"]
+
+
+def key(host: LoopbackHost) -> str:
+    return host.address
+
+
+@asynccontextmanager
+async def raw_server(status_line: bytes, address: str = "127.0.0.2") -> AsyncIterator[str]:
+    """A keep-alive HTTP/1.1 server that answers every request with ``status_line``."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(status_line + b"\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, address, 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://{address}:{port}/"
+    finally:
+        server.close()
+
+
+async def get_status(client: str, throttle: Throttle, url: str, **kwargs: Any) -> int:
+    if client == "httpx":
+        async with ThrottledClient(throttle=throttle) as http:
+            return (await http.get(url, **kwargs)).status_code
+    async with (
+        ThrottledSession(throttle=throttle) as session,
+        session.get(url, **kwargs) as response,
+    ):
+        await response.read()
+        return response.status
+
+
+# -- every response the client accepts passes ---------------------------------------
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("status", [600, 999])
+async def test_a_status_outside_100_599_is_returned_and_counted(client: str, status: int) -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with raw_server(b"HTTP/1.1 %d Odd" % status) as url:
+        assert await get_status(client, throttle, url) == status
+    slot = throttle.slot("127.0.0.2")
+    assert slot.in_flight == 0
+    assert slot.snapshot().status_counts == {status: 1}
+
+
+# -- observing fails: release, close, raise -------------------------------------------
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_raising_block_classifier_releases_the_slot_and_reaches_the_caller(
+    client: str,
+) -> None:
+    def classifier(status: int, headers: object) -> bool:
+        raise LookupError("the caller's own bug")
+
+    throttle = Throttle(start_delay=0.0, max_concurrency=1, block_classifier=classifier)
+    async with loopback_hosts(1) as (host,):
+        with pytest.raises(LookupError):
+            await get_status(client, throttle, host.url("/stream/50/100"))
+        assert throttle.slot(key(host)).in_flight == 0
+        assert throttle.slot(key(host)).snapshot().failures == 0
+
+
+# -- what counts as the host's failure ----------------------------------------------
+
+
+def _refused_url() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.2", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.2:{port}/"  # nothing listens there now
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_refused_connection_is_a_failure_and_backs_off_from_delay_zero(
+    client: str,
+) -> None:
+    throttle = Throttle(start_delay=0.0)
+    with pytest.raises((httpx.ConnectError, aiohttp.ClientConnectionError)):
+        await get_status(client, throttle, _refused_url())
+    slot = throttle.slot("127.0.0.2")
+    assert slot.snapshot().failures == 1
+    assert slot.delay >= BACKOFF_FLOOR  # twice 0 is 0: the floor makes it slow down
+    assert slot.in_flight == 0
+
+
+async def test_an_error_from_the_callers_own_trace_callback_is_not_the_hosts() -> None:
+    def trace(name: str, info: dict[str, Any]) -> None:
+        if name.endswith("send_request_headers.started"):
+            raise KeyError("the caller's own bug")
+
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as http:
+        with pytest.raises(KeyError):
+            await http.get(host.url("/"), extensions={"trace": trace})
+    snap = throttle.slot(key(host)).snapshot()
+    assert (snap.failures, snap.backoffs, snap.in_flight) == (0, 0, 0)
+
+
+async def test_an_invalid_url_under_aiohttp_is_the_callers_error() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with ThrottledSession(throttle=throttle) as session:
+        with pytest.raises(aiohttp.ClientError):
+            await session.get("http://127.0.0.2:99999/")  # port out of range
+    for slot in throttle.slots():
+        assert (slot.snapshot().failures, slot.in_flight) == (0, 0)
+
+
+async def test_a_hostless_url_under_httpx_raises_httpxs_own_error() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with ThrottledClient(throttle=throttle) as http:
+        with pytest.raises(httpx.UnsupportedProtocol):
+            await http.get("/no/host")
+    assert list(throttle.slots()) == []
+
+
+# -- one host, one slot ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spellings", "expected"),
+    [
+        (["http://[0:0:0:0:0:0:0:1]:8080/", "http://[::1]/", "::1", "[::1]:80"], "::1"),
+        (["http://Example.com./a", "example.com", "EXAMPLE.COM.:443"], "example.com"),
+    ],
+)
+def test_one_host_spelled_several_ways_is_one_slot(spellings: list[str], expected: str) -> None:
+    assert {host_key(s) for s in spellings} == {expected}
+
+
+def test_httpx_and_aiohttp_key_a_long_form_ipv6_url_alike() -> None:
+    throttle = Throttle()
+    url = "http://[0:0:0:0:0:0:0:1]:8080/x"
+    from_httpx = throttle.key_for(url, host=httpx.URL(url).host)
+    from_aiohttp = throttle.key_for(url, host=aiohttp.client.URL(url).raw_host or "")
+    assert from_httpx == from_aiohttp == throttle.key_for(url) == "::1"
+
+
+async def test_aiohttp_reads_options_from_a_trace_request_ctx_object() -> None:
+    throttle = Throttle(start_delay=0.0)
+    ctx = SimpleNamespace(autothrottle={"slot": "named"}, other_tracer="kept")
+    async with (
+        loopback_hosts(1) as (host,),
+        ThrottledSession(throttle=throttle) as session,
+        session.get(host.url("/"), trace_request_ctx=ctx) as response,
+    ):
+        await response.read()
+    assert throttle.slot("named").snapshot().responses == 1
+
+
+# -- threads and event loops share one throttle -------------------------------------
+
+
+def test_a_release_in_one_loop_wakes_a_waiter_in_another_thread() -> None:
+    throttle = Throttle(start_delay=0.0, max_concurrency=1)
+    held = throttle.try_acquire("shared")
+    assert held is not None
+    got: list[float] = []
+
+    def waiter() -> None:
+        async def main() -> None:
+            lease = await throttle.acquire("shared")
+            got.append(time.monotonic())
+            lease.release()
+
+        asyncio.run(main(), debug=True)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.3)
+    released = time.monotonic()
+    asyncio.run(_release_in_a_loop(held))
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert got and got[0] - released < 3.0  # woken by the release, not by a timeout
+
+
+async def _release_in_a_loop(lease: Any) -> None:
+    lease.release()
+
+
+def test_a_loop_closed_with_a_waiter_queued_does_not_stall_the_slot() -> None:
+    throttle = Throttle(start_delay=0.0, max_concurrency=1)
+    held = throttle.try_acquire("shared")
+    assert held is not None
+    first = asyncio.new_event_loop()
+    queued = first.create_task(throttle.acquire("shared"))
+    first.run_until_complete(asyncio.sleep(0.05))  # the waiter is queued
+    first.close()  # closed without cancelling it
+    assert not queued.done()
+    assert throttle.slot("shared").queued == 1
+
+    async def later() -> None:
+        held.release()
+        async with asyncio.timeout(10):
+            lease = await throttle.acquire("shared")
+        lease.release()
+
+    asyncio.run(later())
+    assert throttle.slot("shared").queued == 0
+
+
+# -- the sync client ------------------------------------------------------------------
+
+
+@contextmanager
+def running_hosts(count: int) -> Iterator[list[LoopbackHost]]:
+    """Loopback hosts served by a loop in a background thread."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    stop = asyncio.Event()
+    hosts: list[LoopbackHost] = []
+
+    async def serve() -> None:
+        async with loopback_hosts(count) as started:
+            hosts.extend(started)
+            ready.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),))
+    thread.start()
+    assert ready.wait(30)
+    try:
+        yield hosts
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+        loop.close()
+
+
+def test_eight_threads_over_four_hosts_keep_each_hosts_spacing() -> None:
+    delay = 0.05
+    throttle = Throttle(policy=FixedDelayPolicy(delay), max_concurrency=2)
+    with running_hosts(4) as hosts, SyncThrottledClient(throttle=throttle) as http:
+        urls = [host.url("/delay/20") for host in hosts for _ in range(6)]
+        with ThreadPoolExecutor(8) as pool:
+            statuses = list(pool.map(lambda url: http.get(url).status_code, urls))
+    assert statuses == [200] * len(urls)
+    for host in hosts:
+        assert len(host.arrivals) == 6
+        assert min(host.gaps()) >= delay - 0.005, host.gaps()
+    assert all(slot.in_flight == 0 for slot in throttle.slots())
+
+
+def test_threads_and_an_async_client_share_one_slot() -> None:
+    delay = 0.05
+    throttle = Throttle(policy=FixedDelayPolicy(delay))
+    with running_hosts(1) as (host,), SyncThrottledClient(throttle=throttle) as http:
+
+        async def from_async() -> None:
+            async with ThrottledClient(throttle=throttle) as client:
+                for _ in range(4):
+                    await client.get(host.url("/"))
+
+        with ThreadPoolExecutor(3) as pool:
+            done = [pool.submit(asyncio.run, from_async())]
+            done += [pool.submit(lambda: [http.get(host.url("/")) for _ in range(4)])]
+            for future in done:
+                future.result(timeout=60)
+    assert len(host.arrivals) == 8
+    assert min(host.gaps()) >= delay - 0.005, host.gaps()
+
+
+# -- pacing at the wire ---------------------------------------------------------------
+
+
+def _pool_of_two(client: str, throttle: Throttle) -> Callable[[], Any]:
+    if client == "httpx":
+        limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)
+        return lambda: ThrottledClient(throttle=throttle, limits=limits)
+    return lambda: ThrottledSession(throttle=throttle, connector=aiohttp.TCPConnector(limit=2))
+
+
+async def _fetch(client: str, http: Any, url: str) -> None:
+    if client == "httpx":
+        (await http.get(url)).raise_for_status()
+    else:
+        async with http.get(url) as response:
+            await response.read()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("close", [False, True], ids=["keep-alive", "new-connections"])
+async def test_a_saturated_pool_never_sends_two_requests_closer_than_the_delay(
+    client: str, close: bool
+) -> None:
+    # The pool has 2 connections. The first two responses take 1.0 and 0.8 s,
+    # so both connections come free at about 1.0 s, when two later requests,
+    # granted 200 ms apart, are waiting for one: they would leave together.
+    # The wire turn keeps them 200 ms apart at the host.
+    delay = 0.2
+    throttle = Throttle(policy=FixedDelayPolicy(delay), max_concurrency=8)
+    query = "?h.Connection=close" if close else ""
+    paths = [f"/delay/{ms}{query}" for ms in (1000, 800, 50, 50, 50, 50)]
+    async with loopback_hosts(1) as (host,), _pool_of_two(client, throttle)() as http:
+        await asyncio.gather(*(_fetch(client, http, host.url(path)) for path in paths))
+    assert len(host.arrivals) == len(paths)
+    assert min(host.gaps()) >= delay - 0.005, host.gaps()
+    assert throttle.slot(key(host)).in_flight == 0
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_cancelled_while_waiting_for_the_wire_leaves_nothing_held(client: str) -> None:
+    throttle = Throttle(policy=FixedDelayPolicy(0.5), max_concurrency=8)
+    async with loopback_hosts(1) as (host,), _pool_of_two(client, throttle)() as http:
+        tasks = [
+            asyncio.create_task(_fetch(client, http, host.url("/delay/300"))) for _ in range(4)
+        ]
+        await asyncio.sleep(0.7)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        slot = throttle.slot(key(host))
+        await wait_until(lambda: slot.in_flight == 0 and slot.queued == 0)
