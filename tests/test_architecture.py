@@ -44,6 +44,7 @@ PUBLIC = {
         "SlotState",
         "SlotStore",
         "Throttle",
+        "ThrottleTimeout",
         "Timeline",
         "__version__",
     ],

@@ -22,7 +22,7 @@ import pytest
 from tests.helpers import wait_until
 from tests.loopback import LoopbackHost, loopback_hosts
 
-from autothrottle import FixedDelayPolicy, Throttle
+from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
 from autothrottle._request import host_key
 from autothrottle._rules import BACKOFF_FLOOR
 from autothrottle.aiohttp import ThrottledSession
@@ -351,3 +351,47 @@ async def test_cancelled_while_waiting_for_the_wire_leaves_nothing_held(client: 
         await asyncio.gather(*tasks, return_exceptions=True)
         slot = throttle.slot(key(host))
         await wait_until(lambda: slot.in_flight == 0 and slot.queued == 0)
+
+
+# -- bounded waits --------------------------------------------------------------------
+
+
+async def test_httpxs_pool_timeout_bounds_the_wait_on_a_paused_slot() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as http:
+        await http.get(host.url("/status/503?h.Retry-After=30"))
+        with pytest.raises(httpx.PoolTimeout) as caught:
+            await http.get(host.url("/"), timeout=httpx.Timeout(5.0, pool=0.2))
+    assert isinstance(caught.value, ThrottleTimeout)
+    assert caught.value.slot == key(host)
+    assert len(host.arrivals) == 1  # the second request was never sent
+    assert throttle.slot(key(host)).queued == 0
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_max_wait_fails_fast_in_the_clients_timeout_family(client: str) -> None:
+    throttle = Throttle(start_delay=0.0, max_wait=0.2)
+    async with loopback_hosts(1) as (host,):
+        await get_status(client, throttle, host.url("/status/429?h.Retry-After=30"))
+        family = httpx.TimeoutException if client == "httpx" else asyncio.TimeoutError
+        with pytest.raises(family):
+            await get_status(client, throttle, host.url("/"))
+    assert len(host.arrivals) == 1
+    slot = throttle.slot(key(host))
+    assert (slot.queued, slot.in_flight) == (0, 0)
+
+
+def test_max_wait_bounds_a_thread_too() -> None:
+    throttle = Throttle(start_delay=0.0, max_concurrency=1)
+    held = throttle.acquire_blocking("shared")
+    with pytest.raises(ThrottleTimeout):
+        throttle.acquire_blocking("shared", max_wait=0.1)
+    held.release()
+    assert throttle.slot("shared").queued == 0
+    throttle.acquire_blocking("shared", max_wait=0.1).release()
+
+
+@pytest.mark.parametrize("value", [-1.0, "soon", float("nan")])
+def test_max_wait_is_validated(value: object) -> None:
+    with pytest.raises((TypeError, ValueError), match="max_wait"):
+        Throttle(max_wait=value)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ The client adapters live in :mod:`autothrottle.httpx` and
 :mod:`autothrottle.aiohttp`.
 """
 
+from ._errors import ThrottleTimeout
 from ._headers import RateLimit
 from ._hosts import HostSettings
 from ._lease import Lease
@@ -55,5 +56,6 @@ __all__ = [
     "SlotState",
     "SlotStore",
     "Throttle",
+    "ThrottleTimeout",
     "Timeline",
 ]

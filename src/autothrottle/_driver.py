@@ -24,6 +24,7 @@ import asyncio
 import math
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
@@ -92,17 +93,28 @@ async def wait_for_hold(gate: Gate, make: Callable[[float], H]) -> H:
         raise
 
 
-def wait_for_hold_blocking(gate: Gate, make: Callable[[float], H]) -> H:
-    """:func:`wait_for_hold` for a thread: block until granted."""
+def wait_for_hold_blocking(
+    gate: Gate, make: Callable[[float], H], timeout: float | None = None
+) -> H:
+    """:func:`wait_for_hold` for a thread: block until granted.
+
+    Raises:
+        TimeoutError: not granted within ``timeout`` seconds (nothing is held).
+    """
     ticket = gate.enqueue()
     event = threading.Event()
     ticket.wake = event.set
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
     try:
         while True:
             event.clear()
             wait = gate.try_acquire(ticket, make)
             if ticket.hold is not None:
                 return cast(H, ticket.hold)
+            left = deadline - time.monotonic()
+            if left <= 0.0:
+                raise TimeoutError
+            wait = min(wait, left)
             event.wait(None if math.isinf(wait) else wait)
     except BaseException:
         granted = gate.abandon(ticket)

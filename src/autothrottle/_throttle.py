@@ -13,7 +13,10 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
+import anyio
+
 from ._driver import wait_for_hold, wait_for_hold_blocking
+from ._errors import ThrottleTimeout
 from ._hosts import HostTable
 from ._lease import Lease
 from ._policies import AutoThrottlePolicy
@@ -108,6 +111,10 @@ class Throttle:
         recovery_time: Seconds until the slot may reach the refused rate again.
         hold_timeout: Seconds after which a request whose response was never
             finished (never read, never closed) stops counting as in flight.
+        max_wait: The longest a request may wait for its turn, in seconds;
+            past it the request fails with :class:`ThrottleTimeout` and nothing
+            is sent. None (the default) waits as long as the host asks.
+            ``acquire(max_wait=...)`` and httpx's pool timeout bound one request.
         store: Where slots live; default a :class:`MemoryStore`.
         clock: Monotonic clock in seconds; inject one to test pacing.
         wall_clock: Epoch clock in seconds, for HTTP dates in headers.
@@ -143,6 +150,7 @@ class Throttle:
         recovery_margin: float = 0.93,
         recovery_time: float = 15.0,
         hold_timeout: float = 300.0,
+        max_wait: float | None = None,
         store: SlotStore | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -173,6 +181,18 @@ class Throttle:
             debug=check_bool("debug", debug),
         )
         self._table = SlotTable(store, self._new_slot, clock)
+        self._max_wait = None if max_wait is None else check_number("max_wait", max_wait)
+
+    @property
+    def max_wait(self) -> float | None:
+        """The longest a request waits for its turn, or None for no bound."""
+        return self._max_wait
+
+    def _wait_bound(self, max_wait: float | None) -> float | None:
+        if max_wait is None:
+            return self._max_wait
+        bound = check_number("max_wait", max_wait)
+        return bound if self._max_wait is None else min(bound, self._max_wait)
 
     def __repr__(self) -> str:
         c = self._config
@@ -279,21 +299,34 @@ class Throttle:
 
     # -- sending -----------------------------------------------------------------------
 
-    async def acquire(self, key: str, *, adjust: bool = True) -> Lease:
+    async def acquire(
+        self, key: str, *, adjust: bool = True, max_wait: float | None = None
+    ) -> Lease:
         """Wait for the turn of one request to slot ``key`` and take a lease.
 
         Returns at once when the slot is free; otherwise waits in FIFO order.
         Release the lease when the response is finished (it is a context
         manager). Cancelling the wait leaves nothing behind.
+
+        Raises:
+            ThrottleTimeout: the turn did not come within ``max_wait`` (or the
+                throttle's ``max_wait``, whichever is shorter).
         """
         slot = self.slot(key)
         make = self._lease_factory(slot, adjust)
         lease = slot.gate.grant_now(make)
         if lease is not None:
             return lease
-        return await wait_for_hold(slot.gate, make)
+        bound = self._wait_bound(max_wait)
+        if bound is None:
+            return await wait_for_hold(slot.gate, make)
+        with anyio.move_on_after(bound):
+            return await wait_for_hold(slot.gate, make)
+        raise ThrottleTimeout(key, bound)
 
-    def acquire_blocking(self, key: str, *, adjust: bool = True) -> Lease:
+    def acquire_blocking(
+        self, key: str, *, adjust: bool = True, max_wait: float | None = None
+    ) -> Lease:
         """:meth:`acquire` for a thread: block until the turn of slot ``key``.
 
         For synchronous clients (``autothrottle.httpx.SyncThrottledClient``
@@ -305,7 +338,11 @@ class Throttle:
         lease = slot.gate.grant_now(make)
         if lease is not None:
             return lease
-        return wait_for_hold_blocking(slot.gate, make)
+        bound = self._wait_bound(max_wait)
+        try:
+            return wait_for_hold_blocking(slot.gate, make, bound)
+        except TimeoutError:
+            raise ThrottleTimeout(key, bound or 0.0) from None
 
     def try_acquire(self, key: str, *, adjust: bool = True) -> Lease | None:
         """A lease for slot ``key`` now if its turn is now, else None; never waits.

@@ -70,6 +70,7 @@ from typing import Any, TypeVar, cast
 
 import httpx
 
+from ._errors import ThrottleTimeout
 from ._exchange import Exchange
 from ._lease import Lease
 from ._request import CONTROL_HEADER, options_from_header, options_from_mapping
@@ -290,6 +291,22 @@ def _prepare(throttle: Throttle, request: httpx.Request) -> tuple[httpx.Request,
     return send, throttle.key_for(request.url, host=host), options.adjust
 
 
+class _ThrottlePoolTimeout(ThrottleTimeout, httpx.PoolTimeout):
+    """The throttle's wait outlasted the request's bound: both the library's
+    :class:`ThrottleTimeout` and httpx's ``PoolTimeout`` (a ``TimeoutException``)."""
+
+    def __init__(self, error: ThrottleTimeout, request: httpx.Request) -> None:
+        ThrottleTimeout.__init__(self, error.slot, error.waited)
+        self._request = request
+
+
+def _wait_bound(request: httpx.Request) -> float | None:
+    """httpx's pool timeout bounds the throttle's wait: both are a wait to send."""
+    timeout = request.extensions.get("timeout")
+    pool = timeout.get("pool") if isinstance(timeout, dict) else None
+    return float(pool) if isinstance(pool, (int, float)) else None
+
+
 def _traced(send: httpx.Request, tracer: _Tracer) -> dict[str, Any]:
     """Put ``tracer`` on ``send``; return the extensions to restore after sending.
 
@@ -363,7 +380,11 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
         send, key, adjust = _prepare(self._throttle, request)
         if key is None:
             return await self._inner.handle_async_request(send)
-        exchange = Exchange(await self._throttle.acquire(key, adjust=adjust))
+        try:
+            lease = await self._throttle.acquire(key, adjust=adjust, max_wait=_wait_bound(send))
+        except ThrottleTimeout as error:
+            raise _ThrottlePoolTimeout(error, request) from error
+        exchange = Exchange(lease)
         tracer = _Tracer(exchange, send.extensions.get("trace"))
         extensions = _traced(send, tracer)
         try:
@@ -508,7 +529,12 @@ class SyncThrottledTransport(httpx.BaseTransport):
         send, key, adjust = _prepare(self._throttle, request)
         if key is None:
             return self._inner.handle_request(send)
-        exchange = Exchange(self._throttle.acquire_blocking(key, adjust=adjust))
+        bound = _wait_bound(send)
+        try:
+            lease = self._throttle.acquire_blocking(key, adjust=adjust, max_wait=bound)
+        except ThrottleTimeout as error:
+            raise _ThrottlePoolTimeout(error, request) from error
+        exchange = Exchange(lease)
         tracer = _SyncTracer(exchange, send.extensions.get("trace"))
         extensions = _traced(send, tracer)
         try:
