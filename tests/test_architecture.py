@@ -44,6 +44,7 @@ PUBLIC = {
         "SlotState",
         "SlotStore",
         "Throttle",
+        "ThrottleInfo",
         "ThrottleTimeout",
         "Timeline",
         "__version__",
@@ -54,7 +55,13 @@ PUBLIC = {
         "ThrottledClient",
         "ThrottledTransport",
     ],
-    "autothrottle.aiohttp": ["ThrottledSession", "throttle_middleware", "throttle_trace_config"],
+    "autothrottle.aiohttp": [
+        "ThrottledSession",
+        "throttle_info",
+        "throttle_middleware",
+        "throttle_of",
+        "throttle_trace_config",
+    ],
     "autothrottle.sim": [
         "Behaviour",
         "CDN",

@@ -14,6 +14,7 @@ The client adapters live in :mod:`autothrottle.httpx` and
 """
 
 from ._errors import ThrottleTimeout
+from ._exchange import ThrottleInfo
 from ._headers import RateLimit
 from ._hosts import HostSettings
 from ._lease import Lease
@@ -56,6 +57,7 @@ __all__ = [
     "SlotState",
     "SlotStore",
     "Throttle",
+    "ThrottleInfo",
     "ThrottleTimeout",
     "Timeline",
 ]

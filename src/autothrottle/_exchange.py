@@ -26,30 +26,62 @@ rules are written down in ``docs/adapters.md`` ("The request lifecycle"):
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from time import perf_counter
 
 import anyio
 
 from ._lease import Lease
 
-__all__ = ["Exchange", "HostFailure"]
+__all__ = ["Exchange", "HostFailure", "ThrottleInfo"]
 
 HostFailure = Callable[[BaseException], bool]
 """Says whether an error from the client means the host failed (rule 3)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ThrottleInfo:
+    """What the throttle did to one request, for its caller.
+
+    httpx puts it on ``response.extensions["autothrottle"]``; under aiohttp,
+    ``autothrottle.aiohttp.throttle_info(response)`` returns it.
+
+    Attributes:
+        slot: The slot key the request was paced on.
+        waited: Seconds it waited for its turn and its wire turn together.
+        sent_at: When it was granted, on the throttle's clock: pass it to
+            ``Throttle.backoff(url, sent_at=...)`` so only the first signal
+            of a burst counts.
+        adjusted: Whether its response may change the slot's delay.
+    """
+
+    slot: str
+    waited: float
+    sent_at: float
+    adjusted: bool
+
+
 class Exchange:
     """One request's lease and timing, from its turn to its response."""
 
-    __slots__ = ("lease", "ready", "started", "wired")
+    __slots__ = ("lease", "ready", "started", "waited", "wired")
 
-    def __init__(self, lease: Lease) -> None:
+    def __init__(self, lease: Lease, asked: float) -> None:
         self.lease = lease
         self.started = perf_counter()
+        self.waited = self.started - asked
         self.ready: float | None = None
         self.wired = False
+        if "opentelemetry.trace" in sys.modules:  # only if the caller traces
+            _note_on_span(self)
+
+    def info(self) -> ThrottleInfo:
+        """What the throttle did to this request."""
+        lease = self.lease
+        return ThrottleInfo(lease.slot.key, self.waited, lease.sent_at, lease.adjust)
 
     async def on_wire(self) -> None:
         """The connection is ready: wait for the wire turn, then start the latency clock."""
@@ -57,6 +89,7 @@ class Exchange:
             self.wired = True
             wait = self.lease.wire_wait()
             if wait > 0.0:
+                self.waited += wait
                 await anyio.sleep(wait)
         self.ready = perf_counter()
 
@@ -66,6 +99,7 @@ class Exchange:
             self.wired = True
             wait = self.lease.wire_wait()
             if wait > 0.0:
+                self.waited += wait
                 time.sleep(wait)
         self.ready = perf_counter()
 
@@ -92,3 +126,16 @@ class Exchange:
         except BaseException:
             self.lease.release()
             raise
+
+
+def _note_on_span(exchange: Exchange) -> None:
+    """Put the throttle's wait on the caller's active OpenTelemetry span.
+
+    An HTTP client span around a throttled request also times the wait for
+    the turn; the attributes say how much of it was the throttle's.
+    """
+    trace = sys.modules["opentelemetry.trace"]
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attribute("autothrottle.slot", exchange.lease.slot.key)
+        span.set_attribute("autothrottle.wait_s", exchange.waited)

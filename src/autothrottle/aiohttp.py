@@ -58,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import weakref
+from time import perf_counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -79,7 +80,7 @@ from aiohttp import (
 )
 from aiohttp.connector import Connection
 
-from ._exchange import Exchange
+from ._exchange import Exchange, ThrottleInfo
 from ._lease import Lease
 from ._request import (
     CONTROL_HEADER,
@@ -90,7 +91,41 @@ from ._request import (
 )
 from ._throttle import Throttle
 
-__all__ = ["ThrottledSession", "throttle_middleware", "throttle_trace_config"]
+__all__ = [
+    "ThrottledSession",
+    "throttle_info",
+    "throttle_middleware",
+    "throttle_of",
+    "throttle_trace_config",
+]
+
+_INFO: weakref.WeakKeyDictionary[ClientResponse, ThrottleInfo] = weakref.WeakKeyDictionary()
+
+
+def throttle_info(response: ClientResponse) -> ThrottleInfo | None:
+    """What the throttle did to the request of ``response``, or None if it was not throttled.
+
+    Example::
+
+        async with session.get(url) as response:
+            if is_captcha(await response.text()):
+                info = throttle_info(response)
+                throttle.backoff(url, sent_at=info.sent_at if info else None)
+    """
+    return _INFO.get(response)
+
+
+def throttle_of(session: ClientSession) -> Throttle | None:
+    """The throttle a session's requests go through, or None.
+
+    :func:`ThrottledSession` is a factory returning a plain
+    ``aiohttp.ClientSession``, so ``isinstance`` cannot tell; this can.
+    """
+    for middleware in getattr(session, "_middlewares", None) or ():
+        if isinstance(middleware, _ThrottleMiddleware):
+            return middleware.throttle
+    return None
+
 
 _HOST_FAILURES: tuple[type[BaseException], ...] = (
     aiohttp.ClientConnectionError,
@@ -373,8 +408,9 @@ class _ThrottleMiddleware:
         if options.bypass:
             return await handler(request)
         throttle = self.throttle
+        asked = perf_counter()
         exchange = Exchange(
-            await throttle.acquire(self._key(request, options), adjust=options.adjust)
+            await throttle.acquire(self._key(request, options), adjust=options.adjust), asked
         )
         token = _EXCHANGE.set(exchange)
         try:
@@ -389,6 +425,7 @@ class _ThrottleMiddleware:
         except BaseException:
             response.close()
             raise
+        _INFO[response] = exchange.info()
         _hold_until_finished(response, exchange.lease)
         return response
 

@@ -48,9 +48,16 @@ How the adapter behaves:
 * **Redirects** are followed by the client, which calls the transport once per
   hop, so every hop waits on its own host's slot. Per-request options (the
   extension and the header) apply to every hop.
-* **Mocks**: under ``respx.mock`` (which replaces httpcore's pool) and with
+* **Mocks**: under ``respx.mock`` in either mode (``using="httpcore"``, the
+  default, replaces httpcore's pool; ``using="httpx"`` swaps the client's
+  transport per request, which :class:`ThrottledClient` wraps too) and with
   ``httpx.MockTransport`` as ``inner``, requests are still paced and counted;
-  latency is the fallback above.
+  latency is the fallback above. A plain ``httpx.AsyncClient(transport=
+  ThrottledTransport(...))`` under ``using="httpx"`` is not paced: respx
+  replaces the transport itself; use :class:`ThrottledClient`.
+* **What the throttle did** is on ``response.extensions["autothrottle"]``: a
+  :class:`~autothrottle.ThrottleInfo` (slot, seconds waited, grant time,
+  whether it adjusts).
 
 For threads, :class:`SyncThrottledTransport` and :class:`SyncThrottledClient`
 do the same for ``httpx.Client``, on the same engine: threads of one process,
@@ -380,11 +387,12 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
         send, key, adjust = _prepare(self._throttle, request)
         if key is None:
             return await self._inner.handle_async_request(send)
+        asked = perf_counter()
         try:
             lease = await self._throttle.acquire(key, adjust=adjust, max_wait=_wait_bound(send))
         except ThrottleTimeout as error:
             raise _ThrottlePoolTimeout(error, request) from error
-        exchange = Exchange(lease)
+        exchange = Exchange(lease, asked)
         tracer = _Tracer(exchange, send.extensions.get("trace"))
         extensions = _traced(send, tracer)
         try:
@@ -399,6 +407,7 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
         except BaseException:
             await response.aclose()
             raise
+        response.extensions = {**response.extensions, "autothrottle": exchange.info()}
         lease = exchange.lease
         if response.is_closed:  # the inner transport already read the body
             lease.release()
@@ -484,6 +493,11 @@ class ThrottledClient(httpx.AsyncClient):
     def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
         return self._wrap(super()._init_proxy_transport(*args, **kwargs))
 
+    def _transport_for_url(self, url: httpx.URL) -> httpx.AsyncBaseTransport:
+        # Every route is wrapped already; this catches a transport swapped in
+        # per request by a patch of httpx.AsyncClient (respx's "httpx" mocker).
+        return self._wrap(super()._transport_for_url(url))
+
 
 class SyncThrottledTransport(httpx.BaseTransport):
     """:class:`ThrottledTransport` for the synchronous ``httpx.Client``.
@@ -529,12 +543,12 @@ class SyncThrottledTransport(httpx.BaseTransport):
         send, key, adjust = _prepare(self._throttle, request)
         if key is None:
             return self._inner.handle_request(send)
-        bound = _wait_bound(send)
+        bound, asked = _wait_bound(send), perf_counter()
         try:
             lease = self._throttle.acquire_blocking(key, adjust=adjust, max_wait=bound)
         except ThrottleTimeout as error:
             raise _ThrottlePoolTimeout(error, request) from error
-        exchange = Exchange(lease)
+        exchange = Exchange(lease, asked)
         tracer = _SyncTracer(exchange, send.extensions.get("trace"))
         extensions = _traced(send, tracer)
         try:
@@ -549,6 +563,7 @@ class SyncThrottledTransport(httpx.BaseTransport):
         except BaseException:
             response.close()
             raise
+        response.extensions = {**response.extensions, "autothrottle": exchange.info()}
         lease = exchange.lease
         if response.is_closed:
             lease.release()
@@ -612,3 +627,6 @@ class SyncThrottledClient(httpx.Client):
 
     def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.BaseTransport:
         return self._wrap(super()._init_proxy_transport(*args, **kwargs))
+
+    def _transport_for_url(self, url: httpx.URL) -> httpx.BaseTransport:
+        return self._wrap(super()._transport_for_url(url))

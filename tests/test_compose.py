@@ -1,0 +1,130 @@
+"""Composition with the rest of a stack: mocks, trio, tracing, what a response says.
+
+Pacing is asserted where it happens: at a loopback server, or, for mocks that
+never reach a wire, through the slot's own counters and a fake clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from typing import Any
+
+import aiohttp
+import pytest
+import respx
+from tests.loopback import loopback_hosts
+
+from autothrottle import FixedDelayPolicy, Throttle, ThrottleInfo
+from autothrottle.aiohttp import ThrottledSession, throttle_info, throttle_of
+from autothrottle.httpx import SyncThrottledClient, ThrottledClient
+
+
+@pytest.mark.parametrize("using", ["httpcore", "httpx"])
+async def test_respx_requests_are_paced_in_every_mode(using: str) -> None:
+    throttle = Throttle(policy=FixedDelayPolicy(30.0))
+    with respx.mock(using=using) as mock:
+        mock.get("http://api.example/").respond(200, text="ok")
+        async with ThrottledClient(throttle=throttle) as http:
+            assert (await http.get("http://api.example/")).status_code == 200
+            with pytest.raises(asyncio.TimeoutError):
+                async with asyncio.timeout(0.3):  # the second waits its 30 s turn
+                    await http.get("http://api.example/")
+    slot = throttle.slot("api.example")
+    assert (slot.snapshot().responses, slot.in_flight, slot.queued) == (1, 0, 0)
+
+
+def test_respx_with_the_sync_client_is_paced_too() -> None:
+    throttle = Throttle(start_delay=0.0)
+    with respx.mock(using="httpx") as mock, SyncThrottledClient(throttle=throttle) as http:
+        mock.get("http://api.example/").respond(200)
+        assert http.get("http://api.example/").status_code == 200
+    assert throttle.slot("api.example").snapshot().responses == 1
+
+
+async def test_the_response_says_what_the_throttle_did_under_httpx() -> None:
+    throttle = Throttle(policy=FixedDelayPolicy(0.2))
+    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as http:
+        await http.get(host.url("/"))
+        second = await http.get(host.url("/"), headers={"X-AutoThrottle": "no-adjust"})
+    info = second.extensions["autothrottle"]
+    assert isinstance(info, ThrottleInfo)
+    assert info.slot == host.address
+    assert 0.1 < info.waited < 5.0
+    assert info.adjusted is False
+    assert throttle.backoff(host.url("/"), sent_at=info.sent_at) is True
+
+
+async def test_the_response_says_what_the_throttle_did_under_aiohttp() -> None:
+    throttle = Throttle(policy=FixedDelayPolicy(0.2))
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        assert throttle_of(session) is throttle
+        async with session.get(host.url("/")) as first:
+            await first.read()
+        async with session.get(host.url("/")) as second:
+            await second.read()
+            info = throttle_info(second)
+    assert info is not None
+    assert (info.slot, info.adjusted) == (host.address, True)
+    assert 0.1 < info.waited < 5.0
+    async with aiohttp.ClientSession() as plain:
+        assert throttle_of(plain) is None
+
+
+def test_trio_paces_at_the_wire_too() -> None:
+    trio = pytest.importorskip("trio")
+
+    delay = 0.1
+    throttle = Throttle(policy=FixedDelayPolicy(delay))
+    arrivals: list[float] = []
+    ready = threading.Event()
+    stop = asyncio.Event()
+    port: list[int] = []
+
+    async def serve() -> None:
+        async with loopback_hosts(1) as (host,):
+            port.append(host.port)
+            ready.set()
+            await stop.wait()
+            arrivals.extend(host.arrival_times())
+
+    loop = asyncio.new_event_loop()
+    server = threading.Thread(target=loop.run_until_complete, args=(serve(),))
+    server.start()
+    assert ready.wait(30)
+
+    async def crawl() -> None:
+        async with ThrottledClient(throttle=throttle) as http, trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(http.get, f"http://127.0.0.2:{port[0]}/")
+
+    try:
+        trio.run(crawl)
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        server.join(30)
+        loop.close()
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+    assert len(arrivals) == 4
+    assert min(gaps) >= delay - 0.005, gaps
+
+
+async def test_an_active_span_records_the_throttles_wait() -> None:
+    sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider: Any = sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    throttle = Throttle(policy=FixedDelayPolicy(0.2))
+    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as http:
+        await http.get(host.url("/"))
+        with tracer.start_as_current_span("GET"):
+            await http.get(host.url("/"))
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes["autothrottle.slot"] == host.address
+    assert 0.1 < float(span.attributes["autothrottle.wait_s"]) < 5.0  # type: ignore[arg-type]
