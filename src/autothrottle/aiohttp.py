@@ -58,9 +58,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import weakref
-from time import perf_counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from time import perf_counter
 from types import SimpleNamespace
 from typing import Any
 
