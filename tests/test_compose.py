@@ -7,11 +7,14 @@ never reach a wire, through the slot's own counters and a fake clock.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
+import sys
 import threading
 from typing import Any
 
 import aiohttp
+import httpx
 import pytest
 import respx
 from tests.loopback import loopback_hosts
@@ -128,3 +131,20 @@ async def test_an_active_span_records_the_throttles_wait() -> None:
     assert span.attributes is not None
     assert span.attributes["autothrottle.slot"] == host.address
     assert 0.1 < float(span.attributes["autothrottle.wait_s"]) < 5.0  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("throttled", "plain"),
+    [(ThrottledClient, httpx.AsyncClient), (SyncThrottledClient, httpx.Client)],
+)
+def test_the_throttled_clients_declare_every_parameter_of_httpxs(
+    throttled: type, plain: type
+) -> None:
+    # Typed keyword arguments let mypy and IDEs catch `transprt=`; they must
+    # keep up with httpx's own parameters.
+    annotation = inspect.signature(throttled.__init__).parameters["kwargs"].annotation
+    assert annotation.startswith("Unpack[")
+    options = vars(sys.modules[throttled.__module__])[annotation[len("Unpack[") : -1]]
+    declared = options.__required_keys__ | options.__optional_keys__
+    expected = set(inspect.signature(plain.__init__).parameters) - {"self"}
+    assert declared == expected

@@ -68,14 +68,24 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import ssl
 import sys
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from time import perf_counter
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, TypedDict, TypeVar, Unpack, cast
 
 import httpx
+from httpx._types import (
+    AuthTypes,
+    CertTypes,
+    CookieTypes,
+    HeaderTypes,
+    ProxyTypes,
+    QueryParamTypes,
+    TimeoutTypes,
+)
 
 from ._errors import ThrottleTimeout
 from ._exchange import Exchange
@@ -97,6 +107,39 @@ _STARTED = ".send_request_headers.started"
 _COMPLETE = ".receive_response_headers.complete"
 
 _Schedule = Callable[[Callable[[], None]], object]
+
+
+class _ClientOptions(TypedDict, total=False):
+    """``httpx.Client`` and ``httpx.AsyncClient`` keyword arguments, so that
+    type checkers and IDEs see them through the throttled clients."""
+
+    auth: AuthTypes | None
+    params: QueryParamTypes | None
+    headers: HeaderTypes | None
+    cookies: CookieTypes | None
+    verify: ssl.SSLContext | str | bool
+    cert: CertTypes | None
+    http1: bool
+    http2: bool
+    proxy: ProxyTypes | None
+    timeout: TimeoutTypes
+    follow_redirects: bool
+    limits: httpx.Limits
+    max_redirects: int
+    event_hooks: Mapping[str, list[Callable[..., Any]]] | None
+    base_url: httpx.URL | str
+    trust_env: bool
+    default_encoding: str | Callable[[bytes], str]
+
+
+class _AsyncClientOptions(_ClientOptions, total=False):
+    mounts: Mapping[str, httpx.AsyncBaseTransport | None] | None
+    transport: httpx.AsyncBaseTransport | None
+
+
+class _SyncClientOptions(_ClientOptions, total=False):
+    mounts: Mapping[str, httpx.BaseTransport | None] | None
+    transport: httpx.BaseTransport | None
 
 
 def _host_failure(error: BaseException) -> bool:
@@ -465,7 +508,7 @@ class ThrottledClient(httpx.AsyncClient):
             await client.get("https://api.example.com/items")  # throttled too
     """
 
-    def __init__(self, *, throttle: Throttle, **kwargs: Any) -> None:
+    def __init__(self, *, throttle: Throttle, **kwargs: Unpack[_AsyncClientOptions]) -> None:
         if not isinstance(throttle, Throttle):
             raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
         # Set before httpx builds its transports, which goes through _wrap.
@@ -602,7 +645,7 @@ class SyncThrottledClient(httpx.Client):
                 pages = list(pool.map(client.get, urls))
     """
 
-    def __init__(self, *, throttle: Throttle, **kwargs: Any) -> None:
+    def __init__(self, *, throttle: Throttle, **kwargs: Unpack[_SyncClientOptions]) -> None:
         if not isinstance(throttle, Throttle):
             raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
         self._throttle = throttle
