@@ -148,3 +148,40 @@ def test_the_throttled_clients_declare_every_parameter_of_httpxs(
     declared = options.__required_keys__ | options.__optional_keys__
     expected = set(inspect.signature(plain.__init__).parameters) - {"self"}
     assert declared == expected
+
+
+async def test_a_throttled_aiohttp_session_is_tested_against_simulated_hosts() -> None:
+    # The docs/compose.md recipe: aioresponses cannot see requests through
+    # aiohttp's middlewares, so test against autothrottle.sim on loopback.
+    from autothrottle.sim import RateLimited, SimServer
+
+    throttle = Throttle(start_delay=0.0)
+    async with (
+        SimServer({"127.0.0.2": RateLimited(rate=5, burst=1)}) as sim,
+        ThrottledSession(throttle=throttle) as session,
+    ):
+        for _ in range(10):
+            async with session.get(sim.url("127.0.0.2")) as response:
+                await response.read()
+        stats = sim.host_stats("127.0.0.2")
+    assert stats.requests == 10
+    assert stats.statuses == {200: 10}  # paced by the host's rate-limit headers
+    assert stats.max_in_window <= 5 + 1
+
+
+def test_per_path_slots_from_a_key_function_get_their_own_settings() -> None:
+    import yarl
+
+    def slot_of(url: str) -> str:
+        parts = yarl.URL(url)
+        host = parts.host or ""
+        return f"{host}/search" if parts.path.startswith("/search") else host
+
+    throttle = Throttle(
+        start_delay=0.0, key=slot_of, hosts={"api.example.com/search": {"min_delay": 2.0}}
+    )
+    search = throttle.key_for("https://api.example.com/search?q=x")
+    assert search == "api.example.com/search"
+    assert throttle.key_for("https://api.example.com/items") == "api.example.com"
+    assert throttle.slot(search).config.min_delay == 2.0
+    assert throttle.slot("api.example.com").config.min_delay == 0.0
