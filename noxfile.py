@@ -51,6 +51,13 @@ def types(session: nox.Session) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """The docs site with the API reference from the docstrings; fails on any warning."""
+    session.install("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "-e", ".[dev,sim,cli]")
+    session.run("mkdocs", "build", "--strict")
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """The benchmarks (never part of the test run); each prints a table and writes JSON."""
     session.install("-e", ".[dev,sim,cli,bench]")

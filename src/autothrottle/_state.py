@@ -68,8 +68,9 @@ class SlotState:
             a hit is seen): the share of the slot's sends that reach the origin.
         adjusted_at: When the delay was last adapted (the ramp-up measures from it).
         last_activity: The last send, release or response.
-        sent, responses, failures, cache_hits, backoffs, ignored_backoffs, pauses,
-        status_counts: Counters since the slot was created.
+        sent: Requests sent since the slot was created; likewise the counters
+            ``responses``, ``failures``, ``cache_hits``, ``backoffs``,
+            ``ignored_backoffs``, ``pauses`` and ``status_counts``.
     """
 
     delay: float
