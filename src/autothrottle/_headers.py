@@ -488,6 +488,8 @@ def _rfc3339(text: str) -> float | None:
     if match is None:
         return None
     year, month, day, hour, minute, second = (int(part) for part in match.group(1, 2, 3, 4, 5, 6))
+    if second > 60:  # 60 is a leap second, read as :59
+        return None
     try:
         moment = datetime(year, month, day, hour, minute, min(second, 59), tzinfo=UTC)
     except ValueError:
