@@ -315,20 +315,30 @@ def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimit | N
 
     1. ``RateLimit`` (IETF draft 08+: ``"name";r=REMAINING;t=SECONDS``, with
        ``RateLimit-Policy: "name";q=QUOTA;w=WINDOW`` for the limit; draft 07:
-       ``limit=L, remaining=R, reset=T``). With several policies, the most
-       restrictive: an exhausted one (longest reset first), else the one
-       demanding the widest spacing ``reset / remaining`` (ties: fewer
-       remaining). That is the spacing that honours every policy at once; the
-       policy with the fewest remaining alone could still overrun a larger,
-       longer one.
+       ``limit=L, remaining=R, reset=T``). Each policy is a window.
     2. ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (older drafts).
-    3. ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (or ``-Reset-After``).
+    3. ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (or ``-Reset-After``),
+       with ``X-RateLimit-Used`` giving the limit when none is sent (Reddit).
+    4. ``x-ratelimit-*-requests`` (OpenAI), the reset a Go duration (``6m0s``).
+    5. ``anthropic-ratelimit-requests-*`` (Anthropic), the reset RFC 3339.
+    6. ``x-rate-limit-*`` (Twitter/X, Okta).
+    7. ``X-Shopify-Shop-Api-Call-Limit: USED/LIMIT``, a leaky bucket.
+
+    Kong's per-unit fields (``X-RateLimit-Remaining-Minute``), Etsy's
+    (``x-remaining-today``) and Riot's (``X-App-Rate-Limit: 20:1,100:120``)
+    add windows to it. With several windows, the binding one: an exhausted one
+    (longest reset first), else the one demanding the widest gap, the wider of
+    ``reset / remaining`` and its own pace ``window / limit`` (ties: fewer
+    remaining); :attr:`RateLimit.windows` lists them all. That is the gap that
+    honours every window at once; the window with the fewest remaining alone
+    could still overrun a larger, longer one. ``docs/signals.md`` has the table.
 
     A reset is delta seconds, unless it is so large that it can only be an
     epoch timestamp (>= 1e9: seconds; >= 1e12: milliseconds), which is turned
-    into a delta with ``now``; an HTTP-date is accepted too. Resets in the past
-    give 0.0. A family with a negative or garbage remaining count or reset is
-    ignored, and the next one is tried.
+    into a delta with ``now``; an HTTP-date or an RFC 3339 timestamp is
+    accepted too. Resets in the past give 0.0. Counts may be fractional
+    (rounded down). A family with a negative or garbage remaining count or
+    reset is ignored, and the next one is tried.
 
     This function does not look at ``Age``; :func:`read_headers` drops the
     budget of a cached response, as the draft requires.
