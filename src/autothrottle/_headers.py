@@ -734,21 +734,38 @@ def _relevant() -> frozenset[str]:
 
 _RELEVANT = _relevant()
 
+# (remaining, limit, window name, seconds) of every window named by its length.
+_UNIT_FIELDS = (
+    *(
+        (f"x-ratelimit-remaining-{unit}", f"x-ratelimit-limit-{unit}", unit, s)
+        for unit, s in _UNITS
+    ),
+    *_ETSY,
+)
+
+# The names that make a window of their own: Kong's, Etsy's and Riot's.
+_WINDOW_NAMES = frozenset(
+    {name for remaining, limit, _, _ in _UNIT_FIELDS for name in (remaining, limit)}
+    | {name for pair in _RIOT for name in pair}
+)
+
 
 def _rate_limit(folded: Mapping[str, str], now: float, notes: list[str]) -> RateLimit | None:
     """The binding window among the main family's and the per-window dialects'."""
     windows = _main_budget(folded, now, notes)
-    extra = _unit_windows(folded, notes) + _riot_windows(folded, notes)
+    extra = []
+    if not _WINDOW_NAMES.isdisjoint(folded):
+        extra = _unit_windows(folded, notes) + _riot_windows(folded, notes)
     for window in extra:
         same = next((i for i, w in enumerate(windows) if _same_window(w, window)), None)
         if same is None:
             windows.append(window)
         else:  # one window in two dialects: the main one's reset, the other's length
             windows[same] = replace(windows[same], window=window.window)
-    if not windows:
-        return None
+    if len(windows) <= 1:
+        return windows[0] if windows else None
     binding = max(windows, key=_restrictiveness)
-    return binding if len(windows) == 1 else replace(binding, windows=tuple(windows))
+    return replace(binding, windows=tuple(windows))
 
 
 def _main_budget(folded: Mapping[str, str], now: float, notes: list[str]) -> list[RateLimit]:
@@ -935,12 +952,8 @@ def _unit_windows(folded: Mapping[str, str], notes: list[str]) -> list[RateLimit
 
     They carry no reset: the window's length bounds it.
     """
-    fields = [
-        (f"x-ratelimit-remaining-{unit}", f"x-ratelimit-limit-{unit}", unit, seconds)
-        for unit, seconds in _UNITS
-    ]
     windows: list[RateLimit] = []
-    for remaining_name, limit_name, name, seconds in (*fields, *_ETSY):
+    for remaining_name, limit_name, name, seconds in _UNIT_FIELDS:
         remaining_raw = folded.get(remaining_name)
         if remaining_raw is None:
             continue
