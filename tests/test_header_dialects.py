@@ -125,6 +125,10 @@ def rfc3339(moment: float, offset_minutes: int = 0) -> str:
             RateLimit(0, 0.5, 40, "X-Shopify-Shop-Api-Call-Limit", window=20.0),
         ),
         (
+            {"X-Shopify-Shop-Api-Call-Limit": "39/40, 39/40"},  # repeated, joined
+            RateLimit(1, 0.0, 40, "X-Shopify-Shop-Api-Call-Limit", window=20.0),
+        ),
+        (
             {"x-shopify-shop-api-call-limit": "400/400"},  # Plus: 20 a second
             RateLimit(0, 0.05, 400, "X-Shopify-Shop-Api-Call-Limit", window=20.0),
         ),
@@ -151,6 +155,7 @@ def rfc3339(moment: float, offset_minutes: int = 0) -> str:
         "anthropic",
         "shopify",
         "shopify-full",
+        "shopify-repeated",
         "shopify-plus",
         "x",
         "atlassian",

@@ -936,7 +936,7 @@ def _shopify(raw: str, notes: list[str]) -> RateLimit | None:
     reset is 0 (nothing to wait for but the pace); with the bucket full, it is
     the time one request takes to leak out.
     """
-    used_raw, slash, limit_raw = raw.partition("/")
+    used_raw, slash, limit_raw = raw.partition(",")[0].partition("/")
     used = _count(used_raw)
     limit = _count(limit_raw)
     if not slash or used is None or not limit:
