@@ -11,6 +11,7 @@ import inspect
 import itertools
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -20,8 +21,14 @@ import respx
 from tests.loopback import loopback_hosts
 
 from autothrottle import FixedDelayPolicy, Throttle, ThrottleInfo
-from autothrottle.aiohttp import ThrottledSession, throttle_info, throttle_of
-from autothrottle.httpx import SyncThrottledClient, ThrottledClient
+from autothrottle.aiohttp import (
+    ThrottledSession,
+    throttle_info,
+    throttle_middleware,
+    throttle_of,
+    throttle_trace_config,
+)
+from autothrottle.httpx import SyncThrottledClient, ThrottledClient, ThrottledTransport
 
 
 @pytest.mark.parametrize("using", ["httpcore", "httpx"])
@@ -185,3 +192,68 @@ def test_per_path_slots_from_a_key_function_get_their_own_settings() -> None:
     assert throttle.key_for("https://api.example.com/items") == "api.example.com"
     assert throttle.slot(search).config.min_delay == 2.0
     assert throttle.slot("api.example.com").config.min_delay == 0.0
+
+
+# -- caches -------------------------------------------------------------------------
+
+
+def _hishel_transport(inner: httpx.AsyncBaseTransport, path: Path) -> httpx.AsyncBaseTransport:
+    hishel_httpx = pytest.importorskip("hishel.httpx")
+    hishel = pytest.importorskip("hishel")
+    storage = hishel.AsyncSqliteStorage(database_path=str(path / "cache.db"))
+    transport: httpx.AsyncBaseTransport = hishel_httpx.AsyncCacheTransport(
+        next_transport=inner, storage=storage
+    )
+    return transport
+
+
+@pytest.mark.parametrize("order", ["cache given to ThrottledClient", "cache around the throttle"])
+async def test_a_hishel_hit_neither_waits_nor_teaches(order: str, tmp_path: Path) -> None:
+    throttle = Throttle(policy=FixedDelayPolicy(30.0))
+    async with loopback_hosts(1) as (host,):
+        if order == "cache given to ThrottledClient":
+            cache = _hishel_transport(httpx.AsyncHTTPTransport(), tmp_path)
+            client: httpx.AsyncClient = ThrottledClient(throttle=throttle, transport=cache)
+        else:
+            cache = _hishel_transport(ThrottledTransport(throttle=throttle), tmp_path)
+            client = httpx.AsyncClient(transport=cache)
+        async with client:
+            first = await client.get(host.url("/"))
+            await first.aread()
+            async with asyncio.timeout(10):  # a paced request would wait 30 s
+                second = await client.get(host.url("/"))
+                await second.aread()
+    assert second.text == "ok"
+    assert len(host.arrivals) == 1
+    snap = throttle.slot(host.address).snapshot()
+    assert (snap.responses, snap.in_flight) == (1, 0)
+
+
+async def test_a_hishel_hit_below_the_throttle_waits_but_does_not_teach(tmp_path: Path) -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,):
+        cache = _hishel_transport(httpx.AsyncHTTPTransport(), tmp_path)
+        async with httpx.AsyncClient(transport=ThrottledTransport(cache, throttle=throttle)) as c:
+            for _ in range(3):
+                await (await c.get(host.url("/"))).aread()
+    assert len(host.arrivals) == 1
+    snap = throttle.slot(host.address).snapshot()
+    assert (snap.responses, snap.cache_hits) == (3, 2)
+
+
+async def test_an_aiohttp_client_cache_hit_neither_waits_nor_teaches() -> None:
+    cache = pytest.importorskip("aiohttp_client_cache")
+    throttle = Throttle(policy=FixedDelayPolicy(30.0))
+    async with (
+        loopback_hosts(1) as (host,),
+        cache.CachedSession(
+            cache=cache.CacheBackend(),
+            middlewares=(throttle_middleware(throttle),),
+            trace_configs=[throttle_trace_config()],
+        ) as session,
+    ):
+        for _ in range(2):
+            async with asyncio.timeout(10), session.get(host.url("/")) as response:
+                assert await response.text() == "ok"
+    assert len(host.arrivals) == 1
+    assert throttle.slot(host.address).snapshot().responses == 1

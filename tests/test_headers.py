@@ -119,17 +119,49 @@ def test_retry_after_rejects_a_bad_clock(now: float) -> None:
                 "RateLimit": '"minute";r=5;t=20, "day";r=100;t=3600',
                 "RateLimit-Policy": '"minute";q=10;w=60, "day";q=1000;w=86400',
             },
-            RateLimit(100, 3600.0, 1000, "RateLimit", "day", 86400.0),
+            RateLimit(
+                100,
+                3600.0,
+                1000,
+                "RateLimit",
+                "day",
+                86400.0,
+                windows=(
+                    RateLimit(5, 20.0, 10, "RateLimit", "minute", 60.0),
+                    RateLimit(100, 3600.0, 1000, "RateLimit", "day", 86400.0),
+                ),
+            ),
         ),
         # ... but an exhausted policy beats any spacing.
         (
             {"RateLimit": '"a";r=1;t=1000, "b";r=0;t=5, "c";r=0;t=2'},
-            RateLimit(0, 5.0, None, "RateLimit", "b"),
+            RateLimit(
+                0,
+                5.0,
+                None,
+                "RateLimit",
+                "b",
+                windows=(
+                    RateLimit(1, 1000.0, None, "RateLimit", "a"),
+                    RateLimit(0, 5.0, None, "RateLimit", "b"),
+                    RateLimit(0, 2.0, None, "RateLimit", "c"),
+                ),
+            ),
         ),
         # Equal spacing: fewer remaining wins.
         (
             {"RateLimit": '"a";r=10;t=20, "b";r=5;t=10'},
-            RateLimit(5, 10.0, None, "RateLimit", "b"),
+            RateLimit(
+                5,
+                10.0,
+                None,
+                "RateLimit",
+                "b",
+                windows=(
+                    RateLimit(10, 20.0, None, "RateLimit", "a"),
+                    RateLimit(5, 10.0, None, "RateLimit", "b"),
+                ),
+            ),
         ),
         # A bad policy among good ones is skipped.
         (
@@ -209,6 +241,11 @@ def test_retry_after_rejects_a_bad_clock(now: float) -> None:
             {"X-RateLimit-Remaining": "9" * 40, "X-RateLimit-Reset": "1"},
             RateLimit(10**15, 1.0, None, "X-RateLimit-*"),
         ),
+        # A fractional count (Reddit) is rounded down: half a request cannot be sent.
+        (
+            {"X-RateLimit-Remaining": "1.5", "X-RateLimit-Reset": "5"},
+            RateLimit(1, 5.0, None, "X-RateLimit-*"),
+        ),
         # A bad limit is dropped, the budget kept.
         (
             {"X-RateLimit-Limit": "lots", "X-RateLimit-Remaining": "3", "X-RateLimit-Reset": "6"},
@@ -261,7 +298,6 @@ def test_an_invalid_family_falls_through_to_the_next() -> None:
         {"X-RateLimit-Remaining": "5", "X-RateLimit-Reset": "1" + "0" * 20},  # no time
         {"X-RateLimit-Remaining": "5"},  # no reset, no window
         {"X-RateLimit-Remaining": "5", "X-RateLimit-Reset": "soon"},
-        {"X-RateLimit-Remaining": "1.5", "X-RateLimit-Reset": "5"},
         {"RateLimit-Remaining": "5", "RateLimit-Reset": "5" * 5000},  # too long
         {"RateLimit": '"p";t=5'},  # no remaining
         {"RateLimit": '"p";r=5'},  # no reset, no policy window

@@ -112,17 +112,29 @@ class Exchange:
             self.lease.release()
 
     def responded(
-        self, status: int, headers: Mapping[str, str], headers_at: float | None = None
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        headers_at: float | None = None,
+        *,
+        from_cache: bool = False,
     ) -> None:
         """Observe the response (its headers arrived at ``headers_at``, default now).
 
+        ``from_cache``: a client-side cache below the throttle answered; the
+        response then teaches nothing, as a cache header would say.
         On an error the lease is released and the error raised: the caller
         must close the response, which nobody else will.
         """
         end = perf_counter() if headers_at is None else headers_at
         start = self.ready if self.ready is not None else self.started
         try:
-            self.lease.observe(latency=max(end - start, 0.0), status=status, headers=headers)
+            self.lease.observe(
+                latency=max(end - start, 0.0),
+                status=status,
+                headers=headers,
+                from_cache=from_cache or None,
+            )
         except BaseException:
             self.lease.release()
             raise

@@ -25,10 +25,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from email.utils import parsedate_tz
-from functools import partial
+from typing import Any
 
 __all__ = [
     "HeaderSignals",
@@ -68,7 +68,25 @@ _EPOCH_LIMIT = 1e14
 # Non-negative decimal number. No nested or overlapping quantifiers, so matching
 # is linear in the (already bounded) length.
 _NUMBER = re.compile(r"([0-9]+)(?:\.[0-9]+)?")
-_INTEGER = re.compile(r"[0-9]+")
+# RFC 3339 date-time (Anthropic's resets, Atlassian's): fixed-width fields, no
+# backtracking. Only ASCII digits: \d would take other scripts' digits.
+_RFC3339 = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(\.[0-9]{1,9})?"
+    r"(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))"
+)
+
+# One term of a Go duration (OpenAI's "6m0s", "20ms", "1h2m3.5s").
+_DURATION_TERM = re.compile(r"([0-9]{1,18})(\.[0-9]{1,9})?(h|ms|m|s|us|\u00b5s|\u03bcs|ns)")
+_DURATION_UNITS = {
+    "h": 3600.0,
+    "m": 60.0,
+    "s": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,
+    "\u03bcs": 1e-6,
+    "ns": 1e-9,
+}
 
 # Cache statuses (nginx X-Cache-Status, Cloudflare CF-Cache-Status) that mean a
 # cache answered without asking the origin. REVALIDATED and EXPIRED are left
@@ -80,58 +98,95 @@ _SERVED_FROM_CACHE = frozenset({"HIT", "STALE", "UPDATING"})
 # CloudFront "RefreshHit" and Akamai "TCP_REFRESH_HIT" asked the origin.
 _X_CACHE_HITS = frozenset({"HIT", "MEM_HIT", "IMS_HIT"})
 
-_RELEVANT = frozenset(
-    {
-        "age",
-        "cache-status",
-        "cf-cache-status",
-        "ratelimit",
-        "ratelimit-limit",
-        "ratelimit-policy",
-        "ratelimit-remaining",
-        "ratelimit-reset",
-        "retry-after",
-        "x-cache",
-        "x-cache-status",
-        "x-ratelimit-limit",
-        "x-ratelimit-remaining",
-        "x-ratelimit-reset",
-        "x-ratelimit-reset-after",
-    }
+# Kong's per-unit windows (``X-RateLimit-Limit-Minute``): each unit's length in
+# seconds. A month and a year are taken at their longest, so a pace worked out
+# from them is never too fast.
+_UNITS = (
+    ("second", 1.0),
+    ("minute", 60.0),
+    ("hour", 3600.0),
+    ("day", 86400.0),
+    ("month", 31 * 86400.0),
+    ("year", 366 * 86400.0),
 )
 
-# Canonical spelling of each relevant name, for the notes.
+# Etsy's windows: (remaining, limit, window name, seconds).
+_ETSY = (
+    ("x-remaining-this-second", "x-limit-per-second", "second", 1.0),
+    ("x-remaining-today", "x-limit-per-day", "day", 86400.0),
+)
+
+# Riot Games' "LIMIT:SECONDS,..." lists and their "USED:SECONDS,..." counts.
+_RIOT = (
+    ("x-app-rate-limit", "x-app-rate-limit-count"),
+    ("x-method-rate-limit", "x-method-rate-limit-count"),
+)
+
+_SHOPIFY = "x-shopify-shop-api-call-limit"
+
+_SHOPIFY_DRAIN = 20.0
+"""Seconds a full Shopify bucket takes to leak empty: 40 at 2/s on standard
+plans, 400 at 20/s on Plus. Shopify documents the rates, not this constant; it
+is our reading of them (``docs/signals.md``, "Header dialects")."""
+
+_OTHER_RELEVANT = {
+    "age",
+    "cache-status",
+    "cf-cache-status",
+    "ratelimit",
+    "ratelimit-policy",
+    "retry-after",
+    "x-cache",
+    "x-cache-status",
+    _SHOPIFY,
+}
+
+# Canonical spelling of names that title case gets wrong, for the notes.
 _DISPLAY = {
     "ratelimit": "RateLimit",
-    "ratelimit-policy": "RateLimit-Policy",
-    "ratelimit-limit": "RateLimit-Limit",
-    "ratelimit-remaining": "RateLimit-Remaining",
-    "ratelimit-reset": "RateLimit-Reset",
-    "x-ratelimit-limit": "X-RateLimit-Limit",
-    "x-ratelimit-remaining": "X-RateLimit-Remaining",
-    "x-ratelimit-reset": "X-RateLimit-Reset",
-    "x-ratelimit-reset-after": "X-RateLimit-Reset-After",
-    "x-cache": "X-Cache",
-    "x-cache-status": "X-Cache-Status",
     "cf-cache-status": "CF-Cache-Status",
+    "x-shopify-shop-api-call-limit": "X-Shopify-Shop-Api-Call-Limit",
 }
+
+
+def _display(name: str) -> str:
+    """A lower-case header name spelled as servers document it (``X-RateLimit-Reset``)."""
+    shown = _DISPLAY.get(name)
+    if shown is None:
+        shown = "-".join(part.capitalize() for part in name.split("-"))
+        shown = shown.replace("Ratelimit", "RateLimit")
+    return shown
 
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
     """A rate-limit budget a response advertised.
 
+    When a response advertises several windows at once ("10 per second and
+    10,000 per day"), the record's own fields are those of the **binding**
+    window, the one that holds sends back the most, and :attr:`windows` lists
+    them all (``docs/signals.md``, "Several windows")::
+
+        budget = parse_rate_limit(
+            {"X-Limit-Per-Second": "10", "X-Remaining-This-Second": "9",
+             "X-Limit-Per-Day": "10000", "X-Remaining-Today": "9000"}, now=time.time())
+        budget.policy, [w.policy for w in budget.windows]  # 'day', ['second', 'day']
+
     Attributes:
         remaining: Requests the server still accepts before ``reset`` (>= 0).
+            A fractional count (Reddit's ``598.0``) is rounded down.
         reset: Seconds from the response until the budget refills (finite, >= 0).
         limit: The whole quota of the window, if the server said.
-        source: The header family read: ``"RateLimit"`` (the IETF draft's
+        source: The header family read, e.g. ``"RateLimit"`` (the IETF draft's
             structured field), ``"RateLimit-*"`` (the older draft's separate
-            fields) or ``"X-RateLimit-*"``.
+            fields), ``"X-RateLimit-*"``; ``docs/signals.md`` lists them all.
         policy: The draft's policy name (``"default"`` in
-            ``RateLimit: "default";r=5;t=30``), when there is one.
+            ``RateLimit: "default";r=5;t=30``), or the window's name for the
+            dialects that name it (``"minute"``, ``"day"``, ``"1s"``).
         window: The policy's window in seconds (``w`` of ``RateLimit-Policy``,
             or ``;w=`` on a ``-Limit`` field), when the server said.
+        windows: Every window the response advertised, the binding one among
+            them, when there were several; empty when there was one.
     """
 
     remaining: int
@@ -140,6 +195,7 @@ class RateLimit:
     source: str = "RateLimit"
     policy: str | None = None
     window: float | None = None
+    windows: tuple[RateLimit, ...] = ()
 
     @property
     def sustained(self) -> float | None:
@@ -154,6 +210,17 @@ class RateLimit:
         return self.window / self.limit
 
     @property
+    def slowest(self) -> RateLimit:
+        """The window whose own pace (:attr:`sustained`) is the slowest: this one if alone.
+
+        With several windows the long-run pace is the slowest of theirs, which
+        need not be the binding window's (that one may be binding for now only).
+        """
+        if not self.windows:
+            return self
+        return max(self.windows, key=lambda window: window.sustained or 0.0)
+
+    @property
     def spacing(self) -> float:
         """Seconds between requests that spend the budget evenly until the reset.
 
@@ -162,6 +229,19 @@ class RateLimit:
         if self.remaining == 0:
             return self.reset
         return self.reset / self.remaining
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready data (its windows as a list of such dicts)."""
+        data = {part.name: getattr(self, part.name) for part in fields(self)}
+        data["windows"] = [window.to_dict() for window in self.windows]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RateLimit:
+        """A record from :meth:`to_dict`'s data (older data without ``windows`` too)."""
+        values = dict(data)
+        values["windows"] = tuple(cls.from_dict(window) for window in values.get("windows", ()))
+        return cls(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,20 +315,30 @@ def parse_rate_limit(headers: Mapping[str, str], *, now: float) -> RateLimit | N
 
     1. ``RateLimit`` (IETF draft 08+: ``"name";r=REMAINING;t=SECONDS``, with
        ``RateLimit-Policy: "name";q=QUOTA;w=WINDOW`` for the limit; draft 07:
-       ``limit=L, remaining=R, reset=T``). With several policies, the most
-       restrictive: an exhausted one (longest reset first), else the one
-       demanding the widest spacing ``reset / remaining`` (ties: fewer
-       remaining). That is the spacing that honours every policy at once; the
-       policy with the fewest remaining alone could still overrun a larger,
-       longer one.
+       ``limit=L, remaining=R, reset=T``). Each policy is a window.
     2. ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (older drafts).
-    3. ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (or ``-Reset-After``).
+    3. ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` (or ``-Reset-After``),
+       with ``X-RateLimit-Used`` giving the limit when none is sent (Reddit).
+    4. ``x-ratelimit-*-requests`` (OpenAI), the reset a Go duration (``6m0s``).
+    5. ``anthropic-ratelimit-requests-*`` (Anthropic), the reset RFC 3339.
+    6. ``x-rate-limit-*`` (Twitter/X, Okta).
+    7. ``X-Shopify-Shop-Api-Call-Limit: USED/LIMIT``, a leaky bucket.
+
+    Kong's per-unit fields (``X-RateLimit-Remaining-Minute``), Etsy's
+    (``x-remaining-today``) and Riot's (``X-App-Rate-Limit: 20:1,100:120``)
+    add windows to it. With several windows, the binding one: an exhausted one
+    (longest reset first), else the one demanding the widest gap, the wider of
+    ``reset / remaining`` and its own pace ``window / limit`` (ties: fewer
+    remaining); :attr:`RateLimit.windows` lists them all. That is the gap that
+    honours every window at once; the window with the fewest remaining alone
+    could still overrun a larger, longer one. ``docs/signals.md`` has the table.
 
     A reset is delta seconds, unless it is so large that it can only be an
     epoch timestamp (>= 1e9: seconds; >= 1e12: milliseconds), which is turned
-    into a delta with ``now``; an HTTP-date is accepted too. Resets in the past
-    give 0.0. A family with a negative or garbage remaining count or reset is
-    ignored, and the next one is tried.
+    into a delta with ``now``; an HTTP-date or an RFC 3339 timestamp is
+    accepted too. Resets in the past give 0.0. Counts may be fractional
+    (rounded down). A family with a negative or garbage remaining count or
+    reset is ignored, and the next one is tried.
 
     This function does not look at ``Age``; :func:`read_headers` drops the
     budget of a cached response, as the draft requires.
@@ -281,18 +371,24 @@ def response_age(headers: Mapping[str, str]) -> float | None:
     return _age(_fold(headers, []), [])
 
 
-def read_headers(status: int, headers: Mapping[str, str], *, now: float) -> HeaderSignals:
+def read_headers(
+    status: int, headers: Mapping[str, str], *, now: float, from_cache: bool = False
+) -> HeaderSignals:
     """All the pacing signals of one response, read in one pass over its headers.
 
     This is what the engine calls on every response: one scan of the header
     names, and nothing else when none of them is relevant.
+
+    ``from_cache=True`` says a client-side cache (hishel, aiohttp-client-cache)
+    answered: the response is then a cache hit exactly as if a header said so,
+    and its stored rate-limit budget is dropped as stale.
     """
     _check_now(now)
     notes: list[str] = []
     folded = _fold(headers, notes)
     if not folded and not notes:
-        return _NOT_MODIFIED if status == 304 else _NOTHING
-    served = _served_by_cache(folded)
+        return _NOT_MODIFIED if status == 304 or from_cache else _NOTHING
+    served = from_cache or _served_by_cache(folded)
     age = _age(folded, notes)
     retry_after = None
     raw = folded.get("retry-after")
@@ -359,11 +455,15 @@ def _seconds(text: str) -> float | None:
 
 
 def _count(text: str) -> int | None:
-    """A non-negative integer, saturating at ``_MAX_COUNT``."""
-    text = text.strip()
-    if _INTEGER.fullmatch(text) is None:
+    """A non-negative count, saturating at ``_MAX_COUNT``; a fraction is rounded down.
+
+    Reddit sends ``598.0``: a fraction of a request cannot be sent, so ``1.5``
+    is 1 and ``0.5`` is nothing left.
+    """
+    match = _NUMBER.fullmatch(text.strip())
+    if match is None:
         return None
-    digits = text.lstrip("0")
+    digits = match.group(1).lstrip("0")
     if len(digits) > 15:
         return _MAX_COUNT
     return min(int(digits or "0"), _MAX_COUNT)
@@ -389,6 +489,55 @@ def _http_date(text: str) -> float | None:
     return moment.timestamp() - offset
 
 
+def _rfc3339(text: str) -> float | None:
+    """An RFC 3339 date-time (``2024-07-15T12:34:56.5Z``) as epoch seconds, or None."""
+    text = text.strip()
+    if len(text) > _MAX_DATE:
+        return None
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        return None
+    year, month, day, hour, minute, second = (int(part) for part in match.group(1, 2, 3, 4, 5, 6))
+    if second > 60:  # 60 is a leap second, read as :59
+        return None
+    try:
+        moment = datetime(year, month, day, hour, minute, min(second, 59), tzinfo=UTC)
+    except ValueError:
+        return None
+    offset = 0
+    if match.group(8) is None:
+        hours, minutes = int(match.group(10)), int(match.group(11))
+        if hours > 23 or minutes > 59:
+            return None
+        offset = (hours * 60 + minutes) * 60 * (-1 if match.group(9) == "-" else 1)
+    fraction = float(match.group(7) or 0.0)
+    return moment.timestamp() - offset + fraction
+
+
+def _go_duration(text: str) -> float | None:
+    """A Go duration (``6m0s``, ``1s``, ``20ms``, ``1h2m3.5s``) in seconds, or None.
+
+    At most 8 terms of at most 18 digits each: anything longer is no duration
+    a server means. A bare number is not a Go duration (except ``0``); the
+    caller tries it as seconds.
+    """
+    text = text.strip()
+    if not text or len(text) > _MAX_DATE:
+        return None
+    total = 0.0
+    position = 0
+    for _ in range(8):
+        match = _DURATION_TERM.match(text, position)
+        if match is None:
+            return None
+        whole, fraction, unit = match.groups()
+        total += (int(whole) + float(fraction or 0.0)) * _DURATION_UNITS[unit]
+        position = match.end()
+        if position == len(text):
+            return min(total, _MAX_SECONDS)
+    return None
+
+
 def _retry_after(value: str, now: float) -> float | None:
     if len(value) > _MAX_FIELD:
         return None
@@ -410,6 +559,8 @@ def _reset(text: str, *, now: float) -> float | None:
     value = _seconds(text)
     if value is None:
         when = _http_date(text)
+        if when is None:
+            when = _rfc3339(text)
         return None if when is None else max(0.0, when - now)
     if value >= _EPOCH_LIMIT:
         return None
@@ -515,26 +666,137 @@ def _served_by_cache(folded: Mapping[str, str]) -> bool:
 # -- rate limits ------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Family:
+    """A dialect of separate fields: remaining, limit, and resets in order of preference.
+
+    Each reset is ``(name, how)``: ``"delta"`` seconds, ``"go"`` a Go duration
+    (or else as ``"reset"``), ``"reset"`` delta, epoch, HTTP-date or RFC 3339.
+    ``used`` is a count spent in the window: with no limit field, the limit is
+    ``used + remaining`` (Reddit).
+    """
+
+    source: str
+    remaining: str
+    limit: str
+    resets: tuple[tuple[str, str], ...]
+    used: str | None = None
+
+
+# Tried in this order; the first that gives a budget wins (the same budget is
+# often sent in two dialects at once, for old clients).
+_FAMILIES = (
+    _Family(
+        "RateLimit-*", "ratelimit-remaining", "ratelimit-limit", (("ratelimit-reset", "reset"),)
+    ),
+    _Family(
+        "X-RateLimit-*",
+        "x-ratelimit-remaining",
+        "x-ratelimit-limit",
+        (("x-ratelimit-reset-after", "delta"), ("x-ratelimit-reset", "reset")),
+        used="x-ratelimit-used",
+    ),
+    _Family(
+        "X-RateLimit-*-Requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-limit-requests",
+        (("x-ratelimit-reset-requests", "go"),),
+    ),
+    _Family(
+        "Anthropic-RateLimit-Requests-*",
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-limit",
+        (("anthropic-ratelimit-requests-reset", "reset"),),
+    ),
+    _Family(
+        "X-Rate-Limit-*",
+        "x-rate-limit-remaining",
+        "x-rate-limit-limit",
+        (("x-rate-limit-reset", "reset"),),
+    ),
+)
+
+
+def _relevant() -> frozenset[str]:
+    names = set(_OTHER_RELEVANT)
+    for family in _FAMILIES:
+        names.update((family.remaining, family.limit, *(name for name, _ in family.resets)))
+        if family.used is not None:
+            names.add(family.used)
+    for unit, _ in _UNITS:
+        names.update((f"x-ratelimit-remaining-{unit}", f"x-ratelimit-limit-{unit}"))
+    for remaining, limit, _, _ in _ETSY:
+        names.update((remaining, limit))
+    for limits, counts in _RIOT:
+        names.update((limits, counts))
+    return frozenset(names)
+
+
+_RELEVANT = _relevant()
+
+# (remaining, limit, window name, seconds) of every window named by its length.
+_UNIT_FIELDS = (
+    *(
+        (f"x-ratelimit-remaining-{unit}", f"x-ratelimit-limit-{unit}", unit, s)
+        for unit, s in _UNITS
+    ),
+    *_ETSY,
+)
+
+# The names that make a window of their own: Kong's, Etsy's and Riot's.
+_WINDOW_NAMES = frozenset(
+    {name for remaining, limit, _, _ in _UNIT_FIELDS for name in (remaining, limit)}
+    | {name for pair in _RIOT for name in pair}
+)
+
+
 def _rate_limit(folded: Mapping[str, str], now: float, notes: list[str]) -> RateLimit | None:
+    """The binding window among the main family's and the per-window dialects'."""
+    windows = _main_budget(folded, now, notes)
+    extra = []
+    if not _WINDOW_NAMES.isdisjoint(folded):
+        extra = _unit_windows(folded, notes) + _riot_windows(folded, notes)
+    for window in extra:
+        same = next((i for i, w in enumerate(windows) if _same_window(w, window)), None)
+        if same is None:
+            windows.append(window)
+        else:  # one window in two dialects: the main one's reset, the other's length
+            windows[same] = replace(windows[same], window=window.window)
+    if len(windows) <= 1:
+        return windows[0] if windows else None
+    binding = max(windows, key=_restrictiveness)
+    return replace(binding, windows=tuple(windows))
+
+
+def _main_budget(folded: Mapping[str, str], now: float, notes: list[str]) -> list[RateLimit]:
     if "ratelimit" in folded:
         found = _structured(folded, now, notes)
-        if found is not None:
+        if found:
             return found
-    if "ratelimit-remaining" in folded:
-        found = _separate(folded, now, notes, "ratelimit", "RateLimit-*")
-        if found is not None:
-            return found
-    if "x-ratelimit-remaining" in folded:
-        return _separate(folded, now, notes, "x-ratelimit", "X-RateLimit-*")
-    return None
+    for family in _FAMILIES:
+        if family.remaining in folded:
+            budget = _separate(folded, now, notes, family)
+            if budget is not None:
+                return [budget]
+    if _SHOPIFY in folded:
+        budget = _shopify(folded[_SHOPIFY], notes)
+        if budget is not None:
+            return [budget]
+    return []
 
 
-def _structured(folded: Mapping[str, str], now: float, notes: list[str]) -> RateLimit | None:
-    """The IETF draft's ``RateLimit`` field, draft 07 or draft 08+ form."""
+def _same_window(main: RateLimit, other: RateLimit) -> bool:
+    """Kong sends the binding window twice: as ``RateLimit-*`` and per unit."""
+    return main.window is None and (main.remaining, main.limit) == (other.remaining, other.limit)
+
+
+def _structured(folded: Mapping[str, str], now: float, notes: list[str]) -> list[RateLimit]:
+    """The IETF draft's ``RateLimit`` field, draft 07 or draft 08+ form: each policy."""
     raw = folded["ratelimit"]
     members = _members(raw)
     if any("=" in main and not main.startswith('"') for main, _ in members):
-        return _structured_draft7(raw, members, now, notes)
+        found = _structured_draft7(raw, members, now, notes)
+        return [] if found is None else [found]
     policies: dict[str, tuple[int | None, float | None]] = {}
     policy_raw = folded.get("ratelimit-policy")
     if policy_raw is not None:
@@ -566,15 +828,18 @@ def _structured(folded: Mapping[str, str], now: float, notes: list[str]) -> Rate
         # One note per field, however many members a hostile server sends.
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         notes.append(f"RateLimit: policy {problems[0]}{more}: skipped")
-    if not candidates:
-        return None
-    return max(candidates, key=_restrictiveness)
+    return candidates
 
 
 def _restrictiveness(budget: RateLimit) -> tuple[int, float, int]:
+    """Exhausted windows first (longest reset), then the widest gap, then fewer left.
+
+    The gap is the wider of the spacing until the reset and the window's own
+    pace: a window that says ``t=0`` while tokens remain still binds by its pace.
+    """
     if budget.remaining == 0:
         return (1, budget.reset, 0)
-    return (0, budget.spacing, -budget.remaining)
+    return (0, max(budget.spacing, budget.sustained or 0.0), -budget.remaining)
 
 
 def _structured_draft7(
@@ -596,47 +861,153 @@ def _structured_draft7(
 
 
 def _separate(
-    folded: Mapping[str, str], now: float, notes: list[str], prefix: str, source: str
+    folded: Mapping[str, str], now: float, notes: list[str], family: _Family
 ) -> RateLimit | None:
-    """``<prefix>-Remaining``, ``-Reset`` (or ``-Reset-After``) and ``-Limit``.
+    """A family's remaining, limit and reset fields.
 
     Each may be a structured list (``10, 10;w=1``): the first member counts.
     """
-    remaining_raw = folded[f"{prefix}-remaining"]
+    remaining_raw = folded[family.remaining]
     remaining = _count(_first_item(remaining_raw))
     if remaining is None:
-        notes.append(f"{_DISPLAY[prefix + '-remaining']} {_show(remaining_raw)}: not a count")
+        notes.append(f"{_display(family.remaining)} {_show(remaining_raw)}: not a count")
         return None
-    limit_raw = folded.get(f"{prefix}-limit")
-    limit = None
-    window = None
-    if limit_raw is not None:
-        main, params = _members(limit_raw)[0]
-        limit = _count(main)
-        if limit is None:
-            notes.append(f"{_DISPLAY[prefix + '-limit']} {_show(limit_raw)}: not a count")
-        elif "w" in params:
-            window = _seconds(params["w"])
+    limit, window = _limit(folded, notes, family)
     reset = None
-    for suffix in ("-reset-after", "-reset"):
-        reset_raw = folded.get(prefix + suffix)
+    for name, how in family.resets:
+        reset_raw = folded.get(name)
         if reset_raw is None:
             continue
-        parse = _seconds if suffix == "-reset-after" else partial(_reset, now=now)
-        reset = parse(reset_raw)
+        reset = _reset_as(how, reset_raw, now)
         if reset is None and "," in reset_raw:
-            reset = parse(_first_item(reset_raw))
+            reset = _reset_as(how, _first_item(reset_raw), now)
         if reset is None:
-            notes.append(f"{_DISPLAY[prefix + suffix]} {_show(reset_raw)}: not a time")
+            notes.append(f"{_display(name)} {_show(reset_raw)}: not a time")
             return None
         break
     else:
         # No reset given: a window advertised with the limit bounds it.
         reset = window
         if reset is None:
-            notes.append(f"{source}: remaining without a reset")
+            notes.append(f"{family.source}: remaining without a reset")
             return None
-    return RateLimit(remaining, reset, limit, source, window=window)
+    return RateLimit(remaining, reset, limit, family.source, window=window)
+
+
+def _limit(
+    folded: Mapping[str, str], notes: list[str], family: _Family
+) -> tuple[int | None, float | None]:
+    """A family's limit and the window a ``;w=`` parameter on it gives, if any."""
+    limit_raw = folded.get(family.limit)
+    if limit_raw is None:
+        used_raw = None if family.used is None else folded.get(family.used)
+        if used_raw is None:
+            return None, None
+        used = _count(_first_item(used_raw))
+        remaining = _count(_first_item(folded[family.remaining]))
+        if used is None or remaining is None:
+            notes.append(f"{_display(str(family.used))} {_show(used_raw)}: not a count")
+            return None, None
+        return min(used + remaining, _MAX_COUNT), None
+    main, params = _members(limit_raw)[0]
+    limit = _count(main)
+    if limit is None:
+        notes.append(f"{_display(family.limit)} {_show(limit_raw)}: not a count")
+        return None, None
+    window = _seconds(params["w"]) if "w" in params else None
+    return limit, window
+
+
+def _reset_as(how: str, text: str, now: float) -> float | None:
+    if how == "delta":
+        return _seconds(text)
+    if how == "go":
+        duration = _go_duration(text)
+        if duration is not None:
+            return duration
+    return _reset(text, now=now)
+
+
+def _shopify(raw: str, notes: list[str]) -> RateLimit | None:
+    """``X-Shopify-Shop-Api-Call-Limit: 32/40``: a leaky bucket, 32 of 40 used.
+
+    The bucket leaks ``limit / 20`` requests a second (``_SHOPIFY_DRAIN``), so
+    the window is 20 s and the pace ``20 / limit``. While room remains, the
+    reset is 0 (nothing to wait for but the pace); with the bucket full, it is
+    the time one request takes to leak out.
+    """
+    used_raw, slash, limit_raw = raw.partition(",")[0].partition("/")
+    used = _count(used_raw)
+    limit = _count(limit_raw)
+    if not slash or used is None or not limit:
+        notes.append(f"{_display(_SHOPIFY)} {_show(raw)}: not USED/LIMIT")
+        return None
+    remaining = max(0, limit - used)
+    reset = 0.0 if remaining else _SHOPIFY_DRAIN / limit
+    return RateLimit(remaining, reset, limit, _display(_SHOPIFY), window=_SHOPIFY_DRAIN)
+
+
+def _unit_windows(folded: Mapping[str, str], notes: list[str]) -> list[RateLimit]:
+    """Windows named by their length: Kong's ``-Second`` ... ``-Year``, Etsy's.
+
+    They carry no reset: the window's length bounds it.
+    """
+    windows: list[RateLimit] = []
+    for remaining_name, limit_name, name, seconds in _UNIT_FIELDS:
+        remaining_raw = folded.get(remaining_name)
+        if remaining_raw is None:
+            continue
+        remaining = _count(_first_item(remaining_raw))
+        if remaining is None:
+            notes.append(f"{_display(remaining_name)} {_show(remaining_raw)}: not a count")
+            continue
+        limit_raw = folded.get(limit_name)
+        limit = None if limit_raw is None else _count(_first_item(limit_raw))
+        if limit_raw is not None and limit is None:
+            notes.append(f"{_display(limit_name)} {_show(limit_raw)}: not a count")
+        kong = limit_name.startswith("x-ratelimit-")
+        source = f"X-RateLimit-*-{name.capitalize()}" if kong else _display(limit_name)
+        windows.append(RateLimit(remaining, seconds, limit, source, name, seconds))
+    return windows
+
+
+def _riot_windows(folded: Mapping[str, str], notes: list[str]) -> list[RateLimit]:
+    """Riot Games: ``X-App-Rate-Limit: 20:1,100:120`` with ``-Count: 3:1,40:120``.
+
+    Each ``LIMIT:SECONDS`` is a window; its count is what was spent in it.
+    """
+    windows: list[RateLimit] = []
+    for limits_name, counts_name in _RIOT:
+        limits_raw = folded.get(limits_name)
+        if limits_raw is None:
+            continue
+        limits = _pairs(limits_raw)
+        used = dict((w, n) for n, w in _pairs(folded.get(counts_name, "")))
+        if not limits:
+            notes.append(f"{_display(limits_name)} {_show(limits_raw)}: not LIMIT:SECONDS,...")
+            continue
+        for limit, seconds in limits:
+            if not limit or not seconds:
+                continue
+            remaining = max(0, limit - int(used.get(seconds, 0)))
+            name = f"{seconds:g}s"
+            windows.append(
+                RateLimit(remaining, seconds, limit, _display(limits_name), name, seconds)
+            )
+    return windows
+
+
+def _pairs(text: str) -> list[tuple[int, float]]:
+    """``"20:1,100:120"`` as ``[(20, 1.0), (100, 120.0)]``; [] if any pair is bad."""
+    pairs: list[tuple[int, float]] = []
+    for member in text.split(",")[:_MAX_MEMBERS]:
+        count_raw, colon, seconds_raw = member.partition(":")
+        count = _count(count_raw)
+        seconds = _seconds(seconds_raw)
+        if not colon or count is None or seconds is None:
+            return []
+        pairs.append((count, seconds))
+    return pairs
 
 
 def _first_item(text: str) -> str:

@@ -23,6 +23,7 @@ class Reporter(Protocol):
         headers: Mapping[str, str] | None,
         adjust: bool,
         sent_at: float | None,
+        from_cache: bool | None = None,
     ) -> None: ...
 
     def fail(self, slot: Slot, error: BaseException, *, sent_at: float) -> None: ...
@@ -92,8 +93,15 @@ class Lease:
         latency: float,
         status: int,
         headers: Mapping[str, str] | None = None,
+        from_cache: bool | None = None,
     ) -> None:
-        """Apply this request's response to its slot (unless ``adjust`` is off)."""
+        """Apply this request's response to its slot (unless ``adjust`` is off).
+
+        Pass ``from_cache=True`` when a client-side cache answered (hishel's
+        ``response.extensions["from_cache"]``, aiohttp-client-cache's
+        ``response.from_cache``): the response is then a cache hit, as if a
+        header had said so (``docs/signals.md``, "Caches").
+        """
         self._reporter.observe(
             self.slot,
             latency=latency,
@@ -101,6 +109,7 @@ class Lease:
             headers=headers,
             adjust=self.adjust,
             sent_at=self.sent_at,
+            from_cache=from_cache,
         )
 
     def fail(self, error: BaseException) -> None:

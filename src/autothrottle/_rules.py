@@ -114,11 +114,19 @@ class Rules:
         headers: Mapping[str, str] | None,
         adjust: bool,
         sent_at: float | None,
+        from_cache: bool | None = None,
     ) -> None:
-        """Apply one response: count it, read its headers, back off or adapt."""
+        """Apply one response: count it, read its headers, back off or adapt.
+
+        ``from_cache=True`` (a client-side cache answered) makes the response a
+        cache hit exactly as a cache header would; False and None leave that to
+        the headers, since a cache further on may still have answered.
+        """
         latency = check_number("latency", latency)
         if isinstance(status, bool) or not isinstance(status, int):
             raise TypeError(f"status must be an int, got {status!r}")
+        if from_cache is not None and not isinstance(from_cache, bool):
+            raise TypeError(f"from_cache must be a bool or None, got {from_cache!r}")
         if headers is None:
             headers = _NO_HEADERS
         elif type(headers) is not dict and not isinstance(headers, Mapping):
@@ -130,14 +138,14 @@ class Rules:
         state.last_latency = latency
         state.last_activity = now
         signals = self.signals
-        cache_hit = False
+        cache_hit = from_cache is True
         if signals.reads_headers:
-            read = read_headers(status, headers, now=self._wall_clock())
+            read = read_headers(status, headers, now=self._wall_clock(), from_cache=cache_hit)
             cache_hit = read.cache_hit
-            if cache_hit:
-                state.cache_hits += 1
             if read.retry_after is not None or read.rate_limit is not None or read.ignored:
                 self._apply_pacing_headers(slot, read, now, refused=status >= 400)
+        if cache_hit:
+            state.cache_hits += 1
 
         reason = None
         if status in signals.backoff_statuses:
@@ -321,7 +329,10 @@ class Rules:
     ) -> None:
         for note in read.ignored:
             text = str(note)
-            self._note(slot, text.partition(":")[0], text, logging.INFO)
+            # The kind is the header's name: a value that changes with every
+            # response (a count, a date) must not make every note a new kind.
+            kind = text.partition(":")[0].partition(" ")[0].lower()
+            self._note(slot, kind, text, logging.INFO)
         signals = self.signals
         if signals.retry_after and read.retry_after is not None:
             self.pause(slot, read.retry_after, now, reason="Retry-After")
@@ -348,9 +359,12 @@ class Rules:
             spacing = (budget.reset - 1.0) / budget.remaining
         state.budget_gap = spacing
         state.budget_until = now + min(budget.reset, self.signals.max_pause)
+        # With several windows, the long-run pace is the slowest window's.
+        paced = budget.slowest
+        sustained = paced.sustained
         if sustained is not None:
             state.sustained_gap = sustained * _SUSTAINED_MARGIN
-            horizon = max(budget.reset, budget.window or 0.0)
+            horizon = max(budget.reset, paced.window or 0.0)
             state.sustained_until = now + min(horizon, self.signals.max_pause)
         slot.gate.wake()
 
@@ -362,9 +376,9 @@ class Rules:
         flood the log; the first one is worth a look.
         """
         seen = slot.noted
-        if kind in seen:
+        if kind in seen or len(seen) >= _MAX_NOTED:
             level = logging.DEBUG
-        elif len(seen) < _MAX_NOTED:
+        else:
             seen.add(kind)
         if logger.isEnabledFor(level):
             logger.log(level, "slot %s: %s", slot.key, text, extra={"slot": slot.key})

@@ -115,7 +115,7 @@ class SlotState:
             elif f.name == "policy_state":
                 value = dict(value)
             elif f.name == "rate_limit" and value is not None:
-                value = {part.name: getattr(value, part.name) for part in fields(value)}
+                value = value.to_dict()
             data[f.name] = value
         return data
 
@@ -141,7 +141,7 @@ class SlotState:
             elif name == "policy_state":
                 values[name] = {str(k): _number(name, v) for k, v in dict(value).items()}
             elif name == "rate_limit" and value is not None:
-                values[name] = RateLimit(**value)
+                values[name] = RateLimit.from_dict(value)
             else:
                 values[name] = value
         if "delay" not in values:

@@ -371,6 +371,7 @@ class Throttle:
         latency: float,
         status: int,
         headers: Mapping[str, str] | None = None,
+        from_cache: bool | None = None,
     ) -> None:
         """Apply one response to slot ``key``.
 
@@ -380,6 +381,8 @@ class Throttle:
             status: The response's HTTP status.
             headers: The response headers, for Retry-After, rate-limit and
                 cache signals.
+            from_cache: True when a client-side cache answered: a cache hit,
+                as if a header had said so. False or None: the headers decide.
         """
         slot = self.slot(key)
         self._rules.observe(
@@ -389,6 +392,7 @@ class Throttle:
             headers=headers,
             adjust=True,
             sent_at=self._last_send(slot),
+            from_cache=from_cache,
         )
 
     def backoff(

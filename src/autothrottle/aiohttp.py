@@ -421,7 +421,11 @@ class _ThrottleMiddleware:
         finally:
             _EXCHANGE.reset(token)
         try:
-            exchange.responded(response.status, response.headers)
+            exchange.responded(
+                response.status,
+                response.headers,
+                from_cache=getattr(response, "from_cache", False) is True,
+            )
         except BaseException:
             response.close()
             raise

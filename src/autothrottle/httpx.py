@@ -357,6 +357,27 @@ def _wait_bound(request: httpx.Request) -> float | None:
     return float(pool) if isinstance(pool, (int, float)) else None
 
 
+def _from_cache(extensions: Mapping[str, Any]) -> bool:
+    """Whether hishel answered from its cache: ``extensions["from_cache"]``
+    (hishel 0.x) or ``extensions["caching"]["from_cache"]`` (hishel 1 and 2)."""
+    if extensions.get("from_cache") is True:
+        return True
+    caching = extensions.get("caching")
+    return isinstance(caching, Mapping) and caching.get("from_cache") is True
+
+
+def _cache_outside(transport: Any, wrap: Callable[[Any], Any]) -> Any | None:
+    """A hishel cache transport with the throttle moved inside it, or None.
+
+    A cache hit must neither wait for the host's turn nor teach the slot; with
+    the cache outside the throttle it never reaches it (``docs/compose.md``).
+    """
+    if type(transport).__module__.startswith("hishel") and hasattr(transport, "next_transport"):
+        transport.next_transport = wrap(transport.next_transport)
+        return transport
+    return None
+
+
 def _traced(send: httpx.Request, tracer: _Tracer) -> dict[str, Any]:
     """Put ``tracer`` on ``send``; return the extensions to restore after sending.
 
@@ -446,7 +467,12 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
         finally:
             send.extensions = extensions
         try:
-            exchange.responded(response.status_code, response.headers, tracer.end)
+            exchange.responded(
+                response.status_code,
+                response.headers,
+                tracer.end,
+                from_cache=_from_cache(response.extensions),
+            )
         except BaseException:
             await response.aclose()
             raise
@@ -528,6 +554,9 @@ class ThrottledClient(httpx.AsyncClient):
     def _wrap(self, transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
         if isinstance(transport, ThrottledTransport):
             return transport
+        cache = _cache_outside(transport, self._wrap)
+        if cache is not None:
+            return cast(httpx.AsyncBaseTransport, cache)
         return ThrottledTransport(transport, throttle=self._throttle)
 
     def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
@@ -602,7 +631,12 @@ class SyncThrottledTransport(httpx.BaseTransport):
         finally:
             send.extensions = extensions
         try:
-            exchange.responded(response.status_code, response.headers, tracer.end)
+            exchange.responded(
+                response.status_code,
+                response.headers,
+                tracer.end,
+                from_cache=_from_cache(response.extensions),
+            )
         except BaseException:
             response.close()
             raise
@@ -663,6 +697,9 @@ class SyncThrottledClient(httpx.Client):
     def _wrap(self, transport: httpx.BaseTransport) -> httpx.BaseTransport:
         if isinstance(transport, SyncThrottledTransport):
             return transport
+        cache = _cache_outside(transport, self._wrap)
+        if cache is not None:
+            return cast(httpx.BaseTransport, cache)
         return SyncThrottledTransport(transport, throttle=self._throttle)
 
     def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.BaseTransport:
