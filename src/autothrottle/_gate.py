@@ -87,6 +87,7 @@ class Gate:
         "_rng",
         "_tokens",
         "_tokens_at",
+        "_window_sends",
         "_wire_last",
         "config",
         "last_send",
@@ -118,6 +119,10 @@ class Gate:
         # refills one token per delay, up to the burst.
         self._tokens = float(config.burst)
         self._tokens_at = clock()
+        # The policy's extra windows ("10,000 a day"): the last `count` sends of each.
+        self._window_sends: tuple[deque[float], ...] = tuple(
+            deque(maxlen=count) for count, _ in config.windows
+        )
 
     # -- what others read --------------------------------------------------------
 
@@ -169,6 +174,9 @@ class Gate:
             at = max(at, min(last + state.budget_gap, state.budget_until))
         if state.sustained_gap > gap and now < state.sustained_until:
             at = max(at, min(last + state.sustained_gap, state.sustained_until))
+        for (count, seconds), sends in zip(self.config.windows, self._window_sends, strict=True):
+            if len(sends) == count:  # the oldest of the last `count` must leave the window
+                at = max(at, sends[0] + seconds)
         return at
 
     # -- what the rules call when the state changed --------------------------------
@@ -297,6 +305,8 @@ class Gate:
         last = self.last_send
         gap = 0.0 if last is None else max(0.0, self._spaced_at(now, last) - last)
         self.last_send = now
+        for sends in self._window_sends:
+            sends.append(now)
         if self.config.burst > 1:
             self._tokens = self._burst_tokens(now) - 1.0
             self._tokens_at = now

@@ -7,6 +7,7 @@ shares (the throttle applies those, so each class here states only its idea).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from ._policy import DelayPolicy, Sample, SlotConfig
 from ._validate import check_int, check_number, check_positive
@@ -63,19 +64,32 @@ class FixedDelayPolicy(DelayPolicy):
 
 
 class FixedRatePolicy(DelayPolicy):
-    """At most ``per_second`` requests per second, with an optional burst.
+    """At most ``per_second`` requests per second, with an optional burst and
+    further windows.
 
     Sends are spaced ``1 / per_second`` apart; with ``burst`` > 1 up to
     ``burst`` requests may go back to back after a quiet spell (a generic cell
     rate algorithm), never more than ``burst + per_second * w`` in any window
     of ``w`` seconds. ``min_delay``/``max_delay`` still bound the gap.
+
+    ``windows`` adds limits honoured together with the rate, each ``(count,
+    seconds)``: never more than ``count`` sends in any ``seconds``. An API
+    that allows "10 per second and 10,000 per day"::
+
+        FixedRatePolicy(10, windows=[(10_000, 86_400)])
+
+    The slot then goes at 10/s until it has sent 10,000 in the last day, and
+    after that each send waits until the oldest of those is a day old.
     """
 
-    __slots__ = ("burst", "per_second")
+    __slots__ = ("burst", "per_second", "windows")
 
-    def __init__(self, per_second: float, *, burst: int = 1) -> None:
+    def __init__(
+        self, per_second: float, *, burst: int = 1, windows: Iterable[tuple[int, float]] = ()
+    ) -> None:
         self.per_second = check_positive("per_second", per_second)
         self.burst = check_int("burst", burst, minimum=1)
+        self.windows = _checked_windows(windows)
 
     def initial_delay(self, config: SlotConfig) -> float:
         return 1.0 / self.per_second
@@ -84,7 +98,22 @@ class FixedRatePolicy(DelayPolicy):
         return 1.0 / self.per_second
 
     def __repr__(self) -> str:
-        return f"FixedRatePolicy(per_second={self.per_second!r}, burst={self.burst!r})"
+        extra = f", windows={list(self.windows)!r}" if self.windows else ""
+        return f"FixedRatePolicy(per_second={self.per_second!r}, burst={self.burst!r}{extra})"
+
+
+def _checked_windows(windows: object) -> tuple[tuple[int, float], ...]:
+    """``(count, seconds)`` pairs, each count an int >= 1 and seconds > 0."""
+    if isinstance(windows, (str, bytes)) or not isinstance(windows, Iterable):
+        raise TypeError(f"windows must be (count, seconds) pairs, got {windows!r}")
+    checked = []
+    for window in windows:
+        if not isinstance(window, tuple | list) or len(window) != 2:
+            raise TypeError(f"windows must be (count, seconds) pairs, got {window!r} in windows")
+        count = check_int("windows count", window[0], minimum=1)
+        seconds = check_positive("windows seconds", window[1])
+        checked.append((count, seconds))
+    return tuple(checked)
 
 
 class AIMDPolicy(DelayPolicy):

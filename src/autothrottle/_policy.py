@@ -60,11 +60,15 @@ class DelayPolicy(ABC):
     never been refused: the send rate at most doubles every ``ramp_up``
     seconds (None: no bound, as Scrapy's rules). A host is then met at a pace
     near the one it was last seen to accept, and its limit is found with one
-    refusal instead of several (see ``docs/recovery.md``).
+    refusal instead of several (see ``docs/recovery.md``). ``windows`` are
+    further limits the slot keeps whatever the delay, each ``(count,
+    seconds)``: never more than ``count`` sends in any ``seconds``
+    (``docs/scheduling.md``, rule 4).
     """
 
     burst: int = 1
     ramp_up: float | None = None
+    windows: tuple[tuple[int, float], ...] = ()
 
     def initial_delay(self, config: SlotConfig) -> float:
         """The delay of a slot that has seen no response yet."""
@@ -111,6 +115,7 @@ class SlotConfig:
     jitter: float
     policy: DelayPolicy
     burst: int = 1
+    windows: tuple[tuple[int, float], ...] = ()
 
     @classmethod
     def build(
@@ -140,7 +145,8 @@ class SlotConfig:
             raise ValueError(f"jitter must be in [0, 1), got {jitter!r}")
         if not isinstance(policy, DelayPolicy):
             raise TypeError(f"policy must be a DelayPolicy, got {policy!r}")
-        return cls(start, low, high, target, cap, jit, policy, _policy_burst(policy))
+        burst = _policy_burst(policy)
+        return cls(start, low, high, target, cap, jit, policy, burst, tuple(policy.windows))
 
     def clamp(self, delay: float) -> float:
         """``delay`` bounded to ``[min_delay, max_delay]``."""
