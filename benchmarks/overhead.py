@@ -13,7 +13,9 @@ site's latency would hide the adapter's cost. The variants:
 
 * ``httpx``: ``httpx.AsyncClient()``; ``httpx + ThrottledClient``.
 * ``aiohttp``: ``aiohttp.ClientSession()``; ``aiohttp + ThrottledSession``
-  (the throttle's middleware and its TraceConfig); ``aiohttp + middleware
+  (the throttle's middleware, its connector hook and the TraceConfig that
+  reads ``trace_request_ctx`` options); the same with
+  ``request_options=False`` (no TraceConfig); ``aiohttp + middleware
   only``: ``ClientSession(middlewares=(throttle_middleware(t),))`` without the
   TraceConfig (documented: latency then includes connecting and pool waits,
   and ``trace_request_ctx`` options are not read).
@@ -214,6 +216,11 @@ class Variant:
             if self.kind == "throttled":
                 self.throttle = _throttle()
                 session = ThrottledSession(throttle=self.throttle, connector=connector)
+            elif self.kind == "no-options":
+                self.throttle = _throttle()
+                session = ThrottledSession(
+                    throttle=self.throttle, connector=connector, request_options=False
+                )
             elif self.kind == "middleware":
                 self.throttle = _throttle()
                 session = aiohttp.ClientSession(
@@ -331,6 +338,7 @@ def _groups(breakdown: bool) -> list[list[Variant]]:
     aiohttp_group = [
         Variant("aiohttp", "aiohttp", "raw"),
         Variant("aiohttp + ThrottledSession", "aiohttp", "throttled"),
+        Variant("aiohttp + ThrottledSession(request_options=False)", "aiohttp", "no-options"),
         Variant("aiohttp + middleware only", "aiohttp", "middleware"),
     ]
     if breakdown:
