@@ -395,3 +395,18 @@ def test_max_wait_bounds_a_thread_too() -> None:
 def test_max_wait_is_validated(value: object) -> None:
     with pytest.raises((TypeError, ValueError), match="max_wait"):
         Throttle(max_wait=value)  # type: ignore[arg-type]
+
+
+async def test_without_request_options_aiohttp_still_paces_at_the_wire() -> None:
+    # No TraceConfig at all: the connector hook alone takes the wire turn.
+    delay = 0.2
+    throttle = Throttle(policy=FixedDelayPolicy(delay), max_concurrency=8)
+    connector = aiohttp.TCPConnector(limit=2)
+    paths = [f"/delay/{ms}" for ms in (1000, 800, 50, 50, 50, 50)]
+    async with (
+        loopback_hosts(1) as (host,),
+        ThrottledSession(throttle=throttle, connector=connector, request_options=False) as s,
+    ):
+        assert not s.trace_configs
+        await asyncio.gather(*(_fetch("aiohttp", s, host.url(path)) for path in paths))
+    assert min(host.gaps()) >= delay - 0.005, host.gaps()
