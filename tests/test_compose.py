@@ -257,3 +257,21 @@ async def test_an_aiohttp_client_cache_hit_neither_waits_nor_teaches() -> None:
                 assert await response.text() == "ok"
     assert len(host.arrivals) == 1
     assert throttle.slot(host.address).snapshot().responses == 1
+
+
+async def test_aiohttp_raise_for_status_and_base_url_keep_the_throttle_in_the_loop() -> None:
+    # raise_for_status runs after the middlewares: the 429 still teaches the
+    # slot, the caller gets aiohttp's own ClientResponseError, and nothing is held.
+    throttle = Throttle(start_delay=0.0)
+    async with (
+        loopback_hosts(1) as (host,),
+        ThrottledSession(throttle=throttle, base_url=host.origin, raise_for_status=True) as session,
+    ):
+        async with session.get("/") as ok:
+            assert ok.status == 200
+        with pytest.raises(aiohttp.ClientResponseError) as caught:
+            async with session.get("/status/429"):
+                pass
+    assert caught.value.status == 429
+    snap = throttle.slot(host.address).snapshot()
+    assert (snap.responses, snap.backoffs, snap.in_flight) == (2, 1, 0)
