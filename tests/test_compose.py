@@ -275,3 +275,14 @@ async def test_aiohttp_raise_for_status_and_base_url_keep_the_throttle_in_the_lo
     assert caught.value.status == 429
     snap = throttle.slot(host.address).snapshot()
     assert (snap.responses, snap.backoffs, snap.in_flight) == (2, 1, 0)
+
+
+def test_throttled_session_declares_every_parameter_of_aiohttps() -> None:
+    import autothrottle.aiohttp as adapter
+
+    annotation = inspect.signature(ThrottledSession).parameters["kwargs"].annotation
+    assert annotation == "Unpack[_SessionOptions]"
+    options = adapter._SessionOptions
+    declared = options.__required_keys__ | options.__optional_keys__ | {"base_url"}
+    expected = set(inspect.signature(aiohttp.ClientSession.__init__).parameters) - {"self"}
+    assert expected <= declared

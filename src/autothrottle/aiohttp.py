@@ -58,11 +58,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import aiohttp
 from aiohttp import (
@@ -79,6 +79,7 @@ from aiohttp import (
     TraceRequestStartParams,
 )
 from aiohttp.connector import BaseConnector, Connection
+from yarl import URL
 
 from ._exchange import Exchange, ThrottleInfo
 from ._lease import Lease
@@ -485,8 +486,49 @@ def throttle_middleware(throttle: Throttle) -> ClientMiddlewareType:
     return _ThrottleMiddleware(throttle)
 
 
+class _SessionOptions(TypedDict, total=False):
+    """``aiohttp.ClientSession`` keyword arguments, so that type checkers and
+    IDEs see them through :func:`ThrottledSession`."""
+
+    connector: BaseConnector | None
+    loop: asyncio.AbstractEventLoop | None
+    cookies: Any
+    headers: Any
+    proxy: str | URL | None
+    proxy_auth: aiohttp.BasicAuth | None
+    skip_auto_headers: Iterable[str] | None
+    auth: aiohttp.BasicAuth | None
+    json_serialize: Callable[[Any], str]
+    json_serialize_bytes: Callable[[Any], bytes] | None
+    request_class: type[ClientRequest]
+    response_class: type[ClientResponse]
+    ws_response_class: type[aiohttp.ClientWebSocketResponse]
+    version: aiohttp.HttpVersion
+    cookie_jar: aiohttp.abc.AbstractCookieJar | None
+    connector_owner: bool
+    raise_for_status: bool | Callable[[ClientResponse], Awaitable[None]]
+    read_timeout: Any
+    conn_timeout: float | None
+    timeout: aiohttp.ClientTimeout
+    auto_decompress: bool
+    trust_env: bool
+    requote_redirect_url: bool
+    trace_configs: list[TraceConfig] | None
+    read_bufsize: int
+    max_line_size: int
+    max_field_size: int
+    max_headers: int
+    fallback_charset_resolver: Callable[[ClientResponse, bytes], str]
+    middlewares: Sequence[ClientMiddlewareType]
+    ssl_shutdown_timeout: float | None
+
+
 def ThrottledSession(
-    *args: Any, throttle: Throttle, request_options: bool = True, **kwargs: Any
+    base_url: str | URL | None = None,
+    *,
+    throttle: Throttle,
+    request_options: bool = True,
+    **kwargs: Unpack[_SessionOptions],
 ) -> ClientSession:
     """An ``aiohttp.ClientSession`` whose every request is paced by ``throttle``.
 
@@ -508,25 +550,26 @@ def ThrottledSession(
     less CPU (aiohttp's trace machinery; ``docs/benchmarks.md``).
     """
     middleware = throttle_middleware(throttle)
-    user_middlewares = tuple(kwargs.pop("middlewares", None) or ())
+    options: dict[str, Any] = dict(kwargs)
+    user_middlewares = tuple(options.pop("middlewares", None) or ())
     if any(isinstance(m, _ThrottleMiddleware) for m in user_middlewares):
         raise ValueError(
             "middlewares already contains a throttle middleware; ThrottledSession adds "
             f"its own, so requests would be throttled twice: {user_middlewares!r}"
         )
-    trace_configs = list(kwargs.pop("trace_configs", None) or ())
+    trace_configs = list(options.pop("trace_configs", None) or ())
     if request_options and not any(isinstance(c, _AutoThrottleTraceConfig) for c in trace_configs):
         trace_configs.append(_trace_config(connection_events=False))
-    connector = kwargs.pop("connector", None)
+    connector = options.pop("connector", None)
     if connector is None:
         connector = aiohttp.TCPConnector()
     elif not isinstance(connector, BaseConnector):
         raise TypeError(f"connector must be an aiohttp.BaseConnector, got {connector!r}")
     _hook_connector(connector)
     return ClientSession(
-        *args,
+        base_url,
         connector=connector,
         middlewares=(*user_middlewares, middleware),
         trace_configs=trace_configs,
-        **kwargs,
+        **options,
     )
