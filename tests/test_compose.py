@@ -18,7 +18,6 @@ import aiohttp
 import httpx
 import pytest
 import respx
-from tests.loopback import loopback_hosts
 
 from autothrottle import FixedDelayPolicy, Throttle, ThrottleInfo
 from autothrottle.aiohttp import (
@@ -29,6 +28,7 @@ from autothrottle.aiohttp import (
     throttle_trace_config,
 )
 from autothrottle.httpx import SyncThrottledClient, ThrottledClient, ThrottledTransport
+from loopback import loopback_hosts
 
 
 @pytest.mark.parametrize("using", ["httpcore", "httpx"])

@@ -19,14 +19,14 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
-from tests.helpers import wait_until
-from tests.loopback import LoopbackHost, loopback_hosts
 
 from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
 from autothrottle._request import host_key
 from autothrottle._rules import BACKOFF_FLOOR
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import SyncThrottledClient, ThrottledClient
+from helpers import wait_until
+from loopback import LoopbackHost, loopback_hosts
 
 CLIENTS = ["httpx", "aiohttp"]
 
