@@ -47,7 +47,7 @@ class FetchJob:
 
     urls: str
     out: str | None = None
-    client: Client = "httpx"
+    client: Client = "aiohttp"
     retries: int = 2
     max_in_flight: int = 256
     buffer: int = 10_000
@@ -105,7 +105,12 @@ def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="OUT.jsonl",
         help="append one JSON line per URL here, skipping URLs it holds (default: stdout)",
     )
-    parser.add_argument("--client", choices=("httpx", "aiohttp"), default="httpx")
+    parser.add_argument(
+        "--client",
+        choices=("aiohttp", "httpx"),
+        default="aiohttp",
+        help="the HTTP client (default: aiohttp, the faster with many hosts)",
+    )
     for name, (kind, default, metavar, about) in _JOB_FLAGS.items():
         parser.add_argument(
             "--" + name.replace("_", "-"),
