@@ -87,6 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--seed", type=int, default=None, help="seed the sites' randomness, for repeatable runs"
     )
+    _add_fetch_and_plot(commands)
+    commands.add_parser(
+        "sim",
+        add_help=False,
+        help="serve simulated sites on loopback to test any crawler "
+        "(`autothrottle sim --help` for its options)",
+    )
+    return parser
+
+
+def _add_fetch_and_plot(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fetch = commands.add_parser(
         "fetch",
         help="fetch a list of URLs politely, each host at its own pace, all at once",
@@ -114,13 +125,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="draw the N slots with the most responses (default: 8)",
     )
     plot.add_argument("--title", default=None, help="a title for the chart")
-    commands.add_parser(
-        "sim",
-        add_help=False,
-        help="serve simulated sites on loopback to test any crawler "
-        "(`autothrottle sim --help` for its options)",
-    )
-    return parser
 
 
 def _missing(modules: Sequence[str]) -> list[str]:
