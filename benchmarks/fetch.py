@@ -120,7 +120,7 @@ def throughput(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
 
 def memory(args: argparse.Namespace, folder: Path, n: int) -> dict[str, Any]:
     """Peak RSS of a resumed fetch whose input holds ``n`` URLs, ``args.fresh`` of them new."""
-    sim = SimProcess(["--host", "127.0.0.2=capacity:workers=64,service_time=0"])
+    sim = SimProcess(["--host", "127.0.0.2=capacity:workers=64,service_time=0.0001"])
     try:
         base = sim.hosts["127.0.0.2"]
         urls, out = folder / f"urls-{n}.txt", folder / f"out-{n}.jsonl"
