@@ -293,3 +293,31 @@ def test_stdin_to_stdout_with_bodies_named_by_their_hash(tmp_path: Path) -> None
         assert hashlib.sha256(path.read_bytes()).hexdigest() == r["sha256"]
         assert path.stat().st_size == r["bytes"] and path.parent.parent == bodies
     assert not any(name.startswith(".part") for name in os.listdir(bodies))
+
+
+def test_the_live_view_and_summary_show_the_busiest_hosts() -> None:
+    from rich.console import Console
+
+    from autothrottle._fetch_progress import Tally, live_view, plain_line, summary
+
+    now = [0.0]
+    tally = Tally(total=100, clock=lambda: now[0], started=0.0)
+    throttle = Throttle(start_delay=0.25)
+    for i in range(12):
+        key = f"h{i}.example"
+        tally.host(key).active = i % 3
+        for _ in range(i):
+            now[0] += 0.1
+            tally.finished(key, 200, 10, 1)
+    tally.attempt("h11.example", 429)
+    tally.finished("h11.example", 429, 0, 3)
+    tally.finished(None, None, 0, 0)
+    console = Console(width=120, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(live_view(tally, throttle, in_flight=7, rows=5))
+    console.print(summary(tally, throttle, interrupted=True, rows=3))
+    text = console.export_text()
+    assert "h11.example" in text and "250 ms" in text and "and 7 more hosts" in text
+    assert "interrupted" in text and "statuses 200: 66, 429: 1" in text
+    line = plain_line(tally, throttle, in_flight=7)
+    assert line.count("\n") == 0 and "68 of 100" in line and "1 429s" in line
+    assert "busiest: h11.example" in line
