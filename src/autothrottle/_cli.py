@@ -1,4 +1,4 @@
-"""The ``autothrottle`` command line: ``demo``, ``sim`` and ``--version``.
+"""The ``autothrottle`` command line: ``demo``, ``fetch``, ``plot``, ``sim`` and ``--version``.
 
 The heavy imports (rich, matplotlib, the clients, the simulator) happen only
 once a subcommand has been chosen, so ``--help`` and ``--version`` stay fast
@@ -13,7 +13,9 @@ import math
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
+from ._fetch_options import add_fetch_arguments
 from ._version import __version__
 
 __all__ = ["build_parser", "main"]
@@ -27,6 +29,8 @@ DEFAULT_OUT = "autothrottle-demo.png"
 #: What each subcommand imports, and the extra that installs it.
 _NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "demo": (("rich", "matplotlib", "httpx", "aiohttp"), "cli"),
+    "fetch": (("rich", "httpx", "aiohttp"), "cli"),
+    "plot": (("matplotlib",), "cli"),
     "sim": (("aiohttp",), "sim"),
 }
 
@@ -83,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--seed", type=int, default=None, help="seed the sites' randomness, for repeatable runs"
     )
+    _add_fetch_and_plot(commands)
     commands.add_parser(
         "sim",
         add_help=False,
@@ -90,6 +95,36 @@ def build_parser() -> argparse.ArgumentParser:
         "(`autothrottle sim --help` for its options)",
     )
     return parser
+
+
+def _add_fetch_and_plot(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fetch = commands.add_parser(
+        "fetch",
+        help="fetch a list of URLs politely, each host at its own pace, all at once",
+        description=(
+            "Fetch every URL of URLS_FILE through one Throttle: each host as fast as it "
+            "allows, all hosts at once. Writes one JSON line per URL (url, final_url, status, "
+            "bytes, seconds, slot, attempts, error); a rerun with the same --out skips the "
+            "URLs done. Ctrl-C stops taking URLs and keeps every finished line."
+        ),
+        epilog="Example: autothrottle fetch urls.txt -o out.jsonl --start-delay 0.5 --chart c.png",
+    )
+    add_fetch_arguments(fetch)
+    plot = commands.add_parser(
+        "plot",
+        help="draw a timeline file (fetch --timeline, Timeline(jsonl=...)) as the demo's chart",
+        description="Draw the chart the demo draws, from a timeline JSON-lines file.",
+    )
+    plot.add_argument("timeline", metavar="TIMELINE.jsonl", help="the timeline file")
+    plot.add_argument("-o", "--out", required=True, metavar="PNG", help="where to save the chart")
+    plot.add_argument(
+        "--top",
+        type=int,
+        default=8,
+        metavar="N",
+        help="draw the N slots with the most responses (default: 8)",
+    )
+    plot.add_argument("--title", default=None, help="a title for the chart")
 
 
 def _missing(modules: Sequence[str]) -> list[str]:
@@ -140,15 +175,62 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 1
-    folder = os.path.dirname(os.path.abspath(ns.out))
+    run = {"demo": _demo, "fetch": _fetch, "plot": _plot}[ns.command]
+    try:
+        return run(ns, parser)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _writable(parser: argparse.ArgumentParser, command: str, flag: str, path: str | None) -> None:
+    """Exit with status 2 if ``path``'s folder does not exist."""
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
-        parser.exit(2, f"{PROG} demo: error: --out {ns.out!r}: no such directory {folder!r}\n")
+        parser.exit(2, f"{PROG} {command}: error: {flag} {path!r}: no such directory {folder!r}\n")
+
+
+def _demo(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    _writable(parser, "demo", "--out", ns.out)
     from ._demo import run
 
     try:
         return run(duration=ns.duration, out=ns.out, live=not ns.no_live, seed=ns.seed)
     except ValueError as exc:
         parser.exit(2, f"{PROG} demo: error: {exc}\n")
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+
+
+def _fetch(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from ._fetch_options import job_from_args, throttle_kwargs
+    from ._throttle import Throttle
+
+    def fail(message: str) -> NoReturn:
+        parser.exit(2, f"{PROG} fetch: error: {message}\n")
+
+    if ns.urls != "-" and not os.path.isfile(ns.urls):
+        fail(f"URLS_FILE {ns.urls!r}: no such file")
+    for flag in ("out", "chart", "timeline"):
+        _writable(parser, "fetch", f"--{flag}", getattr(ns, flag))
+    try:
+        throttle = Throttle(**throttle_kwargs(ns))
+    except (TypeError, ValueError) as exc:
+        fail(f"throttle setting: {exc} (flags are named as the settings, e.g. --start-delay)")
+    from ._fetch import run
+
+    return run(job_from_args(ns), throttle)
+
+
+def _plot(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from ._timeline import Timeline, busiest_keys
+
+    _writable(parser, "plot", "--out", ns.out)
+    try:
+        timeline = Timeline.read_jsonl(ns.timeline)
+        keys = busiest_keys(timeline, ns.top)
+        timeline.plot(ns.out, title=ns.title, keys=keys)
+    except (OSError, ValueError) as exc:
+        parser.exit(2, f"{PROG} plot: error: {exc}\n")
+    print(f"chart saved to {ns.out}")
+    return 0

@@ -6,16 +6,21 @@ queued, and what happened since the previous sample (responses by status,
 cache hits, backoffs, pauses, failures). That is what you need to see a slot
 *find its pace*: the delay settling, the 429s thinning out. :meth:`Timeline.plot`
 draws it as a PNG with matplotlib (an optional dependency, imported only there).
+With ``jsonl=PATH`` it also streams every sample and mark to a JSON-lines file
+as it takes them (bounded by ``jsonl_max_bytes``); :meth:`Timeline.read_jsonl`
+loads such a file back, for a chart drawn later (``autothrottle plot``).
 
-    async with Timeline(throttle, interval=0.1) as timeline:
+    async with Timeline(throttle, interval=0.1, jsonl="crawl.jsonl") as timeline:
         await crawl()
     timeline.plot("crawl.png")
+    Timeline.read_jsonl("crawl.jsonl").plot("same-chart.png")
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import os
 import time
@@ -24,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import IO, TYPE_CHECKING, Any, Protocol, cast
 
 from ._validate import check_int, check_positive
 
@@ -34,7 +39,11 @@ if TYPE_CHECKING:
 
     from ._slot import SlotSnapshot
 
-__all__ = ["Mark", "SlotSample", "Timeline"]
+__all__ = ["Mark", "SlotSample", "Timeline", "busiest_keys"]
+
+#: The first line of a timeline file names the format and its version.
+_FORMAT = "autothrottle-timeline"
+_VERSION = 1
 
 
 class _Snapshots(Protocol):
@@ -112,9 +121,15 @@ class Timeline:
         max_samples: Samples kept per slot; older ones are dropped, so a
             timeline left running forever holds bounded memory.
         clock: Monotonic clock in seconds; inject one to test.
+        jsonl: Also write every sample and mark, as taken, to this file (one
+            JSON object a line, the file replaced; see ``docs/observability.md``).
+            Closed by :meth:`close` or on leaving ``async with``.
+        jsonl_max_bytes: Stop writing the file past this size, with a last
+            ``{"truncated": true}`` line, so a run left going fills no disk.
 
     Raises:
         TypeError, ValueError: a bad argument, named in the message.
+        OSError: ``jsonl`` cannot be written.
     """
 
     def __init__(
@@ -124,6 +139,8 @@ class Timeline:
         *,
         max_samples: int = 36_000,
         clock: Callable[[], float] = time.monotonic,
+        jsonl: str | os.PathLike[str] | None = None,
+        jsonl_max_bytes: int = 512 * 1024 * 1024,
     ) -> None:
         if not callable(getattr(throttle, "snapshot", None)):
             raise TypeError(f"throttle must have a snapshot() method, got {throttle!r}")
@@ -138,6 +155,11 @@ class Timeline:
         self._last: dict[str, SlotSnapshot] = {}
         self._marks: deque[Mark] = deque(maxlen=self.max_samples)
         self._task: asyncio.Task[None] | None = None
+        self._out: _JsonlOut | None = None
+        if jsonl is not None:
+            limit = check_int("jsonl_max_bytes", jsonl_max_bytes, minimum=1024)
+            self._out = _JsonlOut(Path(jsonl), limit)
+            self._out.write([_header(self)])
 
     def __repr__(self) -> str:
         running = "running" if self.running else "stopped"
@@ -152,13 +174,21 @@ class Timeline:
     def sample(self) -> None:
         """Take one sample of every slot now."""
         t = self.now()
+        taken = []
         for key, snap in self._throttle.snapshot().items():
             before = self._last.get(key)
             self._last[key] = snap
-            series = self._series.get(key)
-            if series is None:
-                series = self._series[key] = deque(maxlen=self.max_samples)
-            series.append(_delta(t, snap, before))
+            sample = _delta(t, snap, before)
+            self._add(key, sample)
+            taken.append((key, sample))
+        if self._out is not None and taken:
+            self._out.write([_sample_line(key, sample) for key, sample in taken])
+
+    def _add(self, key: str, sample: SlotSample) -> None:
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = deque(maxlen=self.max_samples)
+        series.append(sample)
 
     def mark(self, key: str, kind: str) -> None:
         """Record an event of slot ``key`` that the throttle cannot see, at this moment."""
@@ -166,7 +196,10 @@ class Timeline:
             raise TypeError(f"key must be a non-empty str, got {key!r}")
         if not isinstance(kind, str) or not kind:
             raise TypeError(f"kind must be a non-empty str, got {kind!r}")
-        self._marks.append(Mark(self.now(), key, kind))
+        mark = Mark(self.now(), key, kind)
+        self._marks.append(mark)
+        if self._out is not None:
+            self._out.write([_mark_line(mark)])
 
     def clear(self) -> None:
         """Forget every sample and mark; times restart from zero."""
@@ -174,6 +207,8 @@ class Timeline:
         self._last.clear()
         self._marks.clear()
         self._t0 = self._clock()
+        if self._out is not None:
+            self._out.write([{"clear": True}])
 
     async def start(self) -> None:
         """Start sampling every ``interval`` seconds in a task of the running loop."""
@@ -212,6 +247,45 @@ class Timeline:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+        self.close()
+
+    def close(self) -> None:
+        """Close the ``jsonl`` file, if any; later samples are kept in memory only."""
+        out, self._out = self._out, None
+        if out is not None:
+            out.close()
+
+    # -- files ---------------------------------------------------------------------
+
+    def write_jsonl(self, path: str | os.PathLike[str]) -> Path:
+        """Write every sample and mark held now to ``path`` (replaced); returns the path.
+
+        The same format as ``jsonl=``: :meth:`read_jsonl` reads either.
+        """
+        lines: list[dict[str, Any]] = [_header(self)]
+        for key, series in self._series.items():
+            lines.extend(_sample_line(key, sample) for sample in series)
+        lines.extend(_mark_line(mark) for mark in self._marks)
+        target = Path(path)
+        with target.open("w", encoding="utf-8") as fh:
+            fh.writelines(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+        return target
+
+    @classmethod
+    def read_jsonl(
+        cls, path: str | os.PathLike[str], *, max_samples: int | None = None
+    ) -> Timeline:
+        """A stopped timeline holding what a timeline file recorded, ready to :meth:`plot`.
+
+        Memory stays bounded whatever the file's size: each slot keeps its last
+        ``max_samples`` samples (default: the recording timeline's). A last
+        line cut short (the recorder was killed mid-write) is ignored.
+
+        Raises:
+            ValueError: the file is not a timeline file, or a line in it is
+                broken; the message names the file and the line.
+        """
+        return _read(cls, Path(path), max_samples)
 
     # -- reading -------------------------------------------------------------------
 
@@ -328,6 +402,128 @@ def _delta(t: float, snap: SlotSnapshot, before: SlotSnapshot | None) -> SlotSam
         failures=failures,
         backoff_reason=snap.last_backoff_reason if backoffs else None,
     )
+
+
+# -- the file ------------------------------------------------------------------------
+
+_COUNTS = ("responses", "cache_hits", "backoffs", "pauses", "failures")
+
+
+class _JsonlOut:
+    """The ``jsonl=`` stream: whole lines, flushed per sample, stopping at a byte cap."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self._fh: IO[str] | None = path.open("w", encoding="utf-8")
+        self._limit = limit
+        self._size = 0
+
+    def write(self, lines: list[dict[str, Any]]) -> None:
+        fh = self._fh
+        if fh is None:
+            return
+        text = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+        if self._size + len(text) > self._limit:
+            fh.write('{"truncated":true}\n')
+            self.close()
+            return
+        fh.write(text)
+        fh.flush()
+        self._size += len(text)
+
+    def close(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            fh.close()
+
+
+class _NoSnapshots:
+    """The throttle of a timeline read from a file: there is nothing left to sample."""
+
+    def snapshot(self) -> Mapping[str, SlotSnapshot]:
+        return {}
+
+
+def _header(timeline: Timeline) -> dict[str, Any]:
+    return {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "interval": timeline.interval,
+        "max_samples": timeline.max_samples,
+    }
+
+
+def _sample_line(key: str, s: SlotSample) -> dict[str, Any]:
+    """A sample as a JSON object: zero counters and empty fields left out."""
+    line: dict[str, Any] = {"t": round(s.time, 4), "key": key, "delay": s.delay}
+    if s.latency is not None:
+        line["latency"] = s.latency
+    line["in_flight"] = s.in_flight
+    line["queued"] = s.queued
+    for name in _COUNTS:
+        value = getattr(s, name)
+        if value:
+            line[name] = value
+    if s.statuses:
+        line["statuses"] = {str(code): n for code, n in s.statuses.items()}
+    if s.backoff_reason is not None:
+        line["backoff_reason"] = s.backoff_reason
+    return line
+
+
+def _mark_line(mark: Mark) -> dict[str, Any]:
+    return {"t": round(mark.time, 4), "key": mark.key, "mark": mark.kind}
+
+
+def _sample_from(line: dict[str, Any]) -> SlotSample:
+    latency = line.get("latency")
+    return SlotSample(
+        time=float(line["t"]),
+        delay=float(line["delay"]),
+        latency=None if latency is None else float(latency),
+        in_flight=int(line["in_flight"]),
+        queued=int(line["queued"]),
+        statuses={int(code): int(n) for code, n in line.get("statuses", {}).items()},
+        backoff_reason=line.get("backoff_reason"),
+        **{name: int(line.get(name, 0)) for name in _COUNTS},
+    )
+
+
+def _read(cls: type[Timeline], path: Path, max_samples: int | None) -> Timeline:
+    with path.open("r", encoding="utf-8") as fh:
+        first = fh.readline()
+        try:
+            head = json.loads(first)
+        except ValueError:
+            head = None
+        if not isinstance(head, dict) or head.get("format") != _FORMAT:
+            raise ValueError(f"{str(path)!r} is not an autothrottle timeline file (line 1)")
+        keep = head.get("max_samples", 36_000) if max_samples is None else max_samples
+        timeline = cls(_NoSnapshots(), float(head.get("interval", 0.1)), max_samples=keep)
+        for number, raw in enumerate(fh, start=2):
+            if not raw.endswith("\n"):
+                break  # cut short by a recorder killed mid-write
+            try:
+                _apply(timeline, json.loads(raw))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise ValueError(f"{str(path)!r} line {number}: {exc!r}") from None
+    return timeline
+
+
+def _apply(timeline: Timeline, line: dict[str, Any]) -> None:
+    if "mark" in line:
+        timeline._marks.append(Mark(float(line["t"]), str(line["key"]), str(line["mark"])))
+    elif line.get("clear"):
+        timeline._series.clear()
+        timeline._marks.clear()
+    elif "key" in line:
+        timeline._add(str(line["key"]), _sample_from(line))
+
+
+def busiest_keys(timeline: Timeline, n: int) -> list[str]:
+    """The ``n`` slots with the most responses recorded, busiest first (for a chart)."""
+    n = check_int("n", n, minimum=1)
+    totals = {key: sum(s.responses for s in timeline.samples(key)) for key in timeline.keys}
+    return sorted(totals, key=lambda key: -totals[key])[:n]
 
 
 # -- drawing -------------------------------------------------------------------------

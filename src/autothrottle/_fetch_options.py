@@ -1,0 +1,263 @@
+"""``autothrottle fetch``'s flags: what to fetch (:class:`FetchJob`), and the throttle's.
+
+The throttle has one flag per ``Throttle(...)`` setting, from a table.
+
+Each flag is the keyword's name with dashes (``start_delay`` is
+``--start-delay``); a flag not given leaves the keyword out, so the throttle's
+own default applies and is shown in ``--help`` (read from the signature, never
+copied). Booleans get ``--X`` and ``--no-X``. Keywords that take Python
+objects (a key function, a store, clocks) have no flag; the policy has
+``--policy``. ``tests/test_fetch.py`` checks that every keyword is one or the other.
+
+Light on imports: the parser is built before the ``cli`` extra is checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._policies import AdaptiveConcurrencyPolicy, AIMDPolicy, AutoThrottlePolicy, FixedRatePolicy
+from ._policy import DelayPolicy
+from ._throttle import Throttle
+from ._version import __version__
+
+__all__ = [
+    "NOT_FLAGS",
+    "SETTINGS",
+    "FetchJob",
+    "add_fetch_arguments",
+    "add_throttle_arguments",
+    "job_from_args",
+    "parse_policy",
+    "throttle_kwargs",
+]
+
+Client = Literal["httpx", "aiohttp"]
+Progress = Literal["auto", "live", "plain", "none"]
+
+
+@dataclass(frozen=True)
+class FetchJob:
+    """What ``autothrottle fetch`` was asked to do (its flags, but the throttle's)."""
+
+    urls: str
+    out: str | None = None
+    client: Client = "aiohttp"
+    retries: int = 2
+    max_in_flight: int = 256
+    buffer: int = 10_000
+    timeout: float = 30.0
+    grace: float = 5.0
+    bodies: str | None = None
+    chart: str | None = None
+    timeline: str | None = None
+    progress: Progress = "auto"
+    interval: float = 5.0
+    user_agent: str = f"autothrottle/{__version__} (fetch)"
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be an int in [{low}, {high}], got {text!r}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 86_400):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, 86400], got {text!r}")
+    return value
+
+
+#: The fetch's own flags: name -> (type, default, metavar, help).
+_JOB_FLAGS: dict[str, tuple[Callable[[str], Any], object, str, str]] = {
+    "retries": (_count(0, 20), 2, "N", "retries of a 429, a 503 or a failure, each paced"),
+    "max_in_flight": (_count(1, 100_000), 256, "N", "requests under way at once, all hosts"),
+    "buffer": (_count(1, 10_000_000), 10_000, "N", "URLs read ahead, queued per host"),
+    "timeout": (_seconds, 30.0, "SECONDS", "to connect, and between reads"),
+    "grace": (_seconds, 5.0, "SECONDS", "on Ctrl-C, time given to requests under way"),
+    "interval": (_seconds, 5.0, "SECONDS", "between progress lines in plain mode"),
+}
+
+
+def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
+    """The fetch's flags, then the throttle's (see :func:`add_throttle_arguments`)."""
+    parser.add_argument("urls", metavar="URLS_FILE", help="one URL a line; - for stdin")
+    parser.add_argument(
+        "-o",
+        "--out",
+        default=None,
+        metavar="OUT.jsonl",
+        help="append one JSON line per URL here, skipping URLs it holds (default: stdout)",
+    )
+    parser.add_argument(
+        "--client",
+        choices=("aiohttp", "httpx"),
+        default="aiohttp",
+        help="the HTTP client (default: aiohttp, the faster with many hosts)",
+    )
+    for name, (kind, default, metavar, about) in _JOB_FLAGS.items():
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            type=kind,
+            default=default,
+            metavar=metavar,
+            help=f"{about} (default: {default})",
+        )
+    paths = {
+        "bodies": ("DIR", "save bodies in DIR, named by their SHA-256"),
+        "chart": ("PNG", "at the end, draw the busiest hosts' pace as the demo does"),
+        "timeline": ("FILE.jsonl", "stream the throttle's timeline to this file"),
+    }
+    for name, (metavar, about) in paths.items():
+        parser.add_argument("--" + name, default=None, metavar=metavar, help=about)
+    parser.add_argument(
+        "--progress",
+        choices=("auto", "live", "plain", "none"),
+        default="auto",
+        help="live table on a terminal, else a plain line per --interval (default: auto)",
+    )
+    parser.add_argument("--user-agent", default=FetchJob.user_agent, metavar="TEXT")
+    add_throttle_arguments(parser)
+
+
+def job_from_args(ns: argparse.Namespace) -> FetchJob:
+    """The :class:`FetchJob` the parsed flags describe."""
+    names = ("urls", "out", "client", *_JOB_FLAGS, "bodies", "chart", "timeline", "progress")
+    return FetchJob(user_agent=ns.user_agent, **{name: getattr(ns, name) for name in names})
+
+
+def _statuses(text: str) -> tuple[int, ...]:
+    try:
+        codes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be HTTP statuses separated by commas (e.g. 429,503), got {text!r}"
+        ) from None
+    return codes
+
+
+#: Throttle keyword -> (argparse type, or "bool"; what it does).
+SETTINGS: dict[str, tuple[Callable[[str], Any] | str, str]] = {
+    "start_delay": (float, "seconds between sends to a host at first"),
+    "max_delay": (float, "the delay never rises above this many seconds"),
+    "target_concurrency": (float, "requests to keep in flight per host on average"),
+    "min_delay": (float, "the delay never falls below this many seconds"),
+    "max_concurrency": (int, "hard cap of requests in flight per host"),
+    "jitter": (float, "vary each gap by up to this fraction, in [0, 1)"),
+    "debug": ("bool", "log each delay change and its reason"),
+    "backoff_statuses": (_statuses, "statuses that back a host off, e.g. 429,503"),
+    "backoff_factor": (float, "how much a backoff multiplies the delay (>= 1)"),
+    "backoff_on_failure": ("bool", "connection errors and timeouts back off too"),
+    "retry_after": ("bool", "obey Retry-After: send nothing to the host until then"),
+    "rate_limit_headers": ("bool", "obey RateLimit / X-RateLimit-* headers"),
+    "max_pause": (float, "the longest pause a header may impose, in seconds"),
+    "cache_hits_lower_delay": ("bool", "let cache hits' latency lower the delay"),
+    "strict_scrapy": ("bool", "Scrapy's plain rules only (no status or header signals)"),
+    "recovery_margin": (float, "after a refusal, come back to this fraction of the rate"),
+    "recovery_time": (float, "seconds until a refused rate may be reached again"),
+    "hold_timeout": (float, "seconds after which an unfinished request stops counting"),
+    "max_wait": (float, "the longest a request waits for its turn; then it fails"),
+}
+
+#: Throttle keywords with no flag of their own, and why.
+NOT_FLAGS: dict[str, str] = {
+    "policy": "--policy",
+    "key": "a Python function",
+    "hosts": "Python objects per host",
+    "block_classifier": "a Python function",
+    "store": "a Python object",
+    "clock": "a Python function",
+    "wall_clock": "a Python function",
+    "rng": "a Python object",
+}
+
+
+def _default(name: str) -> object:
+    return inspect.signature(Throttle).parameters[name].default
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def add_throttle_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per entry of :data:`SETTINGS`, and ``--policy``."""
+    group = parser.add_argument_group(
+        "throttle settings", "named as in Throttle(...); default: the throttle's own"
+    )
+    group.add_argument(
+        "--policy",
+        type=_policy_arg,
+        default=None,
+        metavar="POLICY",
+        help="autothrottle (default), adaptive, aimd, or fixed-rate=N (N requests/s per host)",
+    )
+    for name, (kind, about) in SETTINGS.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"{about} (default: {_shown(_default(name))})"
+        if kind == "bool":
+            group.add_argument(
+                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        else:
+            assert callable(kind)
+            metavar = "N" if kind is int else "CODES" if kind is _statuses else "X"
+            group.add_argument(
+                flag, dest=name, type=kind, default=None, metavar=metavar, help=help_text
+            )
+
+
+def parse_policy(text: str) -> DelayPolicy:
+    """A policy from its flag form; ValueError naming the value if it is none of them."""
+    name, _, value = text.strip().partition("=")
+    name = name.lower()
+    if name == "autothrottle" and not value:
+        return AutoThrottlePolicy()
+    if name == "adaptive" and not value:
+        return AdaptiveConcurrencyPolicy()
+    if name == "aimd" and not value:
+        return AIMDPolicy()
+    if name == "fixed-rate" and value:
+        try:
+            rate = float(value)
+        except ValueError:
+            raise ValueError(f"--policy: fixed-rate needs a number, got {value!r}") from None
+        return FixedRatePolicy(rate)
+    raise ValueError(
+        f"--policy: expected autothrottle, adaptive, aimd or fixed-rate=N, got {text!r}"
+    )
+
+
+def _policy_arg(text: str) -> DelayPolicy:
+    try:
+        return parse_policy(text)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--policy: ")) from None
+
+
+def throttle_kwargs(ns: argparse.Namespace) -> dict[str, Any]:
+    """The ``Throttle(...)`` keywords the parsed flags give (only those given)."""
+    given = {name: getattr(ns, name) for name in SETTINGS if getattr(ns, name) is not None}
+    if ns.policy is not None:
+        given["policy"] = ns.policy
+    return given

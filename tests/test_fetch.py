@@ -1,0 +1,323 @@
+"""``autothrottle fetch`` against simulated hosts on loopback, and its pure parts.
+
+The simulator runs in its own process (``python -m autothrottle.sim``), so the
+fetch can own its event loop and its signal handlers, as it does for a user.
+The assertions are on what the output file and the sites' ground truth hold,
+never on speed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autothrottle import FixedRatePolicy, Throttle
+from autothrottle._cli import build_parser, main
+from autothrottle._fetch import _Scheduler
+from autothrottle._fetch_io import LineWriter, UrlSet, resume
+from autothrottle._fetch_options import NOT_FLAGS, SETTINGS, throttle_kwargs
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@contextlib.contextmanager
+def sim(*args: str) -> Iterator[dict[str, str]]:
+    """``python -m autothrottle.sim`` in a child process; address -> base URL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autothrottle.sim", "--quiet", "--ready-json", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        hosts: dict[str, str] = {}
+        for _, line in zip(range(1000), proc.stdout, strict=False):
+            if line.startswith('{"ready"'):
+                hosts = {a: h["url"] for a, h in json.loads(line)["hosts"].items()}
+                break
+        assert hosts, proc.stderr.read() if proc.stderr else "the simulator did not start"
+        yield hosts
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
+
+
+def truth(base_url: str) -> dict[str, Any]:
+    """One host's ground truth, without any proxy the environment names."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"{base_url}/_sim/stats", timeout=20) as response:
+        doc: dict[str, Any] = json.load(response)
+    return doc
+
+
+def lines_of(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text()
+    assert not text or text.endswith("\n"), "a partial line was left in the output"
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def fetch_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "autothrottle", "fetch", *args]
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+
+def test_every_throttle_setting_has_a_flag_or_a_reason() -> None:
+    keywords = set(inspect.signature(Throttle).parameters)
+    assert keywords == set(SETTINGS) | set(NOT_FLAGS)
+
+
+def test_flags_reach_the_throttle_by_their_setting_names() -> None:
+    ns = build_parser().parse_args(
+        [
+            "fetch",
+            "urls.txt",
+            "--start-delay",
+            "0.25",
+            "--max-concurrency",
+            "3",
+            "--no-retry-after",
+            "--backoff-statuses",
+            "429,503,502",
+            "--policy",
+            "fixed-rate=4",
+        ]
+    )
+    given = throttle_kwargs(ns)
+    assert set(given) == {
+        "start_delay",
+        "max_concurrency",
+        "retry_after",
+        "backoff_statuses",
+        "policy",
+    }
+    throttle = Throttle(**given)
+    assert throttle.config.max_concurrency == 3 and not throttle.retry_after
+    assert set(throttle.backoff_statuses) == {429, 503, 502}
+    assert isinstance(throttle.config.policy, FixedRatePolicy)
+    assert throttle.config.policy.per_second == 4.0
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--start-delay", "-1"], "start_delay"),
+        (["--jitter", "1.5"], "jitter"),
+        (["--policy", "fastest"], "--policy"),
+        (["--retries", "-1"], "--retries"),
+        (["--backoff-statuses", "4x9"], "--backoff-statuses"),
+    ],
+)
+def test_a_bad_flag_exits_naming_it(
+    tmp_path: Path, flags: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://127.0.0.2/\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fetch", str(urls), *flags])
+    assert exit_info.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_a_missing_urls_file_exits_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fetch", str(tmp_path / "absent.txt")])
+    assert exit_info.value.code == 2
+    assert "absent.txt" in capsys.readouterr().err
+
+
+def test_url_set_remembers_urls_compactly() -> None:
+    seen = UrlSet()
+    urls = [f"http://h{i % 97}.example/{i}" for i in range(20_000)]
+    assert all(seen.add(u) for u in urls)
+    assert not any(seen.add(u) for u in urls[::7])
+    assert len(seen) == 20_000
+    assert urls[123] in seen and "http://other/" not in seen
+    assert seen.nbytes <= 20_000 * 8 * 4  # a set of str would take ~100 bytes each
+
+
+def test_resume_drops_a_cut_line_and_knows_what_is_done(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    writer = LineWriter(str(out))
+    writer.write({"url": "http://a/1", "status": 200})
+    writer.write({"url": "http://a/2", "status": 429})
+    writer.close()
+    with out.open("ab") as fh:
+        fh.write(b'{"url": "http://a/3", "sta')  # killed in the middle of a write
+    done, lines = resume(str(out))
+    assert lines == 2 and len(done) == 2
+    assert "http://a/1" in done and "http://a/3" not in done
+    assert out.read_bytes().endswith(b'"status":429}\n')
+    writer = LineWriter(str(out))
+    writer.write({"url": "http://a/3", "status": 200})
+    writer.close()
+    assert [r["url"] for r in lines_of(out)] == ["http://a/1", "http://a/2", "http://a/3"]
+
+
+def test_scheduler_takes_hosts_in_turn_within_both_caps() -> None:
+    sched = _Scheduler(lambda key: 2, max_in_flight=5)
+    for i in range(6):
+        sched.put("a", f"a{i}")
+    sched.put("b", "b0")
+    sched.put("c", "c0")
+    taken = [sched.take() for _ in range(6)]
+    assert taken[:5] == [("a", "a0"), ("b", "b0"), ("c", "c0"), ("a", "a1"), None]
+    assert taken[5] is None  # a has 2 under way: its cap; and 4 in all
+    assert sched.in_flight == 4
+    sched.finish("b")
+    assert sched.take() is None  # b has nothing queued; a is at its cap
+    sched.finish("a")
+    assert sched.take() == ("a", "a2")
+    assert (sched.buffered, sched.in_flight) == (3, 3)
+    assert not sched.idle
+
+
+# ----------------------------------------------------------------------------- real runs
+
+
+def test_ten_thousand_urls_on_fifty_hosts_one_line_each_through_a_sigint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with sim("--many", "50=capacity:workers=8,service_time=0.002") as hosts:
+        bases = list(hosts.values())
+        urls = [f"{base}/page/{i}" for i in range(200) for base in bases]
+        source = tmp_path / "urls.txt"
+        # Repeats, blank lines and comments are not URLs to fetch twice.
+        source.write_text("# crawl\n\n" + "\n".join(urls + urls[:25]) + "\n")
+        out = tmp_path / "out.jsonl"
+        flags = ["-o", str(out), "--policy", "fixed-rate=30", "--start-delay", "0"]
+        flags += ["--progress", "plain", "--interval", "0.3"]
+        first = subprocess.Popen(
+            fetch_command(str(source), *flags),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and first.poll() is None:
+            if out.exists() and out.stat().st_size > 1500 * 150:
+                break
+            time.sleep(0.05)
+        first.send_signal(signal.SIGINT)
+        _, err = first.communicate(timeout=60)
+        assert first.returncode == 130, err
+        before = lines_of(out)
+        assert 1000 < len(before) < len(urls)
+
+        # Not a terminal: plain lines a log can hold, no escape codes, a summary.
+        progress = [line for line in err.splitlines() if line.startswith("[")]
+        assert progress and all("done" in line and "ETA" in line for line in progress)
+        assert "\x1b[" not in err
+        assert "interrupted" in err and "run the same command again" in err
+
+        assert main(["fetch", str(source), *flags]) == 0
+        assert "resuming" in capsys.readouterr().err
+    records = lines_of(out)
+    counts = Counter(r["url"] for r in records)
+    assert set(counts) == set(urls)
+    assert max(counts.values()) == 1
+    assert all(r["status"] == 200 and r["error"] is None for r in records)
+    assert all(r["slot"] == r["url"].split("/")[2].split(":")[0] for r in records)
+
+
+def test_a_host_that_refuses_is_retried_within_the_bound_and_paced(tmp_path: Path) -> None:
+    # 5 requests/s; the throttle starts far too fast and does not read the
+    # rate-limit headers, so only 429 + Retry-After (1 s) can slow it down.
+    with sim("--host", "127.0.0.2=rate:rate=5,burst=1,headers=false") as hosts:
+        base = hosts["127.0.0.2"]
+        urls = [f"{base}/page/{i}" for i in range(12)]
+        source = tmp_path / "urls.txt"
+        source.write_text("\n".join(urls) + "\n")
+        out = tmp_path / "out.jsonl"
+        flags = ["-o", str(out), "--retries", "3", "--start-delay", "0", "--progress", "none"]
+        assert main(["fetch", str(source), *flags, "--max-concurrency", "4"]) == 0
+        site = truth(base)
+    records = lines_of(out)
+    assert sorted(r["url"] for r in records) == sorted(urls)
+    assert all(1 <= r["attempts"] <= 4 for r in records)
+    assert all(r["status"] == 429 for r in records if r["attempts"] < 4 and r["status"] != 200)
+    # Every attempt reached the site once: no retry outside the bound.
+    assert site["requests"] == sum(r["attempts"] for r in records)
+    assert site["outcomes"]["limited"] >= 1 and any(r["attempts"] > 1 for r in records)
+    # Paced: never more than the rate and burst plus the first volley in a second ...
+    assert site["max_in_window"] <= 5 + 1 + 4
+    # ... and nothing sent during a Retry-After pause, once the 429 was back
+    # (requests already on their way when it came back may still arrive).
+    seen = site["series"]["requests"]
+    refused = [f for f, s in zip(seen["finish"], seen["status"], strict=True) if s == 429]
+    arrivals = site["series"]["arrivals"]
+    assert not [(f, a) for f in refused for a in arrivals if f + 0.25 < a < f + 0.9]
+
+
+def test_stdin_to_stdout_with_bodies_named_by_their_hash(tmp_path: Path) -> None:
+    with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
+        base = hosts["127.0.0.2"]
+        urls = [f"{base}/page/{i}" for i in range(5)] + [f"{base}/../../etc/passwd", "ftp://x/"]
+        bodies = tmp_path / "bodies"
+        result = subprocess.run(
+            fetch_command("-", "--bodies", str(bodies), "--client", "httpx", "--start-delay", "0"),
+            input="\n".join(urls) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(r["url"] for r in records) == sorted(urls)
+    bad = next(r for r in records if r["url"] == "ftp://x/")
+    assert bad["status"] is None and "scheme" in bad["error"] and bad["attempts"] == 0
+    stored = {p.name: p for p in bodies.rglob("*") if p.is_file()}
+    for r in records:
+        if r["status"] is None:
+            continue
+        path = stored[r["sha256"]]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == r["sha256"]
+        assert path.stat().st_size == r["bytes"] and path.parent.parent == bodies
+    assert not any(name.startswith(".part") for name in os.listdir(bodies))
+
+
+def test_the_live_view_and_summary_show_the_busiest_hosts() -> None:
+    from rich.console import Console
+
+    from autothrottle._fetch_progress import Tally, live_view, plain_line, summary
+
+    now = [0.0]
+    tally = Tally(total=100, clock=lambda: now[0], started=0.0)
+    throttle = Throttle(start_delay=0.25)
+    for i in range(12):
+        key = f"h{i}.example"
+        tally.host(key).active = i % 3
+        for _ in range(i):
+            now[0] += 0.1
+            tally.finished(key, 200, 10, 1)
+    tally.attempt("h11.example", 429)
+    tally.finished("h11.example", 429, 0, 3)
+    tally.finished(None, None, 0, 0)
+    console = Console(width=120, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(live_view(tally, throttle, in_flight=7, rows=5))
+    console.print(summary(tally, throttle, interrupted=True, rows=3))
+    text = console.export_text()
+    assert "h11.example" in text and "250 ms" in text and "and 7 more hosts" in text
+    assert "interrupted" in text and "statuses 200: 66, 429: 1" in text
+    line = plain_line(tally, throttle, in_flight=7)
+    assert line.count("\n") == 0 and "68 of 100" in line and "1 429s" in line
+    assert "busiest: h11.example" in line

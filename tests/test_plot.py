@@ -1,0 +1,181 @@
+"""Timelines on disk (``jsonl=``, ``write_jsonl``, ``read_jsonl``) and ``autothrottle plot``.
+
+Samples come from a fake throttle on a fake clock: the file must hold exactly
+what the timeline held, so a chart drawn from the file is the chart of the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autothrottle import SlotSnapshot
+from autothrottle._cli import main
+from autothrottle._timeline import Timeline, busiest_keys
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeThrottle:
+    def __init__(self) -> None:
+        self.slots: dict[str, SlotSnapshot] = {}
+
+    def set(self, key: str, **values: Any) -> None:
+        base = self.slots.get(key) or SlotSnapshot(
+            key=key,
+            delay=1.0,
+            in_flight=0,
+            queued=0,
+            last_latency=None,
+            sent=0,
+            responses=0,
+            failures=0,
+        )
+        self.slots[key] = dataclasses.replace(base, **values)
+
+    def snapshot(self) -> Mapping[str, SlotSnapshot]:
+        return dict(self.slots)
+
+
+def record(timeline: Timeline, clock: FakeClock, fake: FakeThrottle) -> None:
+    """Three samples of two slots, with statuses, backoffs and a mark."""
+    fake.set("a", delay=0.5, responses=3, status_counts={200: 3}, in_flight=2, queued=4)
+    timeline.sample()
+    clock.now += 0.5
+    fake.set(
+        "a",
+        delay=1.0,
+        last_latency=0.2,
+        responses=9,
+        status_counts={200: 5, 429: 4},
+        backoffs=1,
+        pauses=1,
+        last_backoff_reason="status 429",
+    )
+    fake.set("b", delay=0.1, responses=40, status_counts={200: 40}, cache_hits=30, failures=2)
+    timeline.sample()
+    timeline.mark("a", "blocked")
+    clock.now += 0.5
+    timeline.sample()
+
+
+def test_a_streamed_timeline_reads_back_exactly(tmp_path: Path) -> None:
+    clock, fake = FakeClock(), FakeThrottle()
+    path = tmp_path / "t.jsonl"
+    timeline = Timeline(fake, interval=0.5, clock=clock, jsonl=path)
+    record(timeline, clock, fake)
+    # Streamed as taken: the file holds every sample before the timeline is closed.
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[0])["format"] == "autothrottle-timeline"
+    assert len(lines) == 1 + 5 + 1  # header, 3 samples of a and 2 of b, one mark
+    timeline.close()
+
+    loaded = Timeline.read_jsonl(path)
+    assert loaded.interval == 0.5
+    assert loaded.keys == timeline.keys
+    for key in timeline.keys:
+        assert loaded.samples(key) == timeline.samples(key)
+    assert loaded.marks() == timeline.marks()
+    assert not loaded.running
+
+    # write_jsonl of the same timeline reads back the same too.
+    again = Timeline.read_jsonl(timeline.write_jsonl(tmp_path / "w.jsonl"))
+    assert [again.samples(k) for k in again.keys] == [timeline.samples(k) for k in timeline.keys]
+    assert again.marks() == timeline.marks()
+    assert busiest_keys(loaded, 1) == ["b"]
+    assert busiest_keys(loaded, 5) == ["b", "a"]
+
+
+def test_reading_keeps_memory_bounded_and_skips_a_cut_last_line(tmp_path: Path) -> None:
+    clock, fake = FakeClock(), FakeThrottle()
+    path = tmp_path / "t.jsonl"
+    timeline = Timeline(fake, clock=clock, jsonl=path)
+    for i in range(10):
+        fake.set("a", responses=i)
+        timeline.sample()
+        clock.now += 0.1
+    timeline.close()
+    with path.open("a") as fh:
+        fh.write('{"t": 9.9, "key": "a", "del')  # a recorder killed mid-write
+    loaded = Timeline.read_jsonl(path, max_samples=4)
+    assert [s.responses for s in loaded.samples("a")] == [1, 1, 1, 1]  # the last four
+    assert len(loaded.samples("a")) == 4
+
+
+def test_the_stream_stops_at_its_byte_cap(tmp_path: Path) -> None:
+    clock, fake = FakeClock(), FakeThrottle()
+    path = tmp_path / "t.jsonl"
+    timeline = Timeline(fake, clock=clock, jsonl=path, jsonl_max_bytes=2048)
+    for i in range(200):
+        fake.set("a", responses=i, status_counts={200: i})
+        timeline.sample()
+        clock.now += 0.1
+    size = path.stat().st_size
+    assert size <= 2048 + 100
+    assert path.read_text().splitlines()[-1] == '{"truncated":true}'
+    assert len(timeline.samples("a")) == 200  # memory still has them
+    assert Timeline.read_jsonl(path).samples("a")  # and the file reads
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [("", "not an autothrottle timeline"), ('{"format": "other"}\n', "not an autothrottle")],
+)
+def test_a_file_that_is_no_timeline_is_refused(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=needle):
+        Timeline.read_jsonl(path)
+
+
+def test_a_broken_line_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"format": "autothrottle-timeline", "version": 1}\n{"key": "a", "t": 1}\n')
+    with pytest.raises(ValueError, match="line 2"):
+        Timeline.read_jsonl(path)
+
+
+def test_bad_jsonl_arguments_fail_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="jsonl_max_bytes"):
+        Timeline(FakeThrottle(), jsonl=tmp_path / "t.jsonl", jsonl_max_bytes=10)
+    with pytest.raises(OSError):
+        Timeline(FakeThrottle(), jsonl=tmp_path / "missing" / "t.jsonl")
+
+
+def test_plot_draws_the_chart_from_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock, fake = FakeClock(), FakeThrottle()
+    path = tmp_path / "t.jsonl"
+    timeline = Timeline(fake, interval=0.5, clock=clock, jsonl=path)
+    record(timeline, clock, fake)
+    timeline.close()
+    out = tmp_path / "chart.png"
+    assert main(["plot", str(path), "-o", str(out), "--top", "1", "--title", "t"]) == 0
+    assert out.read_bytes().startswith(PNG_MAGIC)
+    assert str(out) in capsys.readouterr().out
+
+
+def test_plot_names_a_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("hello\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plot", str(bad), "-o", str(tmp_path / "c.png")])
+    assert exit_info.value.code == 2
+    assert "bad.jsonl" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plot", str(tmp_path / "absent.jsonl"), "-o", str(tmp_path / "c.png")])
+    assert exit_info.value.code == 2
