@@ -63,13 +63,14 @@ async def take(throttle: Throttle, key: str = "example.com") -> Lease:
 class Hold:
     """A request in flight as the gate sees it: the engine's lease without the rules."""
 
-    __slots__ = ("expires_at", "gate", "released", "sent_at", "wire_gap")
+    __slots__ = ("expires_at", "gate", "released", "sent_at", "wire_asked", "wire_gap")
 
     def __init__(self, slot: Slot, sent_at: float, expires_at: float) -> None:
         self.gate = slot.gate
         self.sent_at = sent_at
         self.expires_at = expires_at
         self.wire_gap = 0.0
+        self.wire_asked = -math.inf
         self.released = False
 
     def expire(self) -> None:

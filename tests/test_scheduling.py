@@ -1100,3 +1100,44 @@ async def test_driver_no_leak_after_thousands_of_cancellations() -> None:
         t1 = now()
         (await throttle.acquire("a.example")).release()
         assert now() - t1 <= 1.0 + TOL
+
+
+class TestWireTurn:
+    """Rule 10: the host sees the granted spacing, whenever connections come free."""
+
+    def test_two_grants_that_leave_together_are_spread_on_the_wire(self) -> None:
+        clock = FakeClock()
+        throttle = Throttle(start_delay=0.5, max_concurrency=4, clock=clock)
+        first = throttle.try_acquire("a")
+        clock.advance(0.5)
+        second = throttle.try_acquire("a")
+        assert first is not None and second is not None
+        assert second.wire_gap == pytest.approx(0.5)
+        clock.advance(2.0)  # both waited for a connection; it comes free now
+        assert first.wire_wait() == 0.0
+        assert second.wire_wait() == pytest.approx(0.5)
+        clock.advance(0.2)
+        assert second.wire_wait() == pytest.approx(0.3)  # asked early: wait the rest
+        clock.advance(0.3)
+        assert second.wire_wait() == 0.0
+
+    def test_a_pause_that_began_after_the_grant_holds_the_wire(self) -> None:
+        clock = FakeClock()
+        throttle = Throttle(start_delay=0.0, clock=clock)
+        lease = throttle.try_acquire("a")
+        assert lease is not None
+        throttle.backoff("a", pause=3.0)
+        assert lease.wire_wait() == pytest.approx(3.0)
+        clock.advance(3.0)
+        assert lease.wire_wait() == 0.0
+
+    def test_a_clock_that_does_not_move_never_holds_a_request_forever(self) -> None:
+        clock = FakeClock()
+        throttle = Throttle(start_delay=0.5, max_concurrency=4, clock=clock)
+        first = throttle.try_acquire("a")
+        clock.advance(0.5)
+        second = throttle.try_acquire("a")
+        assert first is not None and second is not None
+        assert first.wire_wait() == 0.0
+        assert second.wire_wait() > 0.0
+        assert second.wire_wait() == 0.0  # asked again at the same instant: it goes

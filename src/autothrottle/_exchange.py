@@ -86,22 +86,30 @@ class Exchange:
     async def on_wire(self) -> None:
         """The connection is ready: wait for the wire turn, then start the latency clock."""
         if not self.wired:
-            self.wired = True
+            started = perf_counter()
             wait = self.lease.wire_wait()
-            if wait > 0.0:
-                self.waited += wait
+            while wait > 0.0:  # woken on time, or asked again after someone else went
                 await anyio.sleep(wait)
-        self.ready = perf_counter()
+                wait = self.lease.wire_wait()
+            self.wired = True
+            self.ready = perf_counter()
+            self.waited += self.ready - started
+        else:
+            self.ready = perf_counter()
 
     def on_wire_blocking(self) -> None:
         """:meth:`on_wire` for a thread."""
         if not self.wired:
-            self.wired = True
+            started = perf_counter()
             wait = self.lease.wire_wait()
-            if wait > 0.0:
-                self.waited += wait
+            while wait > 0.0:
                 time.sleep(wait)
-        self.ready = perf_counter()
+                wait = self.lease.wire_wait()
+            self.wired = True
+            self.ready = perf_counter()
+            self.waited += self.ready - started
+        else:
+            self.ready = perf_counter()
 
     def failed(self, error: BaseException, host_failure: HostFailure) -> None:
         """Sending raised ``error``: record it if the host failed, and release."""

@@ -48,6 +48,9 @@ class Hold(Protocol):
     wire_gap: float
     """The spacing its grant kept after the grant before it; the wire keeps it too."""
 
+    wire_asked: float
+    """When it last asked for its wire turn and was told to wait."""
+
 
 H = TypeVar("H", bound=Hold)
 
@@ -199,22 +202,29 @@ class Gate:
                         queue.popleft()
 
     def wire_wait(self, hold: Hold) -> float:
-        """Reserve the moment a granted request goes on the wire; seconds to wait.
+        """Pass a granted request onto the wire now, or say how long to wait first.
 
         A grant may wait in the client's pool or on connection setup and then
         leave together with others; the wire keeps each grant's spacing
-        (``docs/scheduling.md``, rule 10): no sooner than the last reserved
-        wire send plus this hold's gap, and not during a pause. A reservation
-        whose request never goes stays taken, as if it had gone: slower,
-        never faster, than the promise.
+        (``docs/scheduling.md``, rule 10). Returns 0.0 when the request may go
+        now, and records that it went: no sooner than the last request that
+        went plus this hold's gap, and not during a pause. Otherwise returns
+        the seconds to wait before asking again. The check and the record are
+        one step under the lock, so two requests never pass closer than the
+        gap, however late either wakes up.
         """
         with self.lock:
             now = self._clock()
             last = self._wire_last
-            at = now if last is None else max(now, last + hold.wire_gap)
+            at = self.state.pause_until if last is None else last + hold.wire_gap
             at = max(at, self.state.pause_until)
-            self._wire_last = at
-            return at - now
+            if now < at and now > hold.wire_asked:
+                hold.wire_asked = now
+                return at - now
+            # Go now; also when the clock has not moved since this hold last
+            # asked (an injected clock that real sleeps do not advance).
+            self._wire_last = now
+            return 0.0
 
     # -- what the driver calls -----------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Protocol
@@ -58,6 +59,7 @@ class Lease:
         "expires_at",
         "sent_at",
         "slot",
+        "wire_asked",
         "wire_gap",
     )
 
@@ -70,6 +72,7 @@ class Lease:
         self.expires_at = expires_at
         self.adjust = adjust
         self.wire_gap = 0.0
+        self.wire_asked = -math.inf
         self._released = False
 
     @property
@@ -78,11 +81,12 @@ class Lease:
         return self._released
 
     def wire_wait(self) -> float:
-        """Take this request's turn on the wire; return the seconds to wait first.
+        """Take this request's turn on the wire: 0.0 when it may go now, else
+        the seconds to wait before asking again.
 
         Call it when the connection is ready, just before the request is
-        written, and sleep that long: the gap the slot granted is then also
-        the gap the host sees, however long the request waited for a
+        written, and until it returns 0.0: the gap the slot granted is then
+        also the gap the host sees, however long the request waited for a
         connection (``docs/scheduling.md``, rule 10). The adapters do this.
         """
         return self.slot.gate.wire_wait(self)
