@@ -149,3 +149,21 @@ def test_max_concurrency_still_caps_below_the_policy() -> None:
     throttle.observe(KEY, latency=0.01, status=200)
     assert throttle.slot(KEY).gate.cap() == 3
     assert not math.isinf(throttle.slot(KEY).delay)
+
+
+def test_the_ramp_up_lowers_the_delay_as_time_passes_not_only_on_responses() -> None:
+    # The first response asks for a 10 ms delay; the ramp holds 5 s and halves
+    # it each second. The second send goes at t = 5 * 2 ** -t, about 1.7 s in,
+    # not after the whole start delay.
+    clock = FakeClock()
+    throttle = Throttle(policy=AdaptiveConcurrencyPolicy(), start_delay=5.0, clock=clock)
+    lease = throttle.try_acquire("a")
+    assert lease is not None
+    lease.observe(latency=0.01, status=200)
+    lease.release()
+    slot = throttle.slot("a")
+    assert slot.delay == pytest.approx(5.0, rel=0.01)
+    clock.advance(1.5)
+    assert throttle.try_acquire("a") is None
+    clock.advance(0.3)
+    assert throttle.try_acquire("a") is not None

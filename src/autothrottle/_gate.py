@@ -166,6 +166,8 @@ class Gate:
         """When the spacing rules (delay, burst, budget, sustained pace) allow a send."""
         state = self.state
         delay = state.delay
+        if 0.0 < state.ramp_to < delay:
+            return self._ramped_at(now, last)
         gap = delay * self._factor
         if self.config.burst == 1:
             at = last + gap
@@ -181,6 +183,33 @@ class Gate:
             if len(sends) == count:  # the oldest of the last `count` must leave the window
                 at = max(at, sends[0] + seconds)
         return at
+
+    def _ramped_at(self, now: float, last: float) -> float:
+        """:meth:`_spaced_at` while the ramp-up lets the delay fall over time.
+
+        The delay halves every ``ramp_up`` seconds since it was set, down to
+        what the policy asked for (``docs/recovery.md``, ramp-up). The send
+        time ``t`` solves ``t = last + delay(t)``; delay(t) falls as t grows,
+        so bisection finds it.
+        """
+        state = self.state
+        ramp = self.config.policy.ramp_up or 1.0
+        factor = self._factor
+
+        def gap(t: float) -> float:
+            decayed: float = state.delay * 0.5 ** (max(0.0, t - state.adjusted_at) / ramp)
+            return max(decayed, state.ramp_to) * factor
+
+        low, high = now, last + gap(now)
+        if high <= now:
+            return high
+        for _ in range(24):
+            middle = (low + high) / 2.0
+            if last + gap(middle) <= middle:
+                high = middle
+            else:
+                low = middle
+        return high
 
     # -- what the rules call when the state changed --------------------------------
 

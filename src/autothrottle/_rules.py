@@ -181,9 +181,13 @@ class Rules:
             new = min(floor, config.max_delay)
             reason = "recovery floor"
         ramp = config.policy.ramp_up
+        state.ramp_to = 0.0
         if ramp is not None and new < old and state.refused_gap <= 0.0:
             slowest = old * 2.0 ** (-max(0.0, now - state.adjusted_at) / ramp)
             if new < slowest:
+                # The gate keeps lowering it toward `new` as time passes, so a
+                # slot whose next response is a long delay away is not stuck.
+                state.ramp_to = new
                 new, reason = slowest, "ramp-up"
         may_lower = status == 200 and (not cache_hit or self.signals.cache_hits_lower_delay)
         if not may_lower and new < old and not by_share:

@@ -67,6 +67,8 @@ class SlotState:
         miss_share: The averaged share of responses a cache did not answer (1 until
             a hit is seen): the share of the slot's sends that reach the origin.
         adjusted_at: When the delay was last adapted (the ramp-up measures from it).
+        ramp_to: The delay the policy asked for when the ramp-up held it back
+            (0: none); the gate lets the delay fall toward it as time passes.
         last_activity: The last send, release or response.
         sent: Requests sent since the slot was created; likewise the counters
             ``responses``, ``failures``, ``cache_hits``, ``backoffs``,
@@ -93,6 +95,7 @@ class SlotState:
     in_flight_cap: int = 0
     miss_share: float = 1.0
     adjusted_at: float = 0.0
+    ramp_to: float = 0.0
     last_activity: float = 0.0
     sent: int = 0
     responses: int = 0
