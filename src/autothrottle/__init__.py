@@ -29,6 +29,7 @@ from ._policy import DelayPolicy, Sample, SlotConfig
 from ._request import CONTROL_HEADER, RequestOptions
 from ._slot import Slot, SlotSnapshot
 from ._state import SlotState
+from ._stats import SlotStats, ThrottleStats
 from ._store import MemoryStore, SlotStore
 from ._throttle import Throttle
 from ._timeline import Mark, SlotSample, Timeline
@@ -55,9 +56,11 @@ __all__ = [
     "SlotSample",
     "SlotSnapshot",
     "SlotState",
+    "SlotStats",
     "SlotStore",
     "Throttle",
     "ThrottleInfo",
+    "ThrottleStats",
     "ThrottleTimeout",
     "Timeline",
 ]

@@ -135,6 +135,7 @@ class Rules:
         state = slot.state
         state.responses += 1
         state.status_counts[status] += 1
+        state.count_latency(latency)
         state.last_latency = latency
         state.last_activity = now
         signals = self.signals
@@ -283,6 +284,7 @@ class Rules:
         new = config.clamp(max(new, old, BACKOFF_FLOOR))
         self.recovery.refused(state, pace, now, self.signals.backoff_factor)
         state.backoff_reason = reason
+        state.backoff_reasons[reason] += 1
         state.backoffs += 1
         self._set_delay(slot, new)
         if self.debug:

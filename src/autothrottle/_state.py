@@ -21,7 +21,10 @@ from typing import Any
 
 from ._headers import RateLimit
 
-__all__ = ["SlotState"]
+__all__ = ["LATENCY_BUCKETS", "SlotState"]
+
+LATENCY_BUCKETS = 80
+"""Quarter-octave latency buckets from 1 ms; the last starts at 2**19.75 ms."""
 
 #: Fields that are times on the throttle's clock (written relative to ``now``).
 _TIMES = frozenset(
@@ -73,6 +76,9 @@ class SlotState:
         sent: Requests sent since the slot was created; likewise the counters
             ``responses``, ``failures``, ``cache_hits``, ``backoffs``,
             ``ignored_backoffs``, ``pauses`` and ``status_counts``.
+        backoff_reasons: Backoffs by reason (``"status 429"``, ``"blocked"`` ...).
+        latency_buckets: Responses by latency, in quarter-octave buckets from
+            1 ms (:mod:`autothrottle._stats` reads percentiles from them).
     """
 
     delay: float
@@ -105,6 +111,16 @@ class SlotState:
     ignored_backoffs: int = 0
     pauses: int = 0
     status_counts: Counter[int] = field(default_factory=Counter)
+    backoff_reasons: Counter[str] = field(default_factory=Counter)
+    latency_buckets: list[int] = field(default_factory=list)
+
+    def count_latency(self, latency: float) -> None:
+        """Count one response's latency into :attr:`latency_buckets`."""
+        index = 0 if latency <= 0.001 else int(4.0 * math.log2(latency / 0.001))
+        buckets = self.latency_buckets
+        if not buckets:
+            buckets.extend([0] * LATENCY_BUCKETS)
+        buckets[min(index, LATENCY_BUCKETS - 1)] += 1
 
     def to_dict(self, now: float) -> dict[str, Any]:
         """The record as JSON-ready data, each time written as seconds before ``now``."""
@@ -115,8 +131,10 @@ class SlotState:
                 value = now - value if math.isfinite(value) else None
             elif f.name == "status_counts":
                 value = {str(status): count for status, count in value.items()}
-            elif f.name == "policy_state":
+            elif f.name in ("policy_state", "backoff_reasons"):
                 value = dict(value)
+            elif f.name == "latency_buckets":
+                value = list(value)
             elif f.name == "rate_limit" and value is not None:
                 value = value.to_dict()
             data[f.name] = value
@@ -143,6 +161,10 @@ class SlotState:
                 values[name] = Counter({int(k): int(v) for k, v in dict(value).items()})
             elif name == "policy_state":
                 values[name] = {str(k): _number(name, v) for k, v in dict(value).items()}
+            elif name == "backoff_reasons":
+                values[name] = Counter({str(k): int(v) for k, v in dict(value).items()})
+            elif name == "latency_buckets":
+                values[name] = [int(count) for count in value]
             elif name == "rate_limit" and value is not None:
                 values[name] = RateLimit.from_dict(value)
             else:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from ._driver import wait_for_hold, wait_for_hold_blocking
 from ._errors import ThrottleTimeout
@@ -27,9 +28,10 @@ from ._rules import Rules
 from ._settings import BlockClassifier, Signals
 from ._slot import Slot, SlotSnapshot
 from ._state import SlotState
+from ._stats import Collector, ThrottleStats, collect
 from ._store import MemoryStore, SlotStore
 from ._table import SlotTable
-from ._validate import check_bool, check_number
+from ._validate import check_bool, check_int, check_number
 
 __all__ = ["Throttle"]
 
@@ -288,6 +290,40 @@ class Throttle:
     def snapshot(self) -> dict[str, SlotSnapshot]:
         """Every slot's state at once, keyed by slot key."""
         return {slot.key: slot.snapshot() for slot in self._table}
+
+    def stats(self, *, top: int | None = None) -> ThrottleStats:
+        """What the throttle has done, per slot and in total, as plain data.
+
+        Args:
+            top: Keep the rows of the ``top`` busiest slots only (by requests
+                sent); the totals still count every slot.
+
+        It reads every slot (about 1 µs each); in a running event loop with
+        very many slots, prefer :meth:`stats_async`.
+        """
+        if top is not None:
+            top = check_int("top", top, minimum=0)
+        return collect(self._table, top)
+
+    async def stats_async(self, *, top: int | None = None, chunk: int = 1000) -> ThrottleStats:
+        """:meth:`stats`, yielding to the event loop every ``chunk`` slots."""
+        if top is not None:
+            top = check_int("top", top, minimum=0)
+        collector = Collector(top)
+        async for slot in self._slots_in_chunks(chunk):
+            collector.add(slot)
+        return collector.result()
+
+    async def snapshot_async(self, *, chunk: int = 1000) -> dict[str, SlotSnapshot]:
+        """:meth:`snapshot`, yielding to the event loop every ``chunk`` slots."""
+        return {slot.key: slot.snapshot() async for slot in self._slots_in_chunks(chunk)}
+
+    async def _slots_in_chunks(self, chunk: int) -> AsyncIterator[Slot]:
+        chunk = check_int("chunk", chunk, minimum=1)
+        for index, slot in enumerate(self._table):
+            if index and index % chunk == 0:
+                await anyio.lowlevel.checkpoint()
+            yield slot
 
     def evict_idle(self) -> int:
         """Forget every slot idle for the store's ``idle_timeout`` now; return how many.

@@ -1,0 +1,214 @@
+"""What a throttle has done, as plain data: per slot and in total.
+
+The counters live in each slot's :class:`~autothrottle._state.SlotState`,
+updated by the rules as responses arrive; this module only reads them. The
+latency percentiles come from a fixed histogram per slot (quarter-octave
+buckets from 1 ms, so a percentile is within 19 % of the true value), which
+costs one increment per response and a few hundred bytes per slot.
+
+Reading is O(slots). :func:`collect` with ``top`` keeps the per-slot rows
+for the busiest slots only (the totals still count every slot);
+``Throttle.stats_async`` yields to the event loop every thousand slots, so a
+table of 10^5 slots never blocks the loop for long.
+"""
+
+from __future__ import annotations
+
+import heapq
+import operator
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ._slot import Slot
+from ._state import LATENCY_BUCKETS
+
+__all__ = ["Collector", "SlotStats", "ThrottleStats", "collect", "slot_stats"]
+
+
+def _percentiles(buckets: list[int]) -> tuple[float | None, float | None, float | None]:
+    """p50, p90 and p99 from a latency histogram (bucket middles), in one pass."""
+    total = sum(buckets)
+    if not total:
+        return None, None, None
+    found: list[float] = []
+    ranks = (0.5 * total, 0.9 * total, 0.99 * total)
+    seen = 0
+    for index, count in enumerate(buckets):
+        if not count:
+            continue
+        seen += count
+        while len(found) < 3 and seen >= ranks[len(found)]:
+            found.append(0.001 * 2.0 ** ((index + 0.5) / 4.0))
+        if len(found) == 3:
+            break
+    while len(found) < 3:
+        found.append(found[-1])
+    return found[0], found[1], found[2]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotStats:
+    """One slot's figures (or, in :attr:`ThrottleStats.totals`, every slot's).
+
+    Attributes:
+        key: The slot key (``"*"`` for the totals).
+        sent: Requests sent.
+        responses: Responses observed.
+        statuses: Responses by status code.
+        failures: Requests that failed without a response.
+        cache_hits: Responses a cache answered.
+        backoffs: Times the slot backed off; ``backoff_reasons`` by reason.
+        pauses: Times the slot was paused (Retry-After, a spent budget, by hand).
+        delay: The current delay in seconds (the totals: the largest).
+        in_flight: Requests sent and not finished.
+        queued: Requests waiting for their turn.
+        latency_p50, latency_p90, latency_p99: Latency percentiles in seconds
+            (within 19 %), or None before the first response.
+    """
+
+    key: str
+    sent: int
+    responses: int
+    statuses: dict[int, int]
+    failures: int
+    cache_hits: int
+    backoffs: int
+    backoff_reasons: dict[str, int]
+    pauses: int
+    delay: float
+    in_flight: int
+    queued: int
+    latency_p50: float | None
+    latency_p90: float | None
+    latency_p99: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (status codes as strings)."""
+        data = asdict(self)
+        data["statuses"] = {str(k): v for k, v in self.statuses.items()}
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleStats:
+    """Every slot's figures and their totals, from :meth:`Throttle.stats`.
+
+    Attributes:
+        slots: One row per slot (the busiest ``top`` when asked), busiest first.
+        totals: Every slot summed (``key="*"``), whatever ``top`` was.
+        slot_count: How many slots the throttle has.
+    """
+
+    slots: list[SlotStats] = field(default_factory=list)
+    totals: SlotStats | None = None
+    slot_count: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data."""
+        return {
+            "slots": [row.to_dict() for row in self.slots],
+            "totals": None if self.totals is None else self.totals.to_dict(),
+            "slot_count": self.slot_count,
+        }
+
+
+def slot_stats(slot: Slot) -> SlotStats:
+    """One slot's figures now."""
+    state = slot.state
+    p50, p90, p99 = _percentiles(state.latency_buckets)
+    return SlotStats(
+        key=slot.key,
+        sent=state.sent,
+        responses=state.responses,
+        statuses=dict(state.status_counts),
+        failures=state.failures,
+        cache_hits=state.cache_hits,
+        backoffs=state.backoffs,
+        backoff_reasons=dict(state.backoff_reasons),
+        pauses=state.pauses,
+        delay=state.delay,
+        in_flight=slot.gate.in_flight(),
+        queued=slot.gate.queued(),
+        latency_p50=p50,
+        latency_p90=p90,
+        latency_p99=p99,
+    )
+
+
+class Collector:
+    """Reads slots one at a time: the totals, and the rows to keep.
+
+    Feeding it a slot at a time lets an async caller yield between slots.
+    """
+
+    def __init__(self, top: int | None) -> None:
+        self._top = top
+        self._kept: list[tuple[int, int, Slot]] = []
+        self._count = 0
+        self._sums = [0] * 8
+        self._statuses: Counter[int] = Counter()
+        self._reasons: Counter[str] = Counter()
+        self._buckets = [0] * LATENCY_BUCKETS
+        self._delay = 0.0
+
+    def add(self, slot: Slot) -> None:
+        state = slot.state
+        gate = slot.gate
+        self._count += 1
+        for index, value in enumerate(
+            (
+                state.sent,
+                state.responses,
+                state.failures,
+                state.cache_hits,
+                state.backoffs,
+                state.pauses,
+                gate.in_flight(),
+                gate.queued(),
+            )
+        ):
+            self._sums[index] += value
+        if state.status_counts:
+            self._statuses.update(state.status_counts)
+        if state.backoff_reasons:
+            self._reasons.update(state.backoff_reasons)
+        if state.latency_buckets:
+            self._buckets = list(map(operator.add, self._buckets, state.latency_buckets))
+        self._delay = max(self._delay, state.delay)
+        entry = (state.sent, -self._count, slot)
+        if self._top is None:
+            self._kept.append(entry)
+        elif len(self._kept) < self._top:
+            heapq.heappush(self._kept, entry)
+        elif self._top and entry[:2] > self._kept[0][:2]:
+            heapq.heapreplace(self._kept, entry)
+
+    def result(self) -> ThrottleStats:
+        kept = sorted(self._kept, key=lambda entry: entry[:2], reverse=True)
+        sent, responses, failures, hits, backoffs, pauses, in_flight, queued = self._sums
+        totals = SlotStats(
+            "*",
+            sent,
+            responses,
+            dict(self._statuses),
+            failures,
+            hits,
+            backoffs,
+            dict(self._reasons),
+            pauses,
+            self._delay,
+            in_flight,
+            queued,
+            *_percentiles(self._buckets),
+        )
+        return ThrottleStats([slot_stats(slot) for _, _, slot in kept], totals, self._count)
+
+
+def collect(slots: Iterable[Slot], top: int | None = None) -> ThrottleStats:
+    """Figures for ``slots``: every row, or the ``top`` busiest by requests sent."""
+    collector = Collector(top)
+    for slot in slots:
+        collector.add(slot)
+    return collector.result()
