@@ -45,6 +45,7 @@ PUBLIC = {
         "SlotStats",
         "SlotStore",
         "Throttle",
+        "ThrottleEvent",
         "ThrottleInfo",
         "ThrottleStats",
         "ThrottleTimeout",
@@ -64,6 +65,7 @@ PUBLIC = {
         "throttle_of",
         "throttle_trace_config",
     ],
+    "autothrottle.otel": ["Instrumentation", "instrument"],
     "autothrottle.sim": [
         "Behaviour",
         "CDN",

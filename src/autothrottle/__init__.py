@@ -27,6 +27,7 @@ from ._policies import (
 )
 from ._policy import DelayPolicy, Sample, SlotConfig
 from ._request import CONTROL_HEADER, RequestOptions
+from ._rules import ThrottleEvent
 from ._slot import Slot, SlotSnapshot
 from ._state import SlotState
 from ._stats import SlotStats, ThrottleStats
@@ -59,6 +60,7 @@ __all__ = [
     "SlotStats",
     "SlotStore",
     "Throttle",
+    "ThrottleEvent",
     "ThrottleInfo",
     "ThrottleStats",
     "ThrottleTimeout",

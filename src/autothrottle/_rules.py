@@ -13,6 +13,7 @@ import functools
 import logging
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Concatenate, ParamSpec, TypeVar
 
 from ._headers import HeaderSignals, RateLimit, read_headers
@@ -59,6 +60,29 @@ def _ms(seconds: float) -> str:
     return f"{ms:.2f}ms"
 
 
+@dataclass(frozen=True, slots=True)
+class ThrottleEvent:
+    """One thing that happened to a slot, for listeners (metrics, logs).
+
+    Attributes:
+        kind: ``"response"``, ``"failure"`` or ``"backoff"``.
+        slot: The slot key.
+        status: The response's status (responses only).
+        latency: The response's latency in seconds (responses only).
+        reason: Why the slot backed off (``"status 429"``, ``"blocked"`` ...),
+            or the failure's exception name.
+    """
+
+    kind: str
+    slot: str
+    status: int | None = None
+    latency: float | None = None
+    reason: str | None = None
+
+
+Listener = Callable[[ThrottleEvent], None]
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -85,7 +109,7 @@ twice 0 is 0 (``docs/signals.md``)."""
 class Rules:
     """The response rules of one throttle: its signal settings and refusal memory."""
 
-    __slots__ = ("_clock", "_wall_clock", "debug", "recovery", "signals")
+    __slots__ = ("_clock", "_wall_clock", "debug", "listeners", "recovery", "signals")
 
     def __init__(
         self,
@@ -101,6 +125,7 @@ class Rules:
         self.debug = debug
         self._clock = clock
         self._wall_clock = wall_clock
+        self.listeners: list[Listener] = []
 
     # -- a response ------------------------------------------------------------------
 
@@ -136,6 +161,8 @@ class Rules:
         state.responses += 1
         state.status_counts[status] += 1
         state.count_latency(latency)
+        if self.listeners:
+            self._tell(ThrottleEvent("response", slot.key, status, latency))
         state.last_latency = latency
         state.last_activity = now
         signals = self.signals
@@ -248,6 +275,8 @@ class Rules:
         """A request to ``slot`` failed without a response."""
         state = slot.state
         state.failures += 1
+        if self.listeners:
+            self._tell(ThrottleEvent("failure", slot.key, reason=type(error).__name__))
         now = self._clock()
         state.last_activity = now
         if self.signals.backoff_on_failure:
@@ -286,6 +315,8 @@ class Rules:
         state.backoff_reason = reason
         state.backoff_reasons[reason] += 1
         state.backoffs += 1
+        if self.listeners:
+            self._tell(ThrottleEvent("backoff", slot.key, reason=reason))
         self._set_delay(slot, new)
         if self.debug:
             self._log(slot, old, new, reason, latency, status)
@@ -322,6 +353,14 @@ class Rules:
             )
 
     # -- inside the rules ---------------------------------------------------------------
+
+    def _tell(self, event: ThrottleEvent) -> None:
+        """Hand ``event`` to every listener; a failing listener is logged, never raised."""
+        for listener in self.listeners:
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("autothrottle: listener %r failed on %r", listener, event)
 
     @staticmethod
     def _set_delay(slot: Slot, delay: float) -> None:

@@ -24,7 +24,7 @@ from ._policies import AutoThrottlePolicy
 from ._policy import DelayPolicy, SlotConfig
 from ._recovery import Recovery
 from ._request import host_key
-from ._rules import Rules
+from ._rules import Rules, ThrottleEvent
 from ._settings import BlockClassifier, Signals
 from ._slot import Slot, SlotSnapshot
 from ._state import SlotState
@@ -324,6 +324,24 @@ class Throttle:
             if index and index % chunk == 0:
                 await anyio.lowlevel.checkpoint()
             yield slot
+
+    def listen(self, listener: Callable[[ThrottleEvent], None]) -> Callable[[], None]:
+        """Call ``listener`` with a :class:`ThrottleEvent` for every response,
+        failure and backoff; returns a function that stops it.
+
+        Listeners run inline, under the slot's lock: keep them quick (count,
+        enqueue). An exception from one is logged and ignored.
+        """
+        if not callable(listener):
+            raise TypeError(f"listener must be callable, got {listener!r}")
+        listeners = self._rules.listeners
+        listeners.append(listener)
+
+        def stop() -> None:
+            if listener in listeners:
+                listeners.remove(listener)
+
+        return stop
 
     def evict_idle(self) -> int:
         """Forget every slot idle for the store's ``idle_timeout`` now; return how many.
