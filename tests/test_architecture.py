@@ -66,6 +66,7 @@ PUBLIC = {
         "throttle_trace_config",
     ],
     "autothrottle.otel": ["Instrumentation", "instrument"],
+    "autothrottle.redis": ["RedisStore"],
     "autothrottle.sim": [
         "Behaviour",
         "CDN",

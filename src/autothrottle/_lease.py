@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Protocol
 
@@ -57,6 +57,7 @@ class Lease:
         "_reporter",
         "adjust",
         "expires_at",
+        "on_release",
         "sent_at",
         "slot",
         "wire_asked",
@@ -73,6 +74,7 @@ class Lease:
         self.adjust = adjust
         self.wire_gap = 0.0
         self.wire_asked = -math.inf
+        self.on_release: Callable[[], None] | None = None
         self._released = False
 
     @property
@@ -129,6 +131,8 @@ class Lease:
         if not self._released:
             self._released = True
             self.slot.gate.release(self)
+            if self.on_release is not None:  # a shared store's lease on the slot
+                self.on_release()
 
     def expire(self) -> None:
         """Called by the gate when the hold timed out; the gate has let go already."""

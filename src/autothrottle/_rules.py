@@ -352,6 +352,15 @@ class Rules:
                 extra={"slot": slot.key, "pause": seconds, "reason": reason},
             )
 
+    @_under_slot_lock
+    def adopt(self, slot: Slot, delay: float | None, pause: float, now: float) -> None:
+        """Take what the fleet learned (a shared store): its delay and pause."""
+        if delay is not None:
+            self._set_delay(slot, slot.config.clamp(delay))
+        if pause > 0.0 and now + pause > slot.state.pause_until:
+            slot.state.pause_until = now + pause
+            slot.gate.wake()
+
     # -- inside the rules ---------------------------------------------------------------
 
     def _tell(self, event: ThrottleEvent) -> None:

@@ -16,14 +16,17 @@ fresh slot at the start delay, and goes at once.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Callable, Iterator
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from ._state import SlotState
 from ._validate import check_number
 
-__all__ = ["MemoryStore", "SlotStore"]
+__all__ = ["MemoryStore", "SharedTurn", "SharedTurns", "SlotStore"]
 
 
 @runtime_checkable
@@ -57,6 +60,46 @@ class SlotStore(Protocol):
         ...
 
     def __len__(self) -> int: ...
+
+
+class SharedTurn(NamedTuple):
+    """A shared store's answer to a request for a turn.
+
+    Attributes:
+        wait: Seconds to wait before sending (the turn is reserved), or, when
+            ``lease`` is None, before asking again (the fleet is at its cap).
+        lease: The shared lease to release when the request is finished.
+        delay: The fleet's delay for the slot, if one is shared.
+        pause: Seconds the fleet's pause of the slot still runs (0: none).
+    """
+
+    wait: float
+    lease: str | None
+    delay: float | None
+    pause: float
+
+
+@runtime_checkable
+class SharedTurns(Protocol):
+    """A store that several processes share, spacing their sends together.
+
+    The throttle asks it for a turn after its own gate granted one
+    (:meth:`take_turn`), tells it when a slot learned something
+    (:meth:`changed`), and hands back the shared lease (:meth:`released`).
+    Everything is plain values, so the engine needs nothing of the store.
+    """
+
+    async def take_turn(self, key: str, *, gap: float, cap: int, hold: float) -> SharedTurn:
+        """Reserve the slot's next send time across the fleet."""
+        ...
+
+    def changed(self, key: str, state: SlotState, *, backed_off: bool) -> None:
+        """The slot's record changed (a response, a backoff); share it soon."""
+        ...
+
+    def released(self, key: str, lease: str) -> None:
+        """A request holding shared ``lease`` is finished."""
+        ...
 
 
 class MemoryStore:
@@ -102,3 +145,39 @@ class MemoryStore:
 
     def __repr__(self) -> str:
         return f"MemoryStore(idle_timeout={self.idle_timeout!r}, slots={len(self._records)})"
+
+    def save_file(self, path: str | os.PathLike[str], *, now: float) -> None:
+        """Write every record to ``path`` as JSON, so a later run starts from them.
+
+        ``now`` is the throttle's clock (``time.monotonic()`` by default): times
+        are written relative to it. The file is replaced atomically.
+
+            store.save_file("learned.json", now=time.monotonic())
+        """
+        data = {key: state.to_dict(now) for key, state in self._records.items()}
+        target = Path(path)
+        temporary = target.with_name(target.name + ".tmp")
+        temporary.write_text(json.dumps({"autothrottle_slots": 1, "slots": data}))
+        temporary.replace(target)
+
+    @classmethod
+    def from_file(
+        cls, path: str | os.PathLike[str], *, now: float, idle_timeout: float = 600.0
+    ) -> MemoryStore:
+        """A store holding the records :meth:`save_file` wrote (missing file: empty).
+
+        Raises:
+            ValueError: the file is not such a record file (names the path).
+        """
+        store = cls(idle_timeout)
+        target = Path(path)
+        if not target.exists():
+            return store
+        try:
+            document = json.loads(target.read_text())
+            slots = document["slots"]
+            for key, data in slots.items():
+                store._records[str(key)] = SlotState.from_dict(data, now)
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{str(path)!r} is not a slot state file: {error}") from error
+        return store

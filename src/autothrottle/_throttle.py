@@ -7,6 +7,7 @@ It holds no rule of its own; see ``docs/architecture.md`` for the layers.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -29,7 +30,7 @@ from ._settings import BlockClassifier, Signals
 from ._slot import Slot, SlotSnapshot
 from ._state import SlotState
 from ._stats import Collector, ThrottleStats, collect
-from ._store import MemoryStore, SlotStore
+from ._store import MemoryStore, SharedTurns, SlotStore
 from ._table import SlotTable
 from ._validate import check_bool, check_int, check_number
 
@@ -182,8 +183,16 @@ class Throttle:
             wall_clock=wall_clock,
             debug=check_bool("debug", debug),
         )
-        self._table = SlotTable(store, self._new_slot, clock)
         self._max_wait = None if max_wait is None else check_number("max_wait", max_wait)
+        self._table = SlotTable(store, self._new_slot, clock)
+        self._shared = self._share_with(store)
+
+    def _share_with(self, store: SlotStore) -> SharedTurns | None:
+        """A store shared by a fleet (``autothrottle.redis``) hears what slots learn."""
+        if not isinstance(store, SharedTurns):
+            return None
+        self._rules.listeners.append(self._share_change)
+        return store
 
     @property
     def max_wait(self) -> float | None:
@@ -369,14 +378,48 @@ class Throttle:
         slot = self.slot(key)
         make = self._lease_factory(slot, adjust)
         lease = slot.gate.grant_now(make)
-        if lease is not None:
-            return lease
-        bound = self._wait_bound(max_wait)
-        if bound is None:
-            return await wait_for_hold(slot.gate, make)
-        with anyio.move_on_after(bound):
-            return await wait_for_hold(slot.gate, make)
-        raise ThrottleTimeout(key, bound)
+        if lease is None:
+            bound = self._wait_bound(max_wait)
+            if bound is None:
+                lease = await wait_for_hold(slot.gate, make)
+            else:
+                with anyio.move_on_after(bound):
+                    lease = await wait_for_hold(slot.gate, make)
+                if lease is None:
+                    raise ThrottleTimeout(key, bound)
+        if self._shared is not None:
+            await self._take_shared_turn(slot, lease)
+        return lease
+
+    async def _take_shared_turn(self, slot: Slot, lease: Lease) -> None:
+        """Wait for the fleet's turn too (a shared store); adopt what it learned."""
+        shared = self._shared
+        assert shared is not None
+        config = slot.config
+        try:
+            while True:
+                turn = await shared.take_turn(
+                    slot.key,
+                    gap=slot.state.delay,
+                    cap=config.max_concurrency,
+                    hold=self._rules.signals.hold_timeout,
+                )
+                self._rules.adopt(slot, turn.delay, turn.pause, self._clock())
+                if turn.lease is not None:
+                    lease.on_release = functools.partial(shared.released, slot.key, turn.lease)
+                if turn.wait > 0.0:
+                    await anyio.sleep(turn.wait)
+                if turn.lease is not None or turn.wait <= 0.0:
+                    return  # a reserved turn, or Redis down: this process paces alone
+        except BaseException:
+            lease.release()
+            raise
+
+    def _share_change(self, event: ThrottleEvent) -> None:
+        shared = self._shared
+        slot = self._table.get(event.slot)
+        if shared is not None and slot is not None:
+            shared.changed(slot.key, slot.state, backed_off=event.kind == "backoff")
 
     def acquire_blocking(
         self, key: str, *, adjust: bool = True, max_wait: float | None = None

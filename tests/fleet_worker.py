@@ -1,0 +1,33 @@
+"""One worker process of the fleet tests: N requests through a shared Redis store.
+
+Run as ``python tests/fleet_worker.py URL REDIS_URL PREFIX COUNT [HOLD_TIMEOUT]``;
+prints one line per finished request ("ok STATUS" or "error NAME").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from autothrottle import FixedRatePolicy, Throttle
+from autothrottle.aiohttp import ThrottledSession
+from autothrottle.redis import RedisStore
+
+
+async def main(url: str, redis_url: str, prefix: str, count: int, hold: float) -> None:
+    store = RedisStore(redis_url, prefix=prefix, timeout=0.2, retry_after=0.5)
+    throttle = Throttle(policy=FixedRatePolicy(10), store=store, hold_timeout=hold)
+    async with ThrottledSession(throttle=throttle) as session:
+        for _ in range(count):
+            try:
+                async with session.get(url) as response:
+                    await response.read()
+                    print("ok", response.status, flush=True)
+            except Exception as error:  # reported to the test, which counts them
+                print("error", type(error).__name__, flush=True)
+    await store.aclose()
+
+
+if __name__ == "__main__":
+    hold = float(sys.argv[5]) if len(sys.argv) > 5 else 300.0
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), hold))
