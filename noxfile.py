@@ -61,6 +61,15 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The benchmarks (never part of the test run); each prints a table and writes JSON."""
     session.install("-e", ".[dev,sim,cli,bench]")
-    names = session.posargs or ["overhead", "many_hosts", "adaptive", "scale", "wire_gap", "fetch"]
+    names = session.posargs or [
+        "overhead",
+        "many_hosts",
+        "adaptive",
+        "scale",
+        "wire_gap",
+        "fetch",
+        "redis_store",
+        "stats",
+    ]
     for name in names:
         session.run("python", f"benchmarks/{name}.py")

@@ -114,6 +114,8 @@ class RedisStore:
         self._flushing: asyncio.Task[None] | None = None
         self._down_until = -math.inf
         self._warned = False
+        self.round_trips = 0
+        """Round trips to Redis so far (turns taken and pipelines flushed)."""
 
     # -- the SlotStore protocol: this process's records -----------------------------
 
@@ -163,6 +165,7 @@ class RedisStore:
             round(self.ttl * 1000),
         ]
         call = self._turn(keys=self._keys(key), args=args)
+        self.round_trips += 1
         try:
             reply = await asyncio.wait_for(call, self.timeout)
         except (TimeoutError, RedisError, OSError) as error:
@@ -234,6 +237,7 @@ class RedisStore:
                 round(_PROTECT * 1e6),
             ]
             await self._merge(keys=[self._keys(key)[0]], args=args, client=pipe)
+        self.round_trips += 1
         await pipe.execute()
 
     def _flush_soon(self) -> None:
