@@ -38,8 +38,9 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff (lint and formatting) and import-linter (the layers of docs/architecture.md)."""
     session.install("ruff>=0.5", "import-linter>=2.0", "-e", ".")
-    session.run("ruff", "check", "src", "tests", "examples", "benchmarks", "noxfile.py")
-    session.run("ruff", "format", "--check", "src", "tests", "examples", "benchmarks", "noxfile.py")
+    paths = ("src", "tests", "examples", "benchmarks", "scripts", "noxfile.py")
+    session.run("ruff", "check", *paths)
+    session.run("ruff", "format", "--check", *paths)
     session.run("lint-imports")
 
 
@@ -48,6 +49,14 @@ def types(session: nox.Session) -> None:
     """mypy --strict over the package."""
     session.install("-e", ".[dev,sim,cli]")
     session.run("mypy")
+
+
+@nox.session
+def readme(session: nox.Session) -> None:
+    """Run the demo and check the README's sample still gives the same verdicts
+    (``nox -s readme -- --write`` pastes a new run's)."""
+    session.install("-e", ".[sim,cli]")
+    session.run("python", "scripts/readme.py", *session.posargs)
 
 
 @nox.session

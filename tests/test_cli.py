@@ -201,12 +201,25 @@ def test_verdicts_say_what_happened() -> None:
     origin = Capacity(workers=4, service_time=0.05)
     assert _verdict(origin, goodput=70.0, mean_queued=0.1).startswith("found the pace: 70.0/s")
     assert _verdict(origin, goodput=79.0, mean_queued=6.0).startswith("pushed too hard")
-    assert _verdict(origin, goodput=20.0).startswith("cautious")
+    assert _verdict(origin, goodput=20.0).startswith("too cautious")
+    assert _verdict(origin, goodput=61.0).startswith("found the pace")  # 76 % of 80/s
     cdn = CDN()
-    calm = _stats(goodput=1.5, mean_queued=0.0, max_in_service=1)
-    assert _verdict(cdn, goodput=15.0, origin=calm).startswith("spared the origin")
-    busy = _stats(goodput=10.0, mean_queued=3.0, max_in_service=2)
-    assert _verdict(cdn, goodput=99.0, origin=busy).startswith("overloaded the origin")
+    # A CDN is judged by its origin's misses against what the origin serves:
+    # 1.9 misses/s of 10/s is too cautious, however quiet the origin was.
+    calm = _stats(goodput=1.9, mean_queued=0.0)
+    assert _verdict(cdn, goodput=19.0, origin=calm).startswith("too cautious: 1.9 misses/s")
+    steady = _stats(goodput=8.0, mean_queued=0.6)
+    assert _verdict(cdn, goodput=80.0, origin=steady).startswith("found the pace: 8.0 misses/s")
+    busy = _stats(goodput=10.0, mean_queued=3.0)
+    assert _verdict(cdn, goodput=99.0, origin=busy).startswith("pushed too hard")
+
+
+def test_every_verdict_word_is_defined() -> None:
+    from autothrottle._demo import VERDICT_WORDS
+
+    words = [word for word, _ in VERDICT_WORDS]
+    assert words == ["found the pace", "too cautious", "too fast", "pushed too hard"]
+    assert all(meaning for _, meaning in VERDICT_WORDS)
 
 
 # ----------------------------------------------------------------------------- Timeline

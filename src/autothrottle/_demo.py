@@ -79,8 +79,6 @@ def sites() -> list[Site]:
             "4 workers, 50 ms a page; extra requests queue",
             Capacity(workers=4, service_time=0.05),
             "httpx",
-            # How many requests it serves at once is unknown: let the policy find out.
-            HostSettings(policy=AdaptiveConcurrencyPolicy()),
         ),
         Site(
             "127.0.0.3",
@@ -102,7 +100,6 @@ def sites() -> list[Site]:
             "90 % cache hits (5 ms); misses go to a 2-worker origin (200 ms)",
             CDN(hit_ratio=0.9, origin=Capacity(workers=2, service_time=0.2), edge_time=0.005),
             "aiohttp",
-            HostSettings(target_concurrency=4.0),
         ),
         Site(
             "127.0.0.6",
@@ -110,17 +107,17 @@ def sites() -> list[Site]:
             "80 % fast pages (30 ms), 20 % slow (500 ms); 4 workers",
             VariableLatency(fast_time=0.03, slow_time=0.5, slow_ratio=0.2, workers=4),
             "httpx",
-            HostSettings(target_concurrency=4.0),
         ),
     ]
 
 
 def build_throttle(demo_sites: list[Site], *, seed: int | None = None) -> Throttle:
-    """The one throttle every host goes through, with the demo's settings."""
+    """The one throttle every host goes through: one policy for every site, no
+    per-host tuning (a newcomer's settings), and a short start delay."""
     return Throttle(
+        policy=AdaptiveConcurrencyPolicy(),
         start_delay=0.5,
         max_delay=10.0,
-        target_concurrency=2.0,
         max_concurrency=_WORKERS,
         hosts={s.address: s.settings for s in demo_sites if s.settings is not None},
         rng=random.Random(seed),
@@ -347,37 +344,52 @@ class Outcome:
         good = s.goodput
         answered = max(s.completed, 1)
         if isinstance(b, RateLimited):
-            return _bucket_verdict(
-                good, b.rate, s.limited / answered, 0.03, 0.8, "refused", "with 429"
-            )
+            return _bucket_verdict(good, b.rate, s.limited / answered, 0.03, "refused", "with 429")
         if isinstance(b, SoftBlock):
-            return _bucket_verdict(
-                good, b.rate, s.blocked / answered, 0.05, 0.75, "CAPTCHA pages", ""
-            )
+            return _bucket_verdict(good, b.rate, s.blocked / answered, 0.05, "CAPTCHA pages", "")
         if isinstance(b, CDN):
-            origin = s.origin
-            if origin is None:  # pragma: no cover - a CDN host always has one
-                return f"{good:.1f}/s"
-            word = "spared the origin" if origin.mean_queued < 0.5 else "overloaded the origin"
-            return (
-                f"{word}: {origin.goodput:.1f} misses/s of the {b.origin.capacity:g}/s it "
-                f"serves, at most {origin.max_in_service} of its {b.origin.workers} workers "
-                "busy; cache hits don't set the pace"
-            )
+            return self._cdn_verdict()
         # A host bound by its workers (Capacity, VariableLatency): busy, without a pile-up.
         workers = b.workers if isinstance(b, (Capacity, VariableLatency)) else 1
-        ratio = good / self.capacity if self.capacity > 0 else 0.0
-        waited = _ms(s.wait_mean)
-        if s.mean_queued > workers:
-            head = "pushed too hard"
-        elif ratio >= 0.8:
-            head = "found the pace"
-        else:
-            head = "cautious"
+        head = _load_word(good, self.capacity, s.mean_queued, workers)
         return (
             f"{head}: {good:.1f}/s of the {self.capacity:.0f}/s it can serve, "
-            f"{waited} average wait for a worker there"
+            f"{_ms(s.wait_mean)} average wait for a worker there"
         )
+
+    def _cdn_verdict(self) -> str:
+        """A CDN is judged by its origin: misses against what the origin serves."""
+        s = self.truth
+        b = self.site.behaviour
+        assert isinstance(b, CDN)
+        origin = s.origin
+        if origin is None:  # pragma: no cover - a CDN host always has one
+            return f"{s.goodput:.1f}/s"
+        head = _load_word(origin.goodput, b.origin.capacity, origin.mean_queued, b.origin.workers)
+        return (
+            f"{head}: {origin.goodput:.1f} misses/s of the {b.origin.capacity:g}/s its origin "
+            f"serves ({s.goodput:.0f}/s in all), {origin.mean_queued:.1f} waiting there on average"
+        )
+
+
+FOUND = 0.75
+"""The share of what a site allows that "found the pace" needs."""
+
+VERDICT_WORDS = (
+    ("found the pace", f"at least {FOUND:.0%} of what the site allows, within its refusal bound"),
+    ("too cautious", f"under {FOUND:.0%} of what the site allows"),
+    ("too fast", "more refusals (429s, CAPTCHA pages) than the site's bound (3 %, 5 %)"),
+    ("pushed too hard", "more waiting at the host (behind a cache: its origin) than workers"),
+)
+"""Each verdict word and what it means, printed under the verdicts."""
+
+
+def _load_word(good: float, capacity: float, queued: float, workers: int) -> str:
+    if queued > workers:
+        return "pushed too hard"
+    if capacity > 0 and good >= FOUND * capacity:
+        return "found the pace"
+    return "too cautious"
 
 
 def _summary_table(outcomes: list[Outcome], elapsed: float) -> Table:
@@ -411,8 +423,11 @@ def _verdicts(outcomes: list[Outcome]) -> Table:
     table.add_column(style="bold", no_wrap=True)
     table.add_column()
     for o in outcomes:
-        style = "green" if o.verdict().startswith(("found", "spared")) else "yellow"
+        style = "green" if o.verdict().startswith("found") else "yellow"
         table.add_row(o.site.name, Text(o.verdict(), style=style))
+    table.add_row("", "")
+    for word, meaning in VERDICT_WORDS:
+        table.add_row(Text(word, style="dim"), Text(meaning, style="dim"))
     return table
 
 
@@ -560,10 +575,10 @@ def run(
 
 
 def _bucket_verdict(
-    good: float, rate: float, bad: float, max_bad: float, min_share: float, what: str, how: str
+    good: float, rate: float, bad: float, max_bad: float, what: str, how: str
 ) -> str:
     """The verdict on a token-bucket site: found its pace, too fast, or too cautious."""
-    if bad <= max_bad and good >= min_share * rate:
+    if bad <= max_bad and good >= FOUND * rate:
         return f"found the pace: {good:.1f}/s of {rate:g}/s allowed, {100 * bad:.1f} % {what}"
     if bad > max_bad:
         return f"too fast: {100 * bad:.1f} % {what} {how} ({good:.1f}/s)".replace("  ", " ")
