@@ -60,6 +60,13 @@ def readme(session: nox.Session) -> None:
 
 
 @nox.session
+def screenshots(session: nox.Session) -> None:
+    """Redraw docs/img/demo-*.png: the demo's final screen at 80 and 120 columns, and its chart."""
+    session.install("-e", ".[sim,cli]")
+    session.run("python", "scripts/screenshots.py")
+
+
+@nox.session
 def docs(session: nox.Session) -> None:
     """The docs site with the API reference from the docstrings; fails on any warning."""
     session.install("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "-e", ".[dev,sim,cli]")

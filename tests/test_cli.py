@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import io
 import math
 import subprocess
 import sys
@@ -439,3 +440,27 @@ def test_demo_out_into_a_missing_directory_is_an_error_naming_it(
     assert info.value.code == 2
     assert str(missing) in capsys.readouterr().err
     assert not missing.exists()
+
+
+def test_the_demo_reads_at_80_columns_without_cutting_a_column_or_a_url() -> None:
+    from rich.console import Console
+
+    from autothrottle._demo import Outcome, Site, Tally, _summary_table
+
+    outcomes = [
+        Outcome(
+            Site(f"127.0.0.{i}", name, "x", Capacity(workers=4, service_time=0.05), "httpx"),
+            Tally(),
+            _stats(capacity=80.0, goodput=65.5, requests=1970, completed=1970, max_in_window=80),
+            0.014,
+        )
+        for i, name in enumerate(["slow origin", "rate-limited API", "mixed pages"], start=2)
+    ]
+    for width in (80, 120):
+        console = Console(width=width, record=True, file=io.StringIO())
+        console.print(_summary_table(outcomes, 30.0, width))
+        text = console.export_text()
+        assert "…" not in text
+        assert all(len(line) <= width for line in text.splitlines())
+        assert "goodput" in text and "true capacity" in text  # the columns that matter stay
+    assert "max in 1 s" in text  # and at 120 columns every column is there

@@ -12,15 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import itertools
 import math
+import os
 import random
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TextIO, cast
 
 import aiohttp
 import httpx
@@ -265,10 +268,10 @@ def _statuses(tally: Tally) -> Text:
 def _live_table(crawl: _Crawl, elapsed: float, duration: float) -> Group:
     table = Table(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
     table.add_column("site", no_wrap=True, style="bold")
-    table.add_column("client")
+    table.add_column("client", no_wrap=True)
     for name in ("delay", "latency", "in flight", "req/s", "capacity"):
         table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("responses")
+    table.add_column("responses", ratio=1)  # wraps on a narrow terminal; the rest never cut
     snapshot = crawl.throttle.snapshot()
     for host in crawl.hosts:
         address = host.site.address
@@ -289,6 +292,32 @@ def _live_table(crawl: _Crawl, elapsed: float, duration: float) -> Group:
     return Group(bar, table)
 
 
+class _NoTrailingSpaces(io.TextIOBase):
+    """A text stream that drops the spaces rich pads lines with, for pipes and logs."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        self._inner.write("\n".join(line.rstrip(" ") for line in text.split("\n")))
+        return len(text)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+
+def _console() -> Console:
+    """A terminal's own width; piped, the ``COLUMNS`` width (or 100) and no padding."""
+    if Console().is_terminal:
+        return Console()
+    try:
+        width = int(os.environ.get("COLUMNS", "100"))
+    except ValueError:
+        width = 100
+    stream = cast(TextIO, _NoTrailingSpaces(sys.stdout))
+    return Console(file=stream, width=max(width, 60))
+
+
 def _progress_line(crawl: _Crawl, elapsed: float) -> str:
     parts = []
     for host in crawl.hosts:
@@ -303,19 +332,29 @@ def _progress_line(crawl: _Crawl, elapsed: float) -> str:
     return f"[{elapsed:3.0f} s] " + " · ".join(parts)
 
 
-def _intro(demo_sites: list[Site], hosts: list[_Host], duration: float) -> Group:
+def _intro(demo_sites: list[Site], hosts: list[_Host], duration: float, width: int) -> Group:
     table = Table(box=None, header_style="bold", pad_edge=False)
+    narrow = width < 100  # the client column goes first; the URL is never cut
     for name in ("url", "site", "client", "behaviour", "true capacity"):
-        table.add_column(name, justify="right" if name == "true capacity" else "left")
-    for h in hosts:
-        table.add_row(
-            h.base_url, h.site.name, h.site.client, h.site.about, _capacity(h.site.behaviour)
+        if name == "client" and narrow:
+            continue
+        table.add_column(
+            name,
+            justify="right" if name == "true capacity" else "left",
+            no_wrap=name != "behaviour",
+            ratio=1 if name == "behaviour" else None,
         )
+    for h in hosts:
+        row = [h.base_url, h.site.name, h.site.client, h.site.about, _capacity(h.site.behaviour)]
+        if narrow:
+            del row[2]
+        table.add_row(*row)
     head = Text.assemble(
         (f"autothrottle {__version__} demo", "bold"),
         f": {len(demo_sites)} simulated sites on loopback, crawled for {duration:g} s "
-        "through ONE Throttle (start_delay 0.5 s, target_concurrency 2, at most "
-        f"{_WORKERS} requests in flight per host). Nothing leaves this machine.",
+        "through ONE Throttle with one policy for every site (AdaptiveConcurrencyPolicy, "
+        f"start_delay 0.5 s, at most {_WORKERS} requests in flight per host). "
+        "Nothing leaves this machine.",
     )
     hint = Text(
         "Each host starts at a 0.5 s delay; watch it settle at the pace the site allows.",
@@ -392,29 +431,56 @@ def _load_word(good: float, capacity: float, queued: float, workers: int) -> str
     return "too cautious"
 
 
-def _summary_table(outcomes: list[Outcome], elapsed: float) -> Table:
+_SUMMARY_COLUMNS = (
+    "site",
+    "goodput",
+    "true capacity",
+    "429",
+    "blocked",
+    "final delay",
+    "requests",
+    "max in 1 s",
+)
+"""The summary's columns, most wanted first: a narrow terminal drops from the end."""
+
+
+def _summary_row(o: Outcome) -> list[str]:
+    s = o.truth
+    return [
+        o.site.name,
+        _rate(s.goodput),
+        f"{o.capacity:.3g}/s",
+        _share(s.limited, s.completed),
+        _share(s.blocked, s.completed),
+        _ms(o.delay),
+        str(s.requests),
+        str(s.max_in_window),
+    ]
+
+
+def _summary_table(outcomes: list[Outcome], elapsed: float, width: int = 200) -> Table:
+    rows = [_summary_row(o) for o in outcomes]
+    widths = [
+        max(len(name), *(len(row[i]) for row in rows)) for i, name in enumerate(_SUMMARY_COLUMNS)
+    ]
+    keep = len(_SUMMARY_COLUMNS)
+    while keep > 2 and sum(widths[:keep]) + 3 * (keep - 1) > width:
+        keep -= 1
     table = Table(
         title=f"after {elapsed:.0f} s, as the sites counted it",
         box=box.SIMPLE_HEAD,
         header_style="bold",
         pad_edge=False,
     )
-    table.add_column("site", no_wrap=True, style="bold")
-    for name in ("requests", "goodput", "true capacity", "429", "blocked", "final delay"):
-        table.add_column(name, justify="right")
-    table.add_column("max in 1 s", justify="right")
-    for o in outcomes:
-        s = o.truth
-        table.add_row(
-            o.site.name,
-            str(s.requests),
-            _rate(s.goodput),
-            f"{o.capacity:.3g}/s",
-            _share(s.limited, s.completed),
-            _share(s.blocked, s.completed),
-            _ms(o.delay),
-            str(s.max_in_window),
+    for index, name in enumerate(_SUMMARY_COLUMNS[:keep]):
+        table.add_column(
+            name,
+            no_wrap=True,
+            style="bold" if index == 0 else "",
+            justify="left" if index == 0 else "right",
         )
+    for row in rows:
+        table.add_row(*row[:keep])
     return table
 
 
@@ -465,7 +531,7 @@ async def _crawl(
     timeline = Timeline(throttle, interval=0.1)
     async with server:
         hosts = [_Host(s, server.base_url(s.address)) for s in demo_sites]
-        console.print(_intro(demo_sites, hosts, duration))
+        console.print(_intro(demo_sites, hosts, duration, console.width))
         crawl = _Crawl(hosts, throttle, timeline)
         async with (
             ThrottledClient(
@@ -546,7 +612,7 @@ def run(
         ValueError: ``out`` cannot be written (checked before the crawl starts).
     """
     if console is None:
-        console = Console(width=None if Console().is_terminal else 130)
+        console = _console()
     live = live and console.is_terminal
     path = Path(out).expanduser().resolve()
     try:  # fail now rather than after the whole crawl
@@ -557,7 +623,7 @@ def run(
         raise ValueError(f"out: {str(path)!r} is a directory; give a file name such as demo.png")
     outcomes, timeline, elapsed = asyncio.run(_crawl(duration, live, seed, console))
     console.print()
-    console.print(_summary_table(outcomes, elapsed))
+    console.print(_summary_table(outcomes, elapsed, console.width))
     console.print(_verdicts(outcomes))
     console.print()
     timeline.plot(
