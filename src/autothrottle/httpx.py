@@ -378,6 +378,17 @@ def _cache_outside(transport: Any, wrap: Callable[[Any], Any]) -> Any | None:
     return None
 
 
+def _tracked(response: httpx.Response, exchange: Exchange, stream: Any) -> httpx.Response:
+    """``response`` with what the throttle did on it, holding the lease until its
+    body is finished (``stream``: the async or sync lease stream)."""
+    response.extensions = {**response.extensions, "autothrottle": exchange.info()}
+    if response.is_closed:  # the inner transport already read the body
+        exchange.lease.release()
+    else:
+        response.stream = stream(response.stream, exchange.lease)
+    return response
+
+
 def _traced(send: httpx.Request, tracer: _Tracer) -> dict[str, Any]:
     """Put ``tracer`` on ``send``; return the extensions to restore after sending.
 
@@ -476,13 +487,7 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
         except BaseException:
             await response.aclose()
             raise
-        response.extensions = {**response.extensions, "autothrottle": exchange.info()}
-        lease = exchange.lease
-        if response.is_closed:  # the inner transport already read the body
-            lease.release()
-        else:
-            response.stream = _LeaseStream(cast(httpx.AsyncByteStream, response.stream), lease)
-        return response
+        return _tracked(response, exchange, _LeaseStream)
 
     async def aclose(self) -> None:
         """Close the inner transport."""
@@ -640,13 +645,7 @@ class SyncThrottledTransport(httpx.BaseTransport):
         except BaseException:
             response.close()
             raise
-        response.extensions = {**response.extensions, "autothrottle": exchange.info()}
-        lease = exchange.lease
-        if response.is_closed:
-            lease.release()
-        else:
-            response.stream = _SyncLeaseStream(cast(httpx.SyncByteStream, response.stream), lease)
-        return response
+        return _tracked(response, exchange, _SyncLeaseStream)
 
     def close(self) -> None:
         """Close the inner transport."""
