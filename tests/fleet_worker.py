@@ -1,6 +1,6 @@
 """One worker process of the fleet tests: N requests through a shared Redis store.
 
-Run as ``python tests/fleet_worker.py URL REDIS_URL PREFIX COUNT [HOLD_TIMEOUT]``;
+Run as ``python tests/fleet_worker.py URL REDIS_URL PREFIX COUNT [HOLD_TIMEOUT [CAP]]``;
 prints one line per finished request ("ok STATUS" or "error NAME").
 """
 
@@ -14,9 +14,11 @@ from autothrottle.aiohttp import ThrottledSession
 from autothrottle.redis import RedisStore
 
 
-async def main(url: str, redis_url: str, prefix: str, count: int, hold: float) -> None:
+async def main(url: str, redis_url: str, prefix: str, count: int, hold: float, cap: int) -> None:
     store = RedisStore(redis_url, prefix=prefix, timeout=0.2, retry_after=0.5)
-    throttle = Throttle(policy=FixedRatePolicy(10), store=store, hold_timeout=hold)
+    throttle = Throttle(
+        policy=FixedRatePolicy(10), store=store, hold_timeout=hold, max_concurrency=cap
+    )
     async with ThrottledSession(throttle=throttle) as session:
         for _ in range(count):
             try:
@@ -30,4 +32,5 @@ async def main(url: str, redis_url: str, prefix: str, count: int, hold: float) -
 
 if __name__ == "__main__":
     hold = float(sys.argv[5]) if len(sys.argv) > 5 else 300.0
-    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), hold))
+    cap = int(sys.argv[6]) if len(sys.argv) > 6 else 8
+    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), hold, cap))

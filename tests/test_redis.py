@@ -54,12 +54,16 @@ class Site:
 
     def __init__(self) -> None:
         self.arrivals: list[float] = []
+        self.delay = 0.0
+        self.arrived = asyncio.Event()
         self.status = 200
         self.headers: dict[str, str] = {}
         self.url = ""
 
     async def handle(self, request: web.Request) -> web.Response:
         self.arrivals.append(time.monotonic())
+        self.arrived.set()
+        await asyncio.sleep(self.delay)
         return web.Response(status=self.status, headers=self.headers, text="ok")
 
     def most_in_a_second(self) -> int:
@@ -158,6 +162,38 @@ async def test_a_crashed_workers_lease_comes_back_after_it_expires() -> None:
     assert later.lease is not None
     await crashed.aclose()
     await alive.aclose()
+
+
+async def test_a_worker_killed_mid_request_gives_its_share_back_when_its_lease_expires() -> None:
+    # A fleet cap of 1: while the killed worker's lease lives, nobody may send.
+    name = prefix()
+    worker = [HERE / "fleet_worker.py"]
+    async with site() as target:
+        target.delay = 3.0  # the killed worker's request outlives its 2 s lease
+        doomed = await asyncio.create_subprocess_exec(
+            sys.executable, *map(str, worker), target.url, REDIS, name, "1", "2.0", "1"
+        )
+        await asyncio.wait_for(target.arrived.wait(), 30)
+        doomed.kill()
+        await doomed.wait()
+        killed_at = time.monotonic()
+        target.delay = 0.0
+        survivor = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *map(str, worker),
+            target.url,
+            REDIS,
+            name,
+            "1",
+            "2.0",
+            "1",
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await asyncio.wait_for(survivor.communicate(), 30)
+    assert out.decode().split() == ["ok", "200"]
+    assert len(target.arrivals) == 2
+    waited = target.arrivals[1] - killed_at
+    assert 0.5 <= waited <= 10.0  # held by the dead lease, then let go on its expiry
 
 
 async def test_a_new_process_starts_from_what_the_fleet_learned() -> None:
