@@ -410,3 +410,30 @@ async def test_without_request_options_aiohttp_still_paces_at_the_wire() -> None
         assert not s.trace_configs
         await asyncio.gather(*(_fetch("aiohttp", s, host.url(path)) for path in paths))
     assert min(host.gaps()) >= delay - 0.005, host.gaps()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("how", ["extension", "header", "host"])
+async def test_max_wait_per_request_and_per_host(client: str, how: str) -> None:
+    hosts = {"127.0.0.2": {"max_wait": 0.2}} if how == "host" else None
+    throttle = Throttle(start_delay=0.0, hosts=hosts)
+    async with loopback_hosts(1) as (host,):
+        await get_status(client, throttle, host.url("/status/429?h.Retry-After=30"))
+        kwargs: dict[str, Any] = {}
+        if how == "header":
+            kwargs["headers"] = {"X-AutoThrottle": "max-wait=0.2"}
+        elif how == "extension":
+            option = {"autothrottle": {"max_wait": 0.2}}
+            kwargs["extensions" if client == "httpx" else "trace_request_ctx"] = option
+        with pytest.raises(ThrottleTimeout):
+            async with asyncio.timeout(10):
+                await get_status(client, throttle, host.url("/"), **kwargs)
+    assert len(host.arrivals) == 1
+
+
+@pytest.mark.parametrize("bad", [{"max_wait": -1}, {"max_wait": "soon"}, {"max_wait": True}])
+def test_a_bad_max_wait_option_is_refused_naming_it(bad: dict[str, object]) -> None:
+    from autothrottle._request import options_from_mapping
+
+    with pytest.raises(ValueError, match="max_wait"):
+        options_from_mapping({"autothrottle": bad})

@@ -37,6 +37,7 @@ class HostSettings:
     max_concurrency: int | None = None
     jitter: float | None = None
     policy: DelayPolicy | None = None
+    max_wait: float | None = None
 
 
 _FIELDS = tuple(f.name for f in fields(HostSettings))

@@ -116,6 +116,7 @@ class SlotConfig:
     policy: DelayPolicy
     burst: int = 1
     windows: tuple[tuple[int, float], ...] = ()
+    max_wait: float | None = None
 
     @classmethod
     def build(
@@ -128,6 +129,7 @@ class SlotConfig:
         max_concurrency: object,
         jitter: object,
         policy: object,
+        max_wait: object = None,
     ) -> SlotConfig:
         """Validate every setting; raise naming the first bad one."""
         start = check_number("start_delay", start_delay)
@@ -146,7 +148,9 @@ class SlotConfig:
         if not isinstance(policy, DelayPolicy):
             raise TypeError(f"policy must be a DelayPolicy, got {policy!r}")
         burst = _policy_burst(policy)
-        return cls(start, low, high, target, cap, jit, policy, burst, tuple(policy.windows))
+        wait = None if max_wait is None else check_number("max_wait", max_wait)
+        windows = tuple(policy.windows)
+        return cls(start, low, high, target, cap, jit, policy, burst, windows, wait)
 
     def clamp(self, delay: float) -> float:
         """``delay`` bounded to ``[min_delay, max_delay]``."""

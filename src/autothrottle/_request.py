@@ -3,9 +3,9 @@
 A request may carry options for the throttle in two forms, both parsed here
 so the httpx and aiohttp adapters agree to the letter:
 
-* a mapping ``{"autothrottle": {"adjust": False, "bypass": True, "slot": "name"}}``
-  (httpx request ``extensions``; aiohttp ``trace_request_ctx``);
-* the request header ``X-AutoThrottle: no-adjust | bypass | slot=NAME``
+* a mapping ``{"autothrottle": {"adjust": False, "bypass": True, "slot": "name",
+  "max_wait": 2.0}}`` (httpx request ``extensions``; aiohttp ``trace_request_ctx``);
+* the request header ``X-AutoThrottle: no-adjust | bypass | slot=NAME | max-wait=SECONDS``
   (several directives may be joined by commas), which the adapters strip
   before the request goes on the wire.
 """
@@ -36,18 +36,23 @@ class RequestOptions:
             change the slot's delay (Scrapy's ``autothrottle_dont_adjust_delay``).
         bypass: True: the request is neither delayed nor counted.
         slot: Use this slot key instead of the one derived from the URL.
+        max_wait: Fail with ``ThrottleTimeout`` rather than wait longer than
+            this many seconds for the turn.
     """
 
     adjust: bool = True
     bypass: bool = False
     slot: str | None = None
+    max_wait: float | None = None
 
     def merged(self, other: RequestOptions) -> RequestOptions:
-        """Options set in either (``other`` wins on the slot name)."""
+        """Options set in either (``other`` wins on the slot name; the shorter wait)."""
+        waits = [w for w in (self.max_wait, other.max_wait) if w is not None]
         return RequestOptions(
             adjust=self.adjust and other.adjust,
             bypass=self.bypass or other.bypass,
             slot=other.slot if other.slot is not None else self.slot,
+            max_wait=min(waits) if waits else None,
         )
 
 
@@ -67,11 +72,11 @@ def options_from_mapping(container: object) -> RequestOptions:
         return DEFAULT_OPTIONS
     if not isinstance(raw, Mapping):
         raise TypeError(f"the 'autothrottle' request option must be a dict, got {raw!r}")
-    unknown = set(raw) - {"adjust", "bypass", "slot"}
+    unknown = set(raw) - {"adjust", "bypass", "slot", "max_wait"}
     if unknown:
         raise ValueError(
             f"unknown 'autothrottle' request option(s) {sorted(map(str, unknown))!r}; "
-            "expected 'adjust', 'bypass' or 'slot'"
+            "expected 'adjust', 'bypass', 'slot' or 'max_wait'"
         )
     adjust = raw.get("adjust", True)
     bypass = raw.get("bypass", False)
@@ -82,15 +87,30 @@ def options_from_mapping(container: object) -> RequestOptions:
         raise TypeError(f"the 'bypass' request option must be a bool, got {bypass!r}")
     if slot is not None and (not isinstance(slot, str) or not slot):
         raise TypeError(f"the 'slot' request option must be a non-empty str, got {slot!r}")
-    if adjust and not bypass and slot is None:
+    max_wait = raw.get("max_wait")
+    if max_wait is not None:
+        max_wait = _seconds_option(max_wait, repr(max_wait))
+    if adjust and not bypass and slot is None and max_wait is None:
         return DEFAULT_OPTIONS
-    return RequestOptions(adjust=adjust, bypass=bypass, slot=slot)
+    return RequestOptions(adjust=adjust, bypass=bypass, slot=slot, max_wait=max_wait)
+
+
+def _seconds_option(value: object, shown: str) -> float:
+    """A ``max_wait`` option: a finite number of seconds >= 0."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e9:
+        raise ValueError(f"the 'max_wait' request option must be seconds >= 0, got {shown}")
+    return float(value)
 
 
 @lru_cache(maxsize=1024)
 def options_from_header(value: str) -> RequestOptions:
     """Options from an ``X-AutoThrottle`` header value."""
-    adjust, bypass, slot = True, False, None
+    adjust, bypass, slot, max_wait = True, False, None, None
     for part in value.split(","):
         directive = part.strip()
         lowered = directive.lower()
@@ -102,12 +122,14 @@ def options_from_header(value: str) -> RequestOptions:
             slot = directive[5:].strip()
             if not slot:
                 raise ValueError(f"{CONTROL_HEADER} header: empty slot name in {value!r}")
+        elif lowered.startswith("max-wait="):
+            max_wait = _seconds_option(directive[9:].strip(), f"{value!r}")
         elif directive:
             raise ValueError(
                 f"{CONTROL_HEADER} header: unknown directive {directive!r} in {value!r}; "
-                "expected 'no-adjust', 'bypass' or 'slot=NAME'"
+                "expected 'no-adjust', 'bypass', 'slot=NAME' or 'max-wait=SECONDS'"
             )
-    return RequestOptions(adjust=adjust, bypass=bypass, slot=slot)
+    return RequestOptions(adjust=adjust, bypass=bypass, slot=slot, max_wait=max_wait)
 
 
 @lru_cache(maxsize=4096)

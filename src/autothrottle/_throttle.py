@@ -167,6 +167,7 @@ class Throttle:
             max_concurrency=max_concurrency,
             jitter=jitter,
             policy=AutoThrottlePolicy() if policy is None else policy,
+            max_wait=max_wait,
         )
         self._hosts = HostTable(self._config, hosts)
         if key is not None and not callable(key):
@@ -183,7 +184,6 @@ class Throttle:
             wall_clock=wall_clock,
             debug=check_bool("debug", debug),
         )
-        self._max_wait = None if max_wait is None else check_number("max_wait", max_wait)
         self._table = SlotTable(store, self._new_slot, clock)
         self._shared = self._share_with(store)
 
@@ -197,13 +197,16 @@ class Throttle:
     @property
     def max_wait(self) -> float | None:
         """The longest a request waits for its turn, or None for no bound."""
-        return self._max_wait
+        return self._config.max_wait
 
-    def _wait_bound(self, max_wait: float | None) -> float | None:
+    @staticmethod
+    def _wait_bound(slot: Slot, max_wait: float | None) -> float | None:
+        """The shorter of the request's bound and its slot's (per-host) one."""
+        own = slot.config.max_wait
         if max_wait is None:
-            return self._max_wait
+            return own
         bound = check_number("max_wait", max_wait)
-        return bound if self._max_wait is None else min(bound, self._max_wait)
+        return bound if own is None else min(bound, own)
 
     def __repr__(self) -> str:
         c = self._config
@@ -379,7 +382,7 @@ class Throttle:
         make = self._lease_factory(slot, adjust)
         lease = slot.gate.grant_now(make)
         if lease is None:
-            bound = self._wait_bound(max_wait)
+            bound = self._wait_bound(slot, max_wait)
             if bound is None:
                 lease = await wait_for_hold(slot.gate, make)
             else:
@@ -435,7 +438,7 @@ class Throttle:
         lease = slot.gate.grant_now(make)
         if lease is not None:
             return lease
-        bound = self._wait_bound(max_wait)
+        bound = self._wait_bound(slot, max_wait)
         try:
             return wait_for_hold_blocking(slot.gate, make, bound)
         except TimeoutError:

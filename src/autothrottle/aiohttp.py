@@ -442,7 +442,10 @@ class _ThrottleMiddleware:
         throttle = self.throttle
         asked = perf_counter()
         exchange = Exchange(
-            await throttle.acquire(self._key(request, options), adjust=options.adjust), asked
+            await throttle.acquire(
+                self._key(request, options), adjust=options.adjust, max_wait=options.max_wait
+            ),
+            asked,
         )
         token = _EXCHANGE.set(exchange)
         try:

@@ -90,7 +90,7 @@ from httpx._types import (
 from ._errors import ThrottleTimeout
 from ._exchange import Exchange
 from ._lease import Lease
-from ._request import CONTROL_HEADER, options_from_header, options_from_mapping
+from ._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
 from ._throttle import Throttle
 
 __all__ = [
@@ -319,8 +319,10 @@ def _without_control_header(request: httpx.Request) -> httpx.Request:
     )
 
 
-def _prepare(throttle: Throttle, request: httpx.Request) -> tuple[httpx.Request, str | None, bool]:
-    """The request to send, its slot key (None: do not throttle it) and ``adjust``.
+def _prepare(
+    throttle: Throttle, request: httpx.Request
+) -> tuple[httpx.Request, str | None, RequestOptions]:
+    """The request to send, its slot key (None: do not throttle it) and its options.
 
     A request with no host is not throttled: the inner transport refuses it
     with httpx's own error (``UnsupportedProtocol``), as a plain client would.
@@ -332,13 +334,13 @@ def _prepare(throttle: Throttle, request: httpx.Request) -> tuple[httpx.Request,
         options = options.merged(options_from_header(header))
         send = _without_control_header(request)
     if options.bypass:
-        return send, None, True
+        return send, None, options
     if options.slot is not None:
-        return send, options.slot, options.adjust
+        return send, options.slot, options
     host = request.url.host
     if not host:
-        return send, None, True
-    return send, throttle.key_for(request.url, host=host), options.adjust
+        return send, None, options
+    return send, throttle.key_for(request.url, host=host), options
 
 
 class _ThrottlePoolTimeout(ThrottleTimeout, httpx.PoolTimeout):
@@ -350,11 +352,13 @@ class _ThrottlePoolTimeout(ThrottleTimeout, httpx.PoolTimeout):
         self._request = request
 
 
-def _wait_bound(request: httpx.Request) -> float | None:
-    """httpx's pool timeout bounds the throttle's wait: both are a wait to send."""
+def _wait_bound(request: httpx.Request, options: RequestOptions) -> float | None:
+    """The request's ``max_wait`` option, or httpx's pool timeout if shorter:
+    waiting for the throttle is waiting to send, as waiting for the pool is."""
     timeout = request.extensions.get("timeout")
     pool = timeout.get("pool") if isinstance(timeout, dict) else None
-    return float(pool) if isinstance(pool, (int, float)) else None
+    bounds = [b for b in (pool, options.max_wait) if isinstance(b, (int, float))]
+    return float(min(bounds)) if bounds else None
 
 
 def _from_cache(extensions: Mapping[str, Any]) -> bool:
@@ -459,12 +463,12 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for the slot's turn, send through ``inner``, and track the response."""
-        send, key, adjust = _prepare(self._throttle, request)
+        send, key, options = _prepare(self._throttle, request)
         if key is None:
             return await self._inner.handle_async_request(send)
-        asked = perf_counter()
+        asked, bound = perf_counter(), _wait_bound(send, options)
         try:
-            lease = await self._throttle.acquire(key, adjust=adjust, max_wait=_wait_bound(send))
+            lease = await self._throttle.acquire(key, adjust=options.adjust, max_wait=bound)
         except ThrottleTimeout as error:
             raise _ThrottlePoolTimeout(error, request) from error
         exchange = Exchange(lease, asked)
@@ -617,12 +621,12 @@ class SyncThrottledTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Block for the slot's turn, send through ``inner``, and track the response."""
-        send, key, adjust = _prepare(self._throttle, request)
+        send, key, options = _prepare(self._throttle, request)
         if key is None:
             return self._inner.handle_request(send)
-        bound, asked = _wait_bound(send), perf_counter()
+        bound, asked = _wait_bound(send, options), perf_counter()
         try:
-            lease = self._throttle.acquire_blocking(key, adjust=adjust, max_wait=bound)
+            lease = self._throttle.acquire_blocking(key, adjust=options.adjust, max_wait=bound)
         except ThrottleTimeout as error:
             raise _ThrottlePoolTimeout(error, request) from error
         exchange = Exchange(lease, asked)
