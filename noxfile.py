@@ -77,6 +77,7 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The benchmarks (never part of the test run); each prints a table and writes JSON."""
     session.install("-e", ".[dev,sim,cli,bench]")
+    # redis_store needs Redis on 127.0.0.1:6379 (as the tests do).
     names = session.posargs or [
         "overhead",
         "many_hosts",
@@ -86,6 +87,7 @@ def bench(session: nox.Session) -> None:
         "fetch",
         "redis_store",
         "stats",
+        "compose",
     ]
     for name in names:
         session.run("python", f"benchmarks/{name}.py")
