@@ -287,3 +287,24 @@ def test_bad_arguments_are_named() -> None:
         RedisStore(REDIS, prefix="")
     with pytest.raises(ValueError, match="ttl"):
         RedisStore(REDIS, prefix="x", ttl=0)
+
+
+async def test_alone_each_process_keeps_its_share_of_the_fleets_pace() -> None:
+    # Two processes shared a slot at 10/s; with Redis gone each goes on at 5/s,
+    # so together they still send 10/s, not 20/s.
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    with own_redis(port) as server:
+        name = prefix()
+        stores = [RedisStore(url, prefix=name, timeout=0.2, retry_after=30) for _ in "ab"]
+        for _ in range(2):
+            for store in stores:
+                turn = await store.take_turn("host", gap=0.1, cap=8, hold=5.0)
+                assert turn.lease is not None
+        server.kill()
+        server.wait()
+        first = await stores[0].take_turn("host", gap=0.1, cap=8, hold=5.0)
+        assert (first.lease, first.wait) == (None, 0.0)  # down: go, alone
+        second = await stores[0].take_turn("host", gap=0.1, cap=8, hold=5.0)
+        assert second.lease is None
+        assert second.wait == pytest.approx(0.2, abs=0.05)  # 0.1 s times 2 processes

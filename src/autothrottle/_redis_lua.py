@@ -7,7 +7,8 @@ the processes sharing a slot do not matter. Keys of one slot share a hash tag
 Hash ``{prefix:slot}:s`` fields: ``tat`` (the next free send time), ``delay``
 (the fleet's delay, µs), ``pause`` (paused until), ``backoff_at`` (the last
 backoff), ``record`` (the last shared ``SlotState`` as JSON) and ``version``.
-Sorted set ``{prefix:slot}:l``: the leases in flight, scored by their expiry.
+Sorted set ``{prefix:slot}:l``: the leases in flight, scored by their expiry;
+``{prefix:slot}:p``: the processes that took a turn, by when.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 TURN = (
     _NOW
     + """
--- ARGV: gap_us, cap, hold_us, lease id, ttl_ms
+-- ARGV: gap_us, cap, hold_us, lease id, ttl_ms, process id
+redis.call('ZADD', KEYS[3], now, ARGV[6])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - 60000000)
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
+local processes = tostring(redis.call('ZCARD', KEYS[3]))
 local state = redis.call('HMGET', KEYS[1], 'tat', 'delay', 'pause')
 local tat = tonumber(state[1]) or 0
 local delay = tonumber(state[2])
@@ -33,7 +38,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[2]) then
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   local wait = math.max(1000, math.min(tonumber(first[2]) - now, 50000))
-  return {string.format('%.0f', wait), '', shown_delay, string.format('%.0f', paused)}
+  return {string.format('%.0f', wait), '', shown_delay, string.format('%.0f', paused), processes}
 end
 local gap = delay or tonumber(ARGV[1])
 local at = math.max(now, tat, pause)
@@ -41,11 +46,13 @@ redis.call('HSET', KEYS[1], 'tat', string.format('%.0f', at + gap))
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('PEXPIRE', KEYS[2], math.max(tonumber(ARGV[5]), math.ceil(tonumber(ARGV[3]) / 1000)))
-return {string.format('%.0f', at - now), ARGV[4], shown_delay, string.format('%.0f', paused)}
+return {string.format('%.0f', at - now), ARGV[4], shown_delay, string.format('%.0f', paused),
+        processes}
 """
 )
 """Reserve the slot's next send: returns wait (µs), lease id ('' at the cap),
-the fleet's delay (µs, '' if none) and the pause still to run (µs)."""
+the fleet's delay (µs, '' if none), the pause still to run (µs) and how many
+processes took a turn on the slot in the last minute."""
 
 MERGE = (
     _NOW

@@ -114,6 +114,9 @@ class RedisStore:
         self._flushing: asyncio.Task[None] | None = None
         self._down_until = -math.inf
         self._warned = False
+        self._process = uuid.uuid4().hex
+        self._alone_gap: dict[str, float] = {}
+        self._alone_next: dict[str, float] = {}
         self.round_trips = 0
         """Round trips to Redis so far (turns taken and pipelines flushed)."""
 
@@ -147,14 +150,14 @@ class RedisStore:
 
     # -- the SharedTurns protocol: the fleet -------------------------------------------
 
-    def _keys(self, key: str) -> tuple[str, str]:
+    def _keys(self, key: str) -> tuple[str, str, str]:
         tag = f"{{{self.prefix}:{key}}}"
-        return f"{tag}:s", f"{tag}:l"
+        return f"{tag}:s", f"{tag}:l", f"{tag}:p"
 
     async def take_turn(self, key: str, *, gap: float, cap: int, hold: float) -> SharedTurn:
         """Reserve the slot's next send across the fleet (one round trip)."""
         if time.monotonic() < self._down_until:
-            return self._while_down()
+            return self._while_down(key)
         lease = uuid.uuid4().hex
         hold_us = hold * 1e6 if math.isfinite(hold) else 3_600e6
         args: list[str | int] = [
@@ -163,15 +166,18 @@ class RedisStore:
             round(hold_us),
             lease,
             round(self.ttl * 1000),
+            self._process,
         ]
         call = self._turn(keys=self._keys(key), args=args)
         self.round_trips += 1
         try:
             reply = await asyncio.wait_for(call, self.timeout)
         except (TimeoutError, RedisError, OSError) as error:
-            return self._went_down(error)
+            return self._went_down(error, key)
         self._came_back()
-        wait, granted, delay, paused = (_text(part) for part in reply)
+        wait, granted, delay, paused, processes = (_text(part) for part in reply)
+        # Alone, this process keeps the fleet's pace divided among its processes.
+        self._alone_gap[key] = (float(delay) / 1e6 if delay else gap) * max(1, int(processes))
         return SharedTurn(
             float(wait) / 1e6,
             granted or None,
@@ -201,7 +207,7 @@ class RedisStore:
         try:
             await asyncio.wait_for(self._send(dirty, released), self.timeout * 4)
         except (TimeoutError, RedisError, OSError) as error:
-            self._went_down(error)
+            self._went_down(error, None)
         else:
             self._came_back()
 
@@ -249,7 +255,7 @@ class RedisStore:
             return  # a thread with no loop: its changes go with the next flush
         self._flushing = loop.create_task(self.flush())
 
-    def _went_down(self, error: BaseException) -> SharedTurn:
+    def _went_down(self, error: BaseException, key: str | None) -> SharedTurn:
         self._down_until = time.monotonic() + self.retry_after
         if not self._warned:
             self._warned = True
@@ -262,11 +268,20 @@ class RedisStore:
                 how,
                 self.retry_after,
             )
-        return self._while_down()
+        return self._while_down(key)
 
-    def _while_down(self) -> SharedTurn:
+    def _while_down(self, key: str | None) -> SharedTurn:
+        """Alone: wait for Redis (fail closed), or keep this process's share of
+        the fleet's last pace (its delay times the processes last seen)."""
+        now = time.monotonic()
         if self.fail_closed:
-            return SharedTurn(max(self._down_until - time.monotonic(), 0.05), None, None, 0.0)
+            return SharedTurn(max(self._down_until - now, 0.05), None, None, 0.0)
+        if key is None:
+            return _LOCAL
+        at = self._alone_next.get(key, now)
+        if at > now:
+            return SharedTurn(at - now, None, None, 0.0)  # asks again then, and goes
+        self._alone_next[key] = now + self._alone_gap.get(key, 0.0)
         return _LOCAL
 
     def _came_back(self) -> None:
