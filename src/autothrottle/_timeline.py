@@ -337,11 +337,13 @@ class Timeline:
     ) -> Path:
         """Draw the timeline as a PNG: one row per slot, returns the path written.
 
-        Each row has three panels: the delay and the last latency (seconds,
-        log scale) with the status events as markers along the top (429/503
-        and other errors, backoffs, pauses, failures, your marks); the
-        responses per second, with cache hits shaded and the slot's capacity if
-        given; the requests in flight and queued.
+        Each row has three panels: the delay, the gap actually kept between
+        responses (what set the pace when the delay did not: header spacing, a
+        pause, the cap) and the latency's rolling median (seconds, log scale),
+        with the status events as markers along the top (429/503 and other
+        errors, backoffs, pauses, failures, your marks); the responses per
+        second, with cache hits shaded and the slot's capacity if given; the
+        requests in flight and queued, each a 1 s mean.
 
         Args:
             path: Where to write the PNG.
@@ -560,6 +562,32 @@ def _rolling_rate(times: list[float], counts: list[int], window: float) -> list[
     return rates
 
 
+def _rolling_mean(times: list[float], values: list[float], window: float) -> list[float]:
+    """The mean of the samples in a trailing window, at each sample time."""
+    means: list[float] = []
+    left = 0
+    total = 0.0
+    for right, t in enumerate(times):
+        total += values[right]
+        while left < right and t - times[left] > window:
+            total -= values[left]
+            left += 1
+        means.append(total / (right - left + 1))
+    return means
+
+
+def _rolling_median(times: list[float], values: list[float | None], window: float) -> list[float]:
+    """The median of the known values in a trailing window (NaN where none)."""
+    medians: list[float] = []
+    left = 0
+    for right, t in enumerate(times):
+        while left < right and t - times[left] > window:
+            left += 1
+        known = sorted(v for v in values[left : right + 1] if v is not None)
+        medians.append(max(known[len(known) // 2], 1e-4) if known else math.nan)
+    return medians
+
+
 def _events(samples: list[SlotSample], marks: list[Mark]) -> dict[str, list[float]]:
     """Times of each kind of event, for the marker strip."""
     out: dict[str, list[float]] = {}
@@ -621,9 +649,9 @@ def _plot(
         sub = subfigs[row]
         sub.suptitle(labels.get(key, key), x=0.005, ha="left", fontsize=11, fontweight="bold")
         pace, rate_ax, load = sub.subplots(1, 3, width_ratios=[1.3, 1.0, 0.75])
-        _plot_pace(pace, t, samples, timeline.marks(key), seen)
+        _plot_pace(pace, t, samples, timeline.marks(key), seen, window)
         _plot_rate(rate_ax, t, samples, window, capacities.get(key))
-        _plot_load(load, t, samples)
+        _plot_load(load, t, samples, window)
         for ax in (pace, rate_ax, load):
             ax.set_xlim(0, end)
             if row < len(rows) - 1:
@@ -631,7 +659,7 @@ def _plot(
             else:
                 ax.set_xlabel("seconds since start")
         if row == 0:
-            pace.set_title("delay between sends · latency · events", fontsize=10)
+            pace.set_title("delay · gap kept · latency · events", fontsize=10)
             rate_ax.set_title(f"responses per second ({window:g} s average)", fontsize=10)
             load.set_title("requests in flight · waiting their turn", fontsize=10)
     _legend(subfigs[-1], seen)
@@ -642,15 +670,35 @@ def _plot(
 
 
 def _plot_pace(
-    pace: Axes, t: list[float], samples: list[SlotSample], marks: list[Mark], seen: list[str]
+    pace: Axes,
+    t: list[float],
+    samples: list[SlotSample],
+    marks: list[Mark],
+    seen: list[str],
+    window: float,
 ) -> None:
-    """Delay and last latency on a log scale, events along the top."""
+    """The delay, the gap actually kept, and the latency (smoothed), on a log
+    scale; events along the top.
+
+    The gap kept (one over the responses per second) is what set the pace
+    when something other than the delay did: rate-limit header spacing, a
+    pause, the concurrency cap. The raw latency of a site with slow and fast
+    pages is noise, so its rolling median is drawn instead.
+    """
     from matplotlib.ticker import FuncFormatter, LogLocator
     from matplotlib.transforms import blended_transform_factory
 
     delay = [max(s.delay, 1e-4) for s in samples]
-    latency = [math.nan if s.latency is None else max(s.latency, 1e-4) for s in samples]
-    pace.plot(t, latency, color="#2ca02c", lw=0.8, alpha=0.75)
+    rates = _rolling_rate(t, [s.responses for s in samples], window)
+    kept = [1.0 / r if r > 0 else math.nan for r in rates]
+    pace.plot(
+        t,
+        _rolling_median(t, [s.latency for s in samples], window / 3),
+        color="#2ca02c",
+        lw=1.0,
+        alpha=0.8,
+    )
+    pace.plot(t, kept, color="#d62728", lw=1.2, ls="--", alpha=0.8)
     pace.plot(t, delay, color="#1f77b4", lw=2.2)
     pace.set_yscale("log")
     pace.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -706,15 +754,20 @@ def _plot_rate(
     rate_ax.grid(True, alpha=0.3)
 
 
-def _plot_load(load: Axes, t: list[float], samples: list[SlotSample]) -> None:
-    """Requests in flight, and those waiting in the throttle."""
+def _plot_load(load: Axes, t: list[float], samples: list[SlotSample], window: float) -> None:
+    """Requests in flight and waiting in the throttle, each averaged over a second.
+
+    A fast host's requests are in flight for a few milliseconds: a sample
+    seldom catches one, and a raw step line sits at 0; the mean says how
+    busy it kept the host.
+    """
     from matplotlib.ticker import MaxNLocator
 
-    in_flight = [s.in_flight for s in samples]
-    queued = [s.queued for s in samples]
-    load.step(t, queued, where="post", color="#bcbd22", lw=1.0, ls=":")
-    load.step(t, in_flight, where="post", color="#9467bd", lw=1.4)
-    load.set_ylim(0, max([*in_flight, *queued, 1]) * 1.15)
+    in_flight = _rolling_mean(t, [float(s.in_flight) for s in samples], 1.0)
+    queued = _rolling_mean(t, [float(s.queued) for s in samples], 1.0)
+    load.plot(t, queued, color="#bcbd22", lw=1.0, ls=":")
+    load.plot(t, in_flight, color="#9467bd", lw=1.4)
+    load.set_ylim(0, max([*in_flight, *queued, 1.0]) * 1.15)
     load.yaxis.set_major_locator(MaxNLocator(integer=True))
     load.grid(True, alpha=0.3)
 
@@ -724,12 +777,13 @@ def _legend(sub: SubFigure, seen: list[str]) -> None:
 
     handles = [
         Line2D([], [], color="#1f77b4", lw=2.2, label="delay"),
-        Line2D([], [], color="#2ca02c", lw=0.8, label="last latency"),
+        Line2D([], [], color="#d62728", lw=1.2, ls="--", label="gap kept (1 / responses/s)"),
+        Line2D([], [], color="#2ca02c", lw=1.0, label="latency (median)"),
         Line2D([], [], color="#ff7f0e", lw=1.8, label="responses/s"),
         Line2D([], [], color="#17becf", lw=7, alpha=0.35, label="cache hits/s"),
         Line2D([], [], color="#555555", ls="--", label="site capacity"),
-        Line2D([], [], color="#9467bd", lw=1.4, label="in flight"),
-        Line2D([], [], color="#bcbd22", ls=":", label="waiting in the throttle"),
+        Line2D([], [], color="#9467bd", lw=1.4, label="in flight (1 s mean)"),
+        Line2D([], [], color="#bcbd22", ls=":", label="waiting in the throttle (1 s mean)"),
     ]
     for kind in seen:
         colour, marker = _EVENT_STYLES.get(kind, _OTHER_EVENT)[:2]
