@@ -429,6 +429,9 @@ def test_timeline_plot_writes_a_png(tmp_path: Path) -> None:
     assert path.read_bytes().startswith(PNG_MAGIC)
     only = timeline.plot(tmp_path / "one.png", keys=["cdn"])
     assert only.stat().st_size > 0
+    behind = timeline.plot(tmp_path / "origin.png", keys=["cdn"], origin_capacities={"cdn": 5.0})
+    assert behind.read_bytes().startswith(PNG_MAGIC)
+    assert behind.read_bytes() != only.read_bytes()  # the misses and the origin's line
 
 
 def test_demo_out_into_a_missing_directory_is_an_error_naming_it(

@@ -635,6 +635,11 @@ def run(
         },
         capacities={o.site.address: o.capacity for o in outcomes},
         keys=[o.site.address for o in outcomes],
+        origin_capacities={
+            o.site.address: o.site.behaviour.origin.capacity
+            for o in outcomes
+            if isinstance(o.site.behaviour, CDN)
+        },
     )
     console.print(f"chart saved to [bold]{path}[/]", highlight=False)
     return 0

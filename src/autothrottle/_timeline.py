@@ -334,6 +334,7 @@ class Timeline:
         labels: Mapping[str, str] | None = None,
         capacities: Mapping[str, float] | None = None,
         keys: Iterable[str] | None = None,
+        origin_capacities: Mapping[str, float] | None = None,
     ) -> Path:
         """Draw the timeline as a PNG: one row per slot, returns the path written.
 
@@ -352,6 +353,9 @@ class Timeline:
             capacities: Per slot key, a known capacity in responses/s, drawn as
                 a dashed line to compare the rate against.
             keys: The slots to draw, in order (default: every slot seen).
+            origin_capacities: Per slot key behind a cache, what its origin
+                serves in responses/s: the misses (responses a cache did not
+                answer) are drawn against it, since they are the origin's load.
 
         Raises:
             ImportError: matplotlib is not installed.
@@ -364,6 +368,7 @@ class Timeline:
             labels=labels or {},
             capacities=capacities or {},
             keys=list(self.keys if keys is None else keys),
+            origins=origin_capacities or {},
         )
 
 
@@ -624,6 +629,7 @@ def _plot(
     labels: Mapping[str, str],
     capacities: Mapping[str, float],
     keys: list[str],
+    origins: Mapping[str, float],
 ) -> Path:
     import matplotlib
 
@@ -651,6 +657,7 @@ def _plot(
         pace, rate_ax, load = sub.subplots(1, 3, width_ratios=[1.3, 1.0, 0.75])
         _plot_pace(pace, t, samples, timeline.marks(key), seen, window)
         _plot_rate(rate_ax, t, samples, window, capacities.get(key))
+        _plot_origin(rate_ax, t, samples, window, origins.get(key))
         _plot_load(load, t, samples, window)
         for ax in (pace, rate_ax, load):
             ax.set_xlim(0, end)
@@ -754,6 +761,26 @@ def _plot_rate(
     rate_ax.grid(True, alpha=0.3)
 
 
+def _plot_origin(
+    rate_ax: Axes, t: list[float], samples: list[SlotSample], window: float, capacity: float | None
+) -> None:
+    """Behind a cache: the misses per second (the origin's load) against what it serves."""
+    if capacity is None:
+        return
+    misses = _rolling_rate(t, [s.responses - s.cache_hits for s in samples], window)
+    rate_ax.plot(t, misses, color="#8c564b", lw=1.6)
+    rate_ax.axhline(capacity, color="#8c564b", ls=":", lw=1.2)
+    rate_ax.annotate(
+        f"origin serves {capacity:.3g}/s",
+        (0.01, capacity),
+        xycoords=("axes fraction", "data"),
+        xytext=(0, 3),
+        textcoords="offset points",
+        fontsize=8.5,
+        color="#8c564b",
+    )
+
+
 def _plot_load(load: Axes, t: list[float], samples: list[SlotSample], window: float) -> None:
     """Requests in flight and waiting in the throttle, each averaged over a second.
 
@@ -781,6 +808,7 @@ def _legend(sub: SubFigure, seen: list[str]) -> None:
         Line2D([], [], color="#2ca02c", lw=1.0, label="latency (median)"),
         Line2D([], [], color="#ff7f0e", lw=1.8, label="responses/s"),
         Line2D([], [], color="#17becf", lw=7, alpha=0.35, label="cache hits/s"),
+        Line2D([], [], color="#8c564b", lw=1.6, label="misses/s (the origin's load)"),
         Line2D([], [], color="#555555", ls="--", label="site capacity"),
         Line2D([], [], color="#9467bd", lw=1.4, label="in flight (1 s mean)"),
         Line2D([], [], color="#bcbd22", ls=":", label="waiting in the throttle (1 s mean)"),
