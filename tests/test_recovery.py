@@ -32,14 +32,34 @@ def test_a_refusal_close_above_what_got_through_takes_that_as_the_limit() -> Non
     assert state.recover_in == recovery.time
 
 
-def test_a_first_refusal_far_above_is_capped_at_the_refused_rate_over_the_factor() -> None:
+def test_a_first_refusal_far_above_is_capped_at_what_got_through() -> None:
     # A burst of 2 let a client run at 4.4/s for a second against a 2/s host.
     recovery, state = Recovery(), SlotState(delay=0.5)
     succeed(recovery, state, [0.05, 0.5, 0.85, 1.13])
     recovery.refused(state, pace=0.228, now=1.35, factor=2.0)
-    # allowed (4-1)/1.3 = 2.3/s, geometric mean with 4.4/s is 3.2/s: capped to 2.2/s
-    assert 1 / state.refused_gap == pytest.approx(1 / 0.456)
+    # allowed (4-1)/1.3 = 2.3/s, geometric mean with 4.4/s is 3.2/s: capped to
+    # the larger of 2.3/s and 4.4/s over the factor (2.2/s)
+    assert 1 / state.refused_gap == pytest.approx(3 / 1.3)
     assert state.recover_in == pytest.approx(0.7 * recovery.time)
+
+
+def test_a_first_refusal_far_above_little_allowed_is_capped_at_the_rate_over_the_factor() -> None:
+    recovery, state = Recovery(), SlotState(delay=0.5)
+    succeed(recovery, state, [0.0, 0.667, 1.333, 2.0])
+    recovery.refused(state, pace=1 / 4.4, now=2.0, factor=2.0)
+    # allowed 1.5/s, geometric mean with 4.4/s is 2.57/s: capped to 4.4 / 2 = 2.2/s
+    assert 1 / state.refused_gap == pytest.approx(2.2)
+
+
+def test_only_the_latest_successes_measure_the_rate() -> None:
+    # A slot that ramped from 1/s to 10/s: the rate it was let through lately is
+    # 10/s, not the mean of its ramp.
+    recovery, state = Recovery(), SlotState(delay=0.1)
+    times = [float(t) for t in range(5)] + [5.0 + i / 10 for i in range(30)]
+    succeed(recovery, state, times)
+    rate = recovery.success_rate(state, times[-1])
+    assert rate == pytest.approx(10.0)
+    assert state.ok_count <= 16
 
 
 def test_a_later_refusal_far_above_takes_the_geometric_mean() -> None:

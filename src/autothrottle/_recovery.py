@@ -7,15 +7,16 @@ it. The rules are written out in ``docs/recovery.md``; in short:
 * Successful responses since the last refusal are counted, from the first of
   them: ``(n - 1) / (now - first)`` is the rate the host let through (the one
   less for the request any host lets through at once), the best estimate of
-  its limit.
+  its limit. Only the latest 8 to 16 count: a slot that ramped up was let
+  through at its latest rate, not at the mean of its ramp.
 * At a refusal, the host's limit lies between that rate (a lower bound) and the
   pace it refused (an upper one). Close together, the lower bound is the
   limit. Far apart, take their geometric mean, a step of binary search; at a
-  slot's first refusal, never more than the refused rate over the backoff
-  factor: a token bucket's burst lets a client run at twice its rate for a
-  while, and the first refusal of a host must not be followed by a second one
-  at nearly the same pace. Such a guess is reached again, and probed past,
-  in 70 % of the recovery time.
+  slot's first refusal, never more than the larger of the allowed rate and
+  the refused rate over the backoff factor: a token bucket's burst lets a
+  client run at twice its rate for a while, and the first refusal of a host
+  must not be followed by a second one at nearly the same pace. Such a guess
+  is reached again, and probed past, in 70 % of the recovery time.
 * After a refusal the delay may not fall below a floor that follows a cubic
   around the refused gap, as TCP CUBIC does around the window of its last loss:
   ``margin`` of the refused rate at once, the refused rate after ``time``
@@ -34,6 +35,9 @@ __all__ = ["Recovery"]
 
 _MIN_SPAN = 3
 """Successes since the last refusal before their rate is an estimate at all."""
+
+RECENT_SUCCESSES = 8
+"""Successes a rate is measured over at least (and at most twice as many)."""
 
 _ALLOWED_MEMORY = 60.0
 """Seconds a success rate measured at a refusal stays the lower bound."""
@@ -73,6 +77,14 @@ class Recovery:
         if state.ok_count == 0:
             state.ok_first = now
         state.ok_count += 1
+        if state.ok_count > RECENT_SUCCESSES:
+            # A second window runs behind the counted one and replaces it when full.
+            if state.ok_next == 0:
+                state.ok_next_first = now
+            state.ok_next += 1
+            if state.ok_next >= RECENT_SUCCESSES:
+                state.ok_count, state.ok_first = state.ok_next, state.ok_next_first
+                state.ok_next = 0
 
     def success_rate(self, state: SlotState, now: float) -> float | None:
         """The rate successes came at since the last refusal, or None before there is one."""
@@ -84,8 +96,9 @@ class Recovery:
     def refused(self, state: SlotState, pace: float, now: float, factor: float = 2.0) -> None:
         """Remember a refusal of sends ``pace`` seconds apart, at ``now``.
 
-        ``factor`` is the throttle's backoff factor: the limit is never taken as
-        more than the refused rate over it when the bounds are far apart.
+        ``factor`` is the throttle's backoff factor: at the first refusal the
+        limit is never taken as more than the refused rate over it, or the
+        allowed rate if that is more, when the bounds are far apart.
         """
         refused_gap = pace
         guessed = False
@@ -98,17 +111,18 @@ class Recovery:
             state.allowed_at = now
             if 1.0 / allowed > _CLOSE * pace:
                 refused_gap = math.sqrt(pace / allowed)
-                if state.refused_gap <= 0.0 and pace * factor > refused_gap:
-                    # The first refusal: the burst may flatter. Guess low, and
-                    # probe past the guess sooner.
-                    refused_gap = pace * factor
+                guess = min(pace * factor, 1.0 / allowed)
+                if state.refused_gap <= 0.0 and guess > refused_gap:
+                    # The first refusal: the burst may flatter. Guess low (but
+                    # not below what was let through), and probe past it sooner.
+                    refused_gap = guess
                     guessed = True
             else:
                 refused_gap = max(pace, 1.0 / allowed)
         state.refused_gap = refused_gap
         state.recover_in = self.time * (_GUESS_SPEEDUP if guessed else 1.0)
         state.backoff_at = now
-        state.ok_count = 0
+        state.ok_count = state.ok_next = 0
 
     def floor(self, state: SlotState, now: float) -> float:
         """The smallest delay the slot may use at ``now`` since its last refusal.
