@@ -23,11 +23,26 @@ def fake(**kwargs: object) -> tuple[FakeClock, Throttle]:
     return clock, Throttle(clock=clock, wall_clock=clock.wall, **kwargs)  # type: ignore[arg-type]
 
 
-def test_hits_before_any_miss_teach_nothing() -> None:
+def test_hits_before_any_miss_are_paced_as_any_response() -> None:
+    # Nothing is known of an origin yet (a site may be served wholly from cache):
+    # AutoThrottle's rule on the hit, (2 + 0.005) / 2, not the start delay for ever.
     _, throttle = fake(start_delay=2.0)
-    for _ in range(50):
+    throttle.observe(KEY, latency=0.005, status=200, headers=HIT)
+    assert throttle.slot(KEY).delay == pytest.approx(1.0025)
+    for _ in range(49):
         throttle.observe(KEY, latency=0.005, status=200, headers=HIT)
-    assert throttle.slot(KEY).delay == 2.0
+    assert throttle.slot(KEY).delay == pytest.approx(0.005)
+
+
+def test_hits_before_any_miss_lower_the_delay_no_faster_than_the_ramp_up() -> None:
+    clock, throttle = fake(start_delay=2.0, policy=AdaptiveConcurrencyPolicy())
+    throttle.observe(KEY, latency=0.005, status=200, headers=HIT)
+    first = throttle.slot(KEY).delay
+    for _ in range(10):
+        clock.advance(0.1)
+        throttle.observe(KEY, latency=0.005, status=200, headers=HIT)
+    # Ten hits would take AutoThrottle's rule to 2 ms; the ramp halves it per second.
+    assert throttle.slot(KEY).delay == pytest.approx(first / 2.0)
 
 
 def test_a_hit_lowers_the_delay_only_through_the_share_of_misses() -> None:
@@ -35,9 +50,22 @@ def test_a_hit_lowers_the_delay_only_through_the_share_of_misses() -> None:
     throttle.observe(KEY, latency=1.0, status=200, headers=MISS)  # AutoThrottle: 1.5 s
     assert throttle.slot(KEY).delay == pytest.approx(1.5)
     throttle.observe(KEY, latency=0.005, status=200, headers=HIT)
-    # one hit: the miss share falls from 1 to 0.95, and the delay with it
-    assert throttle.slot(KEY).state.miss_share == pytest.approx(0.95)
-    assert throttle.slot(KEY).delay == pytest.approx(1.5 * 0.95)
+    # The first responses weigh 1/n: one miss and one hit make a share of 1/2.
+    assert throttle.slot(KEY).state.miss_share == pytest.approx(0.5)
+    assert throttle.slot(KEY).delay == pytest.approx(1.5 * 0.5)
+    for _ in range(200):
+        throttle.observe(KEY, latency=0.005, status=200, headers=HIT)
+    # From the 100th response on each weighs 1 %: 99 more hits lower it by 0.99 each.
+    share = 1.0 / 100 * 0.99**101
+    assert throttle.slot(KEY).state.miss_share == pytest.approx(max(share, 0.01))
+
+
+def test_the_miss_share_starts_as_the_plain_mean() -> None:
+    _, throttle = fake(start_delay=1.0)
+    for i in range(40):
+        miss = i % 4 == 0
+        throttle.observe(KEY, latency=0.1, status=200, headers=MISS if miss else HIT)
+    assert throttle.slot(KEY).state.miss_share == pytest.approx(0.25, abs=0.02)
 
 
 def test_the_origin_is_paced_at_the_target_and_hits_flow_between() -> None:
@@ -91,6 +119,16 @@ def test_the_rate_at_most_doubles_each_ramp_up_period(seconds: float) -> None:
     assert throttle.slot(KEY).delay == pytest.approx(2.0**-seconds)
 
 
+@pytest.mark.parametrize("seconds", [0.0, 0.2, 0.4])
+def test_a_fast_slot_doubles_every_eight_sends_if_sooner(seconds: float) -> None:
+    # At a 50 ms delay eight sends take 0.4 s, sooner than the 1 s ramp_up.
+    clock, throttle = fake(start_delay=0.05, policy=AdaptiveConcurrencyPolicy(ramp_up=1.0))
+    throttle.slot(KEY)
+    clock.advance(seconds)
+    throttle.observe(KEY, latency=0.0001, status=200)
+    assert throttle.slot(KEY).delay == pytest.approx(0.05 * 2.0 ** (-seconds / 0.4))
+
+
 def test_the_ramp_compounds_over_many_responses() -> None:
     clock, throttle = fake(start_delay=1.0, policy=AdaptiveConcurrencyPolicy(ramp_up=2.0))
     throttle.slot(KEY)
@@ -141,6 +179,26 @@ def test_the_adaptive_limit_caps_requests_in_flight() -> None:
     for lease in held:
         lease.release()  # type: ignore[union-attr]
     assert grant_now(slot) is not None
+
+
+def test_behind_a_cache_the_cap_is_the_origins_limit_plus_the_hits_in_flight() -> None:
+    policy = AdaptiveConcurrencyPolicy(initial_limit=2.0, ramp_up=None)
+    _, throttle = fake(start_delay=0.0, max_concurrency=64, policy=policy)
+    slot = throttle.slot(KEY)
+    for i in range(201):  # the last one a miss: the cap is set by misses
+        miss = i % 10 == 0
+        throttle.observe(
+            KEY, latency=0.2 if miss else 0.005, status=200, headers=MISS if miss else HIT
+        )
+    state = slot.state
+    # Little's law: hits in flight = hit send rate x hit latency.
+    hits = (1.0 - state.miss_share) * state.hit_latency / state.delay
+    assert state.hit_latency == pytest.approx(0.005)
+    assert 0.1 < hits < 1.0
+    assert state.in_flight_cap == math.ceil(policy.in_flight_limit(state.policy_state) + hits)
+    # Not the limit over the miss share (20 or more): that would let the
+    # misses queue at the origin.
+    assert state.in_flight_cap <= 4
 
 
 def test_max_concurrency_still_caps_below_the_policy() -> None:

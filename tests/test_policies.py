@@ -371,6 +371,37 @@ async def test_adaptive_concurrency_finds_the_host_capacity(workers: int, servic
     assert throughput <= capacity * 1.05  # nothing serves more than the host can
 
 
+async def test_adaptive_concurrency_doubles_its_limit_until_the_first_queue() -> None:
+    # Rounds of 8 responses at the no-load latency: 1, 2, 4, 8 (slow start).
+    # max_delay=0: only the limit holds requests back.
+    _, throttle = fake(start_delay=0.0, max_delay=0.0, policy=AdaptiveConcurrencyPolicy())
+    slot = throttle.slot(KEY)
+    state = slot.state.policy_state
+    limits = []
+    for _ in range(3):
+        for _ in range(8):
+            # As many in flight as the limit allows: the limit is what held it back.
+            leases = [await take(throttle) for _ in range(int(state.get("limit", 1.0)))]
+            leases[0].observe(latency=0.1, status=200)
+            for lease in leases:
+                lease.release()
+        limits.append(state["limit"])
+    assert limits == [2.0, 4.0, 8.0]
+    # A round whose latencies all doubled: queued 8 * (1 - 0.1 / 0.2) = 4 > beta.
+    # Back to the last limit without a queue, and additive steps from then on.
+    for _ in range(8):
+        lease = await take(throttle)
+        lease.observe(latency=0.2, status=200)
+        lease.release()
+    assert state["limit"] == 4.0
+    assert state["steady"] == 1.0
+    for _ in range(8):
+        lease = await take(throttle)
+        lease.observe(latency=0.2, status=200)
+        lease.release()
+    assert state["limit"] == 3.5
+
+
 @looptime
 async def test_adaptive_concurrency_limit_is_capped() -> None:
     _, log = await simulate_host(
@@ -393,8 +424,8 @@ async def test_adaptive_concurrency_ignores_errors_and_cache_hits() -> None:
         assert slot.state.policy_state.get("limit", 2.0) == 2.0
         clock.advance(1.0)
     # Errors never lower the delay; the hit lowers it only through the share of
-    # sends that reach the origin (docs/signals.md, "Caches"), by one step.
-    assert slot.delay == pytest.approx(0.95)
+    # sends that reach the origin (docs/signals.md, "Caches"): one in three.
+    assert slot.delay == pytest.approx(2.0 / 3.0)
 
 
 async def test_adaptive_concurrency_delay_is_latency_over_limit() -> None:

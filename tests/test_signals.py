@@ -282,8 +282,9 @@ async def succeed_at(clock: FakeClock, throttle: Throttle, rate: float, seconds:
         # Far above what got through (10/s): the limit lies between; aim at the
         # geometric mean of the two bounds, sqrt(10 * 40) = 20/s.
         (40.0, 20.0),
-        # Just above it: what got through is the limit.
-        (11.0, 10.0),
+        # Just above it: what got through is the limit, measured over the
+        # latest successes (8 to 16 of them; here the last 10, up to the refusal).
+        (11.0, 9.0 / (0.9 + 1.0 / 11.0)),
     ],
 )
 async def test_a_refusal_brackets_the_limit_with_what_got_through(
@@ -631,13 +632,17 @@ CACHE_HITS: list[tuple[int, dict[str, str]]] = [
 
 
 @pytest.mark.parametrize(("status", "headers"), CACHE_HITS, ids=repr)
-async def test_a_cache_hit_never_lowers_the_delay(status: int, headers: dict[str, str]) -> None:
+async def test_a_cache_hit_teaches_nothing_of_the_origins_latency(
+    status: int, headers: dict[str, str]
+) -> None:
     _, throttle = fake(start_delay=2.0)
-    lease = await take(throttle)
-    lease.observe(latency=0.05, status=status, headers=headers)
+    throttle.observe(KEY, latency=1.0, status=200)  # a miss: (2 + 1) / 2
+    throttle.observe(KEY, latency=0.05, status=status, headers=headers)
     snap = throttle.slot(KEY).snapshot()
-    assert snap.delay == 2.0  # Scrapy alone: (2 + 0.05) / 2
     assert snap.cache_hits == 1
+    # Scrapy alone: (1.5 + 0.05) / 2. A 200 hit lowers the delay only through
+    # the share of misses (one in two); a 304 never lowers it.
+    assert snap.delay == pytest.approx(0.75 if status == 200 else 1.5)
 
 
 @pytest.mark.parametrize(("status", "headers"), CACHE_HITS, ids=repr)

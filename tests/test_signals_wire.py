@@ -150,18 +150,26 @@ async def test_rate_limit_headers_keep_the_rate_within_budget() -> None:
     assert truth.limited <= 2
 
 
-async def test_cache_hits_do_not_lower_the_delay() -> None:
+async def test_cache_hits_lower_the_delay_only_through_the_share_of_misses() -> None:
     site = CDN(hit_ratio=0.5, origin=Capacity(2, 0.05), edge_time=0.001)
     throttle = Throttle(start_delay=0.3, max_concurrency=2)
     async with SimServer({"127.0.0.2": site}) as sim:
-        hits = [f"/p/{i}" for i in range(200) if site.is_hit(f"/p/{i}")][:4]
+        paths = [f"/p/{i}" for i in range(200)]
+        miss = next(p for p in paths if not site.is_hit(p))
+        hits = [p for p in paths if site.is_hit(p)][:4]
         async with ThrottledClient(throttle=throttle) as client:
+            response = await client.get(sim.url("127.0.0.2", miss))
+            assert response.headers["X-Cache"].startswith("MISS")
+            after_miss = throttle.slot("127.0.0.2").delay
             for path in hits:
                 response = await client.get(sim.url("127.0.0.2", path))
                 assert response.headers["X-Cache"].startswith("HIT")
     snap = throttle.slot("127.0.0.2").snapshot()
     assert snap.cache_hits == 4
-    assert snap.delay == pytest.approx(0.3)
+    # One miss in five responses: the delay is a fifth of the miss's, whatever
+    # the hits' own latency (docs/signals.md, "Caches").
+    assert throttle.slot("127.0.0.2").state.miss_share == pytest.approx(0.2)
+    assert snap.delay == pytest.approx(after_miss * 0.2)
 
 
 async def test_token_bucket_with_retry_after_only_settles_near_its_rate() -> None:

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from ._policy import SlotConfig
+from ._policy import SlotConfig, ramp_period
 from ._state import SlotState
 
 __all__ = ["Gate", "Hold", "Ticket"]
@@ -193,7 +193,7 @@ class Gate:
         so bisection finds it.
         """
         state = self.state
-        ramp = self.config.policy.ramp_up or 1.0
+        ramp = ramp_period(self.config.policy.ramp_up or 1.0, state.delay)
         factor = self._factor
 
         def gap(t: float) -> float:

@@ -181,7 +181,10 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
     reads how many of its in-flight
     requests wait at the host rather than being served:
     ``queued = limit * (1 - base / round_min)``. Under ``alpha`` queued it
-    raises the limit by ``step``; above ``beta`` it lowers it by ``step``. The
+    raises the limit by ``step``; above ``beta`` it lowers it by ``step``.
+    Until the first round above ``beta`` it doubles the limit instead (a slow
+    start, as TCP's), and at that round goes back to the last limit that
+    showed no queue and forgets the latencies the overshoot queued up. The
     delay is then the averaged latency over the limit, as AutoThrottle's rule,
     and the limit also caps the requests in flight (rounded up): pacing alone
     would let a burst of slow pages pile a queue up at the host.
@@ -268,10 +271,19 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         if seen >= max(limit, float(self.round_size)):
             queued = limit * (1.0 - base / second) if math.isfinite(second) else 0.0
             cap = min(self.max_limit, float(config.max_concurrency))
+            steady = state.get("steady", 0.0)
             if queued < self.alpha and sample.in_flight >= limit - 1.0:
-                limit = min(limit + self.step, cap)
+                # Slow start, as TCP's: double until the first queue shows.
+                limit = min(limit + self.step if steady else limit * 2.0, cap)
             elif queued > self.beta:
-                limit = max(limit - self.step, 1.0)
+                if steady:
+                    limit = max(limit - self.step, 1.0)
+                else:
+                    # Leaving slow start: back to the last limit that showed no
+                    # queue, and forget the latencies the overshoot queued up.
+                    limit = max(limit / 2.0, 1.0)
+                    short = base
+                state["steady"] = 1.0
             seen, low, second = 0.0, 0.0, 0.0
         state.update(limit=limit, base=base, short=short, seen=seen, low=low)
         state["second"] = second if math.isfinite(second) else 0.0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Concatenate, ParamSpec, TypeVar
 
 from ._headers import HeaderSignals, RateLimit, read_headers
-from ._policy import Sample
+from ._policy import Sample, SlotConfig, ramp_period
 from ._recovery import Recovery
 from ._settings import Signals
 from ._slot import Slot
@@ -30,8 +30,14 @@ logger = logging.getLogger("autothrottle")
 
 _NO_HEADERS: Mapping[str, str] = {}
 
-_SHARE_WEIGHT = 0.05
-"""Weight of one response in the averaged miss share (about the last 20 responses)."""
+_SHARE_WEIGHT = 0.01
+"""Least weight of one response in the averaged miss share (about the last 100
+responses; the first ones weigh 1/n, so the share starts as the plain mean). A
+one-in-ten miss share read from 20 responses swings threefold, and the delay
+swings with it."""
+
+_HIT_WEIGHT = 0.1
+"""Weight of one hit in the averaged hit latency."""
 
 _SUSTAINED_MARGIN = 1.02
 """Sends at a policy's own pace are spaced this much wider: timer noise never packs
@@ -43,6 +49,11 @@ _MIN_SHARE = 0.01
 
 _MAX_NOTED = 32
 """Kinds of header problem remembered per slot (a hostile server cannot grow it)."""
+
+
+def _share_weight(state: SlotState) -> float:
+    """The weight of this response in the miss share: 1/n for the first ones."""
+    return max(_SHARE_WEIGHT, 1.0 / max(1, state.responses))
 
 
 def _seconds(value: float) -> str:
@@ -196,7 +207,7 @@ class Rules:
         old = state.delay
         by_share = cache_hit and status == 200 and not self.signals.cache_hits_lower_delay
         if by_share:
-            new, reason = self._cache_hit_delay(state, old), "cache hit"
+            new, reason = self._cache_hit_delay(state, old, latency, config), "cache hit"
             slow = latency / config.target_concurrency
             if slow > old:  # a slow hit may raise the delay, as any response may
                 new = slow
@@ -211,7 +222,7 @@ class Rules:
         ramp = config.policy.ramp_up
         state.ramp_to = 0.0
         if ramp is not None and new < old and state.refused_gap <= 0.0:
-            slowest = old * 2.0 ** (-max(0.0, now - state.adjusted_at) / ramp)
+            slowest = old * 2.0 ** (-max(0.0, now - state.adjusted_at) / ramp_period(ramp, old))
             if new < slowest:
                 # The gate keeps lowering it toward `new` as time passes, so a
                 # slot whose next response is a long delay away is not stuck.
@@ -237,7 +248,7 @@ class Rules:
         config = slot.config
         share = state.miss_share
         if not cache_hit:
-            share = state.miss_share = share + _SHARE_WEIGHT * (1.0 - share)
+            share = state.miss_share = share + _share_weight(state) * (1.0 - share)
         sample = Sample(
             latency=latency,
             status=status,
@@ -247,25 +258,36 @@ class Rules:
         )
         policy = config.policy
         origin_gap = policy.next_delay(state.delay / share, sample, config)
+        delay = origin_gap * share
         limit = policy.in_flight_limit(state.policy_state)
         if limit is not None:
-            cap = max(1, math.ceil(limit / share))
+            # The policy's limit is for the origin; hits in flight come on top
+            # (Little's law: hit send rate x hit latency).
+            hits = (1.0 - share) * state.hit_latency / max(delay, config.min_delay, 1e-6)
+            cap = max(1, math.ceil(limit + hits - 1e-9))
             if cap > state.in_flight_cap > 0:
                 slot.gate.wake()
             state.in_flight_cap = cap
-        return origin_gap * share
+        return delay
 
     @staticmethod
-    def _cache_hit_delay(state: SlotState, old: float) -> float:
+    def _cache_hit_delay(state: SlotState, old: float, latency: float, config: SlotConfig) -> float:
         """A hit lowers the share of sends that reach the origin, and with it the delay.
 
-        Before the first miss nothing is known of the origin: the delay stays.
+        Before the first miss nothing is known of the origin, and a hit is
+        paced as AutoThrottle paces any response (within the ramp-up): a site
+        that is all hits must not stay at its start delay.
         """
-        if state.responses - state.cache_hits <= 0:
-            return old
+        hit_latency = state.hit_latency
+        state.hit_latency = (
+            latency if hit_latency <= 0.0 else (hit_latency + _HIT_WEIGHT * (latency - hit_latency))
+        )
         share = state.miss_share
-        new_share = max(_MIN_SHARE, share - _SHARE_WEIGHT * share)
+        new_share = max(_MIN_SHARE, share - _share_weight(state) * share)
         state.miss_share = new_share
+        if state.responses - state.cache_hits <= 0:
+            target = latency / config.target_concurrency
+            return max(target, (old + target) / 2.0)
         return old * new_share / share
 
     # -- failures and backoffs ----------------------------------------------------------

@@ -35,6 +35,7 @@ _TIMES = frozenset(
         "budget_until",
         "last_activity",
         "ok_first",
+        "ok_next_first",
         "pause_until",
         "sustained_until",
     }
@@ -63,12 +64,17 @@ class SlotState:
             throttle's ``recovery_time``).
         allowed: The best success rate seen at a refusal lately (requests/s).
         allowed_at: When ``allowed`` was measured.
-        ok_count: Successful responses since the last refusal.
+        ok_count: Successful responses counted into the success rate: those
+            since the last refusal, or only the latest ones (between
+            ``RECENT_SUCCESSES`` and twice that) once there are more.
         ok_first: The first of them.
+        ok_next: Successes since ``ok_next_first``, the window that replaces
+            the counted one when it reaches ``RECENT_SUCCESSES``.
         in_flight_cap: The policy's own cap on requests in flight (0: none; the
             gate also applies ``max_concurrency``).
         miss_share: The averaged share of responses a cache did not answer (1 until
             a hit is seen): the share of the slot's sends that reach the origin.
+        hit_latency: The averaged latency of cache hits (0: none yet).
         adjusted_at: When the delay was last adapted (the ramp-up measures from it).
         ramp_to: The delay the policy asked for when the ramp-up held it back
             (0: none); the gate lets the delay fall toward it as time passes.
@@ -98,8 +104,11 @@ class SlotState:
     allowed_at: float = -math.inf
     ok_count: int = 0
     ok_first: float = -math.inf
+    ok_next: int = 0
+    ok_next_first: float = -math.inf
     in_flight_cap: int = 0
     miss_share: float = 1.0
+    hit_latency: float = 0.0
     adjusted_at: float = 0.0
     ramp_to: float = 0.0
     last_activity: float = 0.0
