@@ -225,3 +225,22 @@ def test_the_ramp_up_lowers_the_delay_as_time_passes_not_only_on_responses() -> 
     assert throttle.try_acquire("a") is None
     clock.advance(0.3)
     assert throttle.try_acquire("a") is not None
+
+
+def test_the_headers_spacing_holds_while_the_ramp_up_runs() -> None:
+    # The ramp lowers the delay to 41 ms within the second; the quota of
+    # 10/s still spaces sends 102 ms apart (docs/signals.md, "Rate-limit headers").
+    policy = AdaptiveConcurrencyPolicy(ramp_up=0.25)
+    clock, throttle = fake(start_delay=0.5, policy=policy)
+    slot = throttle.slot(KEY)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    headers = {"RateLimit-Policy": '"p";q=10;w=1', "RateLimit": '"p";r=5;t=1'}
+    lease.observe(latency=0.001, status=200, headers=headers)
+    lease.release()
+    assert slot.state.ramp_to > 0.0  # the ramp holds the delay
+    clock.advance(0.9)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    lease.release()
+    assert slot.gate.send_at(clock()) >= clock() + 0.1

@@ -166,10 +166,12 @@ class Gate:
         """When the spacing rules (delay, burst, budget, sustained pace) allow a send."""
         state = self.state
         delay = state.delay
-        if 0.0 < state.ramp_to < delay:
-            return self._ramped_at(now, last)
         gap = delay * self._factor
-        if self.config.burst == 1:
+        if 0.0 < state.ramp_to < delay:
+            # The headers' spacing below holds while the ramp-up runs too.
+            at = self._ramped_at(now, last)
+            gap = at - last
+        elif self.config.burst == 1:
             at = last + gap
         else:
             missing = 1.0 - self._burst_tokens(now)

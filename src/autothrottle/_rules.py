@@ -182,7 +182,7 @@ class Rules:
             read = read_headers(status, headers, now=self._wall_clock(), from_cache=cache_hit)
             cache_hit = read.cache_hit
             if read.retry_after is not None or read.rate_limit is not None or read.ignored:
-                self._apply_pacing_headers(slot, read, now, refused=status >= 400)
+                self._apply_pacing_headers(slot, read, now, sent_at, refused=status >= 400)
         if cache_hit:
             state.cache_hits += 1
 
@@ -401,7 +401,7 @@ class Rules:
             slot.gate.wake()
 
     def _apply_pacing_headers(
-        self, slot: Slot, read: HeaderSignals, now: float, *, refused: bool
+        self, slot: Slot, read: HeaderSignals, now: float, sent_at: float | None, *, refused: bool
     ) -> None:
         for note in read.ignored:
             text = str(note)
@@ -414,9 +414,11 @@ class Rules:
             self.pause(slot, read.retry_after, now, reason="Retry-After")
         budget = read.rate_limit
         if signals.rate_limit_headers and budget is not None:
-            self._apply_budget(slot, budget, now, refused=refused)
+            self._apply_budget(slot, budget, now, sent_at, refused=refused)
 
-    def _apply_budget(self, slot: Slot, budget: RateLimit, now: float, *, refused: bool) -> None:
+    def _apply_budget(
+        self, slot: Slot, budget: RateLimit, now: float, sent_at: float | None, *, refused: bool
+    ) -> None:
         """Pace by an advertised budget (``docs/signals.md``, "Rate-limit headers")."""
         state = slot.state
         state.rate_limit = budget
@@ -425,8 +427,10 @@ class Rules:
             wait = budget.reset
             if not refused and sustained is not None and wait <= 1.0:
                 # The last unit went to a request sent at the policy's own pace:
-                # the window ends within one such gap, not the second t rounds to.
-                wait = min(wait, sustained * _SUSTAINED_MARGIN)
+                # the window ends within one such gap of that send, not the
+                # second t rounds to (nor one gap after the response).
+                since = 0.0 if sent_at is None else max(0.0, now - sent_at)
+                wait = min(wait, max(0.0, sustained * _SUSTAINED_MARGIN - since))
             self.pause(slot, wait, now, reason="rate-limit header")
             return
         spacing = budget.spacing
