@@ -242,7 +242,8 @@ class Rules:
         The policy paces the origin: it is handed the gap between requests that
         reach it (the delay over the miss share), and its answer is scaled back
         by the share, so that hits flow at the pace that keeps the origin where
-        the policy wants it (``docs/signals.md``, "Caches").
+        the policy wants it; a policy that caps requests in flight gets the
+        cap's headroom on top (``docs/signals.md``, "Caches", "In-flight cap").
         """
         state = slot.state
         config = slot.config
@@ -257,12 +258,20 @@ class Rules:
             state=state.policy_state,
         )
         policy = config.policy
-        origin_gap = policy.next_delay(state.delay / share, sample, config)
+        capped = policy.in_flight_limit(state.policy_state) is not None
+        # With a cap the pace has headroom behind a cache (below): undo it first.
+        headroom = (1.0 + share) / 2.0 if capped else 1.0
+        origin_gap = policy.next_delay(state.delay / (share * headroom), sample, config)
         delay = origin_gap * share
         limit = policy.in_flight_limit(state.policy_state)
         if limit is not None:
-            # The policy's limit is for the origin; hits in flight come on top
-            # (Little's law: hit send rate x hit latency).
+            # Misses come at random among the sends: paced at exactly the
+            # origin's mean, a run of hits leaves it idle and a run of misses
+            # crowds it. The cap holds the origin to the limit, so the pace
+            # gets headroom for the hits' share (up to twice the rate).
+            delay *= (1.0 + share) / 2.0
+            # The limit is the origin's; hits in flight come on top (Little's
+            # law: hit send rate x hit latency).
             hits = (1.0 - share) * state.hit_latency / max(delay, config.min_delay, 1e-6)
             cap = max(1, math.ceil(limit + hits - 1e-9))
             if cap > state.in_flight_cap > 0:
