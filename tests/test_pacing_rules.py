@@ -193,7 +193,7 @@ def test_behind_a_cache_the_cap_is_the_origins_limit_plus_the_hits_in_flight() -
     state = slot.state
     # Paced with headroom: the policy's origin gap times the share, over (1 + share) / 2.
     share = state.miss_share
-    origin_gap = state.policy_state["short"] / state.policy_state["limit"]
+    origin_gap = state.policy_state["base"] / state.policy_state["limit"]
     assert state.delay == pytest.approx(origin_gap * share * (1.0 + share) / 2.0)
     # Little's law: hits in flight = hit send rate x hit latency.
     hits = (1.0 - state.miss_share) * state.hit_latency / state.delay
