@@ -7,7 +7,8 @@ The hosts are ``autothrottle.sim`` token buckets, ``RateLimited(rate=2,
 burst=1, headers=False)`` (excess gets a 429 with ``Retry-After``), served by
 ``python -m autothrottle.sim`` in a separate process on 127.0.0.2 ...
 127.0.0.201. The crawler, in this process, uses one
-``ThrottledSession`` (``--client httpx``: one ``ThrottledClient``) and
+``ThrottledSession`` (``--client httpx``: one ``ThrottledClient``; ``httpx-per-host``: the same
+with one connection pool per host, mounted) and
 ``Throttle(policy=FixedRatePolicy(2))``; two tasks per host fetch pages back to
 back for ``--seconds`` (default 25), so every host always has a request
 waiting and the throttle alone sets the pace.
@@ -24,7 +25,7 @@ What it reports, from the simulator's ground truth (not the client's view):
 
 Goals (docs/benchmarks.md): aggregate >= 95 % of 400/s, no host above 2 in any
 1-second window. It runs the library as shipped, with either client
-(``--client``, default both).
+(``--client``, default all three).
 
 ``--headers`` makes the hosts send rate-limit headers too.
 """
@@ -70,13 +71,22 @@ async def crawl(
     def count(what: str) -> None:
         counts[what] = counts.get(what, 0) + 1
 
-    if client == "httpx":
+    if client.startswith("httpx"):
         import httpx
 
         from autothrottle.httpx import ThrottledClient
 
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        async with ThrottledClient(throttle=throttle, limits=limits, timeout=30) as hx:
+        # httpcore's pool does work quadratic in its connections on every request
+        # (encode/httpcore#1035); "httpx-per-host" mounts one pool per host.
+        mounts = (
+            {u.replace("http://", "all://", 1): httpx.AsyncHTTPTransport() for u in urls}
+            if client == "httpx-per-host"
+            else None
+        )
+        async with ThrottledClient(
+            throttle=throttle, limits=limits, timeout=30, mounts=mounts
+        ) as hx:
 
             async def worker_httpx(base: str, n: int) -> None:
                 i = n
@@ -225,9 +235,10 @@ def main() -> None:
     parser.add_argument("--per-host", type=int, default=2, help="tasks per host (default 2)")
     parser.add_argument(
         "--client",
-        choices=("aiohttp", "httpx", "both"),
-        default="both",
-        help="which adapter crawls (default both, one run each)",
+        choices=("aiohttp", "httpx", "httpx-per-host", "all"),
+        default="all",
+        help="which adapter crawls (default all, one run each; httpx-per-host: one "
+        "httpx pool per host, mounted)",
     )
     parser.add_argument("--headers", action="store_true", help="hosts also send rate-limit headers")
     args = parser.parse_args()
@@ -237,7 +248,7 @@ def main() -> None:
         parser.error("--seconds must be in [2, 300]")
     if not 1 <= args.hosts <= 1000 or not 1 <= args.per_host <= 8:
         parser.error("--hosts must be in [1, 1000] and --per-host in [1, 8]")
-    args.clients = ["aiohttp", "httpx"] if args.client == "both" else [args.client]
+    args.clients = ["aiohttp", "httpx", "httpx-per-host"] if args.client == "all" else [args.client]
 
     spec = f"rate:rate={RATE:g},burst=1,headers={'true' if args.headers else 'false'}"
     sim = SimProcess(["--many", f"{args.hosts}={spec}", "--seed", "1"])
