@@ -124,7 +124,7 @@ POLICIES = {
 }
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(
     style=st.sampled_from(["window", "refill", "eager"]),
     quota=st.integers(min_value=2, max_value=40),
@@ -156,8 +156,11 @@ def test_every_style_is_paced_at_its_quota(
     assert len(settled) <= rate * span + quota + 1
     # And near it: 95 % of the advertised rate once settled (one request at a
     # time can go no faster than one per latency), or a window's worth of
-    # slack for slow rates (a quota of 2 per 5 s is 0.4/s).
-    reachable = min(rate, 1.0 / latency)
+    # slack for slow rates (a quota of 2 per 5 s is 0.4/s). A fixed window's
+    # edge is known only to the second its whole-second t rounds to, and
+    # what remains is spread so as not to be refused before it: up to a
+    # second per window is the price (docs/signals.md, "Rate-limit headers").
+    reachable = min(rate * (window / (window + 1.0) if style == "window" else 1.0), 1.0 / latency)
     assert len(settled) >= 0.95 * reachable * span - quota, (len(settled), reachable * span)
     # At most one refusal per 200 requests, and never more than a few.
     assert refused <= max(2, 0.005 * (len(sent) + refused)), refused

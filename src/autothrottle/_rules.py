@@ -434,9 +434,14 @@ class Rules:
         sustained = budget.sustained
         if budget.remaining <= 0:
             wait = budget.reset
-            if not refused and sustained is not None and wait <= 1.0:
-                # The last unit went to a request sent at the policy's own pace:
-                # the window ends within one such gap of that send, not the
+            if (
+                not refused
+                and sustained is not None
+                and wait <= math.ceil(sustained * _SUSTAINED_MARGIN)
+            ):
+                # The last unit went to a request sent at the policy's own pace,
+                # and t is no later than one such gap rounded up to the second:
+                # the window ends within that gap of the send, not at the
                 # second t rounds to (nor one gap after the response).
                 since = 0.0 if sent_at is None else max(0.0, now - sent_at)
                 wait = min(wait, max(0.0, sustained * _SUSTAINED_MARGIN - since))
