@@ -28,6 +28,12 @@ from autothrottle.httpx import SyncThrottledClient, ThrottledClient
 from helpers import wait_until
 from loopback import LoopbackHost, loopback_hosts
 
+ARRIVAL_JITTER = 0.015
+"""How early a request may be stamped at the loopback server and still count as
+kept apart: the server's loop runs in a thread of the test process, so on a
+loaded machine it stamps one arrival late and the next on time. Unpaced, the
+gaps here are 0-2 ms; the promise (benchmarks/wire_gap.py) is 5 ms."""
+
 CLIENTS = ["httpx", "aiohttp"]
 
 
@@ -277,7 +283,7 @@ def test_eight_threads_over_four_hosts_keep_each_hosts_spacing() -> None:
     assert statuses == [200] * len(urls)
     for host in hosts:
         assert len(host.arrivals) == 6
-        assert min(host.gaps()) >= delay - 0.005, host.gaps()
+        assert min(host.gaps()) >= delay - ARRIVAL_JITTER, host.gaps()
     assert all(slot.in_flight == 0 for slot in throttle.slots())
 
 
@@ -297,7 +303,7 @@ def test_threads_and_an_async_client_share_one_slot() -> None:
             for future in done:
                 future.result(timeout=60)
     assert len(host.arrivals) == 8
-    assert min(host.gaps()) >= delay - 0.005, host.gaps()
+    assert min(host.gaps()) >= delay - ARRIVAL_JITTER, host.gaps()
 
 
 # -- pacing at the wire ---------------------------------------------------------------
@@ -334,7 +340,7 @@ async def test_a_saturated_pool_never_sends_two_requests_closer_than_the_delay(
     async with loopback_hosts(1) as (host,), _pool_of_two(client, throttle)() as http:
         await asyncio.gather(*(_fetch(client, http, host.url(path)) for path in paths))
     assert len(host.arrivals) == len(paths)
-    assert min(host.gaps()) >= delay - 0.005, host.gaps()
+    assert min(host.gaps()) >= delay - ARRIVAL_JITTER, host.gaps()
     assert throttle.slot(key(host)).in_flight == 0
 
 
@@ -409,7 +415,7 @@ async def test_without_request_options_aiohttp_still_paces_at_the_wire() -> None
     ):
         assert not s.trace_configs
         await asyncio.gather(*(_fetch("aiohttp", s, host.url(path)) for path in paths))
-    assert min(host.gaps()) >= delay - 0.005, host.gaps()
+    assert min(host.gaps()) >= delay - ARRIVAL_JITTER, host.gaps()
 
 
 @pytest.mark.parametrize("client", CLIENTS)
