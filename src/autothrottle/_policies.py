@@ -191,10 +191,12 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
     the pace only spreads the sends. Paced at the *averaged* latency over the
     limit (AutoThrottle's rule), a mix of fast and slow pages leaves the
     host's workers idle whenever slow ones cluster, and the time is never
-    made up: 72 % of a mixed site's capacity against 94 % (docs/benchmarks.md).
+    made up: 83-87 % of the benchmark's mixed site against 94-100 % now
+    (docs/benchmarks.md).
 
     Its ``ramp_up`` (1 s) bounds how fast a new slot speeds up before its
-    first refusal: the rate at most doubles each second.
+    first refusal: the rate at most doubles each second, or every 8 sends if
+    that is sooner (``docs/signals.md``, "Ramp-up").
 
     Args:
         initial_limit: Concurrency estimate of a new slot.
