@@ -8,7 +8,7 @@ burst=1, headers=False)`` (excess gets a 429 with ``Retry-After``), served by
 ``python -m autothrottle.sim`` in a separate process on 127.0.0.2 ...
 127.0.0.201. The crawler, in this process, uses one
 ``ThrottledSession`` (``--client httpx``: one ``ThrottledClient``; ``httpx-per-host``: the same
-with one connection pool per host, mounted) and
+with ``pool_per_host=True``) and
 ``Throttle(policy=FixedRatePolicy(2))``; two tasks per host fetch pages back to
 back for ``--seconds`` (default 25), so every host always has a request
 waiting and the throttle alone sets the pace.
@@ -77,15 +77,13 @@ async def crawl(
         from autothrottle.httpx import ThrottledClient
 
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-        # httpcore's pool does work quadratic in its connections on every request
-        # (encode/httpcore#1035); "httpx-per-host" mounts one pool per host.
-        mounts = (
-            {u.replace("http://", "all://", 1): httpx.AsyncHTTPTransport() for u in urls}
-            if client == "httpx-per-host"
-            else None
-        )
+        # httpcore's pool does work quadratic in its idle connections on every
+        # request (encode/httpcore#1035); "httpx-per-host" has one pool per host.
         async with ThrottledClient(
-            throttle=throttle, limits=limits, timeout=30, mounts=mounts
+            throttle=throttle,
+            limits=limits,
+            timeout=30,
+            pool_per_host=client == "httpx-per-host",
         ) as hx:
 
             async def worker_httpx(base: str, n: int) -> None:
@@ -237,8 +235,8 @@ def main() -> None:
         "--client",
         choices=("aiohttp", "httpx", "httpx-per-host", "all"),
         default="all",
-        help="which adapter crawls (default all, one run each; httpx-per-host: one "
-        "httpx pool per host, mounted)",
+        help="which adapter crawls (default all, one run each; httpx-per-host: "
+        "ThrottledClient(pool_per_host=True))",
     )
     parser.add_argument("--headers", action="store_true", help="hosts also send rate-limit headers")
     args = parser.parse_args()

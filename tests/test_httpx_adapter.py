@@ -473,3 +473,43 @@ async def test_debug_logs_one_record_per_adjusted_response(
     records = [r for r in caplog.records if r.name == "autothrottle"]
     assert len(records) == 3
     assert all(host.address in r.getMessage() for r in records)
+
+
+# -- a pool per host --------------------------------------------------------------------
+
+
+async def test_a_pool_per_host_serves_every_host_and_closes_every_pool() -> None:
+    throttle = fixed(0.0)
+    async with loopback_hosts(2) as (a, b):
+        client = ThrottledClient(throttle=throttle, pool_per_host=True)
+        async with client:
+            for host in (a, b, a, b):
+                response = await client.get(host.url("/"))
+                assert response.status_code == 200
+            per_host = client._transport._inner  # type: ignore[attr-defined]
+            pools = list(per_host._pools.values())
+            # One pool for each origin, each with its own connection, kept alive.
+            assert len(pools) == 2
+            assert all(len(pool._pool.connections) == 1 for pool in pools)
+        assert per_host._pools == {}
+        assert all(pool._pool.connections == [] for pool in pools)
+    assert len(a.arrivals) == len(b.arrivals) == 2
+    assert_idle(throttle, a.address)
+
+
+async def test_a_pool_per_host_keeps_each_hosts_spacing() -> None:
+    throttle = fixed(0.1)
+    client = ThrottledClient(throttle=throttle, pool_per_host=True)
+    async with loopback_hosts(2) as (a, b), client:
+        await asyncio.gather(*(client.get(h.url("/")) for h in (a, b) for _ in range(3)))
+    for host in (a, b):
+        assert_spaced(host.arrival_times(), 0.1)
+
+
+def test_a_pool_per_host_with_a_transport_of_your_own_is_refused() -> None:
+    with pytest.raises(ValueError, match="pool_per_host"):
+        ThrottledClient(
+            throttle=Throttle(), pool_per_host=True, transport=httpx.AsyncHTTPTransport()
+        )
+    with pytest.raises(TypeError, match="pool_per_host"):
+        ThrottledClient(throttle=Throttle(), pool_per_host="yes")  # type: ignore[arg-type]

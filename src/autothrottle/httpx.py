@@ -510,6 +510,35 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
         await self._inner.__aexit__(exc_type, exc_value, traceback)
 
 
+class _PoolPerHost(httpx.AsyncBaseTransport):
+    """One inner transport per origin, made by ``factory`` on first use.
+
+    httpcore's pool walks every connection it holds on every request, and for
+    each idle one counts all of them again (encode/httpcore#1035); a
+    throttled crawl of many hosts keeps hundreds idle between sends, and the
+    client spends its CPU there (docs/benchmarks.md, many_hosts). A pool per
+    origin stays small.
+    """
+
+    def __init__(self, factory: Callable[[], httpx.AsyncBaseTransport]) -> None:
+        self._factory = factory
+        self._pools: dict[tuple[str, str, int | None], httpx.AsyncBaseTransport] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        origin = (url.scheme, url.host, url.port)
+        pool = self._pools.get(origin)
+        if pool is None:
+            pool = self._pools[origin] = self._factory()
+        return await pool.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        pools = list(self._pools.values())
+        self._pools.clear()
+        for pool in pools:
+            await pool.aclose()
+
+
 class ThrottledClient(httpx.AsyncClient):
     """An ``httpx.AsyncClient`` whose every route is throttled.
 
@@ -525,12 +554,22 @@ class ThrottledClient(httpx.AsyncClient):
     A transport that already is a :class:`ThrottledTransport` is used as is.
     Requests through a proxy are keyed by their target host, not the proxy's.
 
+    ``pool_per_host=True`` gives each origin its own connection pool (made
+    with the client's own settings on its first request), for a crawl of
+    many hosts: httpcore's single pool costs CPU that grows with the square
+    of its idle connections, and a throttled crawl of 200 hosts spent a whole
+    core there for 66 requests a second (`docs/benchmarks.md`, many_hosts).
+    ``limits`` then apply per host.
+
     Args:
         throttle: The engine that paces the requests.
+        pool_per_host: One connection pool per origin (default: one pool).
         **kwargs: Passed to ``httpx.AsyncClient``.
 
     Raises:
         TypeError: ``throttle`` is not a :class:`~autothrottle.Throttle`.
+        ValueError: ``pool_per_host`` with a ``transport=`` of your own (the
+            pools are httpx's own transport, made per host).
 
     Example::
 
@@ -543,11 +582,25 @@ class ThrottledClient(httpx.AsyncClient):
             await client.get("https://api.example.com/items")  # throttled too
     """
 
-    def __init__(self, *, throttle: Throttle, **kwargs: Unpack[_AsyncClientOptions]) -> None:
+    def __init__(
+        self,
+        *,
+        throttle: Throttle,
+        pool_per_host: bool = False,
+        **kwargs: Unpack[_AsyncClientOptions],
+    ) -> None:
         if not isinstance(throttle, Throttle):
             raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+        if not isinstance(pool_per_host, bool):
+            raise TypeError(f"pool_per_host must be a bool, got {pool_per_host!r}")
+        if pool_per_host and kwargs.get("transport") is not None:
+            raise ValueError(
+                "pool_per_host=True makes httpx's own transport per host; "
+                f"it cannot be combined with transport={kwargs['transport']!r}"
+            )
         # Set before httpx builds its transports, which goes through _wrap.
         self._throttle = throttle
+        self._pool_per_host = pool_per_host
         super().__init__(**kwargs)
         # httpx adds user mounts as given, without a hook: wrap them here.
         self._mounts = {
@@ -569,6 +622,9 @@ class ThrottledClient(httpx.AsyncClient):
         return ThrottledTransport(transport, throttle=self._throttle)
 
     def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
+        if self._pool_per_host:
+            make = super()._init_transport
+            return self._wrap(_PoolPerHost(lambda: make(*args, **kwargs)))
         return self._wrap(super()._init_transport(*args, **kwargs))
 
     def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
