@@ -273,18 +273,32 @@ def running_hosts(count: int) -> Iterator[list[LoopbackHost]]:
         loop.close()
 
 
-def test_eight_threads_over_four_hosts_keep_each_hosts_spacing() -> None:
+@pytest.mark.parametrize("pool_per_host", [False, True], ids=["one-pool", "pool-per-host"])
+def test_eight_threads_over_four_hosts_keep_each_hosts_spacing(pool_per_host: bool) -> None:
     delay = 0.05
     throttle = Throttle(policy=FixedDelayPolicy(delay), max_concurrency=2)
-    with running_hosts(4) as hosts, SyncThrottledClient(throttle=throttle) as http:
+    client = SyncThrottledClient(throttle=throttle, pool_per_host=pool_per_host)
+    with running_hosts(4) as hosts, client as http:
         urls = [host.url("/delay/20") for host in hosts for _ in range(6)]
         with ThreadPoolExecutor(8) as pool:
             statuses = list(pool.map(lambda url: http.get(url).status_code, urls))
+        per_host = http._transport._inner  # type: ignore[attr-defined]
+        if pool_per_host:
+            assert len(per_host._pools) == 4  # one pool for each host
     assert statuses == [200] * len(urls)
     for host in hosts:
         assert len(host.arrivals) == 6
         assert min(host.gaps()) >= delay - ARRIVAL_JITTER, host.gaps()
     assert all(slot.in_flight == 0 for slot in throttle.slots())
+    if pool_per_host:
+        assert per_host._pools == {}  # every one closed with the client
+
+
+def test_a_sync_pool_per_host_with_a_transport_of_your_own_is_refused() -> None:
+    with pytest.raises(ValueError, match="pool_per_host"):
+        SyncThrottledClient(
+            throttle=Throttle(), pool_per_host=True, transport=httpx.HTTPTransport()
+        )
 
 
 def test_threads_and_an_async_client_share_one_slot() -> None:

@@ -70,6 +70,7 @@ import asyncio
 import inspect
 import ssl
 import sys
+import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from time import perf_counter
@@ -539,6 +540,41 @@ class _PoolPerHost(httpx.AsyncBaseTransport):
             await pool.aclose()
 
 
+class _SyncPoolPerHost(httpx.BaseTransport):
+    """:class:`_PoolPerHost` for threads: one pool per origin, made under a lock."""
+
+    def __init__(self, factory: Callable[[], httpx.BaseTransport]) -> None:
+        self._factory = factory
+        self._pools: dict[tuple[str, str, int | None], httpx.BaseTransport] = {}
+        self._lock = threading.Lock()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        origin = (url.scheme, url.host, url.port)
+        with self._lock:
+            pool = self._pools.get(origin)
+            if pool is None:
+                pool = self._pools[origin] = self._factory()
+        return pool.handle_request(request)
+
+    def close(self) -> None:
+        with self._lock:
+            pools = list(self._pools.values())
+            self._pools.clear()
+        for pool in pools:
+            pool.close()
+
+
+def _check_pool_per_host(pool_per_host: object, transport: object) -> None:
+    if not isinstance(pool_per_host, bool):
+        raise TypeError(f"pool_per_host must be a bool, got {pool_per_host!r}")
+    if pool_per_host and transport is not None:
+        raise ValueError(
+            "pool_per_host=True makes httpx's own transport per host; "
+            f"it cannot be combined with transport={transport!r}"
+        )
+
+
 class ThrottledClient(httpx.AsyncClient):
     """An ``httpx.AsyncClient`` whose every route is throttled.
 
@@ -591,13 +627,7 @@ class ThrottledClient(httpx.AsyncClient):
     ) -> None:
         if not isinstance(throttle, Throttle):
             raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
-        if not isinstance(pool_per_host, bool):
-            raise TypeError(f"pool_per_host must be a bool, got {pool_per_host!r}")
-        if pool_per_host and kwargs.get("transport") is not None:
-            raise ValueError(
-                "pool_per_host=True makes httpx's own transport per host; "
-                f"it cannot be combined with transport={kwargs['transport']!r}"
-            )
+        _check_pool_per_host(pool_per_host, kwargs.get("transport"))
         # Set before httpx builds its transports, which goes through _wrap.
         self._throttle = throttle
         self._pool_per_host = pool_per_host
@@ -736,12 +766,23 @@ class SyncThrottledClient(httpx.Client):
         with SyncThrottledClient(throttle=throttle) as client:
             with ThreadPoolExecutor(8) as pool:
                 pages = list(pool.map(client.get, urls))
+
+    ``pool_per_host=True`` gives each origin its own connection pool, as for
+    :class:`ThrottledClient`.
     """
 
-    def __init__(self, *, throttle: Throttle, **kwargs: Unpack[_SyncClientOptions]) -> None:
+    def __init__(
+        self,
+        *,
+        throttle: Throttle,
+        pool_per_host: bool = False,
+        **kwargs: Unpack[_SyncClientOptions],
+    ) -> None:
         if not isinstance(throttle, Throttle):
             raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+        _check_pool_per_host(pool_per_host, kwargs.get("transport"))
         self._throttle = throttle
+        self._pool_per_host = pool_per_host
         super().__init__(**kwargs)
         self._mounts = {
             pattern: None if transport is None else self._wrap(transport)
@@ -762,6 +803,9 @@ class SyncThrottledClient(httpx.Client):
         return SyncThrottledTransport(transport, throttle=self._throttle)
 
     def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.BaseTransport:
+        if self._pool_per_host:
+            make = super()._init_transport
+            return self._wrap(_SyncPoolPerHost(lambda: make(*args, **kwargs)))
         return self._wrap(super()._init_transport(*args, **kwargs))
 
     def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.BaseTransport:
