@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
+from _common import write_results
 from aiohttp import web
 
 from autothrottle import AutoThrottlePolicy, FixedRatePolicy, MemoryStore, Throttle
@@ -173,9 +172,10 @@ if __name__ == "__main__":
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--out", default="benchmarks/results/redis_store.json")
+    parser.add_argument(
+        "--name", default="redis_store", help="results file name (default redis_store)"
+    )
     arguments = parser.parse_args()
     found = asyncio.run(main(arguments))
-    Path(arguments.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(arguments.out).write_text(json.dumps(found, indent=2) + "\n")
+    print(f"results: {write_results(arguments.name, {'figures': found})}")
     sys.exit(0)

@@ -24,19 +24,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from statistics import median
 from typing import Any
 
 import aiohttp
 import httpcore
 import httpx
+from _common import write_results
 from aiohttp import web
 
 from autothrottle import (
@@ -177,11 +176,10 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="benchmarks/results/wire_gap.json")
+    parser.add_argument("--name", default="wire_gap", help="results file name (default wire_gap)")
     arguments = parser.parse_args()
     results = asyncio.run(main(arguments))
-    Path(arguments.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(arguments.out).write_text(json.dumps(results, indent=2) + "\n")
+    print(f"results: {write_results(arguments.name, {'cases': results})}")
     broken = [r for r in results if not r["kept"]]
     print(f"{len(results) - len(broken)} of {len(results)} kept the 200 ms promise at the host")
     sys.exit(1 if broken else 0)
