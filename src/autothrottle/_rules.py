@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Concatenate, ParamSpec, TypeVar
 
 from ._headers import HeaderSignals, RateLimit, read_headers
+from ._policies import AutoThrottlePolicy
 from ._policy import Sample, SlotConfig, ramp_period
 from ._recovery import Recovery
 from ._settings import Signals
@@ -35,6 +36,9 @@ _SHARE_WEIGHT = 0.01
 responses; the first ones weigh 1/n, so the share starts as the plain mean). A
 one-in-ten miss share read from 20 responses swings threefold, and the delay
 swings with it."""
+
+_ANY_RESPONSE = AutoThrottlePolicy()
+"""Scrapy's rule, for hits before the first miss (nothing is known of an origin yet)."""
 
 _HIT_WEIGHT = 0.1
 """Weight of one hit in the averaged hit latency."""
@@ -258,18 +262,16 @@ class Rules:
             state=state.policy_state,
         )
         policy = config.policy
+        # Misses come at random among the sends: paced at exactly the origin's
+        # mean, a run of hits leaves it idle and a run of misses crowds it. A
+        # policy that caps requests in flight holds the origin to its limit,
+        # so its pace gets headroom for the hits' share (up to twice the rate).
         capped = policy.in_flight_limit(state.policy_state) is not None
-        # With a cap the pace has headroom behind a cache (below): undo it first.
         headroom = (1.0 + share) / 2.0 if capped else 1.0
         origin_gap = policy.next_delay(state.delay / (share * headroom), sample, config)
-        delay = origin_gap * share
-        limit = policy.in_flight_limit(state.policy_state)
+        delay = origin_gap * share * headroom
+        limit = policy.in_flight_limit(state.policy_state)  # as the sample left it
         if limit is not None:
-            # Misses come at random among the sends: paced at exactly the
-            # origin's mean, a run of hits leaves it idle and a run of misses
-            # crowds it. The cap holds the origin to the limit, so the pace
-            # gets headroom for the hits' share (up to twice the rate).
-            delay *= (1.0 + share) / 2.0
             # The limit is the origin's; hits in flight come on top (Little's
             # law: hit send rate x hit latency).
             hits = (1.0 - share) * state.hit_latency / max(delay, config.min_delay, 1e-6)
@@ -295,8 +297,7 @@ class Rules:
         new_share = max(_MIN_SHARE, share - _share_weight(state) * share)
         state.miss_share = new_share
         if state.responses - state.cache_hits <= 0:
-            target = latency / config.target_concurrency
-            return max(target, (old + target) / 2.0)
+            return _ANY_RESPONSE.next_delay(old, Sample(latency, 200, 0), config)
         return old * new_share / share
 
     # -- failures and backoffs ----------------------------------------------------------
