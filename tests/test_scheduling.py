@@ -27,7 +27,7 @@ import statistics
 import anyio
 import pytest
 
-from autothrottle import Lease, MemoryStore, Slot, Throttle
+from autothrottle import FixedDelayPolicy, Lease, MemoryStore, Slot, Throttle
 from autothrottle._gate import Ticket
 from helpers import FakeClock, abandon, bounded, grant_now, try_acquire
 
@@ -1120,6 +1120,39 @@ class TestWireTurn:
         assert second.wire_wait() == pytest.approx(0.3)  # asked early: wait the rest
         clock.advance(0.3)
         assert second.wire_wait() == 0.0
+
+    def test_a_later_grant_that_reaches_the_wire_first_still_spaces_the_earlier(self) -> None:
+        # The first grant of a slot kept no gap after anything; if the second
+        # grant's connection is ready first (the first waited on a pool being
+        # built, say), the first must still keep the second's gap behind it.
+        clock = FakeClock()
+        throttle = Throttle(policy=FixedDelayPolicy(0.05), max_concurrency=4, clock=clock)
+        first = throttle.try_acquire("a")
+        clock.advance(0.05)
+        second = throttle.try_acquire("a")
+        assert first is not None and second is not None
+        clock.advance(0.04)
+        assert second.wire_wait() == 0.0
+        assert first.wire_wait() == pytest.approx(0.05)
+        clock.advance(0.05)
+        assert first.wire_wait() == 0.0
+
+    def test_out_of_order_wire_turns_keep_the_later_grants_gap(self) -> None:
+        clock = FakeClock()
+        throttle = Throttle(start_delay=0.5, max_concurrency=4, clock=clock)
+        leases = []
+        for _ in range(3):
+            lease = throttle.try_acquire("a")
+            assert lease is not None
+            leases.append(lease)
+            clock.advance(0.5)
+        clock.advance(5.0)
+        went = []
+        for lease in (leases[2], leases[0], leases[1]):  # connections ready out of order
+            while (wait := lease.wire_wait()) > 0.0:
+                clock.advance(wait)
+            went.append(clock())
+        assert [b - a for a, b in itertools.pairwise(went)] == [pytest.approx(0.5)] * 2
 
     def test_a_pause_that_began_after_the_grant_holds_the_wire(self) -> None:
         clock = FakeClock()

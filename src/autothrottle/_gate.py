@@ -45,6 +45,9 @@ class Hold(Protocol):
         """Mark the hold released by expiry (the gate has already let go of it)."""
         ...
 
+    sent_at: float
+    """When it was granted."""
+
     wire_gap: float
     """The spacing its grant kept after the grant before it; the wire keeps it too."""
 
@@ -91,6 +94,8 @@ class Gate:
         "_tokens",
         "_tokens_at",
         "_window_sends",
+        "_wire_gap",
+        "_wire_granted",
         "_wire_last",
         "config",
         "last_send",
@@ -114,6 +119,9 @@ class Gate:
         self._holds: set[Hold] = set()
         self.last_send: float | None = None
         self._wire_last: float | None = None
+        # The grant time and gap of the request that last went on the wire.
+        self._wire_granted = -math.inf
+        self._wire_gap = 0.0
         self._factor = 1.0
         # Threads (the sync client, several event loops) share slots: every
         # change to the gate and to the slot's state happens under this lock.
@@ -247,14 +255,23 @@ class Gate:
         with self.lock:
             now = self._clock()
             last = self._wire_last
-            at = self.state.pause_until if last is None else last + hold.wire_gap
-            at = max(at, self.state.pause_until)
+            if last is None:
+                at = self.state.pause_until
+            else:
+                # Two requests may reach the wire in the other order than they
+                # were granted (the earlier one waited on a pool being built):
+                # between them goes the gap of the later grant of the two.
+                later = hold.sent_at >= self._wire_granted
+                at = last + (hold.wire_gap if later else self._wire_gap)
+                at = max(at, self.state.pause_until)
             if now < at and now > hold.wire_asked:
                 hold.wire_asked = now
                 return at - now
             # Go now; also when the clock has not moved since this hold last
             # asked (an injected clock that real sleeps do not advance).
             self._wire_last = now
+            self._wire_granted = hold.sent_at
+            self._wire_gap = hold.wire_gap
             return 0.0
 
     # -- what the driver calls -----------------------------------------------------
