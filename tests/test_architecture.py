@@ -55,6 +55,7 @@ PUBLIC = {
     "autothrottle.httpx": [
         "SyncThrottledClient",
         "SyncThrottledTransport",
+        "ThrottlePoolTimeout",
         "ThrottledClient",
         "ThrottledTransport",
     ],

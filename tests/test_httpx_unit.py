@@ -15,8 +15,13 @@ import httpx
 import pytest
 import respx
 
-from autothrottle import Throttle
-from autothrottle.httpx import ThrottledClient, ThrottledTransport, _LeaseStream
+from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
+from autothrottle.httpx import (
+    ThrottledClient,
+    ThrottledTransport,
+    ThrottlePoolTimeout,
+    _LeaseStream,
+)
 
 URL = "http://api.example/items"
 
@@ -261,3 +266,105 @@ async def test_throttled_client_wraps_every_route() -> None:
     assert isinstance(mounted_route, ThrottledTransport) and mounted_route.inner is mounted
     assert routes["http://direct.example"] is client._transport
     assert all(t.throttle is throttle for t in routes.values() if isinstance(t, ThrottledTransport))
+
+
+# -- httpx's pool timeout and the wait for the turn ------------------------------------
+# On looptime's fake-time loop, with the throttle reading the loop's clock: eight
+# requests gathered at one a second wait up to 7 s for their turns, past httpx's
+# default 5 s pool timeout, without a real second passing.
+
+
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def _ok(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200)
+
+
+async def _eight(client: Any) -> list[object]:
+    return await asyncio.gather(*(client.get(URL) for _ in range(8)), return_exceptions=True)
+
+
+def _client(kind: str, throttle: Throttle, **kwargs: Any) -> Any:
+    inner = httpx.MockTransport(_ok)
+    if kind == "ThrottledClient":
+        return ThrottledClient(throttle=throttle, transport=inner, **kwargs)
+    return httpx.AsyncClient(transport=ThrottledTransport(inner, throttle=throttle), **kwargs)
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize("kind", ["ThrottledClient", "httpx.AsyncClient"])
+async def test_httpxs_default_timeout_never_fails_a_wait_for_the_turn(kind: str) -> None:
+    throttle = Throttle(policy=FixedRatePolicy(1.0), clock=_loop_time)
+    async with _client(kind, throttle) as client:
+        started = _loop_time()
+        results = await _eight(client)
+    assert [getattr(r, "status_code", r) for r in results] == [200] * 8
+    assert _loop_time() - started == pytest.approx(7.0, abs=0.01)  # they did wait
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize("kind", ["ThrottledClient", "httpx.AsyncClient"])
+@pytest.mark.parametrize("where", ["client", "request"])
+async def test_a_pool_timeout_you_set_bounds_the_wait_and_says_so(kind: str, where: str) -> None:
+    throttle = Throttle(policy=FixedRatePolicy(1.0), clock=_loop_time)
+    timeout = httpx.Timeout(5.0, pool=2.5)
+    on_client = {"timeout": timeout} if where == "client" else {}
+    async with _client(kind, throttle, **on_client) as client:
+        per_request = {} if where == "client" else {"timeout": timeout}
+        results = await asyncio.gather(
+            *(client.get(URL, **per_request) for _ in range(8)), return_exceptions=True
+        )
+    ok = [r for r in results if isinstance(r, httpx.Response)]
+    failed = [r for r in results if isinstance(r, BaseException)]
+    assert len(ok) == 3  # sent at 0, 1 and 2 s; the others would wait past 2.5 s
+    assert len(failed) == 5
+    for error in failed:
+        assert isinstance(error, ThrottlePoolTimeout)
+        assert isinstance(error, httpx.PoolTimeout) and isinstance(error, ThrottleTimeout)
+        assert error.bound == "httpx pool timeout"
+        assert "(httpx pool timeout)" in str(error) and "max_wait" not in str(error)
+        assert type(error).__module__ == "autothrottle.httpx"
+        assert not type(error).__name__.startswith("_")
+
+
+@pytest.mark.looptime
+async def test_a_default_timeout_set_explicitly_on_the_client_is_a_choice() -> None:
+    throttle = Throttle(policy=FixedRatePolicy(0.9), clock=_loop_time)
+    async with _client("ThrottledClient", throttle, timeout=5.0) as client:
+        results = await _eight(client)
+    # Turns at 0, 1.1, ... 4.4 s; the three at 5.6, 6.7 and 7.8 s are past 5 s.
+    assert sum(isinstance(r, ThrottlePoolTimeout) for r in results) == 3
+
+
+@pytest.mark.looptime
+async def test_a_timeout_set_on_the_client_later_is_a_choice_too() -> None:
+    throttle = Throttle(policy=FixedRatePolicy(1.0), clock=_loop_time)
+    async with _client("ThrottledClient", throttle) as client:
+        client.timeout = httpx.Timeout(5.0, pool=0.5)
+        results = await _eight(client)
+    assert sum(isinstance(r, ThrottlePoolTimeout) for r in results) == 7
+
+
+@pytest.mark.looptime
+async def test_max_wait_still_bounds_a_wait_under_httpxs_defaults() -> None:
+    throttle = Throttle(policy=FixedRatePolicy(1.0), clock=_loop_time, max_wait=3.5)
+    async with _client("ThrottledClient", throttle) as client:
+        results = await _eight(client)
+    failed = [r for r in results if isinstance(r, ThrottlePoolTimeout)]
+    assert len(failed) == 4
+    assert all(e.bound == "max_wait" and "(max_wait)" in str(e) for e in failed)
+
+
+def test_a_pool_timeout_set_on_a_sync_client_bounds_a_threads_wait() -> None:
+    from autothrottle.httpx import SyncThrottledClient
+
+    throttle = Throttle(start_delay=0.0)
+    throttle.backoff("api.example", pause=30.0)
+    inner = httpx.MockTransport(_ok)
+    timeout = httpx.Timeout(5.0, pool=0.1)
+    client = SyncThrottledClient(throttle=throttle, transport=inner, timeout=timeout)
+    with client, pytest.raises(ThrottlePoolTimeout, match="httpx pool timeout"):
+        client.get(URL)
+    assert throttle.slot("api.example").queued == 0

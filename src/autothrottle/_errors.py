@@ -15,9 +15,12 @@ class ThrottleTimeout(TimeoutError):
     Attributes:
         slot: The slot key.
         waited: The bound that was reached, in seconds.
+        bound: Which setting set that bound: ``"max_wait"`` (the throttle's,
+            the host's or the request's) or ``"httpx pool timeout"``.
     """
 
-    def __init__(self, slot: str, waited: float) -> None:
-        super().__init__(f"waited {waited:g}s for the turn of slot {slot!r} (max_wait)")
+    def __init__(self, slot: str, waited: float, bound: str = "max_wait") -> None:
+        super().__init__(f"waited {waited:g}s for the turn of slot {slot!r} ({bound})")
         self.slot = slot
         self.waited = waited
+        self.bound = bound

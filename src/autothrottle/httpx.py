@@ -97,6 +97,7 @@ from ._throttle import Throttle
 __all__ = [
     "SyncThrottledClient",
     "SyncThrottledTransport",
+    "ThrottlePoolTimeout",
     "ThrottledClient",
     "ThrottledTransport",
 ]
@@ -344,22 +345,71 @@ def _prepare(
     return send, throttle.key_for(request.url, host=host), options
 
 
-class _ThrottlePoolTimeout(ThrottleTimeout, httpx.PoolTimeout):
-    """The throttle's wait outlasted the request's bound: both the library's
-    :class:`ThrottleTimeout` and httpx's ``PoolTimeout`` (a ``TimeoutException``)."""
+class ThrottlePoolTimeout(ThrottleTimeout, httpx.PoolTimeout):
+    """The wait for the turn outlasted its bound: both the library's
+    :class:`~autothrottle.ThrottleTimeout` and httpx's ``PoolTimeout`` (a
+    ``TimeoutException``), so either ``except`` catches it. Nothing was sent.
+
+    Its ``bound`` says which setting was reached: ``"max_wait"`` or
+    ``"httpx pool timeout"`` (one you set; httpx's default never bounds the turn).
+    """
 
     def __init__(self, error: ThrottleTimeout, request: httpx.Request) -> None:
-        ThrottleTimeout.__init__(self, error.slot, error.waited)
+        ThrottleTimeout.__init__(self, error.slot, error.waited, error.bound)
         self._request = request
 
 
-def _wait_bound(request: httpx.Request, options: RequestOptions) -> float | None:
-    """The request's ``max_wait`` option, or httpx's pool timeout if shorter:
-    waiting for the throttle is waiting to send, as waiting for the pool is."""
-    timeout = request.extensions.get("timeout")
+#: Put on each request by the throttled clients: whether its pool timeout is
+#: one the user set (on the client or the request) rather than httpx's default.
+_POOL_TIMEOUT_SET = "autothrottle.pool_timeout_set"
+_HTTPX_DEFAULT_TIMEOUT = httpx.Timeout(5.0).as_dict()
+
+
+def _timeout_is_set(kwargs: Mapping[str, Any], client_timeout_set: bool) -> bool:
+    """Whether a request built with ``build_request(**kwargs)`` carries a timeout
+    the user chose: per request, in its extensions, or on the client."""
+    if kwargs.get("timeout", httpx.USE_CLIENT_DEFAULT) is not httpx.USE_CLIENT_DEFAULT:
+        return True
+    extensions = kwargs.get("extensions")
+    return client_timeout_set or (isinstance(extensions, Mapping) and "timeout" in extensions)
+
+
+def _pool_bound(extensions: Mapping[str, Any]) -> float | None:
+    """httpx's pool timeout of a request when the user set it, else None.
+
+    Waiting for the turn is waiting to send, as waiting for the pool is, so a
+    pool timeout the user chose bounds it. httpx's default (5 s, on every
+    client that was given none) does not: a wait the user did not bound must
+    not fail. The throttled clients mark each request; for a plain
+    ``httpx.AsyncClient`` around a transport, a timeout equal to httpx's
+    default counts as the default.
+    """
+    timeout = extensions.get("timeout")
     pool = timeout.get("pool") if isinstance(timeout, dict) else None
-    bounds = [b for b in (pool, options.max_wait) if isinstance(b, (int, float))]
-    return float(min(bounds)) if bounds else None
+    if not isinstance(pool, (int, float)):
+        return None
+    chosen = extensions.get(_POOL_TIMEOUT_SET)
+    if chosen is None:
+        chosen = timeout != _HTTPX_DEFAULT_TIMEOUT
+    return float(pool) if chosen else None
+
+
+def _wait_bound(
+    request: httpx.Request, options: RequestOptions
+) -> tuple[float | None, float | None]:
+    """The bound on the wait for the turn, and the pool timeout among it:
+    the request's ``max_wait`` option, or a pool timeout the user set if shorter."""
+    pool = _pool_bound(request.extensions)
+    bounds = [b for b in (pool, options.max_wait) if b is not None]
+    return (min(bounds) if bounds else None), pool
+
+
+def _timed_out(
+    error: ThrottleTimeout, request: httpx.Request, pool: float | None
+) -> ThrottlePoolTimeout:
+    if pool is not None and error.waited == pool:
+        error = ThrottleTimeout(error.slot, error.waited, "httpx pool timeout")
+    return ThrottlePoolTimeout(error, request)
 
 
 def _from_cache(extensions: Mapping[str, Any]) -> bool:
@@ -467,11 +517,11 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
         send, key, options = _prepare(self._throttle, request)
         if key is None:
             return await self._inner.handle_async_request(send)
-        asked, bound = perf_counter(), _wait_bound(send, options)
+        asked, (bound, pool) = perf_counter(), _wait_bound(send, options)
         try:
             lease = await self._throttle.acquire(key, adjust=options.adjust, max_wait=bound)
         except ThrottleTimeout as error:
-            raise _ThrottlePoolTimeout(error, request) from error
+            raise _timed_out(error, request, pool) from error
         exchange = Exchange(lease, asked)
         tracer = _Tracer(exchange, send.extensions.get("trace"))
         extensions = _traced(send, tracer)
@@ -631,6 +681,7 @@ class ThrottledClient(httpx.AsyncClient):
         # Set before httpx builds its transports, which goes through _wrap.
         self._throttle = throttle
         self._pool_per_host = pool_per_host
+        self._timeout_set = "timeout" in kwargs
         super().__init__(**kwargs)
         # httpx adds user mounts as given, without a hook: wrap them here.
         self._mounts = {
@@ -642,6 +693,22 @@ class ThrottledClient(httpx.AsyncClient):
     def throttle(self) -> Throttle:
         """The throttle that paces this client's requests."""
         return self._throttle
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        """The client's default timeout; setting it makes its pool timeout a
+        bound on the wait for the turn (httpx's own default is not one)."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, timeout: TimeoutTypes) -> None:
+        self._timeout = httpx.Timeout(timeout)
+        self._timeout_set = True
+
+    def build_request(self, *args: Any, **kwargs: Any) -> httpx.Request:
+        request = super().build_request(*args, **kwargs)
+        request.extensions[_POOL_TIMEOUT_SET] = _timeout_is_set(kwargs, self._timeout_set)
+        return request
 
     def _wrap(self, transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
         if isinstance(transport, ThrottledTransport):
@@ -710,11 +777,11 @@ class SyncThrottledTransport(httpx.BaseTransport):
         send, key, options = _prepare(self._throttle, request)
         if key is None:
             return self._inner.handle_request(send)
-        bound, asked = _wait_bound(send, options), perf_counter()
+        (bound, pool), asked = _wait_bound(send, options), perf_counter()
         try:
             lease = self._throttle.acquire_blocking(key, adjust=options.adjust, max_wait=bound)
         except ThrottleTimeout as error:
-            raise _ThrottlePoolTimeout(error, request) from error
+            raise _timed_out(error, request, pool) from error
         exchange = Exchange(lease, asked)
         tracer = _SyncTracer(exchange, send.extensions.get("trace"))
         extensions = _traced(send, tracer)
@@ -783,6 +850,7 @@ class SyncThrottledClient(httpx.Client):
         _check_pool_per_host(pool_per_host, kwargs.get("transport"))
         self._throttle = throttle
         self._pool_per_host = pool_per_host
+        self._timeout_set = "timeout" in kwargs
         super().__init__(**kwargs)
         self._mounts = {
             pattern: None if transport is None else self._wrap(transport)
@@ -793,6 +861,22 @@ class SyncThrottledClient(httpx.Client):
     def throttle(self) -> Throttle:
         """The throttle that paces this client's requests."""
         return self._throttle
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        """The client's default timeout; setting it makes its pool timeout a
+        bound on the wait for the turn (httpx's own default is not one)."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, timeout: TimeoutTypes) -> None:
+        self._timeout = httpx.Timeout(timeout)
+        self._timeout_set = True
+
+    def build_request(self, *args: Any, **kwargs: Any) -> httpx.Request:
+        request = super().build_request(*args, **kwargs)
+        request.extensions[_POOL_TIMEOUT_SET] = _timeout_is_set(kwargs, self._timeout_set)
+        return request
 
     def _wrap(self, transport: httpx.BaseTransport) -> httpx.BaseTransport:
         if isinstance(transport, SyncThrottledTransport):
