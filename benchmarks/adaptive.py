@@ -74,7 +74,7 @@ from autothrottle import (
     Throttle,
 )
 from autothrottle.aiohttp import ThrottledSession
-from autothrottle.httpx import ThrottledClient
+from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.sim import is_blocked_page, max_in_window
 
 if not sys.stdout.isatty():
@@ -219,7 +219,7 @@ async def _run_workers(
 async def run_httpx(
     base: str, seconds: float, throttle: Throttle, softblock: bool, tally: Tally
 ) -> None:
-    async with ThrottledClient(throttle=throttle, timeout=30) as client:
+    async with AsyncThrottledClient(throttle=throttle, timeout=30) as client:
 
         async def fetch(url: str) -> None:
             try:
@@ -560,7 +560,7 @@ async def _crawl_pages(client: str, throttle: Throttle, bases: list[str], tally:
         await asyncio.wait_for(asyncio.gather(*tasks), timeout=300)
 
     if client == "httpx":
-        async with ThrottledClient(throttle=throttle, timeout=30) as hx:
+        async with AsyncThrottledClient(throttle=throttle, timeout=30) as hx:
 
             async def fetch_httpx(url: str) -> None:
                 response = await hx.get(url)

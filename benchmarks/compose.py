@@ -23,11 +23,11 @@ from aiohttp import web
 
 from autothrottle import FixedDelayPolicy, Throttle
 from autothrottle.aiohttp import ThrottledSession
-from autothrottle.httpx import ThrottledClient, ThrottledTransport
+from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport
 
 
 async def _plain_httpx(throttle: Throttle, url: str, folder: str) -> None:
-    async with ThrottledClient(throttle=throttle) as client:
+    async with AsyncThrottledClient(throttle=throttle) as client:
         for _ in range(6):
             await client.get(url)
 
@@ -35,14 +35,16 @@ async def _plain_httpx(throttle: Throttle, url: str, folder: str) -> None:
 async def _cache_given_to_client(throttle: Throttle, url: str, folder: str) -> None:
     storage = hishel.AsyncSqliteStorage(database_path=f"{folder}/a.db")
     cache = hishel.httpx.AsyncCacheTransport(httpx.AsyncHTTPTransport(), storage=storage)
-    async with ThrottledClient(throttle=throttle, transport=cache) as client:
+    async with AsyncThrottledClient(throttle=throttle, transport=cache) as client:
         for _ in range(6):
             await (await client.get(url)).aread()
 
 
 async def _cache_around_throttle(throttle: Throttle, url: str, folder: str) -> None:
     storage = hishel.AsyncSqliteStorage(database_path=f"{folder}/b.db")
-    cache = hishel.httpx.AsyncCacheTransport(ThrottledTransport(throttle=throttle), storage=storage)
+    cache = hishel.httpx.AsyncCacheTransport(
+        AsyncThrottledTransport(throttle=throttle), storage=storage
+    )
     async with httpx.AsyncClient(transport=cache) as client:
         for _ in range(6):
             await (await client.get(url)).aread()
@@ -64,10 +66,10 @@ async def _retry_middleware(throttle: Throttle, url: str, folder: str) -> None:
 
 
 async def _threads_and_tasks(throttle: Throttle, url: str, folder: str) -> None:
-    from autothrottle.httpx import SyncThrottledClient
+    from autothrottle.httpx import ThrottledClient
 
-    with SyncThrottledClient(throttle=throttle) as sync_client:
-        async with ThrottledClient(throttle=throttle) as client:
+    with ThrottledClient(throttle=throttle) as sync_client:
+        async with AsyncThrottledClient(throttle=throttle) as client:
             await asyncio.gather(
                 asyncio.to_thread(lambda: [sync_client.get(url) for _ in range(3)]),
                 *(client.get(url) for _ in range(3)),
@@ -75,9 +77,9 @@ async def _threads_and_tasks(throttle: Throttle, url: str, folder: str) -> None:
 
 
 ROWS = [
-    ("ThrottledClient alone", _plain_httpx),
-    ("hishel cache given to ThrottledClient (moved outside)", _cache_given_to_client),
-    ("hishel cache around ThrottledTransport", _cache_around_throttle),
+    ("AsyncThrottledClient alone", _plain_httpx),
+    ("hishel cache given to AsyncThrottledClient (moved outside)", _cache_given_to_client),
+    ("hishel cache around AsyncThrottledTransport", _cache_around_throttle),
     ("aiohttp retry middleware before the throttle (503 once)", _retry_middleware),
     ("3 threads' sync client + 3 tasks, one throttle", _threads_and_tasks),
 ]

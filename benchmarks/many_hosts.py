@@ -7,7 +7,7 @@ The hosts are ``autothrottle.sim`` token buckets, ``RateLimited(rate=2,
 burst=1, headers=False)`` (excess gets a 429 with ``Retry-After``), served by
 ``python -m autothrottle.sim`` in a separate process on 127.0.0.2 ...
 127.0.0.201. The crawler, in this process, uses one
-``ThrottledSession`` (``--client httpx``: one ``ThrottledClient``; ``httpx-per-host``: the same
+``ThrottledSession`` (``--client httpx``: one ``AsyncThrottledClient``; ``httpx-per-host``: the same
 with ``pool_per_host=True``) and
 ``Throttle(policy=FixedRatePolicy(2))``; two tasks per host fetch pages back to
 back for ``--seconds`` (default 25), so every host always has a request
@@ -74,12 +74,12 @@ async def crawl(
     if client.startswith("httpx"):
         import httpx
 
-        from autothrottle.httpx import ThrottledClient
+        from autothrottle.httpx import AsyncThrottledClient
 
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         # httpcore's pool does work quadratic in its idle connections on every
         # request (encode/httpcore#1035); "httpx-per-host" has one pool per host.
-        async with ThrottledClient(
+        async with AsyncThrottledClient(
             throttle=throttle,
             limits=limits,
             timeout=30,
@@ -236,7 +236,7 @@ def main() -> None:
         choices=("aiohttp", "httpx", "httpx-per-host", "all"),
         default="all",
         help="which adapter crawls (default all, one run each; httpx-per-host: "
-        "ThrottledClient(pool_per_host=True))",
+        "AsyncThrottledClient(pool_per_host=True))",
     )
     parser.add_argument("--headers", action="store_true", help="hosts also send rate-limit headers")
     args = parser.parse_args()

@@ -11,7 +11,7 @@ to back for a fixed time. Against a server that does no work, the client's own
 CPU is the bottleneck, so this is the harshest setting for the ratio: any real
 site's latency would hide the adapter's cost. The variants:
 
-* ``httpx``: ``httpx.AsyncClient()``; ``httpx + ThrottledClient``.
+* ``httpx``: ``httpx.AsyncClient()``; ``httpx + AsyncThrottledClient``.
 * ``aiohttp``: ``aiohttp.ClientSession()``; ``aiohttp + ThrottledSession``
   (the throttle's middleware, its connector hook and the TraceConfig that
   reads ``trace_request_ctx`` options); the same with
@@ -80,7 +80,7 @@ from _common import print_table, write_results
 
 from autothrottle import Throttle
 from autothrottle.aiohttp import ThrottledSession, throttle_middleware
-from autothrottle.httpx import ThrottledClient
+from autothrottle.httpx import AsyncThrottledClient
 
 BODY = b"<html><body>ok</body></html>\n" * 4  # ~120 bytes
 GOAL = 0.95
@@ -196,7 +196,7 @@ class Variant:
             pool = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
             if self.kind == "throttled":
                 self.throttle = _throttle()
-                hx: httpx.AsyncClient = ThrottledClient(throttle=self.throttle, limits=pool)
+                hx: httpx.AsyncClient = AsyncThrottledClient(throttle=self.throttle, limits=pool)
             elif self.kind in ("noop", "noop+trace"):
                 inner = httpx.AsyncHTTPTransport(limits=pool)
                 transport = _NoopTransport(inner, trace=self.kind == "noop+trace")
@@ -333,7 +333,7 @@ async def _engine_cost(n: int = 50_000) -> dict[str, float]:
 def _groups(breakdown: bool) -> list[list[Variant]]:
     httpx_group = [
         Variant("httpx", "httpx", "raw"),
-        Variant("httpx + ThrottledClient", "httpx", "throttled"),
+        Variant("httpx + AsyncThrottledClient", "httpx", "throttled"),
     ]
     aiohttp_group = [
         Variant("aiohttp", "aiohttp", "raw"),

@@ -47,7 +47,7 @@ from autothrottle import (
     Throttle,
 )
 from autothrottle.aiohttp import ThrottledSession
-from autothrottle.httpx import ThrottledTransport
+from autothrottle.httpx import AsyncThrottledTransport
 
 PROMISE = 0.2
 SETUP = 0.15
@@ -123,7 +123,9 @@ async def _run_httpx(throttle: Throttle, url: str, setting: str) -> None:
     )
     inner = httpx.AsyncHTTPTransport()
     inner._pool = pool  # the documented transport, with a slow network backend
-    async with httpx.AsyncClient(transport=ThrottledTransport(inner, throttle=throttle)) as http:
+    async with httpx.AsyncClient(
+        transport=AsyncThrottledTransport(inner, throttle=throttle)
+    ) as http:
         await asyncio.gather(*(http.get(url + path) for path in _paths(setting)))
 
 

@@ -3,7 +3,7 @@
 Run it with ``python examples/httpx_example.py`` (needs ``autothrottle[httpx,aiohttp]``;
 aiohttp only serves the two demo hosts). It starts a small aiohttp.web server
 on 127.0.0.2 (fast: ~20 ms per answer) and one on 127.0.0.3 (slow: ~120 ms),
-fetches 20 pages through :class:`autothrottle.httpx.ThrottledTransport`, and
+fetches 20 pages through :class:`autothrottle.httpx.AsyncThrottledTransport`, and
 prints every slot's state. Each host gets its own slot: the slow host's delay
 settles higher than the fast one's, and neither holds the other back.
 
@@ -24,7 +24,7 @@ import httpx
 from aiohttp import web
 
 from autothrottle import Throttle
-from autothrottle.httpx import ThrottledTransport
+from autothrottle.httpx import AsyncThrottledTransport
 
 HOSTS = {"127.0.0.2": 0.02, "127.0.0.3": 0.12}  # address -> seconds per answer
 
@@ -64,7 +64,7 @@ async def main() -> None:
 
     async with demo_servers() as origins:
         urls = [f"{origin}/page/{n}" for origin in origins for n in range(10)]
-        transport = ThrottledTransport(throttle=throttle)
+        transport = AsyncThrottledTransport(throttle=throttle)
         started = time.monotonic()
         async with httpx.AsyncClient(transport=transport) as client:
             # All 20 at once: the throttle spaces them per host.

@@ -673,3 +673,15 @@ async def test_without_debug_nothing_is_logged(caplog: pytest.LogCaptureFixture)
     async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
         await fetch(session, host.url("/"))
     assert not [r for r in caplog.records if r.name == "autothrottle"]
+
+
+async def test_isinstance_tells_a_throttled_session() -> None:
+    throttle = Throttle()
+    async with ThrottledSession(throttle=throttle) as session:
+        assert isinstance(session, ThrottledSession)
+        assert type(session) is aiohttp.ClientSession  # aiohttp forbids subclasses
+    by_hand = aiohttp.ClientSession(middlewares=(throttle_middleware(throttle),))
+    async with by_hand, aiohttp.ClientSession() as plain:
+        assert isinstance(by_hand, ThrottledSession)
+        assert not isinstance(plain, ThrottledSession)
+    assert not isinstance("a session", ThrottledSession)

@@ -53,11 +53,11 @@ PUBLIC = {
         "__version__",
     ],
     "autothrottle.httpx": [
-        "SyncThrottledClient",
-        "SyncThrottledTransport",
-        "ThrottlePoolTimeout",
         "ThrottledClient",
         "ThrottledTransport",
+        "ThrottlePoolTimeout",
+        "AsyncThrottledClient",
+        "AsyncThrottledTransport",
     ],
     "autothrottle.aiohttp": [
         "ThrottledSession",

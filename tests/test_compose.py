@@ -27,7 +27,7 @@ from autothrottle.aiohttp import (
     throttle_of,
     throttle_trace_config,
 )
-from autothrottle.httpx import SyncThrottledClient, ThrottledClient, ThrottledTransport
+from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport, ThrottledClient
 from loopback import loopback_hosts
 
 
@@ -36,7 +36,7 @@ async def test_respx_requests_are_paced_in_every_mode(using: str) -> None:
     throttle = Throttle(policy=FixedDelayPolicy(30.0))
     with respx.mock(using=using) as mock:
         mock.get("http://api.example/").respond(200, text="ok")
-        async with ThrottledClient(throttle=throttle) as http:
+        async with AsyncThrottledClient(throttle=throttle) as http:
             assert (await http.get("http://api.example/")).status_code == 200
             with pytest.raises(asyncio.TimeoutError):
                 async with asyncio.timeout(0.3):  # the second waits its 30 s turn
@@ -47,7 +47,7 @@ async def test_respx_requests_are_paced_in_every_mode(using: str) -> None:
 
 def test_respx_with_the_sync_client_is_paced_too() -> None:
     throttle = Throttle(start_delay=0.0)
-    with respx.mock(using="httpx") as mock, SyncThrottledClient(throttle=throttle) as http:
+    with respx.mock(using="httpx") as mock, ThrottledClient(throttle=throttle) as http:
         mock.get("http://api.example/").respond(200)
         assert http.get("http://api.example/").status_code == 200
     assert throttle.slot("api.example").snapshot().responses == 1
@@ -55,7 +55,7 @@ def test_respx_with_the_sync_client_is_paced_too() -> None:
 
 async def test_the_response_says_what_the_throttle_did_under_httpx() -> None:
     throttle = Throttle(policy=FixedDelayPolicy(0.2))
-    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as http:
+    async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as http:
         await http.get(host.url("/"))
         second = await http.get(host.url("/"), headers={"X-AutoThrottle": "no-adjust"})
     info = second.extensions["autothrottle"]
@@ -105,7 +105,7 @@ def test_trio_paces_at_the_wire_too() -> None:
     assert ready.wait(30)
 
     async def crawl() -> None:
-        async with ThrottledClient(throttle=throttle) as http, trio.open_nursery() as nursery:
+        async with AsyncThrottledClient(throttle=throttle) as http, trio.open_nursery() as nursery:
             for _ in range(4):
                 nursery.start_soon(http.get, f"http://127.0.0.2:{port[0]}/")
 
@@ -130,7 +130,7 @@ async def test_an_active_span_records_the_throttles_wait() -> None:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("test")
     throttle = Throttle(policy=FixedDelayPolicy(0.2))
-    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as http:
+    async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as http:
         await http.get(host.url("/"))
         with tracer.start_as_current_span("GET"):
             await http.get(host.url("/"))
@@ -142,7 +142,7 @@ async def test_an_active_span_records_the_throttles_wait() -> None:
 
 @pytest.mark.parametrize(
     ("throttled", "plain"),
-    [(ThrottledClient, httpx.AsyncClient), (SyncThrottledClient, httpx.Client)],
+    [(AsyncThrottledClient, httpx.AsyncClient), (ThrottledClient, httpx.Client)],
 )
 def test_the_throttled_clients_declare_every_parameter_of_httpxs(
     throttled: type, plain: type
@@ -207,15 +207,17 @@ def _hishel_transport(inner: httpx.AsyncBaseTransport, path: Path) -> httpx.Asyn
     return transport
 
 
-@pytest.mark.parametrize("order", ["cache given to ThrottledClient", "cache around the throttle"])
+@pytest.mark.parametrize(
+    "order", ["cache given to AsyncThrottledClient", "cache around the throttle"]
+)
 async def test_a_hishel_hit_neither_waits_nor_teaches(order: str, tmp_path: Path) -> None:
     throttle = Throttle(policy=FixedDelayPolicy(30.0))
     async with loopback_hosts(1) as (host,):
-        if order == "cache given to ThrottledClient":
+        if order == "cache given to AsyncThrottledClient":
             cache = _hishel_transport(httpx.AsyncHTTPTransport(), tmp_path)
-            client: httpx.AsyncClient = ThrottledClient(throttle=throttle, transport=cache)
+            client: httpx.AsyncClient = AsyncThrottledClient(throttle=throttle, transport=cache)
         else:
-            cache = _hishel_transport(ThrottledTransport(throttle=throttle), tmp_path)
+            cache = _hishel_transport(AsyncThrottledTransport(throttle=throttle), tmp_path)
             client = httpx.AsyncClient(transport=cache)
         async with client:
             first = await client.get(host.url("/"))
@@ -233,7 +235,9 @@ async def test_a_hishel_hit_below_the_throttle_waits_but_does_not_teach(tmp_path
     throttle = Throttle(start_delay=0.0)
     async with loopback_hosts(1) as (host,):
         cache = _hishel_transport(httpx.AsyncHTTPTransport(), tmp_path)
-        async with httpx.AsyncClient(transport=ThrottledTransport(cache, throttle=throttle)) as c:
+        async with httpx.AsyncClient(
+            transport=AsyncThrottledTransport(cache, throttle=throttle)
+        ) as c:
             for _ in range(3):
                 await (await c.get(host.url("/"))).aread()
     assert len(host.arrivals) == 1

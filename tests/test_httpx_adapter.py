@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from autothrottle import AutoThrottlePolicy, Throttle
-from autothrottle.httpx import ThrottledClient, ThrottledTransport
+from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport
 from helpers import wait_until
 from loopback import LoopbackHost, loopback_hosts
 
@@ -43,7 +43,7 @@ def fixed(delay: float, **kwargs: Any) -> Throttle:
 
 def client_for(throttle: Throttle, **kwargs: Any) -> httpx.AsyncClient:
     inner = httpx.AsyncHTTPTransport(limits=kwargs.pop("limits", httpx.Limits()))
-    return httpx.AsyncClient(transport=ThrottledTransport(inner, throttle=throttle), **kwargs)
+    return httpx.AsyncClient(transport=AsyncThrottledTransport(inner, throttle=throttle), **kwargs)
 
 
 def assert_idle(throttle: Throttle, key: str) -> None:
@@ -400,7 +400,7 @@ async def test_refused_connection_releases_and_counts_a_failure() -> None:
     assert (slot.sent, slot.responses, slot.failures) == (1, 0, 1)
 
 
-# -- ThrottledClient ---------------------------------------------------------
+# -- AsyncThrottledClient ---------------------------------------------------------
 
 
 def assert_paced(host: LoopbackHost, count: int) -> None:
@@ -412,7 +412,7 @@ async def test_throttled_client_throttles_default_and_mounted_routes() -> None:
     throttle = fixed(0.2)
     async with loopback_hosts(2) as (a, b):
         mounts = {f"http://{b.address}": httpx.AsyncHTTPTransport()}
-        async with ThrottledClient(throttle=throttle, mounts=mounts) as client:
+        async with AsyncThrottledClient(throttle=throttle, mounts=mounts) as client:
             assert client.throttle is throttle
             await warm_up(client, a, b)
             await asyncio.gather(*(client.get(h.url()) for h in (a, b) for _ in range(3)))
@@ -424,12 +424,14 @@ async def test_throttled_client_throttles_default_and_mounted_routes() -> None:
 async def test_throttled_client_wraps_a_given_transport_once() -> None:
     throttle = fixed(0.2)
     async with loopback_hosts(1) as (host,):
-        async with ThrottledClient(throttle=throttle, transport=httpx.AsyncHTTPTransport()) as c:
+        async with AsyncThrottledClient(
+            throttle=throttle, transport=httpx.AsyncHTTPTransport()
+        ) as c:
             await warm_up(c, host)
             await asyncio.gather(*(c.get(host.url()) for _ in range(3)))
         assert_paced(host, 3)
-        already = ThrottledTransport(throttle=throttle)
-        async with ThrottledClient(throttle=throttle, transport=already) as c:
+        already = AsyncThrottledTransport(throttle=throttle)
+        async with AsyncThrottledClient(throttle=throttle, transport=already) as c:
             await c.get(host.url())  # not throttled twice: it would wait its own turn
     assert throttle.slot(host.address).sent == 4
 
@@ -442,7 +444,7 @@ async def test_throttled_client_keeps_environment_proxies_throttled(
     throttle = fixed(0.2)
     async with loopback_hosts(2) as (proxy, target):
         monkeypatch.setenv("HTTP_PROXY", proxy.origin)
-        async with ThrottledClient(throttle=throttle) as client:
+        async with AsyncThrottledClient(throttle=throttle) as client:
             await client.get(target.url("/warm-up"), headers={"X-AutoThrottle": "bypass"})
             proxy.arrivals.clear()
             await asyncio.gather(*(client.get(target.url(f"/via/{i}")) for i in range(3)))
@@ -481,7 +483,7 @@ async def test_debug_logs_one_record_per_adjusted_response(
 async def test_a_pool_per_host_serves_every_host_and_closes_every_pool() -> None:
     throttle = fixed(0.0)
     async with loopback_hosts(2) as (a, b):
-        client = ThrottledClient(throttle=throttle, pool_per_host=True)
+        client = AsyncThrottledClient(throttle=throttle, pool_per_host=True)
         async with client:
             for host in (a, b, a, b):
                 response = await client.get(host.url("/"))
@@ -499,7 +501,7 @@ async def test_a_pool_per_host_serves_every_host_and_closes_every_pool() -> None
 
 async def test_a_pool_per_host_keeps_each_hosts_spacing() -> None:
     throttle = fixed(0.1)
-    client = ThrottledClient(throttle=throttle, pool_per_host=True)
+    client = AsyncThrottledClient(throttle=throttle, pool_per_host=True)
     async with loopback_hosts(2) as (a, b), client:
         await asyncio.gather(*(client.get(h.url("/")) for h in (a, b) for _ in range(3)))
     for host in (a, b):
@@ -508,8 +510,8 @@ async def test_a_pool_per_host_keeps_each_hosts_spacing() -> None:
 
 def test_a_pool_per_host_with_a_transport_of_your_own_is_refused() -> None:
     with pytest.raises(ValueError, match="pool_per_host"):
-        ThrottledClient(
+        AsyncThrottledClient(
             throttle=Throttle(), pool_per_host=True, transport=httpx.AsyncHTTPTransport()
         )
     with pytest.raises(TypeError, match="pool_per_host"):
-        ThrottledClient(throttle=Throttle(), pool_per_host="yes")  # type: ignore[arg-type]
+        AsyncThrottledClient(throttle=Throttle(), pool_per_host="yes")  # type: ignore[arg-type]

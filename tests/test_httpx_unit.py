@@ -17,8 +17,8 @@ import respx
 
 from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
 from autothrottle.httpx import (
-    ThrottledClient,
-    ThrottledTransport,
+    AsyncThrottledClient,
+    AsyncThrottledTransport,
     ThrottlePoolTimeout,
     _LeaseStream,
 )
@@ -27,7 +27,7 @@ URL = "http://api.example/items"
 
 
 def client_for(throttle: Throttle, inner: httpx.AsyncBaseTransport | None = None) -> Any:
-    return httpx.AsyncClient(transport=ThrottledTransport(inner, throttle=throttle))
+    return httpx.AsyncClient(transport=AsyncThrottledTransport(inner, throttle=throttle))
 
 
 async def test_fallback_latency_is_the_inner_transports_time() -> None:
@@ -213,11 +213,11 @@ async def test_lease_stream_released_when_iteration_fails() -> None:
 def test_constructors_reject_bad_arguments() -> None:
     throttle = Throttle()
     with pytest.raises(TypeError, match=r"throttle must be .*got None"):
-        ThrottledTransport(throttle=None)  # type: ignore[arg-type]
+        AsyncThrottledTransport(throttle=None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"inner must be .*got 'http'"):
-        ThrottledTransport("http", throttle=throttle)  # type: ignore[arg-type]
+        AsyncThrottledTransport("http", throttle=throttle)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"throttle must be .*got 3"):
-        ThrottledClient(throttle=3)  # type: ignore[arg-type]
+        AsyncThrottledClient(throttle=3)  # type: ignore[arg-type]
 
 
 class _Recorder(httpx.AsyncBaseTransport):
@@ -242,7 +242,7 @@ class _Recorder(httpx.AsyncBaseTransport):
 
 async def test_transport_lifecycle_reaches_the_inner_transport() -> None:
     inner = _Recorder()
-    async with ThrottledTransport(inner, throttle=Throttle()) as transport:
+    async with AsyncThrottledTransport(inner, throttle=Throttle()) as transport:
         assert transport.inner is inner
     await transport.aclose()
     assert inner.calls == ["enter", "exit", "close"]
@@ -251,7 +251,7 @@ async def test_transport_lifecycle_reaches_the_inner_transport() -> None:
 async def test_throttled_client_wraps_every_route() -> None:
     throttle = Throttle()
     mounted = httpx.AsyncHTTPTransport()
-    async with ThrottledClient(
+    async with AsyncThrottledClient(
         throttle=throttle,
         proxy="http://proxy.example:3128",
         mounts={"http://mounted.example": mounted, "http://direct.example": None},
@@ -260,12 +260,14 @@ async def test_throttled_client_wraps_every_route() -> None:
             url: client._transport_for_url(httpx.URL(url))
             for url in ("http://mounted.example", "http://direct.example", "http://other.example")
         }
-    assert all(isinstance(t, ThrottledTransport) for t in routes.values())
-    assert isinstance(client._transport, ThrottledTransport)
+    assert all(isinstance(t, AsyncThrottledTransport) for t in routes.values())
+    assert isinstance(client._transport, AsyncThrottledTransport)
     mounted_route = routes["http://mounted.example"]
-    assert isinstance(mounted_route, ThrottledTransport) and mounted_route.inner is mounted
+    assert isinstance(mounted_route, AsyncThrottledTransport) and mounted_route.inner is mounted
     assert routes["http://direct.example"] is client._transport
-    assert all(t.throttle is throttle for t in routes.values() if isinstance(t, ThrottledTransport))
+    assert all(
+        t.throttle is throttle for t in routes.values() if isinstance(t, AsyncThrottledTransport)
+    )
 
 
 # -- httpx's pool timeout and the wait for the turn ------------------------------------
@@ -288,13 +290,13 @@ async def _eight(client: Any) -> list[object]:
 
 def _client(kind: str, throttle: Throttle, **kwargs: Any) -> Any:
     inner = httpx.MockTransport(_ok)
-    if kind == "ThrottledClient":
-        return ThrottledClient(throttle=throttle, transport=inner, **kwargs)
-    return httpx.AsyncClient(transport=ThrottledTransport(inner, throttle=throttle), **kwargs)
+    if kind == "AsyncThrottledClient":
+        return AsyncThrottledClient(throttle=throttle, transport=inner, **kwargs)
+    return httpx.AsyncClient(transport=AsyncThrottledTransport(inner, throttle=throttle), **kwargs)
 
 
 @pytest.mark.looptime
-@pytest.mark.parametrize("kind", ["ThrottledClient", "httpx.AsyncClient"])
+@pytest.mark.parametrize("kind", ["AsyncThrottledClient", "httpx.AsyncClient"])
 async def test_httpxs_default_timeout_never_fails_a_wait_for_the_turn(kind: str) -> None:
     throttle = Throttle(policy=FixedRatePolicy(1.0), clock=_loop_time)
     async with _client(kind, throttle) as client:
@@ -305,7 +307,7 @@ async def test_httpxs_default_timeout_never_fails_a_wait_for_the_turn(kind: str)
 
 
 @pytest.mark.looptime
-@pytest.mark.parametrize("kind", ["ThrottledClient", "httpx.AsyncClient"])
+@pytest.mark.parametrize("kind", ["AsyncThrottledClient", "httpx.AsyncClient"])
 @pytest.mark.parametrize("where", ["client", "request"])
 async def test_a_pool_timeout_you_set_bounds_the_wait_and_says_so(kind: str, where: str) -> None:
     throttle = Throttle(policy=FixedRatePolicy(1.0), clock=_loop_time)
@@ -332,7 +334,7 @@ async def test_a_pool_timeout_you_set_bounds_the_wait_and_says_so(kind: str, whe
 @pytest.mark.looptime
 async def test_a_default_timeout_set_explicitly_on_the_client_is_a_choice() -> None:
     throttle = Throttle(policy=FixedRatePolicy(0.9), clock=_loop_time)
-    async with _client("ThrottledClient", throttle, timeout=5.0) as client:
+    async with _client("AsyncThrottledClient", throttle, timeout=5.0) as client:
         results = await _eight(client)
     # Turns at 0, 1.1, ... 4.4 s; the three at 5.6, 6.7 and 7.8 s are past 5 s.
     assert sum(isinstance(r, ThrottlePoolTimeout) for r in results) == 3
@@ -341,7 +343,7 @@ async def test_a_default_timeout_set_explicitly_on_the_client_is_a_choice() -> N
 @pytest.mark.looptime
 async def test_a_timeout_set_on_the_client_later_is_a_choice_too() -> None:
     throttle = Throttle(policy=FixedRatePolicy(1.0), clock=_loop_time)
-    async with _client("ThrottledClient", throttle) as client:
+    async with _client("AsyncThrottledClient", throttle) as client:
         client.timeout = httpx.Timeout(5.0, pool=0.5)
         results = await _eight(client)
     assert sum(isinstance(r, ThrottlePoolTimeout) for r in results) == 7
@@ -350,7 +352,7 @@ async def test_a_timeout_set_on_the_client_later_is_a_choice_too() -> None:
 @pytest.mark.looptime
 async def test_max_wait_still_bounds_a_wait_under_httpxs_defaults() -> None:
     throttle = Throttle(policy=FixedRatePolicy(1.0), clock=_loop_time, max_wait=3.5)
-    async with _client("ThrottledClient", throttle) as client:
+    async with _client("AsyncThrottledClient", throttle) as client:
         results = await _eight(client)
     failed = [r for r in results if isinstance(r, ThrottlePoolTimeout)]
     assert len(failed) == 4
@@ -358,13 +360,13 @@ async def test_max_wait_still_bounds_a_wait_under_httpxs_defaults() -> None:
 
 
 def test_a_pool_timeout_set_on_a_sync_client_bounds_a_threads_wait() -> None:
-    from autothrottle.httpx import SyncThrottledClient
+    from autothrottle.httpx import ThrottledClient
 
     throttle = Throttle(start_delay=0.0)
     throttle.backoff("api.example", pause=30.0)
     inner = httpx.MockTransport(_ok)
     timeout = httpx.Timeout(5.0, pool=0.1)
-    client = SyncThrottledClient(throttle=throttle, transport=inner, timeout=timeout)
+    client = ThrottledClient(throttle=throttle, transport=inner, timeout=timeout)
     with client, pytest.raises(ThrottlePoolTimeout, match="httpx pool timeout"):
         client.get(URL)
     assert throttle.slot("api.example").queued == 0

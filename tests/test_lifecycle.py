@@ -24,7 +24,7 @@ from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
 from autothrottle._request import host_key
 from autothrottle._rules import BACKOFF_FLOOR
 from autothrottle.aiohttp import ThrottledSession
-from autothrottle.httpx import SyncThrottledClient, ThrottledClient
+from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
 from helpers import wait_until
 from loopback import LoopbackHost, loopback_hosts
 
@@ -64,7 +64,7 @@ async def raw_server(status_line: bytes, address: str = "127.0.0.2") -> AsyncIte
 
 async def get_status(client: str, throttle: Throttle, url: str, **kwargs: Any) -> int:
     if client == "httpx":
-        async with ThrottledClient(throttle=throttle) as http:
+        async with AsyncThrottledClient(throttle=throttle) as http:
             return (await http.get(url, **kwargs)).status_code
     async with (
         ThrottledSession(throttle=throttle) as session,
@@ -135,7 +135,7 @@ async def test_an_error_from_the_callers_own_trace_callback_is_not_the_hosts() -
             raise KeyError("the caller's own bug")
 
     throttle = Throttle(start_delay=0.0)
-    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as http:
+    async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as http:
         with pytest.raises(KeyError):
             await http.get(host.url("/"), extensions={"trace": trace})
     snap = throttle.slot(key(host)).snapshot()
@@ -153,7 +153,7 @@ async def test_an_invalid_url_under_aiohttp_is_the_callers_error() -> None:
 
 async def test_a_hostless_url_under_httpx_raises_httpxs_own_error() -> None:
     throttle = Throttle(start_delay=0.0)
-    async with ThrottledClient(throttle=throttle) as http:
+    async with AsyncThrottledClient(throttle=throttle) as http:
         with pytest.raises(httpx.UnsupportedProtocol):
             await http.get("/no/host")
     assert list(throttle.slots()) == []
@@ -277,7 +277,7 @@ def running_hosts(count: int) -> Iterator[list[LoopbackHost]]:
 def test_eight_threads_over_four_hosts_keep_each_hosts_spacing(pool_per_host: bool) -> None:
     delay = 0.05
     throttle = Throttle(policy=FixedDelayPolicy(delay), max_concurrency=2)
-    client = SyncThrottledClient(throttle=throttle, pool_per_host=pool_per_host)
+    client = ThrottledClient(throttle=throttle, pool_per_host=pool_per_host)
     with running_hosts(4) as hosts, client as http:
         urls = [host.url("/delay/20") for host in hosts for _ in range(6)]
         with ThreadPoolExecutor(8) as pool:
@@ -296,18 +296,16 @@ def test_eight_threads_over_four_hosts_keep_each_hosts_spacing(pool_per_host: bo
 
 def test_a_sync_pool_per_host_with_a_transport_of_your_own_is_refused() -> None:
     with pytest.raises(ValueError, match="pool_per_host"):
-        SyncThrottledClient(
-            throttle=Throttle(), pool_per_host=True, transport=httpx.HTTPTransport()
-        )
+        ThrottledClient(throttle=Throttle(), pool_per_host=True, transport=httpx.HTTPTransport())
 
 
 def test_threads_and_an_async_client_share_one_slot() -> None:
     delay = 0.05
     throttle = Throttle(policy=FixedDelayPolicy(delay))
-    with running_hosts(1) as (host,), SyncThrottledClient(throttle=throttle) as http:
+    with running_hosts(1) as (host,), ThrottledClient(throttle=throttle) as http:
 
         async def from_async() -> None:
-            async with ThrottledClient(throttle=throttle) as client:
+            async with AsyncThrottledClient(throttle=throttle) as client:
                 for _ in range(4):
                     await client.get(host.url("/"))
 
@@ -326,7 +324,7 @@ def test_threads_and_an_async_client_share_one_slot() -> None:
 def _pool_of_two(client: str, throttle: Throttle) -> Callable[[], Any]:
     if client == "httpx":
         limits = httpx.Limits(max_connections=2, max_keepalive_connections=2)
-        return lambda: ThrottledClient(throttle=throttle, limits=limits)
+        return lambda: AsyncThrottledClient(throttle=throttle, limits=limits)
     return lambda: ThrottledSession(throttle=throttle, connector=aiohttp.TCPConnector(limit=2))
 
 
@@ -378,7 +376,7 @@ async def test_cancelled_while_waiting_for_the_wire_leaves_nothing_held(client: 
 
 async def test_httpxs_pool_timeout_bounds_the_wait_on_a_paused_slot() -> None:
     throttle = Throttle(start_delay=0.0)
-    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as http:
+    async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as http:
         await http.get(host.url("/status/503?h.Retry-After=30"))
         with pytest.raises(httpx.PoolTimeout) as caught:
             await http.get(host.url("/"), timeout=httpx.Timeout(5.0, pool=0.2))

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from autothrottle import Throttle, ThrottleEvent
-from autothrottle.httpx import ThrottledClient
+from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.otel import instrument
 from helpers import FakeClock
 
@@ -89,10 +89,10 @@ async def test_requests_through_the_httpx_adapter_are_counted() -> None:
     throttle = Throttle(start_delay=0.0)
     instrumentation = instrument(throttle, meter_provider=provider)
     inner = httpx.MockTransport(lambda request: httpx.Response(503))
-    async with ThrottledClient(throttle=throttle, transport=inner) as client:
+    async with AsyncThrottledClient(throttle=throttle, transport=inner) as client:
         await client.get("http://api.example/")
     instrumentation.stop()
-    async with ThrottledClient(throttle=throttle, transport=inner) as client:
+    async with AsyncThrottledClient(throttle=throttle, transport=inner) as client:
         await client.get("http://api.example/")  # not counted any more
     (point,) = points(reader)["autothrottle.responses"]
     assert (point.attributes["http.response.status_code"], point.value) == (503, 1)

@@ -17,7 +17,7 @@ import pytest
 
 from autothrottle import Throttle
 from autothrottle.aiohttp import ThrottledSession
-from autothrottle.httpx import ThrottledClient
+from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.sim import CDN, Capacity, RateLimited, SimServer
 from loopback import loopback_hosts
 
@@ -30,7 +30,10 @@ def fast_throttle(**kwargs: object) -> Throttle:
 
 async def test_retry_after_seconds_pauses_only_that_slot() -> None:
     throttle = fast_throttle()
-    async with loopback_hosts(2) as (paused, other), ThrottledClient(throttle=throttle) as client:
+    async with (
+        loopback_hosts(2) as (paused, other),
+        AsyncThrottledClient(throttle=throttle) as client,
+    ):
         refused = await client.get(paused.url("/status/429?h.Retry-After=3"))
         assert refused.status_code == 429
         refused_at = paused.arrivals[0].time
@@ -50,7 +53,7 @@ async def test_retry_after_seconds_pauses_only_that_slot() -> None:
 
 async def test_retry_after_http_date_pauses_until_that_date() -> None:
     throttle = fast_throttle()
-    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as client:
+    async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as client:
         until = email.utils.formatdate(time.time() + 2.0, usegmt=True)
         await client.get(host.url("/status/503"), params={"h.Retry-After": until})
         refused_at = host.arrivals[0].time
@@ -71,7 +74,7 @@ async def test_aiohttp_obeys_retry_after() -> None:
 
 async def test_hostile_retry_after_is_capped_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     throttle = fast_throttle(max_pause=1.0)
-    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as client:
+    async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as client:
         await client.get(host.url("/status/429?h.Retry-After=99999999999"))
         await client.get(host.url("/status/200?h.Retry-After=-5"))
         await client.get(host.url("/status/200?h.Retry-After=soon"))
@@ -85,7 +88,7 @@ async def test_hostile_retry_after_is_capped_and_logged(caplog: pytest.LogCaptur
 
 async def test_a_burst_of_429s_backs_off_once() -> None:
     throttle = fast_throttle()
-    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as client:
+    async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as client:
         # Six requests in flight together, all refused: the concurrency lag of one overload.
         responses = await asyncio.gather(
             *(client.get(host.url(f"/status/429?wait=200&n={i}")) for i in range(6))
@@ -102,7 +105,7 @@ async def test_a_burst_of_429s_backs_off_once() -> None:
 async def test_503_backs_off_and_strict_scrapy_does_not() -> None:
     for strict, expected_backoffs in ((False, 1), (True, 0)):
         throttle = Throttle(start_delay=0.1, strict_scrapy=strict)
-        async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as client:
+        async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as client:
             await client.get(host.url("/status/503?h.Retry-After=1"))
             snap = throttle.slot("127.0.0.2").snapshot()
         assert snap.backoffs == expected_backoffs
@@ -111,7 +114,7 @@ async def test_503_backs_off_and_strict_scrapy_does_not() -> None:
 
 async def test_dropped_connection_backs_off_without_a_latency_sample() -> None:
     throttle = fast_throttle(start_delay=0.05)
-    async with loopback_hosts(1) as (host,), ThrottledClient(throttle=throttle) as client:
+    async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as client:
         with pytest.raises(httpx.TransportError):
             await client.get(host.url("/close"))
     snap = throttle.slot("127.0.0.2").snapshot()
@@ -140,7 +143,7 @@ async def test_rate_limit_headers_keep_the_rate_within_budget() -> None:
     # A start delay leaves room for the first answer to say what the budget is.
     throttle = fast_throttle(start_delay=0.2)
     async with SimServer({"127.0.0.2": RateLimited(rate=rate, burst=2)}) as sim:
-        async with ThrottledClient(throttle=throttle) as client:
+        async with AsyncThrottledClient(throttle=throttle) as client:
             await asyncio.gather(*(client.get(sim.url("127.0.0.2", f"/p/{i}")) for i in range(15)))
         truth = sim.host_stats("127.0.0.2")
     assert truth.requests == 15
@@ -157,7 +160,7 @@ async def test_cache_hits_lower_the_delay_only_through_the_share_of_misses() -> 
         paths = [f"/p/{i}" for i in range(200)]
         miss = next(p for p in paths if not site.is_hit(p))
         hits = [p for p in paths if site.is_hit(p)][:4]
-        async with ThrottledClient(throttle=throttle) as client:
+        async with AsyncThrottledClient(throttle=throttle) as client:
             response = await client.get(sim.url("127.0.0.2", miss))
             assert response.headers["X-Cache"].startswith("MISS")
             after_miss = throttle.slot("127.0.0.2").delay
@@ -179,7 +182,7 @@ async def test_token_bucket_with_retry_after_only_settles_near_its_rate() -> Non
     throttle = Throttle(start_delay=0.2, max_delay=5.0, target_concurrency=2.0)
     deadline = time.monotonic() + 6.0
     async with SimServer({"127.0.0.2": site}) as sim:
-        async with ThrottledClient(throttle=throttle) as client:
+        async with AsyncThrottledClient(throttle=throttle) as client:
 
             async def worker(n: int) -> None:
                 i = 0

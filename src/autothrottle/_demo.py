@@ -39,7 +39,7 @@ from ._throttle import Throttle
 from ._timeline import Timeline
 from ._version import __version__
 from .aiohttp import ThrottledSession
-from .httpx import ThrottledClient
+from .httpx import AsyncThrottledClient
 from .sim import (
     CDN,
     Behaviour,
@@ -534,7 +534,7 @@ async def _crawl(
         console.print(_intro(demo_sites, hosts, duration, console.width))
         crawl = _Crawl(hosts, throttle, timeline)
         async with (
-            ThrottledClient(
+            AsyncThrottledClient(
                 throttle=throttle,
                 trust_env=False,  # loopback only, whatever proxies the environment names
                 timeout=httpx.Timeout(15.0),

@@ -21,7 +21,7 @@ import httpx
 from ._fetch_io import BodyFile, BodyStore
 from ._throttle import Throttle
 from .aiohttp import ThrottledSession
-from .httpx import ThrottledClient
+from .httpx import AsyncThrottledClient
 
 __all__ = ["CLIENTS", "FAILURES", "Reply", "Sender", "open_sender"]
 
@@ -127,7 +127,7 @@ async def open_sender(
     """
     headers = {"User-Agent": user_agent}
     if client == "httpx":
-        async with ThrottledClient(
+        async with AsyncThrottledClient(
             throttle=throttle,
             follow_redirects=True,
             headers=headers,

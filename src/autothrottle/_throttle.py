@@ -429,7 +429,7 @@ class Throttle:
     ) -> Lease:
         """:meth:`acquire` for a thread: block until the turn of slot ``key``.
 
-        For synchronous clients (``autothrottle.httpx.SyncThrottledClient``
+        For synchronous clients (``autothrottle.httpx.ThrottledClient``
         uses it). Threads and event loops may share one throttle: a slot's
         queue is FIFO across all of them.
         """

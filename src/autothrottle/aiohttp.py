@@ -62,7 +62,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from types import SimpleNamespace
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import aiohttp
 from aiohttp import (
@@ -119,8 +119,7 @@ def throttle_info(response: ClientResponse) -> ThrottleInfo | None:
 def throttle_of(session: ClientSession) -> Throttle | None:
     """The throttle a session's requests go through, or None.
 
-    :func:`ThrottledSession` is a factory returning a plain
-    ``aiohttp.ClientSession``, so ``isinstance`` cannot tell; this can.
+    ``isinstance(session, ThrottledSession)`` says whether there is one.
     """
     for middleware in getattr(session, "_middlewares", None) or ():
         if isinstance(middleware, _ThrottleMiddleware):
@@ -526,34 +525,75 @@ class _SessionOptions(TypedDict, total=False):
     ssl_shutdown_timeout: float | None
 
 
-def ThrottledSession(
-    base_url: str | URL | None = None,
-    *,
+if TYPE_CHECKING:
+
+    class ThrottledSession(ClientSession):
+        """What type checkers see: a ``ClientSession`` that also takes ``throttle``."""
+
+        def __init__(
+            self,
+            base_url: str | URL | None = None,
+            *,
+            throttle: Throttle,
+            request_options: bool = True,
+            **kwargs: Unpack[_SessionOptions],
+        ) -> None: ...
+
+else:
+
+    class _SessionFactory(type):
+        """The type of :class:`ThrottledSession`: calling it builds a plain
+        ``aiohttp.ClientSession`` (aiohttp forbids subclassing one), and
+        ``isinstance`` tells a session whose requests go through a throttle."""
+
+        def __call__(
+            cls,
+            base_url: str | URL | None = None,
+            *,
+            throttle: Throttle,
+            request_options: bool = True,
+            **kwargs: Unpack[_SessionOptions],
+        ) -> ClientSession:
+            return _throttled_session(base_url, throttle, request_options, dict(kwargs))
+
+        def __instancecheck__(cls, instance: object) -> bool:
+            return isinstance(instance, ClientSession) and throttle_of(instance) is not None
+
+    class ThrottledSession(metaclass=_SessionFactory):
+        """An ``aiohttp.ClientSession`` whose every request is paced by ``throttle``.
+
+        Takes exactly the arguments of :class:`aiohttp.ClientSession`, plus
+        ``throttle``. Your ``middlewares`` run first and the throttle's last, so
+        your retries are throttled too; your ``trace_configs`` keep working::
+
+            async with ThrottledSession(throttle=throttle, middlewares=(retry,)) as session:
+                async with session.get("https://example.com/") as response:
+                    await response.read()
+
+        What it returns is a plain ``aiohttp.ClientSession`` (aiohttp forbids
+        subclassing it), and ``isinstance(session, ThrottledSession)`` is true of
+        every session whose middlewares include a throttle's: one made here, or
+        one you built with :func:`throttle_middleware`. :func:`throttle_of`
+        returns that throttle.
+
+        Several sessions (and httpx clients) may share one throttle; they then
+        share its slots.
+
+        The wire turn and the latency clock hook the session's connector (its
+        ``connect``), so they cost no trace signals. ``request_options=False``
+        leaves out the TraceConfig that reads ``trace_request_ctx`` options: the
+        ``X-AutoThrottle`` header still works, and each request costs about 18 µs
+        less CPU (aiohttp's trace machinery; ``docs/benchmarks.md``).
+        """
+
+
+def _throttled_session(
+    base_url: str | URL | None,
     throttle: Throttle,
-    request_options: bool = True,
-    **kwargs: Unpack[_SessionOptions],
+    request_options: bool,
+    options: dict[str, Any],
 ) -> ClientSession:
-    """An ``aiohttp.ClientSession`` whose every request is paced by ``throttle``.
-
-    Takes exactly the arguments of :class:`aiohttp.ClientSession`, plus
-    ``throttle``. Your ``middlewares`` run first and the throttle's last, so
-    your retries are throttled too; your ``trace_configs`` keep working::
-
-        async with ThrottledSession(throttle=throttle, middlewares=(retry,)) as session:
-            async with session.get("https://example.com/") as response:
-                await response.read()
-
-    Several sessions (and httpx clients) may share one throttle; they then
-    share its slots.
-
-    The wire turn and the latency clock hook the session's connector (its
-    ``connect``), so they cost no trace signals. ``request_options=False``
-    leaves out the TraceConfig that reads ``trace_request_ctx`` options: the
-    ``X-AutoThrottle`` header still works, and each request costs about 18 µs
-    less CPU (aiohttp's trace machinery; ``docs/benchmarks.md``).
-    """
     middleware = throttle_middleware(throttle)
-    options: dict[str, Any] = dict(kwargs)
     user_middlewares = tuple(options.pop("middlewares", None) or ())
     if any(isinstance(m, _ThrottleMiddleware) for m in user_middlewares):
         raise ValueError(

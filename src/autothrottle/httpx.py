@@ -1,29 +1,29 @@
 """Throttle an ``httpx.AsyncClient``: a transport wrapper and a client subclass.
 
-Every request that goes through :class:`ThrottledTransport` waits for its
+Every request that goes through :class:`AsyncThrottledTransport` waits for its
 slot's turn (per host by default), counts as in flight until its response body
 has been read or the response closed, and teaches the slot its latency::
 
     import httpx
     from autothrottle import Throttle
-    from autothrottle.httpx import ThrottledTransport
+    from autothrottle.httpx import AsyncThrottledTransport
 
     throttle = Throttle(target_concurrency=2.0)
-    transport = ThrottledTransport(throttle=throttle)
+    transport = AsyncThrottledTransport(throttle=throttle)
     async with httpx.AsyncClient(transport=transport) as client:
         response = await client.get("https://example.com/")
 
 Passing ``transport=`` to ``httpx.AsyncClient`` has two side effects in httpx
 itself: the client stops reading proxies from the environment (``HTTP_PROXY``
 and friends), and requests routed through ``mounts=`` (or ``proxy=``) skip that
-transport, so they would not be throttled. :class:`ThrottledClient` avoids
+transport, so they would not be throttled. :class:`AsyncThrottledClient` avoids
 both: it is an ``httpx.AsyncClient`` that wraps every transport it builds or
 is given (the default one, proxy transports from the environment or from
 ``proxy=``, every ``mounts=`` transport, and ``transport=``)::
 
-    from autothrottle.httpx import ThrottledClient
+    from autothrottle.httpx import AsyncThrottledClient
 
-    async with ThrottledClient(throttle=throttle, mounts={...}) as client:
+    async with AsyncThrottledClient(throttle=throttle, mounts={...}) as client:
         ...  # env proxies still apply; every route is throttled
 
 How the adapter behaves:
@@ -50,16 +50,16 @@ How the adapter behaves:
   extension and the header) apply to every hop.
 * **Mocks**: under ``respx.mock`` in either mode (``using="httpcore"``, the
   default, replaces httpcore's pool; ``using="httpx"`` swaps the client's
-  transport per request, which :class:`ThrottledClient` wraps too) and with
+  transport per request, which :class:`AsyncThrottledClient` wraps too) and with
   ``httpx.MockTransport`` as ``inner``, requests are still paced and counted;
   latency is the fallback above. A plain ``httpx.AsyncClient(transport=
-  ThrottledTransport(...))`` under ``using="httpx"`` is not paced: respx
-  replaces the transport itself; use :class:`ThrottledClient`.
+  AsyncThrottledTransport(...))`` under ``using="httpx"`` is not paced: respx
+  replaces the transport itself; use :class:`AsyncThrottledClient`.
 * **What the throttle did** is on ``response.extensions["autothrottle"]``: a
   :class:`~autothrottle.ThrottleInfo` (slot, seconds waited, grant time,
   whether it adjusts).
 
-For threads, :class:`SyncThrottledTransport` and :class:`SyncThrottledClient`
+For threads, :class:`ThrottledTransport` and :class:`ThrottledClient`
 do the same for ``httpx.Client``, on the same engine: threads of one process,
 and async clients, share slots when they share the throttle.
 """
@@ -95,15 +95,15 @@ from ._request import CONTROL_HEADER, RequestOptions, options_from_header, optio
 from ._throttle import Throttle
 
 __all__ = [
-    "SyncThrottledClient",
-    "SyncThrottledTransport",
+    "AsyncThrottledClient",
+    "AsyncThrottledTransport",
     "ThrottlePoolTimeout",
     "ThrottledClient",
     "ThrottledTransport",
 ]
 
-_T = TypeVar("_T", bound="ThrottledTransport")
-_S = TypeVar("_S", bound="SyncThrottledTransport")
+_T = TypeVar("_T", bound="AsyncThrottledTransport")
+_S = TypeVar("_S", bound="ThrottledTransport")
 
 _STARTED = ".send_request_headers.started"
 _COMPLETE = ".receive_response_headers.complete"
@@ -455,7 +455,7 @@ def _traced(send: httpx.Request, tracer: _Tracer) -> dict[str, Any]:
     return extensions
 
 
-class ThrottledTransport(httpx.AsyncBaseTransport):
+class AsyncThrottledTransport(httpx.AsyncBaseTransport):
     """An httpx transport that paces the requests of ``inner`` with ``throttle``.
 
     Args:
@@ -471,7 +471,7 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
     Example::
 
         throttle = Throttle(start_delay=1.0, max_delay=30.0)
-        transport = ThrottledTransport(
+        transport = AsyncThrottledTransport(
             httpx.AsyncHTTPTransport(retries=2, http2=True), throttle=throttle
         )
         async with httpx.AsyncClient(transport=transport) as client:
@@ -483,7 +483,7 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
             )
 
     Note that ``httpx.AsyncClient(transport=...)`` ignores environment proxies
-    and that ``mounts=`` bypass ``transport=``; use :class:`ThrottledClient`
+    and that ``mounts=`` bypass ``transport=``; use :class:`AsyncThrottledClient`
     to keep both throttled.
     """
 
@@ -510,7 +510,7 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
         return self._throttle
 
     def __repr__(self) -> str:
-        return f"ThrottledTransport({self._inner!r}, throttle={self._throttle!r})"
+        return f"AsyncThrottledTransport({self._inner!r}, throttle={self._throttle!r})"
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Wait for the slot's turn, send through ``inner``, and track the response."""
@@ -625,11 +625,11 @@ def _check_pool_per_host(pool_per_host: object, transport: object) -> None:
         )
 
 
-class ThrottledClient(httpx.AsyncClient):
+class AsyncThrottledClient(httpx.AsyncClient):
     """An ``httpx.AsyncClient`` whose every route is throttled.
 
     It takes the same arguments as ``httpx.AsyncClient`` plus ``throttle``, and
-    wraps in a :class:`ThrottledTransport` every transport the client uses:
+    wraps in an :class:`AsyncThrottledTransport` every transport the client uses:
 
     * the default transport, or the one given as ``transport=``;
     * proxy transports, from ``proxy=`` or from the environment
@@ -637,7 +637,7 @@ class ThrottledClient(httpx.AsyncClient):
       as in httpx when ``trust_env`` is true and no ``transport=`` is given);
     * every transport given in ``mounts=``.
 
-    A transport that already is a :class:`ThrottledTransport` is used as is.
+    A transport that already is an :class:`AsyncThrottledTransport` is used as is.
     Requests through a proxy are keyed by their target host, not the proxy's.
 
     ``pool_per_host=True`` gives each origin its own connection pool (made
@@ -660,7 +660,7 @@ class ThrottledClient(httpx.AsyncClient):
     Example::
 
         throttle = Throttle(start_delay=0.5)
-        async with ThrottledClient(
+        async with AsyncThrottledClient(
             throttle=throttle,
             follow_redirects=True,
             mounts={"https://api.example.com": httpx.AsyncHTTPTransport(retries=3)},
@@ -711,12 +711,12 @@ class ThrottledClient(httpx.AsyncClient):
         return request
 
     def _wrap(self, transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
-        if isinstance(transport, ThrottledTransport):
+        if isinstance(transport, AsyncThrottledTransport):
             return transport
         cache = _cache_outside(transport, self._wrap)
         if cache is not None:
             return cast(httpx.AsyncBaseTransport, cache)
-        return ThrottledTransport(transport, throttle=self._throttle)
+        return AsyncThrottledTransport(transport, throttle=self._throttle)
 
     def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
         if self._pool_per_host:
@@ -733,8 +733,8 @@ class ThrottledClient(httpx.AsyncClient):
         return self._wrap(super()._transport_for_url(url))
 
 
-class SyncThrottledTransport(httpx.BaseTransport):
-    """:class:`ThrottledTransport` for the synchronous ``httpx.Client``.
+class ThrottledTransport(httpx.BaseTransport):
+    """:class:`AsyncThrottledTransport` for the synchronous ``httpx.Client``.
 
     Args:
         inner: The transport that does the sending; default a new
@@ -744,7 +744,7 @@ class SyncThrottledTransport(httpx.BaseTransport):
     Example::
 
         throttle = Throttle(start_delay=0.5)
-        with httpx.Client(transport=SyncThrottledTransport(throttle=throttle)) as client:
+        with httpx.Client(transport=ThrottledTransport(throttle=throttle)) as client:
             client.get("https://example.com/a")
             client.get("https://example.com/b")  # ~0.5 s later
     """
@@ -770,7 +770,7 @@ class SyncThrottledTransport(httpx.BaseTransport):
         return self._throttle
 
     def __repr__(self) -> str:
-        return f"SyncThrottledTransport({self._inner!r}, throttle={self._throttle!r})"
+        return f"ThrottledTransport({self._inner!r}, throttle={self._throttle!r})"
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Block for the slot's turn, send through ``inner``, and track the response."""
@@ -821,21 +821,21 @@ class SyncThrottledTransport(httpx.BaseTransport):
         self._inner.__exit__(exc_type, exc_value, traceback)
 
 
-class SyncThrottledClient(httpx.Client):
-    """:class:`ThrottledClient` for threads: an ``httpx.Client`` whose every route is throttled.
+class ThrottledClient(httpx.Client):
+    """An ``httpx.Client`` whose every route is throttled, for threads.
 
     Same arguments as ``httpx.Client`` plus ``throttle``; the default, proxy,
     ``mounts=`` and ``transport=`` transports are all wrapped in a
-    :class:`SyncThrottledTransport`. Any number of threads may share the
+    :class:`ThrottledTransport`. Any number of threads may share the
     client (httpx's ``Client`` is thread-safe) or the throttle::
 
         throttle = Throttle(start_delay=0.5, target_concurrency=2.0)
-        with SyncThrottledClient(throttle=throttle) as client:
+        with ThrottledClient(throttle=throttle) as client:
             with ThreadPoolExecutor(8) as pool:
                 pages = list(pool.map(client.get, urls))
 
     ``pool_per_host=True`` gives each origin its own connection pool, as for
-    :class:`ThrottledClient`.
+    :class:`AsyncThrottledClient`.
     """
 
     def __init__(
@@ -879,12 +879,12 @@ class SyncThrottledClient(httpx.Client):
         return request
 
     def _wrap(self, transport: httpx.BaseTransport) -> httpx.BaseTransport:
-        if isinstance(transport, SyncThrottledTransport):
+        if isinstance(transport, ThrottledTransport):
             return transport
         cache = _cache_outside(transport, self._wrap)
         if cache is not None:
             return cast(httpx.BaseTransport, cache)
-        return SyncThrottledTransport(transport, throttle=self._throttle)
+        return ThrottledTransport(transport, throttle=self._throttle)
 
     def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.BaseTransport:
         if self._pool_per_host:
