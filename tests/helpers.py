@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from autothrottle import Lease, Slot, Throttle
+from autothrottle import Lease, Slot, SlotSnapshot, Throttle
 from autothrottle._gate import Ticket
 
 WALL = 1_700_000_000.0
@@ -29,6 +30,30 @@ class FakeClock:
 
     def wall(self) -> float:
         return WALL + self.now
+
+
+class FakeThrottle:
+    """What a timeline reads of a throttle (its snapshots), set by hand."""
+
+    def __init__(self) -> None:
+        self.slots: dict[str, SlotSnapshot] = {}
+
+    def set(self, key: str, **values: Any) -> None:
+        """Change some of ``key``'s snapshot fields (a new slot starts at delay 1 s)."""
+        base = self.slots.get(key) or SlotSnapshot(
+            key=key,
+            delay=1.0,
+            in_flight=0,
+            queued=0,
+            last_latency=None,
+            sent=0,
+            responses=0,
+            failures=0,
+        )
+        self.slots[key] = dataclasses.replace(base, **values)
+
+    def snapshot(self) -> Mapping[str, SlotSnapshot]:
+        return dict(self.slots)
 
 
 def refusal_floor(

@@ -33,7 +33,7 @@ from autothrottle.aiohttp import (
     throttle_middleware,
     throttle_trace_config,
 )
-from helpers import wait_until
+from helpers import FakeClock, wait_until
 from loopback import LoopbackHost, loopback_hosts
 
 
@@ -429,13 +429,13 @@ async def test_the_finalizer_backstop_releases_a_collected_response(cycle: bool)
 
 
 async def test_hold_timeout_bounds_a_response_that_is_never_finished() -> None:
-    now = [1000.0]
-    throttle = Throttle(start_delay=0.0, hold_timeout=5.0, clock=lambda: now[0])
+    clock = FakeClock()
+    throttle = Throttle(start_delay=0.0, hold_timeout=5.0, clock=clock)
     async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
         response = await session.get(host.url("/stream/50/100"))
         slot = throttle.slot(key(host))
         assert slot.in_flight == 1
-        now[0] += 5.0
+        clock.advance(5.0)
         assert slot.in_flight == 0
         response.close()
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from autothrottle import MemoryStore, SlotState, Throttle
+from helpers import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "autothrottle"
@@ -128,17 +129,14 @@ def test_no_function_in_the_package_is_longer_than_sixty_lines() -> None:
 
 
 def test_learned_state_round_trips_through_a_memory_store_as_plain_data() -> None:
-    now = [1000.0]
-    wall = [1.7e9]
+    clock = FakeClock()
     store = MemoryStore()
-    throttle = Throttle(
-        start_delay=1.0, store=store, clock=lambda: now[0], wall_clock=lambda: wall[0]
-    )
+    throttle = Throttle(start_delay=1.0, store=store, clock=clock, wall_clock=clock.wall)
     lease = throttle.try_acquire("api.example")
     assert lease is not None
     lease.observe(latency=0.4, status=200)
     lease.release()
-    now[0] += 2.0
+    clock.advance(2.0)
     throttle.observe(
         "api.example",
         latency=0.1,
@@ -148,7 +146,7 @@ def test_learned_state_round_trips_through_a_memory_store_as_plain_data() -> Non
     record = store.load("api.example")
     assert record is throttle.slot("api.example").state
 
-    data = json.loads(json.dumps(record.to_dict(now=now[0])))
+    data = json.loads(json.dumps(record.to_dict(now=clock.now)))
     later = 50_000.0  # another process, another monotonic clock
     loaded = SlotState.from_dict(data, now=later)
     assert loaded.delay == record.delay
@@ -156,8 +154,8 @@ def test_learned_state_round_trips_through_a_memory_store_as_plain_data() -> Non
     assert loaded.status_counts == record.status_counts
     assert loaded.policy_state == record.policy_state
     assert loaded.rate_limit == record.rate_limit
-    assert loaded.pause_until - later == pytest.approx(record.pause_until - now[0])
-    assert loaded.backoff_at - later == pytest.approx(record.backoff_at - now[0])
+    assert loaded.pause_until - later == pytest.approx(record.pause_until - clock.now)
+    assert loaded.backoff_at - later == pytest.approx(record.backoff_at - clock.now)
     assert loaded.ok_first == -math.inf or math.isfinite(loaded.ok_first)
 
     # A new throttle whose store holds the record starts where the first left off.

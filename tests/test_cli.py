@@ -12,7 +12,6 @@ import io
 import math
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,11 @@ import pytest
 
 import autothrottle
 import autothrottle.sim
-from autothrottle import SlotSnapshot, Throttle
+from autothrottle import Throttle
 from autothrottle._cli import DEFAULT_DURATION, DEFAULT_OUT, build_parser, main
 from autothrottle._timeline import Timeline
 from autothrottle.sim import CDN, Capacity, HostStats, RateLimited, SoftBlock
+from helpers import FakeClock, FakeThrottle
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -226,37 +226,8 @@ def test_every_verdict_word_is_defined() -> None:
 # ----------------------------------------------------------------------------- Timeline
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeThrottle:
-    def __init__(self) -> None:
-        self.slots: dict[str, SlotSnapshot] = {}
-
-    def set(self, key: str, **values: Any) -> None:
-        base = self.slots.get(key) or SlotSnapshot(
-            key=key,
-            delay=1.0,
-            in_flight=0,
-            queued=0,
-            last_latency=None,
-            sent=0,
-            responses=0,
-            failures=0,
-        )
-        self.slots[key] = dataclasses.replace(base, **values)
-
-    def snapshot(self) -> Mapping[str, SlotSnapshot]:
-        return dict(self.slots)
-
-
 def test_timeline_records_values_and_deltas() -> None:
-    clock, fake = FakeClock(), FakeThrottle()
+    clock, fake = FakeClock(100.0), FakeThrottle()
     timeline = Timeline(fake, interval=0.5, clock=clock)
     fake.set("a", delay=0.5, responses=3, status_counts={200: 3}, in_flight=2, queued=4)
     timeline.sample()
@@ -304,7 +275,7 @@ def test_timeline_records_values_and_deltas() -> None:
 
 
 def test_timeline_counts_a_recreated_slot_from_zero() -> None:
-    clock, fake = FakeClock(), FakeThrottle()
+    clock, fake = FakeClock(100.0), FakeThrottle()
     timeline = Timeline(fake, clock=clock)
     fake.set("a", sent=50, responses=50, status_counts={200: 50})
     timeline.sample()
@@ -316,7 +287,7 @@ def test_timeline_counts_a_recreated_slot_from_zero() -> None:
 
 
 def test_timeline_rate_and_marks() -> None:
-    clock, fake = FakeClock(), FakeThrottle()
+    clock, fake = FakeClock(100.0), FakeThrottle()
     timeline = Timeline(fake, clock=clock)
     total = 0
     for added in (5, 10, 20):
@@ -339,7 +310,7 @@ def test_timeline_rate_and_marks() -> None:
 
 
 def test_timeline_keeps_at_most_max_samples() -> None:
-    clock, fake = FakeClock(), FakeThrottle()
+    clock, fake = FakeClock(100.0), FakeThrottle()
     timeline = Timeline(fake, clock=clock, max_samples=3)
     fake.set("a")
     for _ in range(10):
@@ -375,7 +346,7 @@ def test_timeline_needs_something_with_snapshot() -> None:
 
 
 async def test_timeline_samples_a_real_throttle_in_the_background() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     throttle = Throttle(start_delay=0.0, clock=clock)
     async with Timeline(throttle, interval=0.01) as timeline:
         assert timeline.running
@@ -399,7 +370,7 @@ async def test_timeline_samples_a_real_throttle_in_the_background() -> None:
 
 
 def test_timeline_plot_writes_a_png(tmp_path: Path) -> None:
-    clock, fake = FakeClock(), FakeThrottle()
+    clock, fake = FakeClock(100.0), FakeThrottle()
     timeline = Timeline(fake, interval=0.1, clock=clock)
     with pytest.raises(ValueError, match="no samples"):
         timeline.plot(tmp_path / "empty.png")

@@ -6,48 +6,16 @@ what the timeline held, so a chart drawn from the file is the chart of the run.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from autothrottle import SlotSnapshot
 from autothrottle._cli import main
 from autothrottle._timeline import Timeline, busiest_keys
+from helpers import FakeClock, FakeThrottle
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeThrottle:
-    def __init__(self) -> None:
-        self.slots: dict[str, SlotSnapshot] = {}
-
-    def set(self, key: str, **values: Any) -> None:
-        base = self.slots.get(key) or SlotSnapshot(
-            key=key,
-            delay=1.0,
-            in_flight=0,
-            queued=0,
-            last_latency=None,
-            sent=0,
-            responses=0,
-            failures=0,
-        )
-        self.slots[key] = dataclasses.replace(base, **values)
-
-    def snapshot(self) -> Mapping[str, SlotSnapshot]:
-        return dict(self.slots)
 
 
 def record(timeline: Timeline, clock: FakeClock, fake: FakeThrottle) -> None:
@@ -73,7 +41,7 @@ def record(timeline: Timeline, clock: FakeClock, fake: FakeThrottle) -> None:
 
 
 def test_a_streamed_timeline_reads_back_exactly(tmp_path: Path) -> None:
-    clock, fake = FakeClock(), FakeThrottle()
+    clock, fake = FakeClock(100.0), FakeThrottle()
     path = tmp_path / "t.jsonl"
     timeline = Timeline(fake, interval=0.5, clock=clock, jsonl=path)
     record(timeline, clock, fake)
@@ -100,7 +68,7 @@ def test_a_streamed_timeline_reads_back_exactly(tmp_path: Path) -> None:
 
 
 def test_reading_keeps_memory_bounded_and_skips_a_cut_last_line(tmp_path: Path) -> None:
-    clock, fake = FakeClock(), FakeThrottle()
+    clock, fake = FakeClock(100.0), FakeThrottle()
     path = tmp_path / "t.jsonl"
     timeline = Timeline(fake, clock=clock, jsonl=path)
     for i in range(10):
@@ -116,7 +84,7 @@ def test_reading_keeps_memory_bounded_and_skips_a_cut_last_line(tmp_path: Path) 
 
 
 def test_the_stream_stops_at_its_byte_cap(tmp_path: Path) -> None:
-    clock, fake = FakeClock(), FakeThrottle()
+    clock, fake = FakeClock(100.0), FakeThrottle()
     path = tmp_path / "t.jsonl"
     timeline = Timeline(fake, clock=clock, jsonl=path, jsonl_max_bytes=2048)
     for i in range(200):
@@ -158,7 +126,7 @@ def test_bad_jsonl_arguments_fail_at_construction(tmp_path: Path) -> None:
 def test_plot_draws_the_chart_from_a_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    clock, fake = FakeClock(), FakeThrottle()
+    clock, fake = FakeClock(100.0), FakeThrottle()
     path = tmp_path / "t.jsonl"
     timeline = Timeline(fake, interval=0.5, clock=clock, jsonl=path)
     record(timeline, clock, fake)

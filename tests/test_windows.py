@@ -11,17 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autothrottle import FixedRatePolicy, Throttle
+from helpers import FakeClock
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def sends_over(throttle: Throttle, clock: Clock, seconds: float, step: float) -> list[float]:
+def sends_over(throttle: Throttle, clock: FakeClock, seconds: float, step: float) -> list[float]:
     """Try to send every ``step`` seconds for ``seconds``; return the send times."""
     sent = []
     end = clock.now + seconds
@@ -39,7 +32,7 @@ def most_in_any_window(times: list[float], seconds: float) -> int:
 
 
 def test_ten_per_second_and_twenty_per_five_seconds() -> None:
-    clock = Clock()
+    clock = FakeClock()
     policy = FixedRatePolicy(10, windows=[(20, 5.0)])
     throttle = Throttle(policy=policy, clock=clock)
     sent = sends_over(throttle, clock, 20.0, 0.01)
@@ -58,7 +51,7 @@ def test_ten_per_second_and_twenty_per_five_seconds() -> None:
 def test_no_window_is_ever_exceeded(
     per_second: float, burst: int, windows: list[tuple[int, float]], step: float
 ) -> None:
-    clock = Clock()
+    clock = FakeClock()
     policy = FixedRatePolicy(per_second, burst=burst, windows=windows)
     throttle = Throttle(policy=policy, clock=clock)
     sent = sends_over(throttle, clock, 15.0, step)
