@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -121,3 +122,28 @@ async def loopback_hosts(count: int = 2, *, first: int = 2) -> AsyncIterator[lis
             host.port = server.sockets[0].getsockname()[1]
             hosts.append(host)
         yield hosts
+
+
+@contextmanager
+def running_hosts(count: int, *, first: int = 2) -> Iterator[list[LoopbackHost]]:
+    """Loopback hosts served by a loop in a background thread (for threaded clients)."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    stop = asyncio.Event()
+    hosts: list[LoopbackHost] = []
+
+    async def serve() -> None:
+        async with loopback_hosts(count, first=first) as started:
+            hosts.extend(started)
+            ready.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),))
+    thread.start()
+    assert ready.wait(30)
+    try:
+        yield hosts
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
+        loop.close()

@@ -67,6 +67,12 @@ PUBLIC = {
         "throttle_of",
         "throttle_trace_config",
     ],
+    "autothrottle.requests": [
+        "ThrottleWaitTimeout",
+        "ThrottledHTTPAdapter",
+        "ThrottledSession",
+        "throttle_info",
+    ],
     "autothrottle.otel": ["Instrumentation", "instrument"],
     "autothrottle.redis": ["RedisStore"],
     "autothrottle.sim": [

@@ -10,9 +10,9 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import Any
 
@@ -26,7 +26,7 @@ from autothrottle._rules import BACKOFF_FLOOR
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
 from helpers import wait_until
-from loopback import LoopbackHost, loopback_hosts
+from loopback import LoopbackHost, loopback_hosts, running_hosts
 
 ARRIVAL_JITTER = 0.015
 """How early a request may be stamped at the loopback server and still count as
@@ -246,31 +246,6 @@ def test_a_loop_closed_with_a_waiter_queued_does_not_stall_the_slot() -> None:
 
 
 # -- the sync client ------------------------------------------------------------------
-
-
-@contextmanager
-def running_hosts(count: int) -> Iterator[list[LoopbackHost]]:
-    """Loopback hosts served by a loop in a background thread."""
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    stop = asyncio.Event()
-    hosts: list[LoopbackHost] = []
-
-    async def serve() -> None:
-        async with loopback_hosts(count) as started:
-            hosts.extend(started)
-            ready.set()
-            await stop.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),))
-    thread.start()
-    assert ready.wait(30)
-    try:
-        yield hosts
-    finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(30)
-        loop.close()
 
 
 @pytest.mark.parametrize("pool_per_host", [False, True], ids=["one-pool", "pool-per-host"])

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 import yarl
 
-__all__ = ["CONTROL_HEADER", "RequestOptions", "host_key"]
+__all__ = ["CONTROL_HEADER", "RequestOptions", "header_value", "host_key"]
 
 CONTROL_HEADER = "X-AutoThrottle"
 """The request header that carries per-request options; never sent to the server."""
@@ -130,6 +130,30 @@ def options_from_header(value: str) -> RequestOptions:
                 "expected 'no-adjust', 'bypass', 'slot=NAME' or 'max-wait=SECONDS'"
             )
     return RequestOptions(adjust=adjust, bypass=bypass, slot=slot, max_wait=max_wait)
+
+
+def header_value(options: RequestOptions) -> str:
+    """The ``X-AutoThrottle`` header value that :func:`options_from_header` reads back
+    as ``options``: for a client whose requests can carry nothing but headers.
+
+    Raises:
+        ValueError: the slot name has a comma, which the header cannot carry.
+    """
+    parts = []
+    if not options.adjust:
+        parts.append("no-adjust")
+    if options.bypass:
+        parts.append("bypass")
+    if options.slot is not None:
+        if "," in options.slot or options.slot.strip() != options.slot:
+            raise ValueError(
+                f"the 'slot' request option {options.slot!r} cannot go in the "
+                f"{CONTROL_HEADER} header: no commas, no surrounding spaces"
+            )
+        parts.append(f"slot={options.slot}")
+    if options.max_wait is not None:
+        parts.append(f"max-wait={options.max_wait!r}")
+    return ", ".join(parts)
 
 
 @lru_cache(maxsize=4096)

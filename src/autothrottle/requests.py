@@ -1,0 +1,543 @@
+"""Throttle ``requests``: a session and a mountable transport adapter.
+
+:class:`ThrottledSession` is a ``requests.Session`` whose HTTP and HTTPS
+requests wait for their slot's turn (per host by default), count as in flight
+until the response body has been read or the response closed, and teach the
+slot their latency::
+
+    from autothrottle import Throttle
+    from autothrottle.requests import ThrottledSession
+
+    throttle = Throttle(target_concurrency=2.0)
+    with ThrottledSession(throttle=throttle) as session:
+        response = session.get("https://example.com/")
+
+Or mount :class:`ThrottledHTTPAdapter` on a session of your own, for every
+URL or for some prefixes only::
+
+    session = requests.Session()
+    adapter = ThrottledHTTPAdapter(throttle=throttle, max_retries=3)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+
+Threads are first-class: any number of threads may share a session, an
+adapter or the throttle (with async clients too); a thread blocks in
+``Throttle.acquire_blocking`` while its request waits, and a slot's queue is
+FIFO across all of them.
+
+How the adapter behaves (``docs/adapters.md`` has the whole lifecycle):
+
+* **Per-request options**: the keyword ``autothrottle={...}`` on the
+  session's methods (keys ``adjust``, ``bypass``, ``slot``, ``max_wait``, as
+  in the other adapters), or the header ``X-AutoThrottle: no-adjust | bypass |
+  slot=NAME | max-wait=SECONDS``, which works with a mounted adapter on any
+  session. The header is removed before the request is sent; malformed
+  options raise before anything is sent or held.
+* **Latency** is measured from the connection being ready (connected, or
+  taken from urllib3's pool), just before the request is written, to
+  urllib3 having parsed the response headers. The request takes its wire
+  turn at that same moment.
+* **In flight** lasts until the body has been read to the end (requests reads
+  it before returning unless ``stream=True``) or the response is closed; a
+  response dropped unread is released when it is collected, and in any case
+  after the throttle's ``hold_timeout``.
+* **Errors**: connection errors and timeouts (``requests.ConnectionError``,
+  ``requests.Timeout``, ``RetryError``) release the slot and count as the
+  host's failure; an invalid URL or header only releases.
+* **Redirects** are followed by the session, which sends each hop through the
+  adapter: every hop waits on its own host's slot, with the same options.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import io
+import threading
+import warnings
+import weakref
+from collections.abc import Mapping
+from time import perf_counter
+from typing import Any
+
+import requests
+import requests.adapters
+import urllib3
+import urllib3.connection
+from requests.exceptions import (
+    ChunkedEncodingError,
+    InvalidHeader,
+    InvalidSchema,
+    InvalidURL,
+    MissingSchema,
+    RetryError,
+)
+from urllib3.poolmanager import ProxyManager
+from urllib3.response import HTTPResponse
+
+from ._errors import ThrottleTimeout
+from ._exchange import Exchange, ThrottleInfo
+from ._lease import Lease
+from ._request import (
+    CONTROL_HEADER,
+    RequestOptions,
+    header_value,
+    options_from_header,
+    options_from_mapping,
+)
+from ._throttle import Throttle
+
+__all__ = [
+    "ThrottleWaitTimeout",
+    "ThrottledHTTPAdapter",
+    "ThrottledSession",
+    "throttle_info",
+]
+
+_INFO: weakref.WeakKeyDictionary[requests.Response, ThrottleInfo] = weakref.WeakKeyDictionary()
+
+
+def throttle_info(response: requests.Response) -> ThrottleInfo | None:
+    """What the throttle did to the request of ``response``, or None if it was not throttled.
+
+    Example::
+
+        response = session.get(url)
+        if "captcha" in response.text:
+            info = throttle_info(response)
+            throttle.backoff(url, sent_at=info.sent_at if info else None)
+    """
+    return _INFO.get(response)
+
+
+class ThrottleWaitTimeout(ThrottleTimeout, requests.exceptions.Timeout):
+    """The wait for the turn outlasted its ``max_wait``: both the library's
+    :class:`~autothrottle.ThrottleTimeout` and a ``requests.Timeout`` (so a
+    ``requests.RequestException`` handler catches it). Nothing was sent.
+    """
+
+    def __init__(self, error: ThrottleTimeout, request: requests.PreparedRequest) -> None:
+        ThrottleTimeout.__init__(self, error.slot, error.waited, error.bound)
+        self.request = request
+        self.response = None
+
+
+_CALLERS_OWN = (InvalidURL, InvalidHeader, InvalidSchema, MissingSchema)
+
+
+def _host_failure(error: BaseException) -> bool:
+    """The host failed: refused, reset, timed out, or kept failing urllib3's retries.
+
+    Every requests exception is an ``OSError``, so the caller's own (an invalid
+    URL or header) are told apart first.
+    """
+    if isinstance(error, _CALLERS_OWN):
+        return False
+    if isinstance(error, requests.RequestException):
+        return isinstance(
+            error,
+            (requests.ConnectionError, requests.Timeout, RetryError, ChunkedEncodingError),
+        )
+    return isinstance(error, (OSError, urllib3.exceptions.HTTPError))
+
+
+# -- the wire turn and the latency clock, inside urllib3 -----------------------------
+
+
+class _Timing:
+    """One request's exchange and when its response headers were parsed."""
+
+    __slots__ = ("end", "exchange")
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self.end: float | None = None
+
+
+# The request this thread is sending: set by the adapter around urllib3's
+# ``urlopen``, read by the connection when it writes the request.
+_SENDING: contextvars.ContextVar[_Timing | None] = contextvars.ContextVar(
+    "autothrottle_requests_sending", default=None
+)
+
+
+class _WireTurn:
+    """A urllib3 connection that takes the wire turn once it is ready.
+
+    ``request`` is where urllib3 writes a request on a connection, new or
+    pooled; a new one connects first (as http.client would a moment later), so
+    the turn and the latency clock start on a ready connection. urllib3
+    retrying on a fresh connection calls it again: the turn is taken once, the
+    last attempt is timed.
+    """
+
+    sock: Any
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        timing = _SENDING.get()
+        if timing is not None:
+            if self.sock is None:
+                self.connect()  # type: ignore[attr-defined]
+            timing.exchange.on_wire_blocking()
+            timing.end = None
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def getresponse(self) -> HTTPResponse:
+        response: HTTPResponse = super().getresponse()  # type: ignore[misc]
+        timing = _SENDING.get()
+        if timing is not None:
+            timing.end = perf_counter()
+        return response
+
+
+class _HTTPConnection(_WireTurn, urllib3.connection.HTTPConnection):  # type: ignore[misc]
+    pass
+
+
+class _HTTPSConnection(_WireTurn, urllib3.connection.HTTPSConnection):  # type: ignore[misc]
+    pass
+
+
+class _HTTPConnectionPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSConnectionPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+_POOL_CLASSES: dict[str, type[urllib3.HTTPConnectionPool]] = {
+    "http": _HTTPConnectionPool,
+    "https": _HTTPSConnectionPool,
+}
+
+
+# -- holding the slot until the body is finished --------------------------------------
+
+
+class _Hold:
+    """Releases a lease once, when its response is finished or collected."""
+
+    __slots__ = ("collected", "lease")
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.collected = False
+
+    def finish(self) -> None:
+        lease = self.lease
+        if lease.released:
+            return
+        if not self.collected:
+            lease.release()
+            return
+        # Garbage collection may run inside the slot's own bookkeeping, on this
+        # very thread: release from another thread, which waits its turn for
+        # the slot's lock.
+        try:
+            threading.Thread(target=lease.release, name="autothrottle-release").start()
+        except RuntimeError:  # the interpreter is shutting down
+            lease.release()
+
+
+class _LeaseResponse(HTTPResponse):
+    """urllib3's response, releasing its request's lease once the body is finished.
+
+    urllib3 calls ``release_conn`` when the body has been read to the end (and
+    requests calls it when the response is closed); ``close`` covers a body
+    abandoned half-read, and collection a response dropped unread.
+    """
+
+    _autothrottle_hold: _Hold
+
+    def release_conn(self) -> None:
+        try:
+            super().release_conn()
+        finally:
+            self._autothrottle_hold.finish()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._autothrottle_hold.finish()
+
+    def __del__(self) -> None:
+        hold: _Hold | None = self.__dict__.get("_autothrottle_hold")
+        if hold is not None:
+            hold.collected = True
+        io.IOBase.__del__(self)
+
+
+def _hold_until_finished(raw: object, lease: Lease) -> None:
+    if type(raw) is not HTTPResponse or raw.closed:
+        # Not urllib3's own response (a custom adapter below this one): there is
+        # no finish to wait for, so the request is over once it was answered.
+        lease.release()
+        return
+    raw.__class__ = _LeaseResponse
+    raw._autothrottle_hold = _Hold(lease)  # type: ignore[attr-defined]
+
+
+# -- the adapter ----------------------------------------------------------------------
+
+
+def _prepare(
+    throttle: Throttle, request: requests.PreparedRequest
+) -> tuple[requests.PreparedRequest, str | None, RequestOptions]:
+    """The request to send, its slot key (None: do not throttle it) and its options.
+
+    With the control header, a copy without it is sent: the session builds
+    redirect hops from the original, and they must carry the same options.
+    """
+    options = RequestOptions()
+    send = request
+    header = request.headers.get(CONTROL_HEADER)
+    if header is not None:
+        options = options_from_header(header)
+        send = request.copy()
+        del send.headers[CONTROL_HEADER]
+    if options.bypass:
+        return send, None, options
+    if options.slot is not None:
+        return send, options.slot, options
+    host = urllib3.util.parse_url(request.url or "").host
+    if not host:
+        return send, None, options
+    return send, throttle.key_for(request.url, host=host), options
+
+
+class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
+    """A ``requests`` transport adapter that paces its requests with ``throttle``.
+
+    It is requests' own ``HTTPAdapter`` (same arguments, same connection
+    pools, proxies and retries) with every request sent through the throttle.
+    Mount it for the prefixes to throttle; :class:`ThrottledSession` mounts it
+    for ``http://`` and ``https://``.
+
+    Args:
+        throttle: The engine; it may be shared with other adapters, sessions,
+            threads and async clients, which then share its slots.
+        **kwargs: ``pool_connections``, ``pool_maxsize``, ``max_retries`` and
+            ``pool_block``, as for ``requests.adapters.HTTPAdapter``.
+
+    Raises:
+        TypeError: ``throttle`` is not a :class:`~autothrottle.Throttle`.
+
+    urllib3's ``Retry`` (``max_retries``) retries inside one turn: its attempts
+    are not paced one by one, and a status it retries (``status_forcelist``)
+    is never seen by the throttle. Retry above the session to pace each try.
+    SOCKS proxies use urllib3's own connections: their requests are paced,
+    and their latency runs from the turn to the headers.
+
+    Example::
+
+        session = requests.Session()
+        session.mount("https://api.example.com/", ThrottledHTTPAdapter(throttle=throttle))
+    """
+
+    def __init__(self, *, throttle: Throttle, **kwargs: Any) -> None:
+        if not isinstance(throttle, Throttle):
+            raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+        self._throttle = throttle
+        super().__init__(**kwargs)
+
+    @property
+    def throttle(self) -> Throttle:
+        """The throttle that paces this adapter's requests."""
+        return self._throttle
+
+    def __repr__(self) -> str:
+        return f"ThrottledHTTPAdapter(throttle={self._throttle!r})"
+
+    def init_poolmanager(
+        self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
+    ) -> None:
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+        self.poolmanager.pool_classes_by_scheme = _POOL_CLASSES
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if type(manager) is ProxyManager:  # not SOCKS, whose pools are its own
+            manager.pool_classes_by_scheme = _POOL_CLASSES
+        return manager
+
+    def send(
+        self,
+        request: requests.PreparedRequest,
+        stream: bool = False,
+        timeout: Any = None,
+        verify: Any = True,
+        cert: Any = None,
+        proxies: Mapping[str, str] | None = None,
+    ) -> requests.Response:
+        """Block for the slot's turn, send, observe the response and hold the slot
+        until its body is finished."""
+        send, key, options = _prepare(self._throttle, request)
+        kwargs: dict[str, Any] = {
+            "stream": stream,
+            "timeout": timeout,
+            "verify": verify,
+            "cert": cert,
+            "proxies": proxies,
+        }
+        if key is None:
+            return super().send(send, **kwargs)
+        asked = perf_counter()
+        try:
+            lease = self._throttle.acquire_blocking(
+                key, adjust=options.adjust, max_wait=options.max_wait
+            )
+        except ThrottleTimeout as error:
+            raise ThrottleWaitTimeout(error, request) from error
+        exchange = Exchange(lease, asked)
+        timing = _Timing(exchange)
+        token = _SENDING.set(timing)
+        try:
+            response = super().send(send, **kwargs)
+        except BaseException as error:
+            exchange.failed(error, _host_failure)
+            raise
+        finally:
+            _SENDING.reset(token)
+        try:
+            exchange.responded(
+                response.status_code,
+                response.headers,
+                timing.end,
+                from_cache=getattr(response, "from_cache", False) is True,
+            )
+        except BaseException:
+            response.close()
+            raise
+        _INFO[response] = exchange.info()
+        _hold_until_finished(response.raw, lease)
+        return response
+
+
+# -- the session ----------------------------------------------------------------------
+
+
+#: ``requests.Session.request``'s parameters after ``method`` and ``url``, in order.
+_REQUEST_PARAMETERS = (
+    "params",
+    "data",
+    "headers",
+    "cookies",
+    "files",
+    "auth",
+    "timeout",
+    "allow_redirects",
+    "proxies",
+    "hooks",
+    "stream",
+    "verify",
+    "cert",
+    "json",
+)
+
+
+def _with_options(kwargs: dict[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """``kwargs`` whose headers carry ``options`` as the control header."""
+    parsed = options_from_mapping({"autothrottle": options})
+    value = header_value(parsed)
+    if not value:
+        return kwargs
+    headers = dict(kwargs.get("headers") or {})
+    for name in list(headers):
+        if isinstance(name, str) and name.lower() == CONTROL_HEADER.lower():
+            value = f"{headers.pop(name)}, {value}"
+    headers[CONTROL_HEADER] = value
+    return {**kwargs, "headers": headers}
+
+
+class ThrottledSession(requests.Session):
+    """A ``requests.Session`` whose HTTP and HTTPS requests are throttled.
+
+    It mounts a :class:`ThrottledHTTPAdapter` for ``http://`` and ``https://``
+    (built with ``adapter_options``, e.g. ``max_retries``). Every method takes
+    one more keyword, ``autothrottle``: the per-request options
+    (``{"adjust": False}``, ``{"bypass": True}``, ``{"slot": "name"}``,
+    ``{"max_wait": 2.0}``), carried to the adapter in the control header::
+
+        with ThrottledSession(throttle=throttle) as session:
+            session.get("https://example.com/a")
+            session.get("https://example.com/health", autothrottle={"bypass": True})
+
+    An adapter mounted later that is not a :class:`ThrottledHTTPAdapter`
+    sends its requests unthrottled; mounting a plain ``HTTPAdapter`` warns.
+    Compose a caching adapter by subclassing both, the cache first, so hits
+    never wait: ``class Cached(CacheControlAdapter, ThrottledHTTPAdapter)``.
+
+    Args:
+        throttle: The engine that paces the requests.
+        **adapter_options: Passed to both adapters.
+    """
+
+    def __init__(self, *, throttle: Throttle, **adapter_options: Any) -> None:
+        if not isinstance(throttle, Throttle):
+            raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+        super().__init__()  # mounts requests' own adapters, replaced below
+        self._throttle = throttle
+        self.mount("https://", ThrottledHTTPAdapter(throttle=throttle, **adapter_options))
+        self.mount("http://", ThrottledHTTPAdapter(throttle=throttle, **adapter_options))
+
+    @property
+    def throttle(self) -> Throttle:
+        """The throttle that paces this session's requests."""
+        return self._throttle
+
+    def mount(self, prefix: str, adapter: requests.adapters.BaseAdapter) -> None:
+        if (
+            hasattr(self, "_throttle")
+            and isinstance(adapter, requests.adapters.HTTPAdapter)
+            and not isinstance(adapter, ThrottledHTTPAdapter)
+        ):
+            warnings.warn(
+                f"{type(adapter).__name__} mounted at {prefix!r} on a ThrottledSession is "
+                "not throttled; mount a ThrottledHTTPAdapter (same arguments) instead",
+                stacklevel=2,
+            )
+        super().mount(prefix, adapter)
+
+    def request(
+        self,
+        method: str,
+        url: Any,
+        *args: Any,
+        autothrottle: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> requests.Response:
+        """``requests.Session.request``, plus the ``autothrottle`` options."""
+        if autothrottle is not None:
+            named = dict(zip(_REQUEST_PARAMETERS, args, strict=False))
+            if named.keys() & kwargs.keys():
+                raise TypeError(
+                    f"request() got multiple values for {sorted(named.keys() & kwargs.keys())}"
+                )
+            kwargs = _with_options({**named, **kwargs}, autothrottle)
+            args = ()
+        return super().request(method, url, *args, **kwargs)
+
+    def get(self, url: Any, params: Any = None, **kwargs: Any) -> requests.Response:
+        return self.request("GET", url, params=params, **kwargs)
+
+    def options(self, url: Any, **kwargs: Any) -> requests.Response:
+        return self.request("OPTIONS", url, **kwargs)
+
+    def head(self, url: Any, **kwargs: Any) -> requests.Response:
+        kwargs.setdefault("allow_redirects", False)
+        return self.request("HEAD", url, **kwargs)
+
+    def post(
+        self, url: Any, data: Any = None, json: Any = None, **kwargs: Any
+    ) -> requests.Response:
+        return self.request("POST", url, data=data, json=json, **kwargs)
+
+    def put(self, url: Any, data: Any = None, **kwargs: Any) -> requests.Response:
+        return self.request("PUT", url, data=data, **kwargs)
+
+    def patch(self, url: Any, data: Any = None, **kwargs: Any) -> requests.Response:
+        return self.request("PATCH", url, data=data, **kwargs)
+
+    def delete(self, url: Any, **kwargs: Any) -> requests.Response:
+        return self.request("DELETE", url, **kwargs)

@@ -1,0 +1,426 @@
+"""The requests adapter against real loopback servers, from threads.
+
+The servers run in a background thread (``running_hosts``); the clients are
+requests sessions used from a thread pool, as requests is used. Pacing is
+asserted at the server's arrival log, latency on what the slot learned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import requests
+
+from autothrottle import FixedDelayPolicy, Throttle, ThrottleEvent, ThrottleTimeout
+from autothrottle._request import RequestOptions, header_value, options_from_header
+from autothrottle.httpx import AsyncThrottledClient
+from autothrottle.requests import (
+    ThrottledHTTPAdapter,
+    ThrottledSession,
+    ThrottleWaitTimeout,
+    throttle_info,
+)
+from loopback import LoopbackHost, running_hosts
+
+ARRIVAL_JITTER = 0.015
+"""How early an arrival may be stamped and still count as kept apart: the
+server's loop runs in a thread of the test process (see test_lifecycle.py)."""
+
+
+def fixed(delay: float, **kwargs: Any) -> Throttle:
+    return Throttle(policy=FixedDelayPolicy(delay), **kwargs)
+
+
+@pytest.fixture
+def hosts() -> Iterator[list[LoopbackHost]]:
+    with running_hosts(2) as started:
+        yield started
+
+
+def assert_spaced(host: LoopbackHost, delay: float) -> None:
+    gaps = host.gaps()
+    assert gaps, "fewer than two arrivals"
+    assert min(gaps) >= delay - ARRIVAL_JITTER, gaps
+
+
+def in_flight(throttle: Throttle, host: LoopbackHost) -> int:
+    return throttle.slot(host.address).snapshot().in_flight
+
+
+def wait_for(condition: Any, within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+# -- pacing, from threads ---------------------------------------------------------------
+
+
+def test_eight_threads_keep_each_hosts_spacing_and_cap(hosts: list[LoopbackHost]) -> None:
+    throttle = fixed(0.05, max_concurrency=2)
+    urls = [host.url("/delay/30") for host in hosts for _ in range(6)]
+    with ThrottledSession(throttle=throttle) as session, ThreadPoolExecutor(8) as pool:
+        statuses = [r.status_code for r in pool.map(session.get, urls)]
+    assert statuses == [200] * 12
+    for host in hosts:
+        assert len(host.arrivals) == 6
+        assert_spaced(host, 0.05)
+        assert host.max_in_service <= 2
+        assert in_flight(throttle, host) == 0
+
+
+def test_a_slow_host_never_holds_up_a_fast_one(hosts: list[LoopbackHost]) -> None:
+    slow, fast = hosts
+    throttle = Throttle(hosts={slow.address: {"min_delay": 1.0}}, start_delay=0.0)
+    with ThrottledSession(throttle=throttle) as session, ThreadPoolExecutor(4) as pool:
+        slow_calls = [pool.submit(session.get, slow.url()) for _ in range(3)]
+        started = time.monotonic()
+        for _ in range(5):
+            session.get(fast.url())
+        fast_time = time.monotonic() - started
+        for call in slow_calls:
+            call.result()
+    assert fast_time < 1.0  # the slow host's queue takes 2 s
+    assert_spaced(slow, 1.0)
+
+
+def test_threads_and_an_async_client_share_one_hosts_spacing(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(0.04)
+
+    async def async_side() -> None:
+        async with AsyncThrottledClient(throttle=throttle) as client:
+            await asyncio.gather(*(client.get(host.url("/async")) for _ in range(5)))
+
+    with ThrottledSession(throttle=throttle) as session, ThreadPoolExecutor(4) as pool:
+        threaded = [pool.submit(session.get, host.url("/thread")) for _ in range(5)]
+        asyncio.run(async_side())
+        for call in threaded:
+            call.result()
+    paths = {arrival.path for arrival in host.arrivals}
+    assert paths == {"/async", "/thread"}
+    assert len(host.arrivals) == 10
+    assert_spaced(host, 0.04)
+
+
+def test_a_mounted_adapter_on_a_plain_session_is_throttled(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(0.05)
+    session = requests.Session()
+    adapter = ThrottledHTTPAdapter(throttle=throttle, pool_maxsize=4)
+    session.mount(host.origin, adapter)
+    with session, ThreadPoolExecutor(4) as pool:
+        list(pool.map(session.get, [host.url()] * 4))
+    assert_spaced(host, 0.05)
+    assert throttle.slot(host.address).snapshot().responses == 4
+
+
+# -- latency ------------------------------------------------------------------------
+
+
+def latencies(throttle: Throttle) -> list[float]:
+    seen: list[float] = []
+
+    def listen(event: ThrottleEvent) -> None:
+        if event.kind == "response" and event.latency is not None:
+            seen.append(event.latency)
+
+    throttle.listen(listen)
+    return seen
+
+
+def test_latency_excludes_the_wait_for_a_pooled_connection(hosts: list[LoopbackHost]) -> None:
+    """One connection for four threads: each waits for it, but is timed from it."""
+    host = hosts[0]
+    throttle = fixed(0.0)
+    seen = latencies(throttle)
+    session = requests.Session()
+    session.mount(
+        host.origin, ThrottledHTTPAdapter(throttle=throttle, pool_maxsize=1, pool_block=True)
+    )
+    with session, ThreadPoolExecutor(4) as pool:
+        list(pool.map(session.get, [host.url("/delay/150")] * 4))
+    assert host.max_in_service == 1
+    assert len(seen) == 4
+    # Waiting for the connection took up to 450 ms; the latency is the server's.
+    assert max(seen) < 0.3, seen
+    assert min(seen) >= 0.15
+
+
+def test_latency_excludes_the_wait_for_the_turn(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(0.3)
+    seen = latencies(throttle)
+    with ThrottledSession(throttle=throttle) as session, ThreadPoolExecutor(3) as pool:
+        list(pool.map(session.get, [host.url("/delay/50")] * 3))
+    assert len(seen) == 3
+    assert max(seen) < 0.25, seen  # the third waited 600 ms for its turn
+
+
+# -- options and the control header ---------------------------------------------------
+
+
+def test_the_control_header_never_reaches_the_server_and_survives_redirects(
+    hosts: list[LoopbackHost],
+) -> None:
+    a, b = hosts
+    throttle = fixed(0.0)
+    with ThrottledSession(throttle=throttle) as session:
+        response = session.get(
+            a.url(f"/redirect?to={b.url('/landed')}"), autothrottle={"slot": "shared"}
+        )
+    assert response.status_code == 200
+    for host in hosts:
+        assert all("X-AutoThrottle" not in arrival.headers for arrival in host.arrivals)
+    # Both hops went to the named slot; neither host got one of its own.
+    assert throttle.slot("shared").snapshot().responses == 2
+    assert {slot.key for slot in throttle.slots()} == {"shared"}
+
+
+def test_redirect_hops_wait_on_their_own_hosts(hosts: list[LoopbackHost]) -> None:
+    a, b = hosts
+    throttle = fixed(0.0)
+    with ThrottledSession(throttle=throttle) as session:
+        session.get(a.url(f"/redirect?to={b.url('/landed')}"))
+    assert throttle.slot(a.address).snapshot().status_counts == {302: 1}
+    assert throttle.slot(b.address).snapshot().status_counts == {200: 1}
+
+
+def test_bypass_is_neither_delayed_nor_counted(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(5.0)
+    with ThrottledSession(throttle=throttle) as session:
+        session.get(host.url())
+        started = time.monotonic()
+        session.get(host.url(), autothrottle={"bypass": True})
+        session.get(host.url(), headers={"X-AutoThrottle": "bypass"})
+        assert time.monotonic() - started < 2.0
+    assert throttle.slot(host.address).snapshot().sent == 1
+    assert len(host.arrivals) == 3
+
+
+def test_no_adjust_waits_its_turn_but_leaves_the_delay(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = Throttle(start_delay=0.2)
+    with ThrottledSession(throttle=throttle) as session:
+        session.get(host.url("/delay/10"), autothrottle={"adjust": False})
+        session.get(host.url("/delay/10"), autothrottle={"adjust": False})
+    assert_spaced(host, 0.2)
+    assert throttle.slot(host.address).delay == 0.2
+
+
+def test_max_wait_fails_without_sending_or_holding(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(10.0)
+    with ThrottledSession(throttle=throttle) as session:
+        session.get(host.url())
+        with pytest.raises(ThrottleWaitTimeout) as caught:
+            session.get(host.url(), autothrottle={"max_wait": 0.1})
+        with pytest.raises(requests.Timeout):
+            session.get(host.url(), headers={"X-AutoThrottle": "max-wait=0.1"})
+    assert isinstance(caught.value, ThrottleTimeout)
+    assert isinstance(caught.value, requests.RequestException)
+    assert caught.value.slot == host.address
+    assert len(host.arrivals) == 1
+    snapshot = throttle.slot(host.address).snapshot()
+    assert (snapshot.in_flight, snapshot.queued) == (0, 0)
+
+
+def test_malformed_options_raise_before_anything_is_sent(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    with ThrottledSession(throttle=fixed(0.0)) as session:
+        with pytest.raises(ValueError, match="adjsut"):
+            session.get(host.url(), autothrottle={"adjsut": False})
+        with pytest.raises(ValueError, match="sideways"):
+            session.get(host.url(), headers={"X-AutoThrottle": "sideways"})
+    assert host.arrivals == []
+
+
+def test_the_keyword_joins_a_control_header_given_by_position(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = Throttle(start_delay=0.2)
+    with ThrottledSession(throttle=throttle) as session:
+        session.request(
+            "GET",
+            host.url(),
+            None,
+            None,
+            {"x-autothrottle": "no-adjust"},
+            autothrottle={"slot": "named"},
+        )
+    assert throttle.slot("named").snapshot().responses == 1
+    assert throttle.slot("named").delay == 0.2  # no-adjust, from the header
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        RequestOptions(),
+        RequestOptions(adjust=False, bypass=True),
+        RequestOptions(slot="api pool", max_wait=2.5),
+        RequestOptions(max_wait=0.1),
+    ],
+)
+def test_the_header_form_reads_back_as_the_options(options: RequestOptions) -> None:
+    assert options_from_header(header_value(options)) == options
+
+
+def test_a_slot_name_the_header_cannot_carry_is_refused() -> None:
+    with pytest.raises(ValueError, match="comma"):
+        header_value(RequestOptions(slot="a,b"))
+
+
+# -- holding the slot until the body is finished --------------------------------------
+
+
+def test_a_streamed_body_holds_the_slot_until_read(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(0.0)
+    with ThrottledSession(throttle=throttle) as session:
+        response = session.get(host.url("/stream/3/20"), stream=True)
+        assert in_flight(throttle, host) == 1
+        assert response.content == b"x" * 48
+        assert in_flight(throttle, host) == 0
+
+
+def test_a_closed_stream_releases_the_slot(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(0.0, max_concurrency=1)
+    with ThrottledSession(throttle=throttle) as session:
+        response = session.get(host.url("/stream/20/20"), stream=True)
+        next(response.iter_content(16))
+        response.close()
+        assert in_flight(throttle, host) == 0
+        started = time.monotonic()
+        session.get(host.url())  # the cap of 1 lets it go at once
+        assert time.monotonic() - started < 0.3
+
+
+def test_a_response_dropped_unread_is_released_when_collected(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(0.0, max_concurrency=1)
+    with ThrottledSession(throttle=throttle) as session:
+        session.get(host.url("/stream/50/20"), stream=True)  # dropped at once
+        gc.collect()
+        wait_for(lambda: in_flight(throttle, host) == 0, within=2.0)
+        started = time.monotonic()
+        session.get(host.url())
+        assert time.monotonic() - started < 0.5
+
+
+def test_an_open_stream_in_one_thread_holds_the_cap_for_another(
+    hosts: list[LoopbackHost],
+) -> None:
+    host = hosts[0]
+    throttle = fixed(0.0, max_concurrency=1)
+    with ThrottledSession(throttle=throttle) as session:
+        response = session.get(host.url("/stream/3/10"), stream=True)
+        second = threading.Thread(target=session.get, args=(host.url("/second"),))
+        second.start()
+        time.sleep(0.3)
+        assert [a.path for a in host.arrivals] == ["/stream/3/10"]
+        response.close()
+        second.join(5)
+    assert [a.path for a in host.arrivals] == ["/stream/3/10", "/second"]
+
+
+def test_what_the_throttle_did_is_on_the_response(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(0.2)
+    with ThrottledSession(throttle=throttle) as session:
+        session.get(host.url())
+        response = session.get(host.url())
+        untouched = session.get(host.url(), autothrottle={"bypass": True})
+    info = throttle_info(response)
+    assert info is not None
+    assert info.slot == host.address
+    assert info.waited >= 0.15
+    assert throttle_info(untouched) is None
+
+
+# -- statuses and failures ---------------------------------------------------------------
+
+
+def test_a_429_with_retry_after_pauses_the_slot(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(0.0)
+    with ThrottledSession(throttle=throttle) as session:
+        response = session.get(host.url("/status/429?h.Retry-After=1"))
+        assert response.status_code == 429
+        session.get(host.url("/after"))
+    snapshot = throttle.slot(host.address).snapshot()
+    assert snapshot.backoffs == 1
+    assert snapshot.pauses == 1
+    assert host.arrivals[1].time - host.arrivals[0].time >= 1.0 - ARRIVAL_JITTER
+
+
+def closed_port(address: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        return int(sock.getsockname()[1])
+
+
+def test_a_refused_connection_is_the_hosts_failure_and_releases() -> None:
+    throttle = fixed(0.0)
+    url = f"http://127.0.0.9:{closed_port('127.0.0.9')}/"
+    with ThrottledSession(throttle=throttle) as session, pytest.raises(requests.ConnectionError):
+        session.get(url)
+    snapshot = throttle.slot("127.0.0.9").snapshot()
+    assert (snapshot.failures, snapshot.backoffs, snapshot.in_flight) == (1, 1, 0)
+
+
+def test_a_read_timeout_is_the_hosts_failure(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(0.0)
+    with ThrottledSession(throttle=throttle) as session, pytest.raises(requests.ReadTimeout):
+        session.get(host.url("/delay/1000"), timeout=0.2)
+    snapshot = throttle.slot(host.address).snapshot()
+    assert (snapshot.failures, snapshot.in_flight) == (1, 0)
+
+
+def test_an_invalid_header_is_the_callers_own(hosts: list[LoopbackHost]) -> None:
+    host = hosts[0]
+    throttle = fixed(0.0)
+    with ThrottledSession(throttle=throttle) as session, pytest.raises(requests.RequestException):
+        session.get(host.url(), headers={"X-Bad": "line\r\nbreak"})
+    snapshot = throttle.slot(host.address).snapshot()
+    assert (snapshot.failures, snapshot.backoffs, snapshot.in_flight) == (0, 0, 0)
+
+
+# -- construction -------------------------------------------------------------------------
+
+
+def test_a_plain_adapter_mounted_on_a_throttled_session_warns() -> None:
+    session = ThrottledSession(throttle=fixed(0.0))
+    with pytest.warns(UserWarning, match="not throttled"):
+        session.mount("https://api.example.com/", requests.adapters.HTTPAdapter())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        session.mount("https://other.example.com/", ThrottledHTTPAdapter(throttle=fixed(0.0)))
+
+
+@pytest.mark.parametrize("make", [ThrottledSession, ThrottledHTTPAdapter])
+def test_a_throttle_that_is_not_one_is_refused(make: Any) -> None:
+    with pytest.raises(TypeError, match="throttle must be"):
+        make(throttle="fast")
+
+
+def test_the_core_and_the_other_adapters_never_import_requests() -> None:
+    code = (
+        "import sys; import autothrottle, autothrottle.httpx, autothrottle.aiohttp, "
+        "autothrottle.redis, autothrottle.otel; "
+        "assert 'requests' not in sys.modules, 'requests was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
