@@ -20,9 +20,9 @@ from rich.console import Console, Group
 from rich.segment import Segment
 from rich.terminal_theme import MONOKAI
 
-import autothrottle._fetch as fetch_module
+import autothrottle.cli._fetch as fetch_module
 from autothrottle import Throttle
-from autothrottle._fetch_options import FetchJob
+from autothrottle.cli._fetch_options import FetchJob
 
 IMG = Path(__file__).resolve().parent.parent / "docs" / "img"
 

@@ -28,9 +28,10 @@ from typing import Any
 from _common import write_results
 from aiohttp import web
 
-from autothrottle import AutoThrottlePolicy, FixedRatePolicy, MemoryStore, Throttle
+from autothrottle import AutoThrottlePolicy, FixedRatePolicy, Throttle
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.redis import RedisStore
+from autothrottle.store import MemoryStore
 
 
 async def cost(redis: str, count: int) -> dict[str, float]:

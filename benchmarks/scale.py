@@ -50,7 +50,8 @@ from typing import Any
 
 from _common import print_table, write_results
 
-from autothrottle import Lease, MemoryStore, Throttle
+from autothrottle import Lease, Throttle
+from autothrottle.store import MemoryStore
 
 SIZES = (10, 1_000, 100_000)
 ROUNDS = 5

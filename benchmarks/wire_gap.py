@@ -41,13 +41,13 @@ from aiohttp import web
 from autothrottle import (
     AdaptiveConcurrencyPolicy,
     AutoThrottlePolicy,
-    DelayPolicy,
     FixedDelayPolicy,
     FixedRatePolicy,
     Throttle,
 )
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import AsyncThrottledTransport
+from autothrottle.policy import DelayPolicy
 
 PROMISE = 0.2
 SETUP = 0.15

@@ -26,13 +26,14 @@ import aiohttp
 import pytest
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
 
-from autothrottle import AutoThrottlePolicy, Sample, SlotConfig, Throttle
+from autothrottle import AutoThrottlePolicy, Throttle
 from autothrottle.aiohttp import (
     ThrottledSession,
     _hold_until_finished,
     throttle_middleware,
     throttle_trace_config,
 )
+from autothrottle.policy import Sample, SlotConfig
 from helpers import FakeClock, wait_until
 from loopback import LoopbackHost, loopback_hosts
 

@@ -11,12 +11,15 @@ import ast
 import importlib
 import json
 import math
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from autothrottle import MemoryStore, SlotState, Throttle
+from autothrottle import Throttle
+from autothrottle.store import MemoryStore, SlotState
 from helpers import FakeClock
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,32 +30,25 @@ PUBLIC = {
         "AIMDPolicy",
         "AdaptiveConcurrencyPolicy",
         "AutoThrottlePolicy",
-        "CONTROL_HEADER",
-        "DelayPolicy",
         "FixedDelayPolicy",
         "FixedRatePolicy",
         "HostSettings",
         "Lease",
-        "Mark",
-        "MemoryStore",
-        "RateLimit",
-        "RequestOptions",
-        "Sample",
         "Slot",
-        "SlotConfig",
-        "SlotSample",
         "SlotSnapshot",
-        "SlotState",
         "SlotStats",
-        "SlotStore",
         "Throttle",
         "ThrottleEvent",
         "ThrottleInfo",
         "ThrottleStats",
         "ThrottleTimeout",
-        "Timeline",
         "__version__",
     ],
+    "autothrottle.policy": ["DelayPolicy", "Sample", "SlotConfig"],
+    "autothrottle.store": ["MemoryStore", "RateLimit", "SlotState", "SlotStore"],
+    "autothrottle.options": ["CONTROL_HEADER", "RequestOptions"],
+    "autothrottle.timeline": ["Mark", "SlotSample", "Timeline"],
+    "autothrottle.cli": ["main"],
     "autothrottle.httpx": [
         "ThrottledClient",
         "ThrottledTransport",
@@ -101,14 +97,18 @@ def test_public_names_are_pinned(module: str) -> None:
         assert getattr(imported, name) is not None
 
 
+#: Subpackages that are one unit in the layers contract (with their own contracts inside).
+_UNITS = ("sim", "cli", "timeline")
+
+
 def _modules() -> list[str]:
     names = []
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
-        if len(parts) > 1 and parts[1] == "sim" and len(parts) > 2:
-            continue  # the simulator is one unit in the contract
+        if len(parts) > 2 and parts[1] in _UNITS:
+            continue  # a subpackage is one unit in the layers contract
         names.append(".".join(parts))
     return sorted(names)
 
@@ -187,3 +187,27 @@ def test_learned_state_round_trips_through_a_memory_store_as_plain_data() -> Non
 def test_a_bad_record_is_refused_naming_what_is_wrong(data: object, error: type) -> None:
     with pytest.raises(error):
         SlotState.from_dict(data, now=0.0)  # type: ignore[arg-type]
+
+
+def test_every_module_of_a_layered_subpackage_is_in_its_contract() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        for container in contract.get("containers", []):
+            folder = PACKAGE.parent.joinpath(*container.split("."))
+            listed = {n.strip() for layer in contract["layers"] for n in layer.split("|")}
+            present = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+            assert present <= listed, f"add to {container}'s layers: {sorted(present - listed)}"
+
+
+def test_importing_the_library_loads_none_of_its_tools() -> None:
+    """``import autothrottle`` and the adapters are the library: no command line, no
+    timeline, no simulator, no matplotlib (the tools are imported only by who uses them)."""
+    code = (
+        "import sys, autothrottle, autothrottle.httpx, autothrottle.aiohttp\n"
+        "tools = ('autothrottle.cli', 'autothrottle.timeline', 'autothrottle.sim', 'matplotlib')\n"
+        "print([m for m in tools if m in sys.modules])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"

@@ -20,9 +20,9 @@ import pytest
 import autothrottle
 import autothrottle.sim
 from autothrottle import Throttle
-from autothrottle._cli import DEFAULT_DURATION, DEFAULT_OUT, build_parser, main
-from autothrottle._timeline import Timeline
+from autothrottle.cli._main import DEFAULT_DURATION, DEFAULT_OUT, build_parser, main
 from autothrottle.sim import CDN, Capacity, HostStats, RateLimited, SoftBlock
+from autothrottle.timeline import Timeline
 from helpers import FakeClock, FakeThrottle
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -146,7 +146,7 @@ def test_python_dash_m_autothrottle() -> None:
 def test_demo_short_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from autothrottle._demo import sites
+    from autothrottle.cli._demo import sites
 
     for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
         monkeypatch.delenv(name, raising=False)
@@ -182,7 +182,7 @@ def _stats(**values: Any) -> HostStats:
 
 
 def _verdict(behaviour: Any, **values: Any) -> str:
-    from autothrottle._demo import Outcome, Site, Tally
+    from autothrottle.cli._demo import Outcome, Site, Tally
 
     site = Site("127.0.0.9", "x", "x", behaviour, "httpx")
     stats = _stats(capacity=behaviour.capacity, **values)
@@ -216,7 +216,7 @@ def test_verdicts_say_what_happened() -> None:
 
 
 def test_every_verdict_word_is_defined() -> None:
-    from autothrottle._demo import VERDICT_WORDS
+    from autothrottle.cli._demo import VERDICT_WORDS
 
     words = [word for word, _ in VERDICT_WORDS]
     assert words == ["found the pace", "too cautious", "too fast", "pushed too hard"]
@@ -419,7 +419,7 @@ def test_demo_out_into_a_missing_directory_is_an_error_naming_it(
 def test_the_demo_reads_at_80_columns_without_cutting_a_column_or_a_url() -> None:
     from rich.console import Console
 
-    from autothrottle._demo import Outcome, Site, Tally, _summary_table
+    from autothrottle.cli._demo import Outcome, Site, Tally, _summary_table
 
     outcomes = [
         Outcome(

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from autothrottle import CONTROL_HEADER, MemoryStore, RequestOptions, Throttle
+from autothrottle import Throttle
 from autothrottle._request import host_key, options_from_header, options_from_mapping
+from autothrottle.options import CONTROL_HEADER, RequestOptions
+from autothrottle.store import MemoryStore
 
 
 def assert_names(info: pytest.ExceptionInfo[BaseException], name: str, value: object) -> None:

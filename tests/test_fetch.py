@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 
 from autothrottle import FixedRatePolicy, Throttle
-from autothrottle._cli import build_parser, main
-from autothrottle._fetch import _Scheduler
-from autothrottle._fetch_io import LineWriter, UrlSet, resume
-from autothrottle._fetch_options import NOT_FLAGS, SETTINGS, throttle_kwargs
+from autothrottle.cli._fetch import _Scheduler
+from autothrottle.cli._fetch_io import LineWriter, UrlSet, resume
+from autothrottle.cli._fetch_options import NOT_FLAGS, SETTINGS, throttle_kwargs
+from autothrottle.cli._main import build_parser, main
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -298,7 +298,7 @@ def test_stdin_to_stdout_with_bodies_named_by_their_hash(tmp_path: Path) -> None
 def test_the_live_view_and_summary_show_the_busiest_hosts() -> None:
     from rich.console import Console
 
-    from autothrottle._fetch_progress import Tally, live_view, plain_line, summary
+    from autothrottle.cli._fetch_progress import Tally, live_view, plain_line, summary
 
     now = [0.0]
     tally = Tally(total=100, clock=lambda: now[0], started=0.0)

@@ -23,9 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autothrottle import RateLimit, Throttle
+from autothrottle import Throttle
 from autothrottle._headers import parse_rate_limit, read_headers
 from autothrottle._state import SlotState
+from autothrottle.store import RateLimit
 from helpers import WALL, FakeClock
 
 NOW = 1_700_000_000.0  # Tue, 14 Nov 2023 22:13:20 GMT

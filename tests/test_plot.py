@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autothrottle._cli import main
-from autothrottle._timeline import Timeline, busiest_keys
+from autothrottle.cli._main import main
+from autothrottle.timeline import Timeline
 from helpers import FakeClock, FakeThrottle
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -63,8 +63,8 @@ def test_a_streamed_timeline_reads_back_exactly(tmp_path: Path) -> None:
     again = Timeline.read_jsonl(timeline.write_jsonl(tmp_path / "w.jsonl"))
     assert [again.samples(k) for k in again.keys] == [timeline.samples(k) for k in timeline.keys]
     assert again.marks() == timeline.marks()
-    assert busiest_keys(loaded, 1) == ["b"]
-    assert busiest_keys(loaded, 5) == ["b", "a"]
+    assert loaded.busiest(1) == ["b"]
+    assert loaded.busiest(5) == ["b", "a"]
 
 
 def test_reading_keeps_memory_bounded_and_skips_a_cut_last_line(tmp_path: Path) -> None:

@@ -34,11 +34,11 @@ import pytest
 from autothrottle import (
     AdaptiveConcurrencyPolicy,
     AIMDPolicy,
-    DelayPolicy,
     FixedDelayPolicy,
     FixedRatePolicy,
     Throttle,
 )
+from autothrottle.policy import DelayPolicy
 from helpers import FakeClock, bounded, refusal_floor, take
 
 KEY = "example.com"

@@ -27,8 +27,9 @@ import statistics
 import anyio
 import pytest
 
-from autothrottle import FixedDelayPolicy, Lease, MemoryStore, Slot, Throttle
+from autothrottle import FixedDelayPolicy, Lease, Slot, Throttle
 from autothrottle._gate import Ticket
+from autothrottle.store import MemoryStore
 from helpers import FakeClock, abandon, bounded, grant_now, try_acquire
 
 KEY = "example.com"

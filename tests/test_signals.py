@@ -37,7 +37,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autothrottle import RateLimit, Throttle
+from autothrottle import Throttle
+from autothrottle.store import RateLimit
 from helpers import WALL, FakeClock, bounded, refusal_floor, take
 
 KEY = "example.com"

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autothrottle import AdaptiveConcurrencyPolicy, MemoryStore, Throttle
+from autothrottle import AdaptiveConcurrencyPolicy, Throttle
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.sim import RateLimited, SimServer
+from autothrottle.store import MemoryStore
 from helpers import FakeClock
 
 HOSTS = [f"127.0.0.{i}" for i in range(2, 6)]

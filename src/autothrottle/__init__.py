@@ -10,12 +10,17 @@ between requests adapts to the host's latency, so that about
     5.0
 
 The client adapters live in :mod:`autothrottle.httpx` and
-:mod:`autothrottle.aiohttp`.
+:mod:`autothrottle.aiohttp`. This module holds what a user of the library
+types: the throttle, its policies, its errors and what it reports. The rest
+has a module of its own: :mod:`autothrottle.policy` (writing a policy),
+:mod:`autothrottle.store` (where learned state lives), :mod:`autothrottle.options`
+(per-request control), :mod:`autothrottle.timeline` (watching a throttle over
+time), :mod:`autothrottle.sim` (simulated sites) and :mod:`autothrottle.cli`
+(the ``autothrottle`` command).
 """
 
 from ._errors import ThrottleTimeout
 from ._exchange import ThrottleInfo
-from ._headers import RateLimit
 from ._hosts import HostSettings
 from ._lease import Lease
 from ._policies import (
@@ -25,44 +30,27 @@ from ._policies import (
     FixedDelayPolicy,
     FixedRatePolicy,
 )
-from ._policy import DelayPolicy, Sample, SlotConfig
-from ._request import CONTROL_HEADER, RequestOptions
 from ._rules import ThrottleEvent
 from ._slot import Slot, SlotSnapshot
-from ._state import SlotState
 from ._stats import SlotStats, ThrottleStats
-from ._store import MemoryStore, SlotStore
 from ._throttle import Throttle
-from ._timeline import Mark, SlotSample, Timeline
 from ._version import __version__
 
 __all__ = [
     "__version__",
-    "CONTROL_HEADER",
     "AIMDPolicy",
     "AdaptiveConcurrencyPolicy",
     "AutoThrottlePolicy",
     "FixedDelayPolicy",
     "FixedRatePolicy",
     "HostSettings",
-    "RateLimit",
-    "DelayPolicy",
     "Lease",
-    "Mark",
-    "MemoryStore",
-    "RequestOptions",
-    "Sample",
     "Slot",
-    "SlotConfig",
-    "SlotSample",
     "SlotSnapshot",
-    "SlotState",
     "SlotStats",
-    "SlotStore",
     "Throttle",
     "ThrottleEvent",
     "ThrottleInfo",
     "ThrottleStats",
     "ThrottleTimeout",
-    "Timeline",
 ]

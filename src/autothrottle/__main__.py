@@ -1,5 +1,5 @@
-"""``python -m autothrottle``: the ``autothrottle`` command (see :mod:`autothrottle._cli`)."""
+"""``python -m autothrottle``: the ``autothrottle`` command (see :mod:`autothrottle.cli`)."""
 
-from autothrottle._cli import main
+from autothrottle.cli import main
 
 raise SystemExit(main())

@@ -18,10 +18,11 @@ from typing import Literal, Protocol
 import aiohttp
 import httpx
 
+from autothrottle import Throttle
+from autothrottle.aiohttp import ThrottledSession
+from autothrottle.httpx import AsyncThrottledClient
+
 from ._fetch_io import BodyFile, BodyStore
-from ._throttle import Throttle
-from .aiohttp import ThrottledSession
-from .httpx import AsyncThrottledClient
 
 __all__ = ["CLIENTS", "FAILURES", "Reply", "Sender", "open_sender"]
 

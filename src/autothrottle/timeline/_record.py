@@ -21,25 +21,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Protocol, cast
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from ._validate import check_int, check_positive
+from autothrottle._validate import check_int, check_positive
+
+from ._samples import Mark, SlotSample
 
 if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-    from matplotlib.figure import SubFigure
+    from autothrottle import SlotSnapshot
 
-    from ._slot import SlotSnapshot
-
-__all__ = ["Mark", "SlotSample", "Timeline", "busiest_keys"]
+__all__ = ["Timeline"]
 
 #: The first line of a timeline file names the format and its version.
 _FORMAT = "autothrottle-timeline"
@@ -50,54 +47,6 @@ class _Snapshots(Protocol):
     """Anything with ``snapshot()`` like :class:`~autothrottle.Throttle`'s."""
 
     def snapshot(self) -> Mapping[str, SlotSnapshot]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class SlotSample:
-    """One slot at one sampling moment, and what happened since the sample before.
-
-    Attributes:
-        time: Seconds since the timeline started.
-        delay: The slot's delay then, in seconds.
-        latency: The last latency it had observed, or None.
-        in_flight: Requests in flight.
-        queued: Requests waiting for their turn.
-        responses: Responses observed since the previous sample.
-        statuses: Those responses by HTTP status.
-        cache_hits: Responses since the previous sample that a cache answered.
-        backoffs: Backoffs since the previous sample (ignored ones included).
-        pauses: Pauses since the previous sample (Retry-After, rate-limit budget).
-        failures: Requests that failed without a response since the previous sample.
-        backoff_reason: The slot's last backoff reason, when ``backoffs`` > 0.
-    """
-
-    time: float
-    delay: float
-    latency: float | None
-    in_flight: int
-    queued: int
-    responses: int = 0
-    statuses: Mapping[int, int] = field(default_factory=dict)
-    cache_hits: int = 0
-    backoffs: int = 0
-    pauses: int = 0
-    failures: int = 0
-    backoff_reason: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Mark:
-    """An event the throttle cannot see, recorded by the caller (a CAPTCHA page, say).
-
-    Attributes:
-        time: Seconds since the timeline started.
-        key: The slot key it belongs to.
-        kind: A short label, e.g. ``"blocked"``.
-    """
-
-    time: float
-    key: str
-    kind: str
 
 
 class Timeline:
@@ -361,15 +310,25 @@ class Timeline:
             ImportError: matplotlib is not installed.
             ValueError: nothing to draw (no samples yet).
         """
-        return _plot(
-            self,
+        from ._chart import draw
+
+        rows = self.keys if keys is None else keys
+        return draw(
             Path(path),
+            {key: self.samples(key) for key in rows},
+            {key: self.marks(key) for key in rows},
+            interval=self.interval,
             title=title,
             labels=labels or {},
             capacities=capacities or {},
-            keys=list(self.keys if keys is None else keys),
             origins=origin_capacities or {},
         )
+
+    def busiest(self, n: int) -> list[str]:
+        """The ``n`` slots with the most responses recorded, busiest first (for a chart)."""
+        n = check_int("n", n, minimum=1)
+        totals = {key: sum(s.responses for s in series) for key, series in self._series.items()}
+        return sorted(totals, key=lambda key: -totals[key])[:n]
 
 
 def _delta(t: float, snap: SlotSnapshot, before: SlotSnapshot | None) -> SlotSample:
@@ -524,299 +483,3 @@ def _apply(timeline: Timeline, line: dict[str, Any]) -> None:
         timeline._marks.clear()
     elif "key" in line:
         timeline._add(str(line["key"]), _sample_from(line))
-
-
-def busiest_keys(timeline: Timeline, n: int) -> list[str]:
-    """The ``n`` slots with the most responses recorded, busiest first (for a chart)."""
-    n = check_int("n", n, minimum=1)
-    totals = {key: sum(s.responses for s in timeline.samples(key)) for key in timeline.keys}
-    return sorted(totals, key=lambda key: -totals[key])[:n]
-
-
-# -- drawing -------------------------------------------------------------------------
-
-# Event kinds of the marker strip: colour, marker, legend label; the order is the lanes'.
-_EVENT_STYLES: dict[str, tuple[str, str, str]] = {
-    "429": ("#d62728", "X", "429 Too Many Requests"),
-    "5xx": ("#8c1c13", "X", "5xx error"),
-    "4xx": ("#ff7f0e", "x", "other 4xx"),
-    "blocked": ("#9467bd", "D", "blocked (CAPTCHA page)"),
-    "backoff": ("#e377c2", "v", "backoff"),
-    "pause": ("#555555", "|", "pause (Retry-After, budget)"),
-    "failure": ("#000000", "*", "failure (no response)"),
-}
-_OTHER_EVENT = ("#17becf", "o")
-
-
-def _rolling_rate(times: list[float], counts: list[int], window: float) -> list[float]:
-    """Counts per second over a trailing window, at each sample time.
-
-    A sample's count happened between the sample before and its own time, so
-    the count of the window's first sample is left out.
-    """
-    rates: list[float] = []
-    left = 0
-    total = 0
-    for right, t in enumerate(times):
-        total += counts[right]
-        while left < right and t - times[left] > window:
-            total -= counts[left]
-            left += 1
-        span = t - times[left]
-        rates.append((total - counts[left]) / span if span > 0 else 0.0)
-    return rates
-
-
-def _rolling_mean(times: list[float], values: list[float], window: float) -> list[float]:
-    """The mean of the samples in a trailing window, at each sample time."""
-    means: list[float] = []
-    left = 0
-    total = 0.0
-    for right, t in enumerate(times):
-        total += values[right]
-        while left < right and t - times[left] > window:
-            total -= values[left]
-            left += 1
-        means.append(total / (right - left + 1))
-    return means
-
-
-def _rolling_median(times: list[float], values: list[float | None], window: float) -> list[float]:
-    """The median of the known values in a trailing window (NaN where none)."""
-    medians: list[float] = []
-    left = 0
-    for right, t in enumerate(times):
-        while left < right and t - times[left] > window:
-            left += 1
-        known = sorted(v for v in values[left : right + 1] if v is not None)
-        medians.append(max(known[len(known) // 2], 1e-4) if known else math.nan)
-    return medians
-
-
-def _events(samples: list[SlotSample], marks: list[Mark]) -> dict[str, list[float]]:
-    """Times of each kind of event, for the marker strip."""
-    out: dict[str, list[float]] = {}
-    for s in samples:
-        for code in s.statuses:
-            kind = "429" if code == 429 else "5xx" if code >= 500 else "4xx" if code >= 400 else ""
-            if kind:
-                out.setdefault(kind, []).append(s.time)
-        if s.backoffs:
-            out.setdefault("backoff", []).append(s.time)
-        if s.pauses:
-            out.setdefault("pause", []).append(s.time)
-        if s.failures:
-            out.setdefault("failure", []).append(s.time)
-    for m in marks:
-        out.setdefault(m.kind, []).append(m.time)
-    order = list(_EVENT_STYLES)
-    return dict(
-        sorted(out.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else 99, kv[0]))
-    )
-
-
-def _seconds_label(value: float, _: object = None) -> str:
-    if value >= 1.0:
-        return f"{value:g} s"
-    return f"{value * 1000:g} ms"
-
-
-def _plot(
-    timeline: Timeline,
-    path: Path,
-    *,
-    title: str | None,
-    labels: Mapping[str, str],
-    capacities: Mapping[str, float],
-    keys: list[str],
-    origins: Mapping[str, float],
-) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed, and never steal focus
-    import matplotlib.pyplot as plt
-
-    rows = [k for k in keys if timeline.samples(k)]
-    if not rows:
-        raise ValueError("nothing to plot: the timeline has no samples")
-    window = max(3.0, 10 * timeline.interval)
-    end = max(max(timeline.samples(k)[-1].time for k in rows), timeline.interval)
-    fig = plt.figure(figsize=(16, 2.75 * len(rows) + 1.4), layout="constrained")
-    if title:
-        fig.suptitle(title, fontsize=15, fontweight="bold")
-    grid = fig.subfigures(
-        len(rows) + 1, 1, squeeze=False, height_ratios=[*([1.0] * len(rows)), 0.22]
-    )
-    subfigs: list[SubFigure] = [cast("SubFigure", cell) for cell in grid[:, 0]]
-    seen: list[str] = []
-    for row, key in enumerate(rows):
-        samples = timeline.samples(key)
-        t = [s.time for s in samples]
-        sub = subfigs[row]
-        sub.suptitle(labels.get(key, key), x=0.005, ha="left", fontsize=11, fontweight="bold")
-        pace, rate_ax, load = sub.subplots(1, 3, width_ratios=[1.3, 1.0, 0.75])
-        _plot_pace(pace, t, samples, timeline.marks(key), seen, window)
-        _plot_rate(rate_ax, t, samples, window, capacities.get(key))
-        _plot_origin(rate_ax, t, samples, window, origins.get(key))
-        _plot_load(load, t, samples, window)
-        for ax in (pace, rate_ax, load):
-            ax.set_xlim(0, end)
-            if row < len(rows) - 1:
-                ax.tick_params(labelbottom=False)
-            else:
-                ax.set_xlabel("seconds since start")
-        if row == 0:
-            pace.set_title("delay · gap kept · latency · events", fontsize=10)
-            rate_ax.set_title(f"responses per second ({window:g} s average)", fontsize=10)
-            load.set_title("requests in flight · waiting their turn", fontsize=10)
-    _legend(subfigs[-1], seen)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100, format="png")
-    plt.close(fig)
-    return path
-
-
-def _plot_pace(
-    pace: Axes,
-    t: list[float],
-    samples: list[SlotSample],
-    marks: list[Mark],
-    seen: list[str],
-    window: float,
-) -> None:
-    """The delay, the gap actually kept, and the latency (smoothed), on a log
-    scale; events along the top.
-
-    The gap kept (one over the responses per second) is what set the pace
-    when something other than the delay did: rate-limit header spacing, a
-    pause, the concurrency cap. The raw latency of a site with slow and fast
-    pages is noise, so its rolling median is drawn instead.
-    """
-    from matplotlib.ticker import FuncFormatter, LogLocator
-    from matplotlib.transforms import blended_transform_factory
-
-    delay = [max(s.delay, 1e-4) for s in samples]
-    rates = _rolling_rate(t, [s.responses for s in samples], window)
-    kept = [1.0 / r if r > 0 else math.nan for r in rates]
-    pace.plot(
-        t,
-        _rolling_median(t, [s.latency for s in samples], window / 3),
-        color="#2ca02c",
-        lw=1.0,
-        alpha=0.8,
-    )
-    pace.plot(t, kept, color="#d62728", lw=1.2, ls="--", alpha=0.8)
-    pace.plot(t, delay, color="#1f77b4", lw=2.2)
-    pace.set_yscale("log")
-    pace.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    pace.yaxis.set_major_formatter(FuncFormatter(_seconds_label))
-    pace.yaxis.set_minor_formatter(FuncFormatter(lambda *_: ""))
-    low, high = pace.get_ylim()
-    pace.set_ylim(low, high * 2.5)  # headroom for the event strip
-    pace.grid(True, which="major", alpha=0.3)
-    strip = blended_transform_factory(pace.transData, pace.transAxes)
-    for lane, (kind, times) in enumerate(_events(samples, marks).items()):
-        colour, marker = _EVENT_STYLES.get(kind, _OTHER_EVENT)[:2]
-        if kind not in seen:
-            seen.append(kind)
-        pace.scatter(
-            times,
-            [0.93 - 0.08 * lane] * len(times),
-            transform=strip,
-            color=colour,
-            marker=marker,
-            s=30,
-            lw=1.2,
-            zorder=3,
-        )
-
-
-def _plot_rate(
-    rate_ax: Axes,
-    t: list[float],
-    samples: list[SlotSample],
-    window: float,
-    capacity: float | None,
-) -> None:
-    """Responses per second, cache hits shaded, the site's capacity dashed."""
-    rates = _rolling_rate(t, [s.responses for s in samples], window)
-    hits = _rolling_rate(t, [s.cache_hits for s in samples], window)
-    if any(hits):
-        rate_ax.fill_between(t, 0, hits, color="#17becf", alpha=0.35, lw=0)
-    rate_ax.plot(t, rates, color="#ff7f0e", lw=1.8)
-    top = max([*rates, 1.0])
-    if capacity is not None and math.isfinite(capacity) and capacity > 0:
-        rate_ax.axhline(capacity, color="#555555", ls="--", lw=1.2)
-        rate_ax.annotate(
-            f"site capacity {capacity:.3g}/s",
-            (0.01, capacity),
-            xycoords=("axes fraction", "data"),
-            xytext=(0, 3),
-            textcoords="offset points",
-            fontsize=8.5,
-            color="#333333",
-        )
-        top = max(top, capacity)
-    rate_ax.set_ylim(0, top * 1.2)
-    rate_ax.grid(True, alpha=0.3)
-
-
-def _plot_origin(
-    rate_ax: Axes, t: list[float], samples: list[SlotSample], window: float, capacity: float | None
-) -> None:
-    """Behind a cache: the misses per second (the origin's load) against what it serves."""
-    if capacity is None:
-        return
-    misses = _rolling_rate(t, [s.responses - s.cache_hits for s in samples], window)
-    rate_ax.plot(t, misses, color="#8c564b", lw=1.6)
-    rate_ax.axhline(capacity, color="#8c564b", ls=":", lw=1.2)
-    rate_ax.annotate(
-        f"origin serves {capacity:.3g}/s",
-        (0.01, capacity),
-        xycoords=("axes fraction", "data"),
-        xytext=(0, 3),
-        textcoords="offset points",
-        fontsize=8.5,
-        color="#8c564b",
-    )
-
-
-def _plot_load(load: Axes, t: list[float], samples: list[SlotSample], window: float) -> None:
-    """Requests in flight and waiting in the throttle, each averaged over a second.
-
-    A fast host's requests are in flight for a few milliseconds: a sample
-    seldom catches one, and a raw step line sits at 0; the mean says how
-    busy it kept the host.
-    """
-    from matplotlib.ticker import MaxNLocator
-
-    in_flight = _rolling_mean(t, [float(s.in_flight) for s in samples], 1.0)
-    queued = _rolling_mean(t, [float(s.queued) for s in samples], 1.0)
-    load.plot(t, queued, color="#bcbd22", lw=1.0, ls=":")
-    load.plot(t, in_flight, color="#9467bd", lw=1.4)
-    load.set_ylim(0, max([*in_flight, *queued, 1.0]) * 1.15)
-    load.yaxis.set_major_locator(MaxNLocator(integer=True))
-    load.grid(True, alpha=0.3)
-
-
-def _legend(sub: SubFigure, seen: list[str]) -> None:
-    from matplotlib.lines import Line2D
-
-    handles = [
-        Line2D([], [], color="#1f77b4", lw=2.2, label="delay"),
-        Line2D([], [], color="#d62728", lw=1.2, ls="--", label="gap kept (1 / responses/s)"),
-        Line2D([], [], color="#2ca02c", lw=1.0, label="latency (median)"),
-        Line2D([], [], color="#ff7f0e", lw=1.8, label="responses/s"),
-        Line2D([], [], color="#17becf", lw=7, alpha=0.35, label="cache hits/s"),
-        Line2D([], [], color="#8c564b", lw=1.6, label="misses/s (the origin's load)"),
-        Line2D([], [], color="#555555", ls="--", label="site capacity"),
-        Line2D([], [], color="#9467bd", lw=1.4, label="in flight (1 s mean)"),
-        Line2D([], [], color="#bcbd22", ls=":", label="waiting in the throttle (1 s mean)"),
-    ]
-    for kind in seen:
-        colour, marker = _EVENT_STYLES.get(kind, _OTHER_EVENT)[:2]
-        label = _EVENT_STYLES[kind][2] if kind in _EVENT_STYLES else kind
-        handles.append(
-            Line2D([], [], color=colour, marker=marker, ls="", markersize=7, label=label)
-        )
-    sub.legend(handles=handles, loc="center", ncol=min(len(handles), 6), frameon=False)

@@ -15,8 +15,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from autothrottle import __version__
+
 from ._fetch_options import add_fetch_arguments
-from ._version import __version__
 
 __all__ = ["build_parser", "main"]
 
@@ -162,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if problem:
             print(problem, file=sys.stderr)
             return 1
-        from .sim import main as sim_main
+        from autothrottle.sim import main as sim_main
 
         return sim_main(args[1:], prog=f"{PROG} sim")
 
@@ -203,8 +204,9 @@ def _demo(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _fetch(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from autothrottle import Throttle
+
     from ._fetch_options import job_from_args, throttle_kwargs
-    from ._throttle import Throttle
 
     def fail(message: str) -> NoReturn:
         parser.exit(2, f"{PROG} fetch: error: {message}\n")
@@ -223,12 +225,12 @@ def _fetch(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _plot(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from ._timeline import Timeline, busiest_keys
+    from autothrottle.timeline import Timeline
 
     _writable(parser, "plot", "--out", ns.out)
     try:
         timeline = Timeline.read_jsonl(ns.timeline)
-        keys = busiest_keys(timeline, ns.top)
+        keys = timeline.busiest(ns.top)
         timeline.plot(ns.out, title=ns.title, keys=keys)
     except (OSError, ValueError) as exc:
         parser.exit(2, f"{PROG} plot: error: {exc}\n")

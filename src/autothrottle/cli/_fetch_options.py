@@ -21,10 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._policies import AdaptiveConcurrencyPolicy, AIMDPolicy, AutoThrottlePolicy, FixedRatePolicy
-from ._policy import DelayPolicy
-from ._throttle import Throttle
-from ._version import __version__
+from autothrottle import (
+    AdaptiveConcurrencyPolicy,
+    AIMDPolicy,
+    AutoThrottlePolicy,
+    FixedRatePolicy,
+    Throttle,
+    __version__,
+)
+from autothrottle.policy import DelayPolicy
 
 __all__ = [
     "NOT_FLAGS",

@@ -33,14 +33,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ._hosts import HostSettings
-from ._policies import AdaptiveConcurrencyPolicy
-from ._throttle import Throttle
-from ._timeline import Timeline
-from ._version import __version__
-from .aiohttp import ThrottledSession
-from .httpx import AsyncThrottledClient
-from .sim import (
+from autothrottle import AdaptiveConcurrencyPolicy, HostSettings, Throttle, __version__
+from autothrottle.aiohttp import ThrottledSession
+from autothrottle.httpx import AsyncThrottledClient
+from autothrottle.sim import (
     CDN,
     Behaviour,
     Capacity,
@@ -51,6 +47,7 @@ from .sim import (
     VariableLatency,
     is_blocked_page,
 )
+from autothrottle.timeline import Timeline
 
 __all__ = ["Outcome", "Site", "build_throttle", "run", "sites"]
 

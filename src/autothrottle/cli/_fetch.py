@@ -33,12 +33,13 @@ from urllib.parse import urlsplit
 from rich.console import Console
 from rich.live import Live
 
+from autothrottle import Throttle
+from autothrottle.timeline import Timeline
+
 from ._fetch_clients import FAILURES, Reply, Sender, open_sender
 from ._fetch_io import BodyStore, LineWriter, UrlSet, count_urls, read_urls, resume
 from ._fetch_options import FetchJob
 from ._fetch_progress import Tally, live_view, plain_line, summary
-from ._throttle import Throttle
-from ._timeline import Timeline, busiest_keys
 
 __all__ = ["RETRY_STATUSES", "run"]
 
@@ -460,7 +461,7 @@ def run(job: FetchJob, throttle: Throttle, *, console: Console | None = None) ->
             "stopped early: run the same command again to fetch the rest", highlight=False
         )
     if timeline is not None and job.chart is not None:
-        keys = busiest_keys(timeline, 8)
+        keys = timeline.busiest(8)
         if keys:
             timeline.plot(
                 Path(job.chart),

@@ -20,7 +20,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ._throttle import Throttle
+from autothrottle import Throttle
 
 __all__ = ["HostTally", "Tally", "live_view", "plain_line", "summary"]
 
