@@ -98,7 +98,7 @@ def test_public_names_are_pinned(module: str) -> None:
 
 
 #: Subpackages that are one unit in the layers contract (with their own contracts inside).
-_UNITS = ("sim", "cli", "timeline")
+_UNITS = ("sim", "cli", "timeline", "_headers")
 
 
 def _modules() -> list[str]:

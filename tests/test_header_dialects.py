@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autothrottle import Throttle
-from autothrottle._headers import parse_rate_limit, read_headers
+from autothrottle._headers import read_headers
 from autothrottle._state import SlotState
 from autothrottle.store import RateLimit
 from helpers import WALL, FakeClock
@@ -33,6 +33,11 @@ NOW = 1_700_000_000.0  # Tue, 14 Nov 2023 22:13:20 GMT
 KEY = "api.example"
 MARGIN = 1.02  # sends at a window's own pace are spaced this much wider
 PROPERTY = settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+
+
+def budget_of(headers: Mapping[str, str], *, now: float) -> RateLimit | None:
+    """The budget a 200 with ``headers`` advertises."""
+    return read_headers(200, headers, now=now).rate_limit
 
 
 def fake(**kwargs: Any) -> tuple[FakeClock, Throttle]:
@@ -163,7 +168,7 @@ def rfc3339(moment: float, offset_minutes: int = 0) -> str:
     ],
 )
 def test_dialect(headers: dict[str, str], expected: RateLimit) -> None:
-    assert parse_rate_limit(headers, now=NOW) == expected
+    assert budget_of(headers, now=NOW) == expected
 
 
 @pytest.mark.parametrize(
@@ -183,7 +188,7 @@ def test_dialect(headers: dict[str, str], expected: RateLimit) -> None:
 )
 def test_openai_go_duration_resets(value: str, seconds: float) -> None:
     headers = {"x-ratelimit-remaining-requests": "5", "x-ratelimit-reset-requests": value}
-    budget = parse_rate_limit(headers, now=NOW)
+    budget = budget_of(headers, now=NOW)
     assert budget is not None
     assert budget.reset == pytest.approx(seconds)
 
@@ -206,7 +211,7 @@ def test_anthropic_rfc3339_resets(value: str, seconds: float) -> None:
         "anthropic-ratelimit-requests-remaining": "1",
         "anthropic-ratelimit-requests-reset": value,
     }
-    budget = parse_rate_limit(headers, now=NOW)
+    budget = budget_of(headers, now=NOW)
     assert budget is not None
     assert budget.reset == pytest.approx(seconds, abs=1e-6)
 
@@ -251,7 +256,7 @@ def test_anthropic_rfc3339_resets(value: str, seconds: float) -> None:
     ],
 )
 def test_dialect_garbage_is_ignored_and_noted(headers: dict[str, str]) -> None:
-    assert parse_rate_limit(headers, now=NOW) is None
+    assert budget_of(headers, now=NOW) is None
     signals = read_headers(200, headers, now=NOW)
     assert signals.rate_limit is None
     tokens_only = all("tokens" in name for name in headers)
@@ -277,7 +282,7 @@ def test_etsy_per_second_and_per_day_bind_by_the_day() -> None:
         "x-limit-per-day": "10000",
         "x-remaining-today": "9000",
     }
-    budget = parse_rate_limit(headers, now=NOW)
+    budget = budget_of(headers, now=NOW)
     second = RateLimit(9, 1.0, 10, "X-Limit-Per-Second", "second", 1.0)
     day = RateLimit(9000, 86400.0, 10000, "X-Limit-Per-Day", "day", 86400.0)
     assert budget == RateLimit(
@@ -297,7 +302,7 @@ def test_kong_per_unit_windows_join_its_ratelimit_fields() -> None:
         "X-RateLimit-Limit-Hour": "1000",
         "X-RateLimit-Remaining-Hour": "990",
     }
-    budget = parse_rate_limit(headers, now=NOW)
+    budget = budget_of(headers, now=NOW)
     assert budget is not None
     # The exhausted one binds; the per-second copy gave it its window, once.
     assert (budget.remaining, budget.reset, budget.source, budget.window) == (
@@ -317,7 +322,7 @@ def test_riot_app_and_method_windows() -> None:
         "X-Method-Rate-Limit": "2000:60",
         "X-Method-Rate-Limit-Count": "3:60",
     }
-    budget = parse_rate_limit(headers, now=NOW)
+    budget = budget_of(headers, now=NOW)
     assert budget is not None
     assert [(w.policy, w.remaining, w.limit) for w in budget.windows] == [
         ("1s", 19, 20),
@@ -333,7 +338,7 @@ def test_ietf_policies_bind_by_their_own_pace_when_t_is_zero() -> None:
         "RateLimit": '"burst";r=9;t=0, "hour";r=500;t=0',
         "RateLimit-Policy": '"burst";q=10;w=1, "hour";q=1000;w=3600',
     }
-    budget = parse_rate_limit(headers, now=NOW)
+    budget = budget_of(headers, now=NOW)
     assert budget is not None
     assert budget.policy == "hour"  # 3.6 s apart beats 0.1 s, though t says 0 for both
     assert len(budget.windows) == 2
@@ -357,7 +362,7 @@ def test_property_the_binding_window_holds_sends_back_the_most(
 ) -> None:
     field = ", ".join(f'"p{i}";r={r};t={t}' for i, (r, t, _, _) in enumerate(policies))
     policy = ", ".join(f'"p{i}";q={q};w={w}' for i, (_, _, q, w) in enumerate(policies))
-    budget = parse_rate_limit({"RateLimit": field, "RateLimit-Policy": policy}, now=NOW)
+    budget = budget_of({"RateLimit": field, "RateLimit-Policy": policy}, now=NOW)
     assert budget is not None
     assert len(budget.windows) == len(policies)
     assert all(not w.windows for w in budget.windows)
@@ -394,7 +399,7 @@ def test_property_go_durations(hours: int, minutes: int, seconds: int, millis: i
     )
     text = text or "0s"
     headers = {"x-ratelimit-remaining-requests": "1", "x-ratelimit-reset-requests": text}
-    budget = parse_rate_limit(headers, now=NOW)
+    budget = budget_of(headers, now=NOW)
     assert budget is not None
     expected = hours * 3600 + minutes * 60 + seconds + millis / 1000
     assert budget.reset == pytest.approx(expected)
@@ -410,7 +415,7 @@ def test_property_rfc3339_round_trip(ahead: int, offset: int) -> None:
         "anthropic-ratelimit-requests-remaining": "1",
         "anthropic-ratelimit-requests-reset": rfc3339(NOW + ahead, offset),
     }
-    budget = parse_rate_limit(headers, now=NOW)
+    budget = budget_of(headers, now=NOW)
     assert budget is not None
     assert budget.reset == pytest.approx(float(ahead))
 
@@ -419,7 +424,7 @@ def test_property_rfc3339_round_trip(ahead: int, offset: int) -> None:
 @given(st.integers(min_value=0, max_value=10**6), st.integers(min_value=0, max_value=9))
 def test_property_fractional_counts_round_down(whole: int, tenth: int) -> None:
     headers = {"x-ratelimit-remaining": f"{whole}.{tenth}", "x-ratelimit-reset": "60"}
-    budget = parse_rate_limit(headers, now=NOW)
+    budget = budget_of(headers, now=NOW)
     assert budget is not None
     assert budget.remaining == whole
 
@@ -428,7 +433,7 @@ def test_property_fractional_counts_round_down(whole: int, tenth: int) -> None:
 @given(st.integers(min_value=0, max_value=1000), st.integers(min_value=1, max_value=1000))
 def test_property_shopify_bucket(used: int, limit: int) -> None:
     headers = {"X-Shopify-Shop-Api-Call-Limit": f"{used}/{limit}"}
-    budget = parse_rate_limit(headers, now=NOW)
+    budget = budget_of(headers, now=NOW)
     assert budget is not None
     assert budget.remaining == max(0, limit - used)
     assert budget.sustained == pytest.approx(20.0 / limit)
@@ -729,7 +734,7 @@ def test_valid_reddit_headers_log_nothing(caplog: pytest.LogCaptureFixture) -> N
 
 
 def test_a_budget_with_windows_survives_a_json_round_trip() -> None:
-    budget = parse_rate_limit(
+    budget = budget_of(
         {"X-Limit-Per-Second": "10", "X-Remaining-This-Second": "9", "X-Remaining-Today": "5"},
         now=NOW,
     )

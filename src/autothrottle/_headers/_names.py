@@ -1,0 +1,108 @@
+"""Every response header the dialects read: one table, and the fold that uses it.
+
+A response's headers are folded once (:func:`fold`): the names in
+``_TABLE``, in lower case, each with its first value; every other header is
+passed over unread, so a response with none of them costs one scan of its
+names. Each row is a name as its servers spell it (for the notes and for
+:attr:`~autothrottle.store.RateLimit.source`) and the module of this package that
+reads it; ``docs/signals.md`` ("Header dialects") says what each means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ._values import MAX_FIELD
+
+__all__ = ["display", "fold"]
+
+_TABLE = (
+    # _retry_after
+    ("Retry-After", "_retry_after"),
+    ("Retry-After-Ms", "_retry_after"),
+    # _cache
+    ("Age", "_cache"),
+    ("Cache-Status", "_cache"),
+    ("CF-Cache-Status", "_cache"),
+    ("X-Cache", "_cache"),
+    ("X-Cache-Status", "_cache"),
+    # _ietf
+    ("RateLimit", "_ietf"),
+    ("RateLimit-Policy", "_ietf"),
+    ("RateLimit-Limit", "_ietf"),
+    ("RateLimit-Remaining", "_ietf"),
+    ("RateLimit-Reset", "_ietf"),
+    # _vendors: GitHub, Discord, Reddit, Atlassian
+    ("X-RateLimit-Limit", "_vendors"),
+    ("X-RateLimit-Remaining", "_vendors"),
+    ("X-RateLimit-Reset", "_vendors"),
+    ("X-RateLimit-Reset-After", "_vendors"),
+    ("X-RateLimit-Used", "_vendors"),
+    # _vendors: Twitter/X, Okta
+    ("X-Rate-Limit-Limit", "_vendors"),
+    ("X-Rate-Limit-Remaining", "_vendors"),
+    ("X-Rate-Limit-Reset", "_vendors"),
+    # _vendors: Kong, one window per unit
+    ("X-RateLimit-Limit-Second", "_vendors"),
+    ("X-RateLimit-Remaining-Second", "_vendors"),
+    ("X-RateLimit-Limit-Minute", "_vendors"),
+    ("X-RateLimit-Remaining-Minute", "_vendors"),
+    ("X-RateLimit-Limit-Hour", "_vendors"),
+    ("X-RateLimit-Remaining-Hour", "_vendors"),
+    ("X-RateLimit-Limit-Day", "_vendors"),
+    ("X-RateLimit-Remaining-Day", "_vendors"),
+    ("X-RateLimit-Limit-Month", "_vendors"),
+    ("X-RateLimit-Remaining-Month", "_vendors"),
+    ("X-RateLimit-Limit-Year", "_vendors"),
+    ("X-RateLimit-Remaining-Year", "_vendors"),
+    # _vendors: Etsy
+    ("X-Limit-Per-Second", "_vendors"),
+    ("X-Remaining-This-Second", "_vendors"),
+    ("X-Limit-Per-Day", "_vendors"),
+    ("X-Remaining-Today", "_vendors"),
+    # _vendors: Riot Games
+    ("X-App-Rate-Limit", "_vendors"),
+    ("X-App-Rate-Limit-Count", "_vendors"),
+    ("X-Method-Rate-Limit", "_vendors"),
+    ("X-Method-Rate-Limit-Count", "_vendors"),
+    # _vendors: Shopify
+    ("X-Shopify-Shop-Api-Call-Limit", "_vendors"),
+    # _llm: OpenAI (and Groq)
+    ("X-RateLimit-Limit-Requests", "_llm"),
+    ("X-RateLimit-Remaining-Requests", "_llm"),
+    ("X-RateLimit-Reset-Requests", "_llm"),
+    # _llm: Anthropic
+    ("Anthropic-RateLimit-Requests-Limit", "_llm"),
+    ("Anthropic-RateLimit-Requests-Remaining", "_llm"),
+    ("Anthropic-RateLimit-Requests-Reset", "_llm"),
+)
+
+_NAMES: Mapping[str, str] = {name.lower(): name for name, _ in _TABLE}
+"""Each header read, by its lower-case name: its spelling."""
+
+
+def display(name: str) -> str:
+    """A lower-case header name of the table as servers spell it (``X-RateLimit-Reset``)."""
+    return _NAMES.get(name, name)
+
+
+def fold(headers: Mapping[str, str], notes: list[str]) -> dict[str, str]:
+    """The headers of the table, keyed by lower-case name; the first value of each wins.
+
+    Headers may arrive as any ``Mapping[str, str]``: httpx and aiohttp give
+    case-insensitive ones, a plain dict is not, so names are matched in lower
+    case here. A value longer than :data:`~._values.MAX_FIELD` is ignored
+    unread, and noted.
+    """
+    folded: dict[str, str] = {}
+    for key, value in headers.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            continue
+        name = key.lower()
+        if name not in _NAMES or name in folded:
+            continue
+        if len(value) > MAX_FIELD:
+            notes.append(f"{key}: ignored, {len(value)} characters long")
+            continue
+        folded[name] = value
+    return folded
