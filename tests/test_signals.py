@@ -739,6 +739,19 @@ async def test_manual_backoff_by_url_or_key() -> None:
     lease.release()
 
 
+async def test_a_manual_backoff_says_why_when_told() -> None:
+    _, throttle = fake(start_delay=1.0)
+    seen: list[str | None] = []
+    throttle.listen(lambda event: seen.append(event.reason))
+    assert throttle.backoff(KEY, reason="blocked") is True
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.last_backoff_reason == "blocked"
+    totals = throttle.stats().totals
+    assert totals is not None
+    assert totals.backoff_reasons == {"blocked": 1}
+    assert seen == ["blocked"]
+
+
 async def test_manual_backoff_with_sent_at_is_exact() -> None:
     clock, throttle = fake(start_delay=1.0, max_concurrency=4)
     early = await take(throttle)
@@ -783,6 +796,8 @@ async def test_manual_pause_is_capped_at_max_pause(caplog: pytest.LogCaptureFixt
         ({"url_or_key": KEY, "pause": math.nan}, ValueError, "pause"),
         ({"url_or_key": KEY, "pause": "10"}, TypeError, "pause"),
         ({"url_or_key": KEY, "sent_at": math.inf}, ValueError, "sent_at"),
+        ({"url_or_key": KEY, "reason": ""}, TypeError, "reason"),
+        ({"url_or_key": KEY, "reason": None}, TypeError, "reason"),
     ],
 )
 def test_manual_backoff_rejects_bad_arguments(

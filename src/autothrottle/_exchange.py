@@ -126,19 +126,24 @@ class Exchange:
         headers_at: float | None = None,
         *,
         from_cache: bool = False,
+        latency: float | None = None,
     ) -> None:
         """Observe the response (its headers arrived at ``headers_at``, default now).
 
         ``from_cache``: a client-side cache below the throttle answered; the
         response then teaches nothing, as a cache header would say.
+        ``latency``: the client timed the exchange itself (Scrapy's
+        ``download_latency``); it is taken as is, and ``headers_at`` ignored.
         On an error the lease is released and the error raised: the caller
         must close the response, which nobody else will.
         """
-        end = perf_counter() if headers_at is None else headers_at
-        start = self.ready if self.ready is not None else self.started
+        if latency is None:
+            end = perf_counter() if headers_at is None else headers_at
+            start = self.ready if self.ready is not None else self.started
+            latency = max(end - start, 0.0)
         try:
             self.lease.observe(
-                latency=max(end - start, 0.0),
+                latency=latency,
                 status=status,
                 headers=headers,
                 from_cache=from_cache or None,

@@ -496,7 +496,12 @@ class Throttle:
         )
 
     def backoff(
-        self, url_or_key: str, *, pause: float | None = None, sent_at: float | None = None
+        self,
+        url_or_key: str,
+        *,
+        pause: float | None = None,
+        sent_at: float | None = None,
+        reason: str = "manual",
     ) -> bool:
         """Slow a slot down by hand: a CAPTCHA, a login wall, an empty page.
 
@@ -511,6 +516,9 @@ class Throttle:
             pause: Also send nothing to the slot for this many seconds
                 (bounded by ``max_pause``).
             sent_at: When the blocked request was sent, on the throttle's clock.
+            reason: Why, as the slot's backoff reasons and listeners will
+                read it (``"blocked"`` for a soft block, as a
+                ``block_classifier`` says it).
 
         Returns:
             True if the slot backed off, False if the call was taken as the lag
@@ -518,6 +526,8 @@ class Throttle:
         """
         if not isinstance(url_or_key, str) or not url_or_key:
             raise TypeError(f"url_or_key must be a non-empty str, got {url_or_key!r}")
+        if not isinstance(reason, str) or not reason:
+            raise TypeError(f"reason must be a non-empty str, got {reason!r}")
         key = self.key_for(url_or_key) if "://" in url_or_key else url_or_key
         slot = self.slot(key)
         now = self._clock()
@@ -527,7 +537,7 @@ class Throttle:
             sent_at = check_number("sent_at", sent_at, minimum=-math.inf)
         else:
             sent_at = self._last_send(slot)
-        return self._rules.backoff(slot, "manual", sent_at, now)
+        return self._rules.backoff(slot, reason, sent_at, now)
 
     @staticmethod
     def _last_send(slot: Slot) -> float:
