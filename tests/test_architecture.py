@@ -69,6 +69,12 @@ PUBLIC = {
         "ThrottledSession",
         "throttle_info",
     ],
+    "autothrottle.scrapy": [
+        "AutoThrottleMiddleware",
+        "INFO_KEY",
+        "ThrottleWaitTimeout",
+        "blocked",
+    ],
     "autothrottle.otel": ["Instrumentation", "instrument"],
     "autothrottle.redis": ["RedisStore"],
     "autothrottle.sim": [
@@ -197,6 +203,23 @@ def test_every_module_of_a_layered_subpackage_is_in_its_contract() -> None:
             listed = {n.strip() for layer in contract["layers"] for n in layer.split("|")}
             present = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
             assert present <= listed, f"add to {container}'s layers: {sorted(present - listed)}"
+
+
+@pytest.mark.parametrize(
+    ("client", "others"),
+    [
+        ("requests", "httpx, aiohttp, redis, otel"),
+        ("scrapy", "httpx, aiohttp, requests, redis, otel"),
+    ],
+)
+def test_only_its_own_adapter_imports_an_optional_client(client: str, others: str) -> None:
+    """The core and the other adapters work without ``requests`` and Scrapy installed."""
+    modules = ", ".join(f"autothrottle.{name}" for name in others.split(", "))
+    code = f"import sys, autothrottle, {modules}\nprint({client!r} in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "False"
 
 
 def test_importing_the_library_loads_none_of_its_tools() -> None:

@@ -1,0 +1,643 @@
+"""autothrottle inside Scrapy: a downloader middleware that paces every download slot.
+
+Enable it in ``settings.py`` (Scrapy 2.13+, asyncio reactor), in place of
+Scrapy's AutoThrottle extension::
+
+    DOWNLOADER_MIDDLEWARES = {"autothrottle.scrapy.AutoThrottleMiddleware": 950}
+    AUTOTHROTTLE_ENABLED = False  # the extension: the middleware replaces it
+
+Every request then waits for its download slot's turn in the shared engine
+(per host by default, or per IP with ``CONCURRENT_REQUESTS_PER_IP``, or the
+``download_slot`` you set), with Scrapy's own slot delay kept at zero so the
+throttle alone sets the pace. Each response teaches the slot its
+``download_latency``, its status and its headers (Retry-After, rate-limit
+headers, cache hits); each download error backs it off as a connection error
+does in the other adapters. Retries by Scrapy's RetryMiddleware come back
+through the scheduler and wait their turn like any request.
+
+Scrapy's settings keep their meaning (``AUTOTHROTTLE_START_DELAY``,
+``AUTOTHROTTLE_MAX_DELAY``, ``AUTOTHROTTLE_TARGET_CONCURRENCY``,
+``AUTOTHROTTLE_DEBUG``, ``DOWNLOAD_DELAY``, ``CONCURRENT_REQUESTS_PER_DOMAIN``,
+``CONCURRENT_REQUESTS_PER_IP``, ``DOWNLOAD_DELAY_JITTER`` /
+``RANDOMIZE_DOWNLOAD_DELAY``, ``DOWNLOAD_SLOTS``); new ones choose a policy,
+per-host settings, a fleet through Redis, a state file and soft-block rules.
+``docs/scrapy.md`` has the table of every setting.
+
+Per request, ``request.meta["autothrottle"] = {"bypass": True}`` (or ``adjust``,
+``slot``, ``max_wait``), the ``X-AutoThrottle`` header, and Scrapy's own
+``autothrottle_dont_adjust_delay``. A spider callback that sees a soft block
+(a CAPTCHA page) says so in one line::
+
+    self.crawler.signals.send_catch_log(autothrottle.scrapy.blocked, response=response)
+
+What the throttle did lands in the crawl's stats under ``autothrottle/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import re
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from time import perf_counter
+from typing import Any, Self, cast
+
+import anyio
+from scrapy import Request, Spider, signals
+from scrapy.crawler import Crawler
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import Response, TextResponse
+from scrapy.settings import BaseSettings
+from scrapy.utils.misc import load_object
+
+from ._errors import ThrottleTimeout
+from ._exchange import Exchange, ThrottleInfo
+from ._lease import Lease
+from ._policies import (
+    AdaptiveConcurrencyPolicy,
+    AIMDPolicy,
+    AutoThrottlePolicy,
+    FixedDelayPolicy,
+    FixedRatePolicy,
+)
+from ._policy import DelayPolicy
+from ._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
+from ._rules import ThrottleEvent
+from ._store import MemoryStore, SlotStore
+from ._throttle import Throttle
+
+__all__ = ["INFO_KEY", "AutoThrottleMiddleware", "ThrottleWaitTimeout", "blocked"]
+
+logger = logging.getLogger(__name__)
+
+blocked = object()
+"""The signal a spider sends when a response is a soft block (a CAPTCHA, a
+login wall): its slot backs off as on a 429. Arguments: ``response``, and
+optionally ``pause`` (seconds to send nothing to the slot)::
+
+    self.crawler.signals.send_catch_log(blocked, response=response)
+"""
+
+INFO_KEY = "autothrottle_info"
+"""The ``request.meta`` (and ``response.meta``) key of the
+:class:`~autothrottle.ThrottleInfo` of a paced request: its slot, how long it
+waited, when it was granted."""
+
+
+class ThrottleWaitTimeout(IgnoreRequest):
+    """A request waited its ``max_wait`` for its turn and was dropped unsent.
+
+    An ``IgnoreRequest``, so the request's errback receives it and
+    RetryMiddleware leaves it alone (a retry would wait again). The
+    :class:`~autothrottle.ThrottleTimeout` is its ``__cause__``.
+
+    Attributes:
+        slot: The slot key.
+        waited: The bound that was reached, in seconds.
+    """
+
+    def __init__(self, error: ThrottleTimeout) -> None:
+        super().__init__(str(error))
+        self.slot = error.slot
+        self.waited = error.waited
+
+
+# -- settings ----------------------------------------------------------------------------
+
+_NAMED_POLICIES: dict[str, type[DelayPolicy]] = {
+    "autothrottle": AutoThrottlePolicy,
+    "adaptive": AdaptiveConcurrencyPolicy,
+    "aimd": AIMDPolicy,
+}
+_RATE_POLICIES: dict[str, Callable[[float], DelayPolicy]] = {
+    "fixed-rate": FixedRatePolicy,
+    "fixed-delay": FixedDelayPolicy,
+}
+
+
+def _policy_from_setting(value: object, setting: str = "AUTOTHROTTLE_POLICY") -> DelayPolicy:
+    """A delay policy from its setting: a name, ``fixed-rate=N``, a dotted path, or one.
+
+    ``autothrottle`` (Scrapy's rules, the default), ``adaptive``, ``aimd``,
+    ``fixed-rate=N`` (N requests a second), ``fixed-delay=S``, a policy
+    instance, or a class (or its dotted path) called with no arguments.
+
+    Raises:
+        ValueError, TypeError: naming the setting and the value.
+    """
+    if isinstance(value, DelayPolicy):
+        return value
+    if isinstance(value, str):
+        name, _, argument = value.strip().partition("=")
+        if name.lower() in _NAMED_POLICIES and not argument:
+            return _NAMED_POLICIES[name.lower()]()
+        if name.lower() in _RATE_POLICIES and argument:
+            try:
+                number = float(argument)
+            except ValueError:
+                raise ValueError(f"{setting}: {name} needs a number, got {value!r}") from None
+            return _RATE_POLICIES[name.lower()](number)
+        if "." not in value:
+            raise ValueError(
+                f"{setting}: expected autothrottle, adaptive, aimd, fixed-rate=N, "
+                f"fixed-delay=S or a dotted path, got {value!r}"
+            )
+        value = load_object(value)
+    try:
+        made = value() if callable(value) else value
+    except TypeError as error:
+        raise TypeError(f"{setting}: {value!r} cannot be made with no arguments: {error}") from None
+    if not isinstance(made, DelayPolicy):
+        raise TypeError(f"{setting}: {value!r} is not a DelayPolicy (made {made!r})")
+    return made
+
+
+def _jitter(settings: BaseSettings) -> float:
+    """Scrapy's spread of each delay: ``DOWNLOAD_DELAY_JITTER`` (Scrapy 2.19), or
+    ``RANDOMIZE_DOWNLOAD_DELAY`` (±50 %) where that is set with more priority."""
+    randomize = settings.getpriority("RANDOMIZE_DOWNLOAD_DELAY") or 0
+    jitter = settings.getpriority("DOWNLOAD_DELAY_JITTER")
+    if jitter is None or randomize > jitter:
+        return 0.5 if settings.getbool("RANDOMIZE_DOWNLOAD_DELAY") else 0.0
+    value = settings.getfloat("DOWNLOAD_DELAY_JITTER")
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"DOWNLOAD_DELAY_JITTER must be in [0, 1) under autothrottle, got {value}")
+    return value
+
+
+def _hosts(settings: BaseSettings) -> dict[str, Any]:
+    """``AUTOTHROTTLE_HOSTS``, over what ``DOWNLOAD_SLOTS`` says of the same slots
+    (its ``delay`` is the slot's start delay, as AutoThrottle reads it)."""
+    hosts: dict[str, Any] = {}
+    for key, slot in settings.getdict("DOWNLOAD_SLOTS").items():
+        entry: dict[str, Any] = {}
+        if isinstance(slot, Mapping) and "delay" in slot:
+            entry["start_delay"] = float(slot["delay"])
+        if isinstance(slot, Mapping) and "concurrency" in slot:
+            entry["max_concurrency"] = int(slot["concurrency"])
+        if entry:
+            hosts[key] = entry
+    for pattern, given in settings.getdict("AUTOTHROTTLE_HOSTS").items():
+        if not isinstance(given, Mapping):
+            raise TypeError(f"AUTOTHROTTLE_HOSTS[{pattern!r}] must be a dict, got {given!r}")
+        entry = dict(given)
+        if "policy" in entry and entry["policy"] is not None:
+            entry["policy"] = _policy_from_setting(
+                entry["policy"], f"AUTOTHROTTLE_HOSTS[{pattern!r}]['policy']"
+            )
+        hosts[pattern] = {**hosts.get(pattern, {}), **entry}
+    return hosts
+
+
+def _store(settings: BaseSettings, spider_name: str) -> SlotStore | None:
+    url = settings.get("AUTOTHROTTLE_REDIS_URL")
+    path = settings.get("AUTOTHROTTLE_STATE_FILE")
+    if url and path:
+        raise ValueError(
+            "AUTOTHROTTLE_REDIS_URL and AUTOTHROTTLE_STATE_FILE: choose one; "
+            "a fleet keeps what it learned in Redis"
+        )
+    if url:
+        from .redis import RedisStore  # the redis extra, only for a fleet
+
+        prefix = settings.get("AUTOTHROTTLE_REDIS_PREFIX") or f"scrapy:{spider_name}"
+        return cast(SlotStore, RedisStore(str(url), prefix=str(prefix)))
+    if path:
+        # Kept whole: a slot forgotten while idle would be missing from the file.
+        return MemoryStore.from_file(str(path), now=time.monotonic(), idle_timeout=math.inf)
+    return None
+
+
+#: Throttle keywords and the Scrapy settings they come from.
+_SETTINGS = (
+    ("start_delay", "AUTOTHROTTLE_START_DELAY"),
+    ("max_delay", "AUTOTHROTTLE_MAX_DELAY"),
+    ("target_concurrency", "AUTOTHROTTLE_TARGET_CONCURRENCY"),
+    ("min_delay", "DOWNLOAD_DELAY"),
+)
+
+
+def _throttle_from_settings(settings: BaseSettings, spider_name: str = "spider") -> Throttle:
+    """The :class:`~autothrottle.Throttle` a crawl's settings describe.
+
+    Raises:
+        ValueError, TypeError: a setting is wrong; the message names it.
+    """
+    kwargs: dict[str, Any] = {name: settings.getfloat(key) for name, key in _SETTINGS}
+    per_ip = settings.getint("CONCURRENT_REQUESTS_PER_IP")
+    kwargs["max_concurrency"] = per_ip or settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
+    kwargs["jitter"] = _jitter(settings)
+    kwargs["policy"] = _policy_from_setting(settings.get("AUTOTHROTTLE_POLICY") or "autothrottle")
+    kwargs["hosts"] = _hosts(settings)
+    statuses = frozenset(settings.getlist("AUTOTHROTTLE_BLOCK_STATUSES"))
+    if statuses:
+        codes = frozenset(int(status) for status in statuses)
+        kwargs["block_classifier"] = lambda status, headers: status in codes
+    kwargs["store"] = _store(settings, spider_name)
+    try:
+        return Throttle(**kwargs)
+    except (TypeError, ValueError) as error:
+        named = [key for name, key in _SETTINGS if name in str(error)]
+        if "max_concurrency" in str(error):
+            named.append("CONCURRENT_REQUESTS_PER_DOMAIN")
+        raise type(error)(f"{' / '.join(named) or 'autothrottle settings'}: {error}") from error
+
+
+# -- the middleware ------------------------------------------------------------------
+
+
+def _load_exceptions(names: tuple[str, ...]) -> tuple[type[BaseException], ...]:
+    found: list[type[BaseException]] = []
+    for name in names:
+        with contextlib.suppress(ImportError, AttributeError, NameError, ValueError):
+            found.append(load_object(name))  # absent from an older Scrapy or Twisted
+    return tuple(found)
+
+
+_HOST_FAILURES: tuple[type[BaseException], ...] = (
+    OSError,
+    *_load_exceptions(
+        (
+            "scrapy.exceptions.CannotResolveHostError",
+            "scrapy.exceptions.DownloadConnectionRefusedError",
+            "scrapy.exceptions.DownloadFailedError",
+            "scrapy.exceptions.DownloadTimeoutError",
+            "scrapy.exceptions.ResponseDataLossError",
+            "scrapy.core.downloader.handlers.http11.TunnelError",
+            "twisted.internet.error.ConnectError",
+            "twisted.internet.error.ConnectionLost",
+            "twisted.internet.error.ConnectionDone",
+            "twisted.internet.error.TimeoutError",
+            "twisted.internet.defer.TimeoutError",
+            "twisted.web.client.ResponseFailed",
+            "twisted.web.client.ResponseNeverReceived",
+        )
+    ),
+)
+
+
+def _host_failure(error: BaseException) -> bool:
+    """The host failed: refused, unreachable, timed out, cut the body short.
+
+    A cancelled download, an unsupported scheme or a middleware's own error
+    is not the host's.
+    """
+    return isinstance(error, _HOST_FAILURES)
+
+
+def _headers(response: Response) -> dict[str, str]:
+    """The response headers as the engine reads them: the first value of each."""
+    return {
+        name.decode("latin-1"): values[0].decode("latin-1")
+        for name, values in response.headers.items()
+        if values
+    }
+
+
+def _as_meta(options: RequestOptions) -> dict[str, Any]:
+    """``options`` as the ``request.meta["autothrottle"]`` dict that reads back as them."""
+    meta: dict[str, Any] = {}
+    if not options.adjust:
+        meta["adjust"] = False
+    if options.bypass:
+        meta["bypass"] = True
+    if options.slot is not None:
+        meta["slot"] = options.slot
+    if options.max_wait is not None:
+        meta["max_wait"] = options.max_wait
+    return meta
+
+
+class _Held:
+    """A request's exchange while it is in Scrapy's downloader, with a backstop:
+    a request dropped without a response or an error releases when collected."""
+
+    __slots__ = ("exchange", "finalizer")
+
+    def __init__(self, request: Request, exchange: Exchange) -> None:
+        self.exchange = exchange
+        loop = asyncio.get_running_loop()
+        self.finalizer = weakref.finalize(request, _release_soon, loop, exchange.lease)
+        self.finalizer.atexit = False
+
+    def done(self) -> Exchange:
+        self.finalizer.detach()
+        return self.exchange
+
+
+def _release_soon(loop: asyncio.AbstractEventLoop, lease: Lease) -> None:
+    """Collection may run inside the slot's own bookkeeping: release on the loop."""
+    try:
+        loop.call_soon_threadsafe(lease.release)
+    except RuntimeError:  # the loop is closed: nothing waits any more
+        lease.release()
+
+
+class AutoThrottleMiddleware:
+    """A Scrapy downloader middleware that paces every download slot with autothrottle.
+
+    Build it through Scrapy (``DOWNLOADER_MIDDLEWARES``, priority 950: after
+    HttpCacheMiddleware, so cache hits never wait, and last before the
+    downloader); the throttle is made from the crawl's settings
+    (``docs/scrapy.md``). One middleware, one throttle, per crawl.
+
+    Raises:
+        ValueError: ``AUTOTHROTTLE_ENABLED`` is on (the extension and the
+            middleware would both pace), or a setting is wrong (named).
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        if settings.getbool("AUTOTHROTTLE_ENABLED"):
+            raise ValueError(
+                "AUTOTHROTTLE_ENABLED = True turns on Scrapy's AutoThrottle extension, which "
+                "autothrottle.scrapy.AutoThrottleMiddleware replaces: set it to False"
+            )
+        self.crawler = crawler
+        self.throttle = _throttle_from_settings(
+            settings, getattr(crawler.spidercls, "name", None) or "spider"
+        )
+        self._debug = settings.getbool("AUTOTHROTTLE_DEBUG")
+        pattern = settings.get("AUTOTHROTTLE_BLOCK_PATTERN")
+        self._block_pattern = re.compile(pattern) if pattern else None
+        self._state_file = settings.get("AUTOTHROTTLE_STATE_FILE")
+        self._held: weakref.WeakKeyDictionary[Request, _Held] = weakref.WeakKeyDictionary()
+        self._waiting: set[anyio.CancelScope] = set()
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._closing = False
+        self._refusals = self.throttle.backoff_statuses
+        self.throttle.listen(self._count)
+        connect = crawler.signals.connect
+        connect(self._spider_opened, signal=signals.spider_opened)
+        connect(self._spider_closed, signal=signals.spider_closed)
+        connect(self._response_received, signal=signals.response_received)
+        connect(self._blocked, signal=blocked)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    # -- the downloader's side ------------------------------------------------------------
+
+    async def process_request(self, request: Request) -> Request | None:
+        """Wait for the slot's turn; hand the request back to the scheduler if the
+        spider closes meanwhile."""
+        options = self._options(request)
+        if options.bypass:
+            self._inc("autothrottle/bypassed")
+            return None
+        key = self._scrapy_slot(request)
+        if options.slot is not None:
+            key = options.slot
+        if self._closing:
+            return self._give_back(request)
+        request.meta.pop("download_latency", None)  # a retry's copy of the last one
+        request.meta.pop(INFO_KEY, None)
+        self._first_sight(key)
+        asked = perf_counter()
+        lease: Lease | None = None
+        with anyio.CancelScope() as scope:
+            self._waiting.add(scope)
+            try:
+                lease = await self.throttle.acquire(
+                    key, adjust=options.adjust, max_wait=options.max_wait
+                )
+            except ThrottleTimeout as error:
+                self._inc("autothrottle/timeouts")
+                raise ThrottleWaitTimeout(error) from error
+            finally:
+                self._waiting.discard(scope)
+        if lease is None:
+            return self._give_back(request)
+        exchange = Exchange(lease, asked)
+        try:
+            await exchange.on_wire()
+        except BaseException:
+            lease.release()
+            raise
+        self._held[request] = _Held(request, exchange)
+        self._inc("autothrottle/requests")
+        self._add_wait(exchange.waited)
+        return None
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        """Teach the slot the response, and let it go (Scrapy has the whole body)."""
+        held = self._held.pop(request, None)
+        if held is None:
+            return response
+        exchange = held.done()
+        latency = request.meta.get("download_latency")
+        key = exchange.lease.slot.key
+        before = self.throttle.slot(key).snapshot() if self._debug else None
+        try:
+            exchange.responded(
+                response.status,
+                _headers(response),
+                from_cache="cached" in response.flags or latency is None,
+                latency=None if latency is None else float(latency),
+            )
+        finally:
+            exchange.lease.release()
+        request.meta[INFO_KEY] = exchange.info()
+        if before is not None:
+            self._log_response(key, before, response, latency)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        """A download error: the host's failure backs the slot off; anything else
+        only lets the slot go."""
+        held = self._held.pop(request, None)
+        if held is not None:
+            held.done().failed(exception, _host_failure)
+
+    # -- options and slots ----------------------------------------------------------------
+
+    def _options(self, request: Request) -> RequestOptions:
+        """The request's options from its meta and its control header, which is
+        moved into the meta (a retry is a copy without the header)."""
+        options = options_from_mapping(request.meta)
+        if request.meta.get("autothrottle_dont_adjust_delay") is True:
+            options = options.merged(RequestOptions(adjust=False))
+        values = request.headers.getlist(CONTROL_HEADER)
+        if values:
+            del request.headers[CONTROL_HEADER]
+            text = ", ".join(value.decode("latin-1") for value in values)
+            options = options.merged(options_from_header(text))
+            request.meta["autothrottle"] = _as_meta(options)
+        return options
+
+    def _scrapy_slot(self, request: Request) -> str:
+        """Scrapy's download slot for ``request``, its own delay kept at zero.
+
+        Scrapy makes a slot with ``DOWNLOAD_DELAY`` (or its ``DOWNLOAD_SLOTS``
+        delay) on its first request, which goes at once; Scrapy then holds the
+        slot for that delay. From the next request on, its delay is zero (that
+        hold cancelled), and its concurrency no lower than the throttle's cap.
+        """
+        engine = self.crawler.engine
+        assert engine is not None
+        downloader = engine.downloader
+        key = downloader.get_slot_key(request)
+        slot = downloader.slots.get(key)
+        if slot is not None:
+            if slot.delay:
+                slot.delay = 0.0
+                if slot.latercall is not None:  # a wait for that delay, queue empty or not
+                    slot.latercall.cancel()
+                    slot.latercall = None
+            cap = self.throttle.config_for(key).max_concurrency
+            if slot.concurrency < cap:
+                slot.concurrency = cap
+        return key
+
+    def _give_back(self, request: Request) -> Request:
+        """The spider is closing: the request goes back to the scheduler unsent
+        (kept with ``JOBDIR``), rather than hold the close up for its turn."""
+        self._inc("autothrottle/rescheduled_at_close")
+        return request.replace(dont_filter=True)
+
+    def _first_sight(self, key: str) -> None:
+        """Note the slot's counters when this crawl first uses it: a state file or
+        the fleet may bring counts from earlier runs."""
+        if key not in self._seen:
+            snapshot = self.throttle.slot(key).snapshot()
+            self._seen[key] = (snapshot.pauses, snapshot.cache_hits)
+
+    # -- signals ------------------------------------------------------------------------
+
+    def _spider_opened(self, spider: Spider) -> None:
+        """Hook the engine's spider close: the requests waiting for their turn
+        give up at once (see :meth:`_give_back`)."""
+        engine = self.crawler.engine
+        assert engine is not None
+        name = "close_spider_async" if hasattr(engine, "close_spider_async") else "close_spider"
+        close = getattr(engine, name)
+
+        def closing(*args: Any, **kwargs: Any) -> Any:
+            self._begin_closing()
+            return close(*args, **kwargs)
+
+        setattr(engine, name, closing)
+
+    def _begin_closing(self) -> None:
+        self._closing = True
+        for scope in list(self._waiting):
+            scope.cancel()
+
+    async def _spider_closed(self, spider: Spider, reason: str) -> None:
+        """Let go of anything still held; write the stats; keep what was learned."""
+        self._begin_closing()
+        for held in list(self._held.values()):
+            held.done().lease.release()
+            self._inc("autothrottle/released_at_close")
+        self._held.clear()
+        self._final_stats()
+        store = self.throttle.store
+        if self._state_file and isinstance(store, MemoryStore):
+            store.save_file(self._state_file, now=time.monotonic())
+        aclose = getattr(store, "aclose", None)  # a fleet's RedisStore: flush, then close
+        if aclose is not None:
+            await aclose()
+
+    def _response_received(self, response: Response, request: Request, spider: Spider) -> None:
+        """``AUTOTHROTTLE_BLOCK_PATTERN``: read the body as the spider will (decoded)."""
+        if self._block_pattern is None or "cached" in response.flags:
+            return
+        info = request.meta.get(INFO_KEY)
+        if not isinstance(info, ThrottleInfo):
+            return
+        text = (
+            response.text if isinstance(response, TextResponse) else response.body.decode("latin-1")
+        )
+        if self._block_pattern.search(text):
+            self._inc("autothrottle/blocked")
+            self.throttle.backoff(info.slot, sent_at=info.sent_at, reason="blocked")
+
+    def _blocked(self, response: Response, pause: float | None = None, **kwargs: Any) -> None:
+        """The :data:`blocked` signal: back the response's slot off."""
+        info = response.meta.get(INFO_KEY)
+        self._inc("autothrottle/blocked")
+        if isinstance(info, ThrottleInfo):
+            self.throttle.backoff(info.slot, pause=pause, sent_at=info.sent_at, reason="blocked")
+            return
+        key = response.meta.get("download_slot")
+        if isinstance(key, str) and key:
+            self.throttle.backoff(key, pause=pause, reason="blocked")
+
+    # -- stats and the debug log ------------------------------------------------------------
+
+    def _inc(self, key: str) -> None:
+        stats = self.crawler.stats
+        if stats is not None:
+            stats.inc_value(key)
+
+    def _add_wait(self, waited: float) -> None:
+        stats = self.crawler.stats
+        if stats is not None:
+            stats.set_value(
+                "autothrottle/wait_seconds",
+                stats.get_value("autothrottle/wait_seconds", 0.0) + waited,
+            )
+            stats.max_value("autothrottle/wait_seconds_max", waited)
+
+    def _count(self, event: ThrottleEvent) -> None:
+        """Every response, failure and backoff, as the crawl's stats."""
+        if event.kind == "response":
+            self._inc("autothrottle/responses")
+            if event.status in self._refusals:
+                self._inc("autothrottle/refusals")
+                self._inc(f"autothrottle/refusals/{event.status}")
+        elif event.kind == "failure":
+            self._inc("autothrottle/failures")
+        elif event.kind == "backoff":
+            self._inc("autothrottle/backoffs")
+            reason = (event.reason or "unknown").replace(": ", "/").replace(" ", "_")
+            self._inc(f"autothrottle/backoffs/{reason}")
+
+    def _final_stats(self) -> None:
+        stats = self.crawler.stats
+        if stats is None or not self._seen:
+            return
+        pauses = cache_hits = 0
+        delays = []
+        for key, (pauses_before, hits_before) in self._seen.items():
+            snapshot = self.throttle.slot(key).snapshot()
+            pauses += snapshot.pauses - pauses_before
+            cache_hits += snapshot.cache_hits - hits_before
+            delays.append(snapshot.delay)
+        stats.set_value("autothrottle/slots", len(self._seen))
+        stats.set_value("autothrottle/pauses", pauses)
+        stats.set_value("autothrottle/cache_hits", cache_hits)
+        stats.set_value("autothrottle/delay_max", max(delays))
+        stats.set_value("autothrottle/delay_mean", sum(delays) / len(delays))
+
+    def _log_response(
+        self, key: str, before: Any, response: Response, latency: float | None
+    ) -> None:
+        """``AUTOTHROTTLE_DEBUG``: one line per response, as Scrapy's AutoThrottle
+        writes it, with what the throttle did beyond the delay."""
+        after = self.throttle.slot(key).snapshot()
+        notes = []
+        if after.backoffs > before.backoffs:
+            notes.append(f"backoff: {after.last_backoff_reason}")
+        if after.pause_remaining > 0.0 and after.pauses > before.pauses:
+            notes.append(f"paused {after.pause_remaining:.1f}s")
+        logger.info(
+            "slot: %(slot)s | conc:%(conc)2d | delay:%(delay)5d ms (%(diff)+d) | "
+            "latency:%(latency)5d ms | status: %(status)d | size:%(size)6d bytes%(notes)s",
+            {
+                "slot": key,
+                "conc": after.in_flight,
+                "delay": after.delay * 1000,
+                "diff": (after.delay - before.delay) * 1000,
+                "latency": (latency or 0.0) * 1000,
+                "status": response.status,
+                "size": len(response.body),
+                "notes": "".join(f" | {note}" for note in notes),
+            },
+            extra={"spider": self.crawler.spider},
+        )

@@ -1,0 +1,499 @@
+"""autothrottle inside Scrapy: real crawls against simulated sites on loopback.
+
+Each crawl runs in a subprocess (``scrapy_crawl.py``: Scrapy's reactor wants a
+process of its own) against ``autothrottle.sim`` served from a thread of the
+test process; what the hosts saw is the simulator's ground truth. The settings
+are read without crawling (``get_crawler``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import math
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrapy import Spider
+from scrapy.utils.test import get_crawler
+
+from autothrottle import (
+    AdaptiveConcurrencyPolicy,
+    AutoThrottlePolicy,
+    FixedDelayPolicy,
+    FixedRatePolicy,
+    Throttle,
+)
+from autothrottle.scrapy import AutoThrottleMiddleware, _throttle_from_settings
+from autothrottle.sim import Behaviour, Capacity, HostStats, RateLimited, SimServer, SoftBlock
+
+HERE = Path(__file__).resolve().parent
+ARRIVAL_JITTER = 0.015
+"""How early an arrival may be stamped and still count as kept apart (the
+simulator's loop runs in a thread of the test process)."""
+
+
+class Sim:
+    """``SimServer`` in a background loop; ground truth read from that loop."""
+
+    def __init__(self, server: SimServer, loop: asyncio.AbstractEventLoop) -> None:
+        self.server = server
+        self.loop = loop
+
+    def url(self, host: str, path: str = "/") -> str:
+        return self.server.url(host, path)
+
+    def stats(self, host: str) -> HostStats:
+        async def read() -> HostStats:
+            return self.server.host_stats(host)
+
+        return asyncio.run_coroutine_threadsafe(read(), self.loop).result(10)
+
+
+@contextlib.contextmanager
+def serving(hosts: dict[str, Behaviour]) -> Iterator[Sim]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    server = SimServer(hosts, seed=1)
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(30)
+    try:
+        yield Sim(server, loop)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+
+
+def crawl(
+    tmp_path: Path,
+    settings: dict[str, Any],
+    requests: list[dict[str, Any]],
+    *,
+    signal_blocks: bool = False,
+    name: str = "crawl",
+) -> dict[str, Any]:
+    """Run one crawl to its end; its stats, outcomes and the throttle's slots."""
+    spec = tmp_path / f"{name}.spec.json"
+    out = tmp_path / f"{name}.out.json"
+    spec.write_text(
+        json.dumps({"settings": settings, "requests": requests, "signal_blocks": signal_blocks})
+    )
+    done = subprocess.run(
+        [sys.executable, str(HERE / "scrapy_crawl.py"), str(spec), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0 or not out.exists():
+        pytest.fail(f"the crawl failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["log"] = done.stderr
+    return result
+
+
+def pages(sim: Sim, host: str, count: int, **entry: Any) -> list[dict[str, Any]]:
+    return [{"url": sim.url(host, f"/page/{i}"), **entry} for i in range(count)]
+
+
+def assert_nothing_held(result: dict[str, Any]) -> None:
+    for key, slot in result["slots"].items():
+        assert (slot["in_flight"], slot["queued"]) == (0, 0), key
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+# -- pacing ----------------------------------------------------------------------------
+
+
+def test_a_crawl_is_paced_at_the_host_by_the_throttle_alone(tmp_path: Path) -> None:
+    """Scrapy's defaults would start every slot at a 5 s delay; the policy's pace
+    is what the host sees, and Scrapy's slot adds none of its own."""
+    host = "127.0.0.2"
+    with serving({host: Capacity(workers=4, service_time=0.01)}) as sim:
+        result = crawl(
+            tmp_path,
+            {
+                "AUTOTHROTTLE_POLICY": "fixed-delay=0.1",
+                # Scrapy's own slot would wait 2 s between these: it is kept at zero.
+                "DOWNLOAD_SLOTS": {host: {"delay": 2.0}},
+            },
+            pages(sim, host, 12),
+        )
+        truth = sim.stats(host)
+    assert truth.ok == 12
+    # From the second gap on: Scrapy gives no hook at the connection, so the
+    # wire turn is taken as the request leaves the middlewares, and the crawl's
+    # first download also starts Scrapy's HTTP handler and its first connection.
+    spacing = gaps(list(truth.arrivals))[1:]
+    assert min(spacing) >= 0.1 - ARRIVAL_JITTER, spacing
+    assert max(spacing) < 1.0, spacing  # not Scrapy's 5 s start delay, nor its own slot delay
+    stats = result["stats"]
+    assert stats["autothrottle/requests"] == 12
+    assert stats["autothrottle/responses"] == 12
+    assert stats["autothrottle/slots"] == 1
+    assert_nothing_held(result)
+
+
+def test_the_delay_adapts_to_download_latency(tmp_path: Path) -> None:
+    host = "127.0.0.2"
+    with serving({host: Capacity(workers=1, service_time=0.2, jitter=0.0)}) as sim:
+        result = crawl(
+            tmp_path,
+            {
+                "AUTOTHROTTLE_START_DELAY": 0.01,
+                "AUTOTHROTTLE_TARGET_CONCURRENCY": 1.0,
+                "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+            },
+            pages(sim, host, 6),
+        )
+    slot = result["slots"][host]
+    # AutoThrottle's rule: the delay moves toward latency / target (0.2 s).
+    assert 0.1 < slot["delay"] < 0.4, slot
+    assert 0.18 < slot["last_latency"] < 0.5, slot
+
+
+# -- what the host says ------------------------------------------------------------------
+
+
+def test_a_429_with_retry_after_pauses_the_slot_and_the_retry_waits(tmp_path: Path) -> None:
+    host = "127.0.0.2"
+    with serving({host: RateLimited(rate=1, burst=1, headers=False)}) as sim:
+        result = crawl(
+            tmp_path,
+            {
+                "AUTOTHROTTLE_POLICY": "fixed-delay=0.05",
+                "RETRY_ENABLED": True,
+                "RETRY_TIMES": 3,
+                "RETRY_HTTP_CODES": [429],
+            },
+            pages(sim, host, 2),
+        )
+        truth = sim.stats(host)
+    statuses = [record.status for record in truth.records]
+    assert statuses[:2] == [200, 429], statuses
+    assert truth.ok == 2  # the refused page was retried, and got through
+    first_refusal = truth.records[1].arrival
+    after = [a for a in truth.arrivals if a > first_refusal]
+    assert after and after[0] - first_refusal >= 1.0 - ARRIVAL_JITTER  # Retry-After: 1
+    stats = result["stats"]
+    assert stats["autothrottle/refusals/429"] >= 1
+    assert stats["autothrottle/backoffs/status_429"] >= 1
+    assert stats["autothrottle/pauses"] >= 1
+    assert_nothing_held(result)
+
+
+def test_rate_limit_headers_keep_the_crawl_under_the_limit(tmp_path: Path) -> None:
+    host = "127.0.0.2"
+    with serving({host: RateLimited(rate=5, burst=5)}) as sim:
+        result = crawl(
+            tmp_path,
+            {"AUTOTHROTTLE_START_DELAY": 0.0, "CONCURRENT_REQUESTS_PER_DOMAIN": 4},
+            pages(sim, host, 16),
+        )
+        truth = sim.stats(host)
+    assert truth.limited <= 1, truth.statuses
+    assert truth.ok >= 15
+    assert result["slots"][host]["rate_limit"] is not None
+
+
+def test_a_captcha_signalled_by_the_spider_backs_the_slot_off(tmp_path: Path) -> None:
+    host = "127.0.0.2"
+    with serving({host: SoftBlock(rate=2, burst=1)}) as sim:
+        result = crawl(
+            tmp_path,
+            {"AUTOTHROTTLE_POLICY": "autothrottle", "AUTOTHROTTLE_START_DELAY": 0.05},
+            pages(sim, host, 8),
+            signal_blocks=True,
+        )
+    stats = result["stats"]
+    assert any(outcome.get("blocked") for outcome in result["outcomes"])
+    assert stats["autothrottle/blocked"] >= 1
+    assert stats["autothrottle/backoffs/blocked"] >= 1
+    assert result["slots"][host]["last_backoff_reason"] == "blocked"
+
+
+def test_a_block_pattern_backs_off_without_code(tmp_path: Path) -> None:
+    host = "127.0.0.2"
+    with serving({host: SoftBlock(rate=2, burst=1)}) as sim:
+        result = crawl(
+            tmp_path,
+            {"AUTOTHROTTLE_START_DELAY": 0.05, "AUTOTHROTTLE_BLOCK_PATTERN": "(?i)captcha"},
+            pages(sim, host, 8),
+        )
+    assert result["stats"]["autothrottle/backoffs/blocked"] >= 1
+
+
+def test_a_refused_connection_is_a_failure_that_backs_off(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.9", 0))
+        port = sock.getsockname()[1]
+    result = crawl(
+        tmp_path,
+        {"RETRY_ENABLED": False, "AUTOTHROTTLE_START_DELAY": 0.0},
+        [{"url": f"http://127.0.0.9:{port}/"}],
+    )
+    stats = result["stats"]
+    assert stats["autothrottle/failures"] == 1
+    assert any(key.startswith("autothrottle/backoffs/failure/") for key in stats), stats
+    assert [outcome.get("error") for outcome in result["outcomes"]] == [
+        "DownloadConnectionRefusedError"
+    ]
+    assert_nothing_held(result)
+
+
+# -- per-request options ------------------------------------------------------------------
+
+
+def test_per_request_options_from_meta_and_the_header(tmp_path: Path) -> None:
+    host = "127.0.0.2"
+    with serving({host: Capacity(workers=4, service_time=0.01)}) as sim:
+        result = crawl(
+            tmp_path,
+            {"AUTOTHROTTLE_POLICY": "fixed-delay=5"},
+            [
+                {"url": sim.url(host, "/page/0")},
+                {"url": sim.url(host, "/page/1"), "meta": {"autothrottle": {"bypass": True}}},
+                {"url": sim.url(host, "/page/2"), "headers": {"X-AutoThrottle": "slot=other"}},
+                {"url": sim.url(host, "/page/3"), "meta": {"autothrottle": {"max_wait": 0.2}}},
+            ],
+        )
+    by_url = {outcome["url"].rsplit("/", 1)[1]: outcome for outcome in result["outcomes"]}
+    assert by_url["0"]["slot"] == host
+    assert by_url["1"]["slot"] is None  # bypassed: not paced, not counted
+    assert by_url["2"]["slot"] == "other"
+    assert by_url["3"]["error"] == "ThrottleWaitTimeout"
+    stats = result["stats"]
+    assert stats["autothrottle/bypassed"] == 1
+    assert stats["autothrottle/timeouts"] == 1
+    assert "retry/count" not in stats  # a wait past max_wait is not retried
+    assert_nothing_held(result)
+
+
+# -- closing ------------------------------------------------------------------------------
+
+
+def test_closing_mid_crawl_gives_waiting_requests_back_and_holds_nothing(
+    tmp_path: Path,
+) -> None:
+    host = "127.0.0.2"
+    with serving({host: Capacity(workers=4, service_time=0.01)}) as sim:
+        started = time.monotonic()
+        result = crawl(
+            tmp_path,
+            {"AUTOTHROTTLE_POLICY": "fixed-delay=0.5", "CLOSESPIDER_TIMEOUT": 1.5},
+            pages(sim, host, 30),
+        )
+        took = time.monotonic() - started
+        truth = sim.stats(host)
+    assert truth.requests <= 6  # one every 0.5 s for 1.5 s, not 30 of them
+    stats = result["stats"]
+    assert stats["finish_reason"] == "closespider_timeout"
+    assert stats["autothrottle/rescheduled_at_close"] >= 1
+    assert took < 30  # the queue of 15 s was not drained
+    assert_nothing_held(result)
+
+
+# -- a fleet -------------------------------------------------------------------------------
+
+
+def _redis_reachable() -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", 6379), 0.5):
+        return True
+    return False
+
+
+def test_two_spider_processes_share_one_pace_through_redis(tmp_path: Path) -> None:
+    if not _redis_reachable():
+        if os.environ.get("CI"):
+            pytest.fail("Redis is not running on 127.0.0.1:6379")
+        pytest.skip("no Redis on 127.0.0.1:6379")
+    host = "127.0.0.2"
+    settings = {
+        "AUTOTHROTTLE_POLICY": "fixed-rate=4",
+        "AUTOTHROTTLE_REDIS_URL": "redis://127.0.0.1:6379/0",
+        "AUTOTHROTTLE_REDIS_PREFIX": f"test-scrapy-{uuid.uuid4().hex}",
+    }
+    with serving({host: Capacity(workers=8, service_time=0.01)}) as sim:
+        results: list[dict[str, Any]] = []
+        workers = [
+            threading.Thread(
+                target=lambda n=n: results.append(
+                    crawl(tmp_path, settings, pages(sim, host, 10), name=f"worker{n}")
+                )
+            )
+            for n in range(2)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(120)
+        truth = sim.stats(host)
+    assert len(results) == 2
+    assert truth.ok == 20
+    # Two processes at 4/s each would put 8 in a second; one pace puts 4 (+1 burst).
+    assert truth.max_in_window <= 5, truth.max_in_window
+    active = (truth.arrivals[-1] - truth.arrivals[0]) if truth.arrivals else 0.0
+    assert active >= 19 / 4 * 0.9
+    for result in results:
+        assert_nothing_held(result)
+
+
+# -- state across runs ----------------------------------------------------------------------
+
+
+def test_a_state_file_carries_what_was_learned_to_the_next_run(tmp_path: Path) -> None:
+    host = "127.0.0.2"
+    state = tmp_path / "learned.json"
+    settings = {"AUTOTHROTTLE_STATE_FILE": str(state), "AUTOTHROTTLE_START_DELAY": 0.01}
+    with serving({host: Capacity(workers=1, service_time=0.3, jitter=0.0)}) as sim:
+        first = crawl(tmp_path, settings, pages(sim, host, 4), name="first")
+        learned = first["slots"][host]["delay"]
+        assert learned > 0.1
+        assert host in json.loads(state.read_text())["slots"]
+        second = crawl(tmp_path, settings, pages(sim, host, 1), name="second")
+    # The second run's one request started from the learned delay, not 10 ms.
+    assert second["slots"][host]["delay"] >= learned * 0.5
+
+
+# -- settings, without a crawl ------------------------------------------------------------
+
+
+def build(settings: dict[str, Any]) -> Throttle:
+    return AutoThrottleMiddleware(get_crawler(Spider, settings)).throttle
+
+
+def test_scrapys_settings_keep_their_meaning() -> None:
+    throttle = build(
+        {
+            "AUTOTHROTTLE_START_DELAY": 2.0,
+            "AUTOTHROTTLE_MAX_DELAY": 30.0,
+            "AUTOTHROTTLE_TARGET_CONCURRENCY": 3.0,
+            "DOWNLOAD_DELAY": 0.25,
+            "CONCURRENT_REQUESTS_PER_DOMAIN": 5,
+            "RANDOMIZE_DOWNLOAD_DELAY": False,
+        }
+    )
+    config = throttle.config
+    assert (config.start_delay, config.max_delay, config.target_concurrency) == (2.0, 30.0, 3.0)
+    assert (config.min_delay, config.max_concurrency, config.jitter) == (0.25, 5, 0.0)
+    assert isinstance(config.policy, AutoThrottlePolicy)
+
+
+def test_scrapys_defaults_are_scrapys() -> None:
+    config = build({}).config
+    assert (config.start_delay, config.max_delay, config.target_concurrency) == (5.0, 60.0, 1.0)
+    assert (config.min_delay, config.max_concurrency, config.jitter) == (0.0, 8, 0.5)
+
+
+@pytest.mark.filterwarnings("ignore:The CONCURRENT_REQUESTS_PER_IP setting is deprecated")
+def test_concurrent_requests_per_ip_is_the_cap_when_set() -> None:
+    settings = {"CONCURRENT_REQUESTS_PER_IP": 3, "CONCURRENT_REQUESTS_PER_DOMAIN": 9}
+    assert build(settings).config.max_concurrency == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        ("autothrottle", AutoThrottlePolicy),
+        ("adaptive", AdaptiveConcurrencyPolicy),
+        ("fixed-rate=4", FixedRatePolicy),
+        ("fixed-delay=0.5", FixedDelayPolicy),
+        ("autothrottle.AdaptiveConcurrencyPolicy", AdaptiveConcurrencyPolicy),
+        (FixedRatePolicy(2), FixedRatePolicy),
+    ],
+)
+def test_the_policy_setting(value: Any, kind: type) -> None:
+    assert isinstance(build({"AUTOTHROTTLE_POLICY": value}).config.policy, kind)
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"AUTOTHROTTLE_POLICY": "fastest"}, "AUTOTHROTTLE_POLICY"),
+        ({"AUTOTHROTTLE_POLICY": "fixed-rate=lots"}, "AUTOTHROTTLE_POLICY"),
+        ({"AUTOTHROTTLE_POLICY": "logging.Logger"}, "AUTOTHROTTLE_POLICY"),
+        ({"AUTOTHROTTLE_TARGET_CONCURRENCY": 0.0}, "AUTOTHROTTLE_TARGET_CONCURRENCY"),
+        ({"AUTOTHROTTLE_START_DELAY": -1.0}, "AUTOTHROTTLE_START_DELAY"),
+        ({"DOWNLOAD_DELAY_JITTER": 1.5}, "DOWNLOAD_DELAY_JITTER"),
+        ({"AUTOTHROTTLE_HOSTS": {"a.com": {"spead": 1}}}, "spead"),
+        ({"AUTOTHROTTLE_ENABLED": True}, "AUTOTHROTTLE_ENABLED"),
+        (
+            {"AUTOTHROTTLE_REDIS_URL": "redis://x", "AUTOTHROTTLE_STATE_FILE": "s.json"},
+            "AUTOTHROTTLE_STATE_FILE",
+        ),
+    ],
+)
+def test_a_wrong_setting_is_named(settings: dict[str, Any], named: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=named):
+        build(settings)
+
+
+def test_per_host_settings_and_download_slots() -> None:
+    throttle = build(
+        {
+            "DOWNLOAD_SLOTS": {"slow.example": {"delay": 3.0, "concurrency": 1}},
+            "AUTOTHROTTLE_HOSTS": {
+                "*.api.example": {"policy": "fixed-rate=2", "max_concurrency": 2},
+                "slow.example": {"max_delay": 90.0},
+            },
+        }
+    )
+    slow = throttle.config_for("slow.example")
+    assert (slow.start_delay, slow.max_concurrency, slow.max_delay) == (3.0, 1, 90.0)
+    api = throttle.config_for("v1.api.example")
+    assert isinstance(api.policy, FixedRatePolicy)
+    assert api.max_concurrency == 2
+
+
+def test_the_block_statuses_back_off_as_blocks() -> None:
+    throttle = build({"AUTOTHROTTLE_BLOCK_STATUSES": [403], "AUTOTHROTTLE_START_DELAY": 1.0})
+    throttle.observe("a.example", latency=0.1, status=403)
+    snapshot = throttle.slot("a.example").snapshot()
+    assert snapshot.last_backoff_reason == "blocked"
+
+
+def test_randomize_download_delay_set_by_the_project_wins() -> None:
+    from scrapy.settings import Settings
+
+    settings = Settings({"RANDOMIZE_DOWNLOAD_DELAY": False})
+    assert _throttle_from_settings(settings).config.jitter == 0.0
+    settings = Settings({"DOWNLOAD_DELAY_JITTER": 0.2})
+    assert _throttle_from_settings(settings).config.jitter == 0.2
+    assert math.isclose(_throttle_from_settings(Settings()).config.jitter, 0.5)
+
+
+def test_the_debug_log_says_what_each_response_did(tmp_path: Path) -> None:
+    host = "127.0.0.2"
+    with serving({host: RateLimited(rate=1, burst=1, headers=False)}) as sim:
+        result = crawl(
+            tmp_path,
+            {
+                "AUTOTHROTTLE_DEBUG": True,
+                "AUTOTHROTTLE_POLICY": "fixed-delay=0.05",
+                "RETRY_ENABLED": False,
+            },
+            pages(sim, host, 2),
+        )
+    lines = [line for line in result["log"].splitlines() if "[autothrottle.scrapy] INFO" in line]
+    assert len(lines) == 2, lines
+    assert "status: 429" in lines[1]
+    assert "backoff: status 429" in lines[1]
+    assert "paused" in lines[1]
+    logging.getLogger(__name__).debug("%s", lines)
