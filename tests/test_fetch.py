@@ -249,14 +249,19 @@ def test_a_host_that_refuses_is_retried_within_the_bound_and_paced(tmp_path: Pat
         source.write_text("\n".join(urls) + "\n")
         out = tmp_path / "out.jsonl"
         flags = ["-o", str(out), "--retries", "3", "--start-delay", "0", "--progress", "none"]
-        assert main(["fetch", str(source), *flags, "--max-concurrency", "4"]) == 0
+        status = main(["fetch", str(source), *flags, "--max-concurrency", "4"])
         site = truth(base)
     records = lines_of(out)
     assert sorted(r["url"] for r in records) == sorted(urls)
     assert all(1 <= r["attempts"] <= 4 for r in records)
     assert all(r["status"] == 429 for r in records if r["attempts"] < 4 and r["status"] != 200)
-    # Every attempt reached the site once: no retry outside the bound.
-    assert site["requests"] == sum(r["attempts"] for r in records)
+    # A URL still refused after its last retry ended in an error, and says so.
+    gave_up = [r for r in records if r["status"] == 429]
+    assert all(r["error"] == "GaveUp: status 429 after 4 attempts" for r in gave_up)
+    assert status == (1 if gave_up else 0)
+    # Every attempt reached the site once: no retry outside the bound (and robots.txt once).
+    assert site["outcomes"]["robots"] == 1
+    assert site["requests"] == sum(r["attempts"] for r in records) + 1
     assert site["outcomes"]["limited"] >= 1 and any(r["attempts"] > 1 for r in records)
     # Paced: never more than the rate and burst plus the first volley in a second ...
     assert site["max_in_window"] <= 5 + 1 + 4
@@ -280,7 +285,7 @@ def test_stdin_to_stdout_with_bodies_named_by_their_hash(tmp_path: Path) -> None
             text=True,
             timeout=60,
         )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr  # ftp://x/ ended in an error
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert sorted(r["url"] for r in records) == sorted(urls)
     bad = next(r for r in records if r["url"] == "ftp://x/")
@@ -293,6 +298,13 @@ def test_stdin_to_stdout_with_bodies_named_by_their_hash(tmp_path: Path) -> None
         assert hashlib.sha256(path.read_bytes()).hexdigest() == r["sha256"]
         assert path.stat().st_size == r["bytes"] and path.parent.parent == bodies
     assert not any(name.startswith(".part") for name in os.listdir(bodies))
+
+
+def line(
+    status: int | None, nbytes: int, attempts: int, error: str | None = None
+) -> dict[str, Any]:
+    """An output line's fields the tally reads."""
+    return {"status": status, "bytes": nbytes, "attempts": attempts, "error": error}
 
 
 def test_the_live_view_and_summary_show_the_busiest_hosts() -> None:
@@ -308,16 +320,18 @@ def test_the_live_view_and_summary_show_the_busiest_hosts() -> None:
         tally.host(key).active = i % 3
         for _ in range(i):
             now[0] += 0.1
-            tally.finished(key, 200, 10, 1)
+            tally.finished(key, line(200, 10, 1))
     tally.attempt("h11.example", 429)
-    tally.finished("h11.example", 429, 0, 3)
-    tally.finished(None, None, 0, 0)
+    tally.block("h11.example")
+    tally.finished("h11.example", line(429, 0, 3, error="GaveUp: status 429 after 3 attempts"))
+    tally.finished(None, line(None, 0, 0, error="InvalidURL: no host"))
     console = Console(width=120, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(live_view(tally, throttle, in_flight=7, rows=5))
     console.print(summary(tally, throttle, interrupted=True, rows=3))
     text = console.export_text()
     assert "h11.example" in text and "250 ms" in text and "and 7 more hosts" in text
     assert "interrupted" in text and "statuses 200: 66, 429: 1" in text
-    line = plain_line(tally, throttle, in_flight=7)
-    assert line.count("\n") == 0 and "68 of 100" in line and "1 429s" in line
-    assert "busiest: h11.example" in line
+    plain = plain_line(tally, throttle, in_flight=7)
+    assert plain.count("\n") == 0 and "68 of 100" in plain and "1 429s" in plain
+    assert "1 blocked" in plain and "2 errors" in plain
+    assert "busiest: h11.example" in plain

@@ -80,28 +80,50 @@ def _specificity(pattern: str) -> tuple[int, int]:
 class HostTable:
     """Resolves a slot key to its config; built once, validated at construction."""
 
-    __slots__ = ("_base", "_exact", "_globs")
+    __slots__ = ("_base", "_exact", "_given", "_globs")
 
     def __init__(self, base: SlotConfig, hosts: Mapping[str, object] | None) -> None:
         self._base = base
         self._exact: dict[str, SlotConfig] = {}
-        globs: list[tuple[tuple[int, int], int, str, SlotConfig]] = []
+        self._globs: list[tuple[str, SlotConfig]] = []
+        #: Normalised pattern -> its config, in the order given (the tie-break among globs).
+        self._given: dict[str, SlotConfig] = {}
         if hosts is None:
             hosts = {}
         if not isinstance(hosts, Mapping):
             raise TypeError(f"hosts must be a mapping of host pattern to settings, got {hosts!r}")
-        for index, (pattern, value) in enumerate(hosts.items()):
-            if not isinstance(pattern, str) or not pattern:
-                raise TypeError(f"hosts keys must be non-empty str, got {pattern!r}")
-            config = self._merge(pattern, _as_settings(pattern, value))
-            key = _normalise(pattern)
+        for pattern, value in hosts.items():
+            self._given[self._key(pattern)] = self._merge(pattern, _as_settings(pattern, value))
+        self._index()
+
+    @staticmethod
+    def _key(pattern: object) -> str:
+        if not isinstance(pattern, str) or not pattern:
+            raise TypeError(f"hosts keys must be non-empty str, got {pattern!r}")
+        return _normalise(pattern)
+
+    def _index(self) -> None:
+        exact: dict[str, SlotConfig] = {}
+        globs: list[tuple[tuple[int, int], int, str, SlotConfig]] = []
+        for index, (key, config) in enumerate(self._given.items()):
             if _WILDCARDS.isdisjoint(key):
-                self._exact[key] = config
+                exact[key] = config
             else:
                 spec = _specificity(key)
                 globs.append(((-spec[0], -spec[1]), index, key, config))
         globs.sort(key=lambda item: (item[0], item[1]))
+        # Each is replaced whole, so a reader in another thread sees the old or the new.
+        self._exact = exact
         self._globs = [(key, config) for _, _, key, config in globs]
+
+    def set(self, pattern: str, value: object) -> None:
+        """Settings for ``pattern`` from now on, replacing any given before for it."""
+        key = self._key(pattern)
+        config = self._merge(pattern, _as_settings(pattern, value))
+        given = dict(self._given)
+        given[key] = config
+        self._given = given
+        self._index()
 
     def _merge(self, pattern: str, settings: HostSettings) -> SlotConfig:
         base = self._base

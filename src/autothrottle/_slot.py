@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ._gate import Gate
 from ._headers import RateLimit
@@ -131,6 +131,24 @@ class Slot:
         if delay != self.state.delay:
             self.state.delay = delay
             self.gate.wake()
+
+    def _configure(self, config: SlotConfig) -> None:
+        """Run with new settings from now on (``Throttle.set_host``), keeping the policy:
+        what the slot learned belongs to it. The delay is brought within the new
+        bounds, and waiting requests re-check their turn."""
+        if config.policy is not self._config.policy:
+            config = replace(
+                config,
+                policy=self._config.policy,
+                burst=self._config.burst,
+                windows=self._config.windows,
+            )
+        self._config = config
+        self.gate.config = config
+        delay = config.clamp(self.state.delay)
+        if delay != self.state.delay:
+            self.state.delay = delay
+        self.gate.wake()
 
     @property
     def in_flight(self) -> int:

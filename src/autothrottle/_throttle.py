@@ -19,7 +19,7 @@ import anyio.lowlevel
 
 from ._driver import wait_for_hold, wait_for_hold_blocking
 from ._errors import ThrottleTimeout
-from ._hosts import HostTable
+from ._hosts import HostSettings, HostTable
 from ._lease import Lease
 from ._policies import AutoThrottlePolicy
 from ._policy import DelayPolicy, SlotConfig
@@ -283,6 +283,26 @@ class Throttle:
     def config_for(self, key: str) -> SlotConfig:
         """The settings a slot with this key gets (per-host settings applied)."""
         return self._hosts.config_for(key)
+
+    def set_host(self, host: str, settings: HostSettings | Mapping[str, object]) -> None:
+        """Settings for one host (or a glob such as ``*.example.com``) from now on.
+
+        The same as an entry of ``hosts=`` given at construction, for what is
+        learned while running: a robots.txt ``Crawl-delay`` is a ``min_delay``
+        (``autothrottle fetch`` sets it so). It replaces any settings given
+        before for the same pattern. Slots made from now on get it; a live slot
+        of a matching key takes it at once, its delay brought within the new
+        bounds, except a new ``policy``, which only slots made later get (what a
+        slot learned belongs to its policy).
+
+        Raises:
+            TypeError, ValueError: a bad pattern or setting, named in the message.
+        """
+        self._hosts.set(host, settings)
+        for slot in self._table:
+            config = self._hosts.config_for(slot.key)
+            if config is not slot.config:
+                slot._configure(config)
 
     def _new_slot(self, key: str) -> Slot:
         config = self._hosts.config_for(key)

@@ -21,14 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import signal
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from rich.console import Console
 from rich.live import Live
@@ -36,15 +35,15 @@ from rich.live import Live
 from autothrottle import Throttle
 from autothrottle.timeline import Timeline
 
-from ._fetch_clients import FAILURES, Reply, Sender, open_sender
+from ._fetch_clients import open_sender
 from ._fetch_io import BodyStore, LineWriter, UrlSet, count_urls, read_urls, resume
 from ._fetch_options import FetchJob
-from ._fetch_progress import Tally, live_view, plain_line, summary
+from ._fetch_progress import Tally, live_view, plain_line, summary, summary_data
+from ._fetch_url import UrlFetch, error_text, record
+from ._fetch_url import problem as url_problem
+from ._robots import Robots
 
-__all__ = ["RETRY_STATUSES", "run"]
-
-#: Statuses worth another attempt: the host said "not now", not "no".
-RETRY_STATUSES = frozenset({429, 503})
+__all__ = ["run"]
 
 # -- the scheduler ------------------------------------------------------------------------
 
@@ -151,40 +150,6 @@ def _start_reader(
     return queue
 
 
-def _problem(url: str) -> str | None:
-    """Why ``url`` cannot be fetched at all, or None."""
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        return f"InvalidURL: {exc}"
-    if parts.scheme.lower() not in ("http", "https"):
-        return f"InvalidURL: scheme must be http or https, got {parts.scheme!r}"
-    if not parts.hostname:
-        return "InvalidURL: no host"
-    return None
-
-
-def _error(exc: BaseException) -> str:
-    text = str(exc)
-    name = type(exc).__name__
-    return (f"{name}: {text}" if text else name)[:300]
-
-
-def _record(
-    url: str, key: str, reply: Reply | None, error: str | None, attempts: int, seconds: float
-) -> dict[str, Any]:
-    return {
-        "url": url,
-        "final_url": reply.final_url if reply else None,
-        "status": reply.status if reply else None,
-        "bytes": reply.nbytes if reply else 0,
-        "seconds": round(seconds, 4),
-        "slot": key,
-        "attempts": attempts,
-        "error": error,
-    }
-
-
 # -- the fetch -------------------------------------------------------------------------------
 
 
@@ -192,37 +157,51 @@ class _Fetch:
     """One run: admits URLs, starts a task per URL, writes each finished line."""
 
     def __init__(
-        self,
-        job: FetchJob,
-        throttle: Throttle,
-        sender: Sender,
-        writer: LineWriter,
-        seen: UrlSet,
-        tally: Tally,
+        self, job: FetchJob, throttle: Throttle, writer: LineWriter, seen: UrlSet, tally: Tally
     ) -> None:
         self.job = job
         self.throttle = throttle
-        self.sender = sender
         self.writer = writer
         self.seen = seen
         self.tally = tally
+        self.output_error: OSError | None = None
         self.sched = _Scheduler(lambda k: throttle.config_for(k).max_concurrency, job.max_in_flight)
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = False
+        self.signal: int | None = None  # the first signal that stopped the run
         self.stop_now = asyncio.Event()
         self.input_done = False
+        self.url: UrlFetch | None = None  # set once the client is open
+        self.robots: Robots | None = None
+        self.timeline: Timeline | None = None
+        self.note: Callable[[str], None] = lambda text: None  # -v's lines
         self._work = asyncio.Event()
         self._space = asyncio.Event()
         self._stopped = asyncio.Event()
 
-    def stop(self) -> None:
+    def stop(self, signum: int | None = None) -> None:
         """First call: take no new URL, finish what is under way. Second: cancel it."""
+        if self.signal is None:
+            self.signal = signum
         if self.stopping:
             self.stop_now.set()
         self.stopping = True
         self._stopped.set()
         self._work.set()
         self._space.set()
+
+    def write(self, line: dict[str, Any], key: str | None) -> None:
+        """Write ``line``; if the output fails, the run ends at once (nothing more to keep)."""
+        if self.output_error is not None:
+            return
+        try:
+            self.writer.write(line)
+        except OSError as exc:
+            self.output_error = exc
+            self.stop()
+            self.stop()
+            return
+        self.tally.finished(key, line)
 
     # -- input ---------------------------------------------------------------------------
 
@@ -248,16 +227,16 @@ class _Fetch:
         if not self.seen.add(url):  # written by an earlier run, or repeated in the input
             self.tally.skipped += 1
             return
-        problem = _problem(url)
+        problem = url_problem(url)
         key = ""
         if problem is None:
             try:
                 key = self.throttle.key_for(url)
             except (TypeError, ValueError) as exc:
-                problem = _error(exc)
+                problem = error_text(exc)
         if problem is not None:
-            self.writer.write(_record(url, key, None, problem, 0, 0.0))
-            self.tally.finished(None, None, 0, 0)
+            self.note(f"{url}: {problem}")
+            self.write(record(url, key, None, problem, 0, 0.0), None)
             return
         self.sched.put(key, url)
         self._work.set()
@@ -285,35 +264,15 @@ class _Fetch:
         task.add_done_callback(self.tasks.discard)
 
     async def _one(self, key: str, url: str) -> None:
-        started = time.perf_counter()
+        assert self.url is not None
         try:
-            record = await self._attempts(key, url, started)
+            line = await self.url.line(key, url)
         finally:
             self.sched.finish(key)
             self.tally.host(key).active -= 1
             self._work.set()
-        if record is not None:
-            self.writer.write(record)
-            self.tally.finished(key, record["status"], record["bytes"], record["attempts"])
-
-    async def _attempts(self, key: str, url: str, started: float) -> dict[str, Any] | None:
-        """Up to ``retries + 1`` attempts; None if a stop came before the retry it needed."""
-        for attempt in range(1, self.job.retries + 2):
-            reply: Reply | None = None
-            error: str | None = None
-            try:
-                reply = await self.sender.get(url)
-            except FAILURES as exc:
-                error = _error(exc)
-            self.tally.attempt(key, reply.status if reply else None)
-            if reply is not None and reply.status not in RETRY_STATUSES:
-                break
-            if attempt <= self.job.retries and self.stopping:
-                return None  # not finished: a rerun fetches it
-        record = _record(url, key, reply, error, attempt, time.perf_counter() - started)
-        if self.job.bodies is not None:
-            record["sha256"] = reply.sha256 if reply else None
-        return record
+        if line is not None:
+            self.write(line, key)
 
     async def drain(self) -> None:
         """Wait for the tasks; once stopping, for ``grace`` seconds at most, then cancel."""
@@ -347,13 +306,14 @@ class _Fetch:
 
 
 @contextlib.contextmanager
-def _signals(stop: Callable[[], None]) -> Iterator[None]:
-    """SIGINT and SIGTERM call ``stop`` instead of killing the run (where the loop can)."""
+def _signals(stop: Callable[[int], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM call ``stop(signum)`` instead of killing the run (where the
+    loop can)."""
     loop = asyncio.get_running_loop()
     installed = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, stop)
+            loop.add_signal_handler(sig, stop, int(sig))
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):  # Windows, not the main thread
             pass
@@ -387,45 +347,59 @@ def _live(job: FetchJob, console: Console) -> bool | None:
     return job.progress == "live"
 
 
-async def _fetch(
-    job: FetchJob, throttle: Throttle, console: Console, seen: UrlSet, tally: Tally
-) -> tuple[bool, Timeline | None]:
-    """Fetch every URL not seen before; True if a signal stopped it, and the timeline."""
+async def _fetch(job: FetchJob, throttle: Throttle, console: Console, fetch: _Fetch) -> None:
+    """Fetch every URL not seen before, through one client and (unless told not to) the
+    hosts' robots.txt."""
     loop = asyncio.get_running_loop()
     bodies = BodyStore(job.bodies) if job.bodies is not None else None
-    timeline = None
-    if job.chart is not None or job.timeline is not None:
-        timeline = Timeline(throttle, interval=0.25, jsonl=job.timeline)
-    writer = LineWriter(job.out)
-    try:
-        async with open_sender(
-            job.client,
+    timeline = fetch.timeline
+    async with open_sender(
+        job.client,
+        throttle,
+        io_timeout=job.timeout,
+        connections=job.max_in_flight,
+        headers=job.request_headers(),
+        proxy=job.proxy,
+        bodies=bodies,
+    ) as sender:
+        note = fetch.note = _noter(job, console)
+        if job.robots:
+            fetch.robots = Robots(sender, throttle, job.agent, attempts=job.retries + 1, note=note)
+        fetch.url = UrlFetch(
+            job,
             throttle,
-            io_timeout=job.timeout,
-            connections=job.max_in_flight,
-            user_agent=job.user_agent,
-            bodies=bodies,
-        ) as sender:
-            fetch = _Fetch(job, throttle, sender, writer, seen, tally)
-            with _signals(fetch.stop):
-                reader = _start_reader(read_urls(job.urls), loop)
-                producer = loop.create_task(fetch.produce(reader))
-                live = _live(job, console)
-                helpers = [producer]
-                if live is not None:
-                    helpers.append(loop.create_task(_progress(job, fetch, console, live)))
-                if timeline is not None:
-                    await timeline.start()
-                try:
-                    await fetch.dispatch()
-                    await fetch.drain()
-                finally:
-                    await _end(helpers, timeline)
-                if producer.done() and not producer.cancelled() and producer.exception():
-                    raise producer.exception()  # type: ignore[misc]
-    finally:
-        writer.close()
-    return fetch.stopping, timeline
+            sender,
+            fetch.tally,
+            fetch.robots,
+            stopping=lambda: fetch.stopping,
+            note=note,
+        )
+        with _signals(fetch.stop):
+            reader = _start_reader(read_urls(job.urls), loop)
+            producer = loop.create_task(fetch.produce(reader))
+            live = _live(job, console)
+            helpers = [producer]
+            if live is not None:
+                helpers.append(loop.create_task(_progress(job, fetch, console, live)))
+            if timeline is not None:
+                await timeline.start()
+            try:
+                await fetch.dispatch()
+                await fetch.drain()
+            finally:
+                await _end(helpers, timeline)
+            if producer.done() and not producer.cancelled() and producer.exception():
+                raise producer.exception()  # type: ignore[misc]
+
+
+def _noter(job: FetchJob, console: Console) -> Callable[[str], None]:
+    """Where ``-v``'s lines go (nowhere without it)."""
+
+    def note(text: str) -> None:
+        if job.verbosity > 0:
+            console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+    return note
 
 
 async def _end(helpers: list[asyncio.Task[None]], timeline: Timeline | None) -> None:
@@ -439,7 +413,9 @@ async def _end(helpers: list[asyncio.Task[None]], timeline: Timeline | None) -> 
 
 
 def run(job: FetchJob, throttle: Throttle, *, console: Console | None = None) -> int:
-    """Run the fetch; the exit status: 0 done, 130 stopped by a signal (rerun to resume).
+    """Run the fetch; the exit status (docs/cli.md): 0 every URL answered (or excluded
+    by robots.txt), 1 some URL ended in an error, 3 the output could not be written,
+    130/143 stopped by SIGINT/SIGTERM (rerun to resume).
 
     Progress and the summary go to ``console`` (standard error by default), so
     the JSON lines may go to standard output.
@@ -449,17 +425,52 @@ def run(job: FetchJob, throttle: Throttle, *, console: Console | None = None) ->
         console = Console(stderr=True, width=None if probe.is_terminal else 120)
     seen, lines = resume(job.out)
     tally = Tally(total=count_urls(job.urls))
-    if lines:
+    if lines and job.verbosity >= 0:
         console.print(
             f"resuming: {job.out} already holds {lines:,} lines ({len(seen):,} URLs)",
             highlight=False,
         )
-    interrupted, timeline = asyncio.run(_fetch(job, throttle, console, seen, tally))
-    console.print(summary(tally, throttle, interrupted=interrupted))
-    if interrupted:
+    writer = LineWriter(job.out)
+    fetch = _Fetch(job, throttle, writer, seen, tally)
+    if job.chart is not None or job.timeline is not None:
+        fetch.timeline = Timeline(throttle, interval=0.25, jsonl=job.timeline)
+    try:
+        asyncio.run(_fetch(job, throttle, console, fetch))
+    finally:
+        writer.close()
+    status = _status(fetch)
+    report(job, fetch, console, status)
+    return status
+
+
+def _status(fetch: _Fetch) -> int:
+    if fetch.output_error is not None:
+        return 3
+    if fetch.signal is not None:
+        return 128 + fetch.signal
+    if fetch.stopping:
+        return 130
+    return 1 if fetch.tally.errors else 0
+
+
+def report(job: FetchJob, fetch: _Fetch, console: Console, status: int) -> None:
+    """The end of the run on standard error, the chart, and ``--summary-json``."""
+    tally, throttle = fetch.tally, fetch.throttle
+    interrupted = fetch.stopping and fetch.output_error is None
+    if fetch.output_error is not None:
+        out = job.out or "standard output"
         console.print(
-            "stopped early: run the same command again to fetch the rest", highlight=False
+            f"autothrottle fetch: error: cannot write to {out}: {fetch.output_error}",
+            highlight=False,
+            markup=False,
         )
+    if job.verbosity >= 0:
+        console.print(summary(tally, throttle, interrupted=interrupted))
+        if interrupted:
+            console.print(
+                "stopped early: run the same command again to fetch the rest", highlight=False
+            )
+    timeline = fetch.timeline
     if timeline is not None and job.chart is not None:
         keys = timeline.busiest(8)
         if keys:
@@ -468,7 +479,17 @@ def run(job: FetchJob, throttle: Throttle, *, console: Console | None = None) ->
                 title=f"autothrottle fetch: the {len(keys)} busiest hosts",
                 keys=keys,
             )
-            console.print(f"chart saved to {job.chart}", highlight=False)
-    if job.timeline is not None:
+            if job.verbosity >= 0:
+                console.print(f"chart saved to {job.chart}", highlight=False)
+    if job.timeline is not None and job.verbosity >= 0:
         console.print(f"timeline written to {job.timeline}", highlight=False)
-    return 130 if interrupted else 0
+    if job.summary_json is not None:
+        robots = fetch.robots
+        data = summary_data(tally, throttle, interrupted=interrupted, status=status)
+        data["robots"] = {
+            "read": job.robots,
+            "requests": robots.requests if robots else 0,
+            "floors": robots.floors if robots else {},
+        }
+        data["signal"] = signal.Signals(fetch.signal).name if fetch.signal else None
+        Path(job.summary_json).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -11,15 +11,15 @@ that wait is the throttle's to decide, however long a ``Retry-After`` makes it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import aiohttp
 import httpx
 
-from autothrottle import Throttle
-from autothrottle.aiohttp import ThrottledSession
+from autothrottle import Throttle, ThrottleInfo
+from autothrottle.aiohttp import ThrottledSession, throttle_info
 from autothrottle.httpx import AsyncThrottledClient
 
 from ._fetch_io import BodyFile, BodyStore
@@ -44,33 +44,50 @@ _CHUNK = 64 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """What one attempt got back."""
+    """What one attempt got back.
+
+    ``head`` is the body's first bytes when the caller asked to keep some (a
+    robots.txt, a body to match a block pattern against); ``sent_at`` is when
+    the throttle granted the request its turn (``ThrottleInfo.sent_at``), for a
+    soft-block signal that counts once per burst.
+    """
 
     status: int
     final_url: str
     nbytes: int
     sha256: str | None = None
+    head: bytes = b""
+    sent_at: float | None = None
 
 
 class Sender(Protocol):
-    async def get(self, url: str) -> Reply: ...
+    async def get(self, url: str, *, keep: int = 0, store: bool = True) -> Reply:
+        """One GET; ``keep`` bytes of the body in ``Reply.head``; ``store``: to the bodies."""
+        ...
 
 
 class _Body:
-    """Counts a body's bytes and, with a store, writes them under their hash."""
+    """Counts a body's bytes, keeps its first ``keep``, and, with a store, writes them."""
 
-    def __init__(self, store: BodyStore | None) -> None:
+    def __init__(self, store: BodyStore | None, keep: int) -> None:
         self.nbytes = 0
+        self._keep = keep
+        self._head = bytearray()
         self._file: BodyFile | None = store.open() if store is not None else None
 
     def add(self, chunk: bytes) -> None:
         self.nbytes += len(chunk)
+        room = self._keep - len(self._head)
+        if room > 0:
+            self._head += chunk[:room]
         if self._file is not None:
             self._file.write(chunk)
 
-    def finish(self) -> str | None:
+    def reply(self, status: int, final_url: str, info: ThrottleInfo | None) -> Reply:
         file, self._file = self._file, None
-        return file.commit() if file is not None else None
+        digest = file.commit() if file is not None else None
+        sent_at = info.sent_at if info is not None else None
+        return Reply(status, final_url, self.nbytes, digest, bytes(self._head), sent_at)
 
     def discard(self) -> None:
         file, self._file = self._file, None
@@ -83,13 +100,14 @@ class _HttpxSender:
         self._client = client
         self._store = store
 
-    async def get(self, url: str) -> Reply:
-        body = _Body(self._store)
+    async def get(self, url: str, *, keep: int = 0, store: bool = True) -> Reply:
+        body = _Body(self._store if store else None, keep)
         try:
             async with self._client.stream("GET", url) as response:
                 async for chunk in response.aiter_bytes(_CHUNK):
                     body.add(chunk)
-                return Reply(response.status_code, str(response.url), body.nbytes, body.finish())
+                info = response.extensions.get("autothrottle")
+                return body.reply(response.status_code, str(response.url), info)
         finally:
             body.discard()
 
@@ -99,13 +117,14 @@ class _AiohttpSender:
         self._session = session
         self._store = store
 
-    async def get(self, url: str) -> Reply:
-        body = _Body(self._store)
+    async def get(self, url: str, *, keep: int = 0, store: bool = True) -> Reply:
+        body = _Body(self._store if store else None, keep)
         try:
             async with self._session.get(url) as response:
                 async for chunk in response.content.iter_chunked(_CHUNK):
                     body.add(chunk)
-                return Reply(response.status, str(response.url), body.nbytes, body.finish())
+                info = throttle_info(response)
+                return body.reply(response.status, str(response.url), info)
         finally:
             body.discard()
 
@@ -117,21 +136,23 @@ async def open_sender(
     *,
     io_timeout: float,
     connections: int,
-    user_agent: str,
+    headers: Mapping[str, str],
+    proxy: str | None = None,
     bodies: BodyStore | None = None,
 ) -> AsyncIterator[Sender]:
     """A sender on one shared client or session, closed on exit.
 
     ``io_timeout`` bounds connecting and each read; ``connections`` bounds
     open connections overall (the fetch's ``--max-in-flight``); redirects are
-    followed, each hop paced by its own host's slot.
+    followed, each hop paced by its own host's slot; every request carries
+    ``headers`` and goes through ``proxy`` if given.
     """
-    headers = {"User-Agent": user_agent}
     if client == "httpx":
         async with AsyncThrottledClient(
             throttle=throttle,
             follow_redirects=True,
-            headers=headers,
+            headers=dict(headers),
+            proxy=proxy,
             timeout=httpx.Timeout(io_timeout, pool=None),
             # No pool limit (the fetch's tasks bound the requests under way) and
             # few idle connections: httpcore's pool scans its connections once per
@@ -145,7 +166,8 @@ async def open_sender(
         return
     async with ThrottledSession(
         throttle=throttle,
-        headers=headers,
+        headers=dict(headers),
+        proxy=proxy,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=io_timeout, sock_read=io_timeout),
         connector=aiohttp.TCPConnector(limit=connections, limit_per_host=0),
     ) as session:

@@ -105,25 +105,36 @@ class UrlSet:
 
 def _open_input(path: str) -> IO[str]:
     if path == "-":
-        return sys.stdin
+        return open(sys.stdin.fileno(), encoding="utf-8", errors="surrogateescape", closefd=False)
     return open(path, encoding="utf-8", errors="surrogateescape")
+
+
+def _escape_bytes(url: str) -> str:
+    """``url`` with each byte that was not UTF-8 (read as a lone surrogate) as ``%XX``.
+
+    A URL's bytes beyond ASCII are percent-encoded on the wire anyway, so this
+    is the URL a browser would send; and its output line is valid UTF-8 JSON,
+    which a rerun reads back as the same URL.
+    """
+    if url.isascii():
+        return url
+    return "".join(f"%{ord(ch) - 0xDC00:02X}" if 0xDC80 <= ord(ch) <= 0xDCFF else ch for ch in url)
 
 
 def read_urls(path: str) -> Iterator[str]:
     """The URLs of a file (``-``: standard input), one a line, lazily.
 
     Blank lines and lines starting with ``#`` are skipped; surrounding
-    whitespace is dropped.
+    whitespace is dropped; bytes that are not UTF-8 become ``%XX``.
     """
     stream = _open_input(path)
     try:
         for line in stream:
             url = line.strip()
             if url and not url.startswith("#"):
-                yield url
+                yield _escape_bytes(url)
     finally:
-        if stream is not sys.stdin:
-            stream.close()
+        stream.close()
 
 
 def count_urls(path: str) -> int | None:
@@ -142,14 +153,17 @@ def count_urls(path: str) -> int | None:
 def resume(path: str | None) -> tuple[UrlSet, int]:
     """The URLs an earlier run already wrote to ``path``, and how many lines it holds.
 
+    Only a regular file is read back: ``/dev/stdout``, a pipe or a device is
+    written to, never read.
+
     A trailing fragment without a newline (a write cut short) is truncated
     away, so the file ends on a whole line before anything is appended.
     A line that is not a JSON object with a ``url`` is kept but not counted
     as done: its URL is fetched again.
     """
     done = UrlSet()
-    if path is None or not os.path.exists(path):
-        return done, 0
+    if path is None or not os.path.isfile(path):
+        return done, 0  # stdout, a pipe, a device: nothing to read back
     lines = 0
     end = 0  # the offset after the last whole line
     with open(path, "r+b") as fh:
@@ -193,8 +207,11 @@ class LineWriter:
         self.lines = 0
 
     def write(self, record: dict[str, Any]) -> None:
+        """Write one line; an ``OSError`` (a full disk, a closed pipe) is the caller's."""
+        # A lone surrogate (a byte that was not UTF-8) becomes the JSON escape \udcXX:
+        # the line stays valid UTF-8 and valid JSON.
         data = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode(
-            "utf-8", "surrogateescape"
+            "utf-8", "backslashreplace"
         )
         view = memoryview(data)
         while view:

@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import inspect
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from autothrottle import (
     AdaptiveConcurrencyPolicy,
@@ -38,6 +40,7 @@ __all__ = [
     "add_fetch_arguments",
     "add_throttle_arguments",
     "job_from_args",
+    "seconds_arg",
     "parse_policy",
     "throttle_kwargs",
 ]
@@ -46,12 +49,17 @@ Client = Literal["httpx", "aiohttp"]
 Progress = Literal["auto", "live", "plain", "none"]
 
 
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: The default User-Agent: the tool, its version, and where to read about it.
+USER_AGENT = f"autothrottle/{__version__} (fetch; +https://github.com/autothrottle/autothrottle)"
+
+
 @dataclass(frozen=True)
 class FetchJob:
     """What ``autothrottle fetch`` was asked to do (its flags, but the throttle's)."""
 
     urls: str
-    out: str | None = None
+    out: str | None = None  # None: standard output, no resume
     client: Client = "aiohttp"
     retries: int = 2
     max_in_flight: int = 256
@@ -61,9 +69,32 @@ class FetchJob:
     bodies: str | None = None
     chart: str | None = None
     timeline: str | None = None
+    summary_json: str | None = None
     progress: Progress = "auto"
     interval: float = 5.0
-    user_agent: str = f"autothrottle/{__version__} (fetch)"
+    verbosity: int = 0  # -1 quiet, 0 normal, 1 verbose
+    user_agent: str = USER_AGENT
+    headers: tuple[tuple[str, str], ...] = ()
+    proxy: str | None = None
+    robots: bool = True
+    block_pattern: re.Pattern[str] | None = None
+    block_statuses: frozenset[int] = frozenset()
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers every request carries: the user agent, then each ``-H`` (last wins)."""
+        headers = {"User-Agent": self.user_agent}
+        for name, value in self.headers:
+            for old in [k for k in headers if k.lower() == name.lower()]:
+                del headers[old]
+            headers[name] = value
+        return headers
+
+    @property
+    def agent(self) -> str:
+        """The user agent robots.txt rules are matched against (a ``-H`` one wins)."""
+        return next(
+            (v for k, v in reversed(self.headers) if k.lower() == "user-agent"), self.user_agent
+        )
 
 
 def _count(low: int, high: int) -> Callable[[str], int]:
@@ -79,24 +110,51 @@ def _count(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
-def _seconds(text: str) -> float:
+def seconds_arg(text: str, high: float = 86_400) -> float:
+    """A number of seconds in (0, ``high``]; argparse's error naming the value otherwise."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and 0 < value <= 86_400):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, 86400], got {text!r}")
+    if not (math.isfinite(value) and 0 < value <= high):
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds in (0, {high:g}], got {text!r}"
+        )
     return value
+
+
+def _header_arg(text: str) -> tuple[str, str]:
+    name, colon, value = text.partition(":")
+    name, value = name.strip(), value.strip()
+    if not colon or not name or not _TOKEN.fullmatch(name):
+        raise argparse.ArgumentTypeError(f"must be 'Name: value', got {text!r}")
+    if any(ch in value for ch in "\r\n\0"):
+        raise argparse.ArgumentTypeError(f"a header value may not hold a line break, got {text!r}")
+    return name, value
+
+
+def _proxy_arg(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"must be an http:// or https:// URL, got {text!r}")
+    return text
+
+
+def _pattern_arg(text: str) -> re.Pattern[str]:
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression ({exc}): {text!r}") from None
 
 
 #: The fetch's own flags: name -> (type, default, metavar, help).
 _JOB_FLAGS: dict[str, tuple[Callable[[str], Any], object, str, str]] = {
-    "retries": (_count(0, 20), 2, "N", "retries of a 429, a 503 or a failure, each paced"),
+    "retries": (_count(0, 20), 2, "N", "retries of a 429, a 503, a block or a failure, each paced"),
     "max_in_flight": (_count(1, 100_000), 256, "N", "requests under way at once, all hosts"),
     "buffer": (_count(1, 10_000_000), 10_000, "N", "URLs read ahead, queued per host"),
-    "timeout": (_seconds, 30.0, "SECONDS", "to connect, and between reads"),
-    "grace": (_seconds, 5.0, "SECONDS", "on Ctrl-C, time given to requests under way"),
-    "interval": (_seconds, 5.0, "SECONDS", "between progress lines in plain mode"),
+    "timeout": (seconds_arg, 30.0, "SECONDS", "to connect, and between reads"),
+    "grace": (seconds_arg, 5.0, "SECONDS", "on Ctrl-C, time given to requests under way"),
+    "interval": (seconds_arg, 5.0, "SECONDS", "between progress lines in plain mode"),
 }
 
 
@@ -106,9 +164,10 @@ def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-o",
         "--out",
-        default=None,
+        default="-",
         metavar="OUT.jsonl",
-        help="append one JSON line per URL here, skipping URLs it holds (default: stdout)",
+        help="append one JSON line per URL here, skipping URLs it holds already; "
+        "- (the default) streams them to stdout, with no resume",
     )
     parser.add_argument(
         "--client",
@@ -124,27 +183,104 @@ def add_fetch_arguments(parser: argparse.ArgumentParser) -> None:
             metavar=metavar,
             help=f"{about} (default: {default})",
         )
+    _add_paths(parser)
+    _add_manners(parser)
+    _add_request(parser)
+    add_throttle_arguments(parser)
+
+
+def _add_paths(parser: argparse.ArgumentParser) -> None:
     paths = {
         "bodies": ("DIR", "save bodies in DIR, named by their SHA-256"),
         "chart": ("PNG", "at the end, draw the busiest hosts' pace as the demo does"),
         "timeline": ("FILE.jsonl", "stream the throttle's timeline to this file"),
+        "summary_json": ("PATH", "at the end, write the summary as JSON to PATH"),
     }
     for name, (metavar, about) in paths.items():
-        parser.add_argument("--" + name, default=None, metavar=metavar, help=about)
+        parser.add_argument(
+            "--" + name.replace("_", "-"), dest=name, default=None, metavar=metavar, help=about
+        )
     parser.add_argument(
         "--progress",
         choices=("auto", "live", "plain", "none"),
         default="auto",
         help="live table on a terminal, else a plain line per --interval (default: auto)",
     )
-    parser.add_argument("--user-agent", default=FetchJob.user_agent, metavar="TEXT")
-    add_throttle_arguments(parser)
+    loud = parser.add_mutually_exclusive_group()
+    loud.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress and no summary; errors only"
+    )
+    loud.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also a line on stderr for each robots.txt read, block and URL that ends in an error",
+    )
+
+
+def _add_manners(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ignore-robots",
+        action="store_true",
+        help="do not read robots.txt (by default each host's is read once, through the "
+        "throttle: a disallowed URL is not fetched, and Crawl-delay or Request-rate "
+        "becomes the host's min_delay)",
+    )
+    parser.add_argument(
+        "--block-pattern",
+        type=_pattern_arg,
+        default=None,
+        metavar="REGEX",
+        help="a response whose body (its first MiB) matches REGEX is a block: the host "
+        "backs off and the URL is retried within --retries",
+    )
+    parser.add_argument(
+        "--block-status",
+        type=_statuses,
+        default=(),
+        metavar="CODES",
+        help="responses with these statuses are blocks too, e.g. 403",
+    )
+
+
+def _add_request(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--user-agent",
+        default=USER_AGENT,
+        metavar="TEXT",
+        help="the User-Agent header, and the name robots.txt rules are matched against "
+        "(default: autothrottle/VERSION (fetch; +URL))",
+    )
+    parser.add_argument(
+        "-H",
+        "--header",
+        dest="headers",
+        action="append",
+        type=_header_arg,
+        default=[],
+        metavar="'NAME: VALUE'",
+        help="send this header with every request (repeatable; a later one of the same name wins)",
+    )
+    parser.add_argument(
+        "--proxy", type=_proxy_arg, default=None, metavar="URL", help="send through this HTTP proxy"
+    )
 
 
 def job_from_args(ns: argparse.Namespace) -> FetchJob:
     """The :class:`FetchJob` the parsed flags describe."""
-    names = ("urls", "out", "client", *_JOB_FLAGS, "bodies", "chart", "timeline", "progress")
-    return FetchJob(user_agent=ns.user_agent, **{name: getattr(ns, name) for name in names})
+    names = ("urls", "client", *_JOB_FLAGS, "bodies", "chart", "timeline", "summary_json")
+    return FetchJob(
+        out=None if ns.out == "-" else ns.out,
+        progress="none" if ns.quiet else ns.progress,
+        verbosity=-1 if ns.quiet else int(ns.verbose),
+        user_agent=ns.user_agent,
+        headers=tuple(ns.headers),
+        proxy=ns.proxy,
+        robots=not ns.ignore_robots,
+        block_pattern=ns.block_pattern,
+        block_statuses=frozenset(ns.block_status),
+        **{name: getattr(ns, name) for name in names},
+    )
 
 
 def _statuses(text: str) -> tuple[int, ...]:

@@ -12,8 +12,9 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich import box
 from rich.console import Group
@@ -32,6 +33,7 @@ class HostTally:
     done: int = 0
     ok: int = 0
     limited: int = 0
+    blocked: int = 0
     errors: int = 0
     retries: int = 0
     nbytes: int = 0
@@ -61,6 +63,8 @@ class Tally:
     errors: int = 0
     retries: int = 0
     limited: int = 0
+    blocked: int = 0
+    excluded: int = 0
     nbytes: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
     hosts: dict[str, HostTally] = field(default_factory=dict)
@@ -81,27 +85,35 @@ class Tally:
             self.limited += 1
             self.host(key).limited += 1
 
-    def finished(self, key: str | None, status: int | None, nbytes: int, attempts: int) -> None:
-        """One URL written (``key`` None: a URL with no host, never sent)."""
+    def block(self, key: str) -> None:
+        """One attempt's answer was a block (a CAPTCHA page, a status said to be one)."""
+        self.blocked += 1
+        self.host(key).blocked += 1
+
+    def finished(self, key: str | None, line: Mapping[str, Any]) -> None:
+        """One URL's line written (``key`` None: a URL with no host, never sent)."""
         self.done += 1
+        error = line["error"] is not None
+        self.errors += error
         if key is None:
-            self.errors += 1
             return
+        if line.get("excluded") is not None:
+            self.excluded += 1
+            return
+        status, nbytes, retries = line["status"], line["bytes"], max(0, line["attempts"] - 1)
         row = self.host(key)
         now = self.clock()
         row.done += 1
         row.first = min(row.first, now)
         row.last = now
         row.nbytes += nbytes
-        row.retries += max(0, attempts - 1)
+        row.retries += retries
+        row.errors += error
         self.nbytes += nbytes
-        self.retries += max(0, attempts - 1)
-        if status is None:
-            row.errors += 1
-            self.errors += 1
-        else:
+        self.retries += retries
+        if status is not None:
             self.statuses[status] = self.statuses.get(status, 0) + 1
-            if 200 <= status < 300:
+            if 200 <= status < 300 and not error:
                 row.ok += 1
                 self.ok += 1
 
@@ -165,8 +177,12 @@ def _head(tally: Tally, in_flight: int) -> str:
     return (
         f"{count} done{skipped} · {rate:,.1f}/s · {_eta(tally, rate)} · "
         f"{in_flight} under way · {tally.retries} retries · {tally.limited} 429s · "
-        f"{tally.errors} errors"
+        f"{_blocks(tally)}{tally.errors} errors"
     )
+
+
+def _blocks(tally: Tally) -> str:
+    return f"{tally.blocked} blocked · " if tally.blocked else ""
 
 
 def plain_line(tally: Tally, throttle: Throttle, in_flight: int, hosts: int = 3) -> str:
@@ -219,7 +235,8 @@ def summary(tally: Tally, throttle: Throttle, *, interrupted: bool, rows: int = 
         f": {tally.done:,} URLs in {elapsed:.1f} s ({tally.done / elapsed:,.1f}/s), "
         f"{tally.skipped:,} skipped (done before or repeated), {tally.nbytes:,} bytes; "
         f"statuses {statuses or '-'}; {tally.errors:,} errors; {tally.retries:,} retries; "
-        f"{tally.limited:,} 429s",
+        f"{tally.limited:,} 429s; {tally.blocked:,} blocked; "
+        f"{tally.excluded:,} excluded by robots.txt",
     )
     table = Table(
         title=f"the {min(rows, len(tally.hosts))} hosts with the most URLs",
@@ -228,7 +245,7 @@ def summary(tally: Tally, throttle: Throttle, *, interrupted: bool, rows: int = 
         pad_edge=False,
     )
     table.add_column("host", no_wrap=True, style="bold")
-    for name in ("URLs", "ok", "rate", "429s", "retries", "errors", "final delay"):
+    for name in ("URLs", "ok", "rate", "429s", "blocked", "retries", "errors", "final delay"):
         table.add_column(name, justify="right", no_wrap=True)
     for key, row in heapq.nlargest(rows, tally.hosts.items(), key=lambda kv: kv[1].done):
         span = row.last - row.first
@@ -239,8 +256,50 @@ def summary(tally: Tally, throttle: Throttle, *, interrupted: bool, rows: int = 
             f"{row.ok:,}",
             rate,
             str(row.limited),
+            str(row.blocked),
             str(row.retries),
             str(row.errors),
             _ms(throttle.slot(key).delay),
         )
     return Group(head, table)
+
+
+def summary_data(
+    tally: Tally, throttle: Throttle, *, interrupted: bool, status: int, rows: int = 10
+) -> dict[str, Any]:
+    """The summary as JSON-ready data (``--summary-json``): totals, then the busiest hosts."""
+    elapsed = max(tally.elapsed(), 1e-9)
+    hosts = []
+    for key, row in heapq.nlargest(rows, tally.hosts.items(), key=lambda kv: kv[1].done):
+        slot = throttle.slot(key).snapshot()
+        hosts.append(
+            {
+                "host": key,
+                "urls": row.done,
+                "ok": row.ok,
+                "limited": row.limited,
+                "blocked": row.blocked,
+                "retries": row.retries,
+                "errors": row.errors,
+                "bytes": row.nbytes,
+                "delay": slot.delay,
+                "backoffs": slot.backoffs,
+            }
+        )
+    return {
+        "exit_status": status,
+        "interrupted": interrupted,
+        "seconds": round(elapsed, 3),
+        "urls": tally.done,
+        "skipped": tally.skipped,
+        "ok": tally.ok,
+        "errors": tally.errors,
+        "excluded": tally.excluded,
+        "retries": tally.retries,
+        "limited": tally.limited,
+        "blocked": tally.blocked,
+        "bytes": tally.nbytes,
+        "statuses": {str(code): n for code, n in sorted(tally.statuses.items())},
+        "hosts": len(tally.hosts),
+        "busiest_hosts": hosts,
+    }

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
-import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
 from autothrottle import __version__
 
-from ._fetch_options import add_fetch_arguments
+from ._fetch_options import add_fetch_arguments, seconds_arg
+from ._paths import folder_problem, input_problem, output_problem
 
 __all__ = ["build_parser", "main"]
 
@@ -37,18 +36,30 @@ _NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def _duration(text: str) -> float:
+    return seconds_arg(text, 3600)
+
+
+def _top(text: str) -> int:
     try:
-        value = float(text)
+        value = int(text)
     except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= 3600):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds in (0, 3600], got {text!r}")
+        value = 0
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be an int in [1, 1000], got {text!r}")
     return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument error is one line naming the flag, then exit status 2 (no usage first:
+    ``--help`` has it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of :func:`main` (``sim``'s own options are the simulator's)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Polite, adaptive per-host request pacing for httpx and aiohttp.",
         epilog="Start with `autothrottle demo`: it needs nothing but this machine.",
@@ -98,17 +109,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_fetch_and_plot(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_fetch_and_plot(commands: argparse._SubParsersAction[_Parser]) -> None:
     fetch = commands.add_parser(
         "fetch",
         help="fetch a list of URLs politely, each host at its own pace, all at once",
         description=(
-            "Fetch every URL of URLS_FILE through one Throttle: each host as fast as it "
-            "allows, all hosts at once. Writes one JSON line per URL (url, final_url, status, "
-            "bytes, seconds, slot, attempts, error); a rerun with the same --out skips the "
-            "URLs done. Ctrl-C stops taking URLs and keeps every finished line."
+            "Fetch every URL of URLS_FILE through one Throttle: each host at the pace it "
+            "allows, all hosts at once, each host's robots.txt obeyed. Writes one JSON line "
+            "per URL (url, final_url, status, bytes, seconds, slot, attempts, blocked, "
+            "excluded, error); a rerun with the same --out file skips the URLs done. Ctrl-C "
+            "stops taking URLs and keeps every finished line."
         ),
-        epilog="Example: autothrottle fetch urls.txt -o out.jsonl --start-delay 0.5 --chart c.png",
+        epilog=(
+            "exit status: 0 every URL answered (or excluded by robots.txt); 1 some URL ended "
+            "in an error (its line says which); 2 a bad flag or path; 3 the output could not "
+            "be written; 130/143 stopped by SIGINT/SIGTERM (run it again to go on). "
+            "Example: autothrottle fetch urls.txt -o out.jsonl --start-delay 0.5 --chart c.png"
+        ),
     )
     add_fetch_arguments(fetch)
     plot = commands.add_parser(
@@ -120,7 +137,7 @@ def _add_fetch_and_plot(commands: argparse._SubParsersAction[argparse.ArgumentPa
     plot.add_argument("-o", "--out", required=True, metavar="PNG", help="where to save the chart")
     plot.add_argument(
         "--top",
-        type=int,
+        type=_top,
         default=8,
         metavar="N",
         help="draw the N slots with the most responses (default: 8)",
@@ -184,17 +201,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _writable(parser: argparse.ArgumentParser, command: str, flag: str, path: str | None) -> None:
-    """Exit with status 2 if ``path``'s folder does not exist."""
-    if path is None:
-        return
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        parser.exit(2, f"{PROG} {command}: error: {flag} {path!r}: no such directory {folder!r}\n")
+def _fail(parser: argparse.ArgumentParser, command: str, problem: str | None) -> None:
+    """Exit with status 2 and one line if there is a ``problem``."""
+    if problem is not None:
+        parser.exit(2, f"{PROG} {command}: error: {problem}\n")
 
 
 def _demo(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    _writable(parser, "demo", "--out", ns.out)
+    _fail(parser, "demo", output_problem("--out", ns.out))
     from ._demo import run
 
     try:
@@ -206,19 +220,20 @@ def _demo(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def _fetch(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from autothrottle import Throttle
 
-    from ._fetch_options import job_from_args, throttle_kwargs
+    from ._fetch_options import SETTINGS, job_from_args, throttle_kwargs
 
-    def fail(message: str) -> NoReturn:
-        parser.exit(2, f"{PROG} fetch: error: {message}\n")
-
-    if ns.urls != "-" and not os.path.isfile(ns.urls):
-        fail(f"URLS_FILE {ns.urls!r}: no such file")
-    for flag in ("out", "chart", "timeline"):
-        _writable(parser, "fetch", f"--{flag}", getattr(ns, flag))
+    _fail(parser, "fetch", input_problem("URLS_FILE", ns.urls))
+    for flag in ("out", "chart", "timeline", "summary_json"):
+        path = getattr(ns, flag)
+        _fail(parser, "fetch", output_problem("--" + flag.replace("_", "-"), path))
+    _fail(parser, "fetch", folder_problem("--bodies", ns.bodies))
     try:
         throttle = Throttle(**throttle_kwargs(ns))
     except (TypeError, ValueError) as exc:
-        fail(f"throttle setting: {exc} (flags are named as the settings, e.g. --start-delay)")
+        named = [name for name in SETTINGS if name in str(exc)] or ["policy"]
+        flag = "--" + max(named, key=len).replace("_", "-")
+        _fail(parser, "fetch", f"argument {flag}: {exc}")
+        raise  # pragma: no cover - _fail exits
     from ._fetch import run
 
     return run(job_from_args(ns), throttle)
@@ -227,7 +242,8 @@ def _fetch(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def _plot(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from autothrottle.timeline import Timeline
 
-    _writable(parser, "plot", "--out", ns.out)
+    _fail(parser, "plot", input_problem("TIMELINE.jsonl", ns.timeline))
+    _fail(parser, "plot", output_problem("--out", ns.out))
     try:
         timeline = Timeline.read_jsonl(ns.timeline)
         keys = timeline.busiest(ns.top)

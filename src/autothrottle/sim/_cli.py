@@ -151,6 +151,27 @@ def _many_arg(text: str) -> tuple[int, Behaviour]:
     return result
 
 
+def _robots_arg(text: str) -> tuple[str, str | int]:
+    address, eq, source = text.partition("=")
+    if not eq:
+        address, source = "*", text
+    elif address != "*":
+        try:
+            address = _loopback("--robots", address.strip())
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    if source.startswith("status:"):
+        code = source.removeprefix("status:")
+        if not (code.isdigit() and 100 <= int(code) <= 599):
+            raise argparse.ArgumentTypeError(f"status must be in [100, 599], got {code!r}")
+        return address, int(code)
+    try:
+        with open(source, encoding="utf-8") as fh:
+            return address, fh.read()
+    except (OSError, UnicodeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {source!r}: {exc}") from None
+
+
 def _nonnegative(text: str) -> float:
     try:
         value = float(text)
@@ -171,7 +192,8 @@ cdn, variable. Examples:
   cdn:hit_ratio=0.9,edge_time=0.005,workers=2,service_time=0.2
   variable:fast_time=0.03,slow_time=0.5,slow_ratio=0.2,workers=4
 
-Every host serves its ground truth at GET /_sim/stats (?all=1 for every host).
+Every host serves its ground truth at GET /_sim/stats (?all=1 for every host),
+and GET /robots.txt as --robots says.
 """
 
 
@@ -214,6 +236,15 @@ def _add_host_arguments(parser: argparse.ArgumentParser) -> None:
         default="127.0.0.2",
         metavar="ADDRESS",
         help="first address for --many and the default hosts (default: 127.0.0.2)",
+    )
+    parser.add_argument(
+        "--robots",
+        action="append",
+        default=[],
+        type=_robots_arg,
+        metavar="[ADDRESS=]FILE",
+        help="what GET /robots.txt answers: FILE's text, or status:CODE (e.g. status:503); "
+        "for one ADDRESS, or every host without ADDRESS= (default: 404, no robots.txt)",
     )
     parser.add_argument(
         "--port",
@@ -277,7 +308,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m autothrott
     args = parser.parse_args(argv)
     try:
         hosts = hosts_from_args(args)
-        sim = SimServer(hosts, port=args.port, seed=args.seed)
+        sim = SimServer(hosts, port=args.port, seed=args.seed, robots=dict(args.robots))
     except ValueError as exc:
         parser.error(str(exc))
     out = sys.stdout

@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from ._behaviours import Behaviour, Runtime
-from ._stats import HostStats, Recorder
+from ._stats import HostStats, Recorder, Ticket
 
 __all__ = ["SimServer"]
 
@@ -60,12 +60,13 @@ def _addresses(first: str, n: int) -> list[str]:
 
 
 class _Host:
-    __slots__ = ("address", "behaviour", "port", "recorder", "rng", "runtime")
+    __slots__ = ("address", "behaviour", "port", "recorder", "rng", "robots", "runtime")
 
     def __init__(self, address: str, behaviour: Behaviour, rng: random.Random) -> None:
         self.address = address
         self.behaviour = behaviour
         self.rng = rng
+        self.robots: str | int = 404
         self.port = 0
         now = time.monotonic()
         self.recorder = Recorder(now)
@@ -97,6 +98,12 @@ class SimServer:
             number binds every address to that port.
         seed: Seeds each host's random service-time jitter, for repeatable
             runs; None draws fresh randomness.
+        robots: What ``GET /robots.txt`` answers, per address: the file's text
+            (status 200, ``text/plain``) or a bare HTTP status (``503``, say).
+            ``"*"`` stands for every host not named. Unnamed hosts answer 404
+            (no robots.txt: everything allowed). It is answered at once by the
+            server, not the behaviour (no token, no worker), and recorded with
+            the outcome ``"robots"``.
 
     Raises:
         ValueError: an address is not a loopback IP, a behaviour is not a
@@ -110,6 +117,7 @@ class SimServer:
         *,
         port: int = 0,
         seed: int | None = None,
+        robots: Mapping[str, str | int] | None = None,
     ) -> None:
         if not isinstance(hosts, Mapping) or not hosts:
             raise ValueError(
@@ -128,11 +136,34 @@ class SimServer:
                 raise ValueError(f"hosts: {address!r} is given twice")
             rng = random.Random(f"{seed}/{norm}") if seed is not None else random.Random()
             self._hosts[norm] = _Host(norm, behaviour, rng)
+        self._set_robots(robots or {})
         self._port = port
         self._by_socket: dict[tuple[str, int], _Host] = {}
         self._runner: web.AppRunner | None = None
         self._t0 = time.monotonic()
         self._started = False
+
+    def _set_robots(self, robots: Mapping[str, str | int]) -> None:
+        if not isinstance(robots, Mapping):
+            raise ValueError(
+                f"robots must be a mapping of address to text or status, got {robots!r}"
+            )
+        for address, answer in robots.items():
+            if isinstance(answer, bool) or not isinstance(answer, (str, int)):
+                raise ValueError(f"robots[{address!r}] must be a str or a status, got {answer!r}")
+            if isinstance(answer, int) and not 100 <= answer <= 599:
+                raise ValueError(
+                    f"robots[{address!r}] must be a status in [100, 599], got {answer!r}"
+                )
+            targets = (
+                self._hosts.values()
+                if address == "*"
+                else [self._host(_loopback("robots", address))]
+            )
+            for host in targets:
+                if address == "*" and host.address in robots:
+                    continue
+                host.robots = answer
 
     @classmethod
     def many(
@@ -316,6 +347,8 @@ class SimServer:
             return self._control(request, host)
         rec = host.recorder
         ticket = rec.arrive(now)
+        if request.path == "/robots.txt":
+            return _robots(host, rec, ticket)
         try:
             reply = await host.runtime.serve(request.path_qs, ticket, rec)
         except asyncio.CancelledError:
@@ -345,6 +378,15 @@ class SimServer:
             self.reset(None if every else host.address)
             return web.json_response({"reset": list(self._hosts) if every else [host.address]})
         return web.Response(status=404, text="unknown control endpoint\n")
+
+
+def _robots(host: _Host, rec: Recorder, ticket: Ticket) -> web.Response:
+    """The host's robots.txt, answered at once and recorded as such."""
+    answer = host.robots
+    status = answer if isinstance(answer, int) else 200
+    rec.done(ticket, time.monotonic(), status, "robots")
+    text = answer if isinstance(answer, str) else f"{status}\n"
+    return web.Response(status=status, text=text, content_type="text/plain")
 
 
 def _bind(address: str, port: int) -> socket.socket:

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 __all__ = ["HostStats", "RequestRecord", "max_in_window"]
 
 #: Outcome of a finished request, as recorded (the index is what is stored).
-OUTCOMES = ("ok", "limited", "blocked", "error", "aborted")
+OUTCOMES = ("ok", "limited", "blocked", "error", "aborted", "robots")
 _OUTCOME_INDEX = {name: i for i, name in enumerate(OUTCOMES)}
 
 
@@ -51,7 +51,8 @@ class RequestRecord(NamedTuple):
         finish: When the answer was ready (or the request was aborted).
         status: HTTP status sent; 0 if the request was aborted.
         outcome: ``"ok"`` (a real page), ``"limited"`` (429), ``"blocked"``
-            (a CAPTCHA page), ``"error"`` or ``"aborted"``.
+            (a CAPTCHA page), ``"error"``, ``"aborted"`` or ``"robots"`` (a
+            request for ``/robots.txt``, served by the server, not the behaviour).
     """
 
     arrival: float
@@ -90,6 +91,8 @@ class HostStats:
         requests: Requests that arrived.
         completed: Requests answered (aborted ones excluded).
         ok, limited, blocked, errors, aborted: Requests by outcome.
+        robots: Requests for ``/robots.txt`` (counted in ``requests`` too: each
+            is a request the host received).
         statuses: Answered requests by HTTP status.
         first_arrival, last_finish: Bounds of the active period (None if empty).
         active: Length of the active period in seconds.
@@ -121,6 +124,7 @@ class HostStats:
     blocked: int
     errors: int
     aborted: int
+    robots: int
     statuses: Mapping[int, int]
     first_arrival: float | None
     last_finish: float | None
@@ -161,6 +165,7 @@ class HostStats:
                 "blocked": self.blocked,
                 "error": self.errors,
                 "aborted": self.aborted,
+                "robots": self.robots,
             },
             "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
             "first_arrival": None if self.first_arrival is None else _r(self.first_arrival),
@@ -409,6 +414,7 @@ class Recorder:
             blocked=counts["blocked"],
             errors=counts["error"],
             aborted=counts["aborted"],
+            robots=counts["robots"],
             statuses=statuses,
             first_arrival=first,
             last_finish=last,

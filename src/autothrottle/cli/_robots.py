@@ -1,0 +1,150 @@
+"""``autothrottle fetch``'s manners: each host's robots.txt, read once, through the throttle.
+
+The rules it keeps (RFC 9309; docs/cli.md, "robots.txt"):
+
+* each origin's ``/robots.txt`` is requested once per run, by the first URL of
+  that origin, through the same throttled client as every other request (so it
+  is paced, and teaches the slot); the origin's other URLs wait for it;
+* 2xx: its rules are read with protego (which reads fractional delays and
+  ``Request-rate``), matched against the user agent; at most 512 KiB are read;
+* 4xx (no robots.txt): everything is allowed;
+* 429, 5xx or no answer, after the fetch's retries: the host is "unreachable",
+  and nothing is fetched from it (the RFC's "complete disallow");
+* ``Crawl-delay: D`` and ``Request-rate: N/Ss`` make ``max(D, S/N)`` that host's
+  ``min_delay`` in the throttle (``Throttle.set_host``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from protego import Protego
+
+from autothrottle import HostSettings, Throttle
+
+from ._fetch_clients import FAILURES, Sender
+
+__all__ = ["ROBOTS_BYTES", "HostRules", "Robots"]
+
+#: How much of a robots.txt is read (RFC 9309 asks crawlers to parse at least 500 KiB).
+ROBOTS_BYTES = 512 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HostRules:
+    """What one origin's robots.txt says, as far as the fetch is concerned."""
+
+    origin: str
+    parser: Protego | None = None
+    unreachable: str | None = None
+    floor: float | None = None
+
+    def excluded(self, url: str, agent: str) -> str | None:
+        """Why robots.txt keeps ``url`` from being fetched by ``agent``, or None."""
+        if self.parser is None or self.parser.can_fetch(url, agent):
+            return None
+        return f"robots.txt of {self.origin} disallows it"
+
+
+def origin_of(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``: the scope of one robots.txt."""
+    parts = urlsplit(url)
+    return f"{parts.scheme.lower()}://{parts.netloc.rpartition('@')[2].lower()}"
+
+
+def _error(exc: BaseException) -> str:
+    text = str(exc)
+    return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:200]
+
+
+class Robots:
+    """Every origin's rules, each read once; the floors they set on the throttle."""
+
+    def __init__(
+        self,
+        sender: Sender,
+        throttle: Throttle,
+        agent: str,
+        *,
+        attempts: int,
+        note: Callable[[str], None],
+    ) -> None:
+        self._sender = sender
+        self._throttle = throttle
+        self._agent = agent
+        self._attempts = attempts
+        self._note = note
+        self._known: dict[str, asyncio.Future[HostRules]] = {}
+        self._floors: dict[str, float] = {}
+        self.requests = 0
+
+    @property
+    def floors(self) -> dict[str, float]:
+        """Slot key to the min_delay a robots.txt set."""
+        return dict(self._floors)
+
+    async def rules(self, url: str) -> HostRules:
+        """The rules of ``url``'s origin: read now by the first caller, awaited by the rest."""
+        origin = origin_of(url)
+        known = self._known.get(origin)
+        if known is not None:
+            return await known
+        future: asyncio.Future[HostRules] = asyncio.get_running_loop().create_future()
+        self._known[origin] = future
+        try:
+            rules = await self._read(origin)
+        except BaseException:
+            del self._known[origin]  # cancelled: the next URL of the origin reads it again
+            future.cancel()
+            raise
+        self._apply(url, rules)
+        future.set_result(rules)
+        return rules
+
+    async def _read(self, origin: str) -> HostRules:
+        problem = "no answer"
+        for _ in range(self._attempts):
+            try:
+                reply = await self._sender.get(
+                    f"{origin}/robots.txt", keep=ROBOTS_BYTES, store=False
+                )
+            except FAILURES as exc:
+                self.requests += 1
+                problem = _error(exc)
+                continue
+            self.requests += 1
+            if 200 <= reply.status < 300:
+                parser = Protego.parse(reply.head.decode("utf-8", "replace"))
+                return HostRules(origin, parser, floor=self._floor(parser))
+            if reply.status == 429 or reply.status >= 500:
+                problem = f"status {reply.status}"
+                continue
+            return HostRules(origin)  # 4xx: there is none; everything is allowed
+        return HostRules(origin, unreachable=f"robots.txt of {origin} unreachable ({problem})")
+
+    def _floor(self, parser: Protego) -> float | None:
+        floors = []
+        delay = parser.crawl_delay(self._agent)
+        if delay is not None and delay > 0:
+            floors.append(float(delay))
+        rate = parser.request_rate(self._agent)
+        if rate is not None and rate.requests > 0 and rate.seconds > 0:
+            floors.append(rate.seconds / rate.requests)
+        return max(floors) if floors else None
+
+    def _apply(self, url: str, rules: HostRules) -> None:
+        if rules.unreachable is not None:
+            self._note(f"{rules.unreachable}: none of its URLs is fetched")
+            return
+        if rules.floor is None:
+            return
+        key = self._throttle.key_for(url)
+        floor = max(rules.floor, self._floors.get(key, 0.0))
+        self._floors[key] = floor
+        config = self._throttle.config_for(key)
+        settings = HostSettings(min_delay=floor, max_delay=max(config.max_delay, floor))
+        self._throttle.set_host(key, settings)
+        self._note(f"robots.txt of {rules.origin}: at most one request every {floor:g} s")

@@ -1,0 +1,447 @@
+"""``autothrottle fetch`` as a script sees it: the real command in a subprocess.
+
+Against ``autothrottle sim`` (robots.txt served by the sim) for what a site sees,
+and against a small recording server in a thread for what a request carries
+(headers, the proxy's request line). Assertions are on the output lines, the
+exit status, standard error and the sites' ground truth, never on speed.
+"""
+
+from __future__ import annotations
+
+import http.server
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import autothrottle
+from test_fetch import fetch_command, lines_of, sim, truth
+
+ENV = {**os.environ, "NO_PROXY": "*", "no_proxy": "*"}
+
+
+def fetch(
+    *args: str, stdin: bytes | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        fetch_command(*args), input=stdin, capture_output=True, timeout=timeout, env=ENV
+    )
+
+
+def urls_file(tmp_path: Path, urls: list[str], name: str = "urls.txt") -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join(urls) + "\n")
+    return path
+
+
+def arrivals(doc: dict[str, Any]) -> list[float]:
+    return sorted(doc["series"]["arrivals"])
+
+
+# ----------------------------------------------------------------------------- a recorder
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    seen: list[tuple[str, dict[str, str]]]
+
+    def do_GET(self) -> None:
+        self.seen.append((self.requestline, dict(self.headers.items())))
+        body = b"User-agent: *\nAllow: /\n" if self.path.endswith("/robots.txt") else b"ok\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recorder() -> Iterator[tuple[str, list[tuple[str, dict[str, str]]]]]:
+    """A loopback server that records each request line and its headers."""
+    seen: list[tuple[str, dict[str, str]]] = []
+    handler = type("Handler", (_Recorder,), {"seen": seen})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ----------------------------------------------------------------------------- input and output
+
+
+def test_invalid_utf8_gives_one_valid_json_line_and_reruns_add_none(tmp_path: Path) -> None:
+    with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
+        base = hosts["127.0.0.2"].encode()
+        source = tmp_path / "urls.txt"
+        source.write_bytes(base + b"/caf\xe9/\xff\xfe\n" + base + b"/ok\n")
+        out = tmp_path / "out.jsonl"
+        for _ in range(3):
+            done = fetch(str(source), "-o", str(out), "--start-delay", "0", "-q")
+            assert done.returncode == 0, done.stderr
+    raw = out.read_bytes()
+    raw.decode("utf-8")  # valid UTF-8, whatever the input was
+    records = lines_of(out)
+    assert len(records) == 2  # one line per URL, never appended again
+    odd = next(r for r in records if "caf" in r["url"])
+    assert odd["url"].endswith("/caf%E9/%FF%FE") and odd["status"] == 200
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [
+        ("-o", "{tmp}", "is a directory"),
+        ("-o", "{tmp}/missing/out.jsonl", "no such directory"),
+        ("-o", "/sys/kernel/notes", "cannot write"),
+        ("--summary-json", "{tmp}", "is a directory"),
+        ("--bodies", "{tmp}/urls.txt", "not a directory"),
+        ("--timeline", "{tmp}/missing/t.jsonl", "no such directory"),
+    ],
+)
+def test_a_bad_path_is_one_line_naming_the_flag_and_exit_2(
+    tmp_path: Path, flag: str, value: str, needle: str
+) -> None:
+    if value == "/sys/kernel/notes" and os.access(value, os.W_OK) and os.geteuid() != 0:
+        pytest.skip("this machine lets us write there")
+    source = urls_file(tmp_path, ["http://127.0.0.2:9/"])
+    done = fetch(str(source), flag, value.format(tmp=tmp_path))
+    err = done.stderr.decode()
+    assert done.returncode == 2
+    assert err.count("\n") == 1 and needle in err
+    assert ("--out" if flag == "-o" else flag) in err
+
+
+def test_a_folder_as_urls_file_is_named(tmp_path: Path) -> None:
+    done = fetch(str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.decode().count("\n") == 1 and "URLS_FILE" in done.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["fetch", "u.txt", "--retries", "-1"], "--retries"),
+        (["fetch", "u.txt", "--start-delay", "-1"], "--start-delay"),
+        (["fetch", "u.txt", "--policy", "fastest"], "--policy"),
+        (["fetch", "u.txt", "-H", "no colon"], "-H/--header"),
+        (["fetch", "u.txt", "--proxy", "socks9://x"], "--proxy"),
+        (["fetch", "u.txt", "--block-pattern", "("], "--block-pattern"),
+        (["fetch", "u.txt", "--block-status", "4x3"], "--block-status"),
+        (["fetch", "u.txt", "--bogus"], "--bogus"),
+        (["plot", "t.jsonl", "-o", "c.png", "--top", "0"], "--top"),
+    ],
+)
+def test_every_bad_flag_is_one_line_naming_it(tmp_path: Path, args: list[str], needle: str) -> None:
+    (tmp_path / "u.txt").write_text("http://127.0.0.2:9/\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "autothrottle", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and needle in done.stderr, done.stderr
+    assert "usage:" not in done.stderr
+
+
+def test_a_host_with_a_space_is_refused_up_front(tmp_path: Path) -> None:
+    with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
+        base = hosts["127.0.0.2"]
+        source = urls_file(tmp_path, ["http://bad host.example/x", f"{base}/fine"])
+        done = fetch(str(source), "--start-delay", "0", "-q")
+        site = truth(base)
+    assert done.returncode == 1  # a URL ended in an error
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    bad = next(r for r in records if "bad host" in r["url"])
+    assert bad["attempts"] == 0 and bad["error"].startswith("InvalidURL")
+    assert site["outcomes"]["ok"] == 1
+
+
+def test_dash_o_dash_streams_to_stdout_with_no_resume(tmp_path: Path) -> None:
+    with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
+        source = urls_file(tmp_path, [f"{hosts['127.0.0.2']}/page/{i}" for i in range(4)])
+        runs = [fetch(str(source), "-o", "-", "--start-delay", "0", "-q") for _ in range(2)]
+    for done in runs:
+        assert done.returncode == 0 and done.stderr == b""
+        assert len(done.stdout.splitlines()) == 4  # each run fetches all: stdout has no memory
+    assert not (tmp_path / "-").exists()
+    help_text = subprocess.run(
+        fetch_command("--help"), capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "no resume" in help_text
+
+
+def test_dash_o_dev_stdout_in_a_pipe_works_and_dev_full_fails_cleanly(tmp_path: Path) -> None:
+    with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
+        source = urls_file(tmp_path, [f"{hosts['127.0.0.2']}/page/{i}" for i in range(3)])
+        piped = fetch(str(source), "-o", "/dev/stdout", "--start-delay", "0", "-q")
+        full = fetch(str(source), "-o", "/dev/full", "--start-delay", "0", timeout=60)
+    assert piped.returncode == 0, piped.stderr
+    assert len(piped.stdout.splitlines()) == 3
+    assert full.returncode == 3
+    err = full.stderr.decode()
+    assert "cannot write to /dev/full" in err and "No space left" in err
+
+
+def test_sigterm_exits_143_and_sigint_130(tmp_path: Path) -> None:
+    with sim("--host", "127.0.0.2=capacity:workers=1,service_time=0.2") as hosts:
+        source = urls_file(tmp_path, [f"{hosts['127.0.0.2']}/page/{i}" for i in range(50)])
+        for sig, status in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+            out = tmp_path / f"out-{sig}.jsonl"
+            proc = subprocess.Popen(
+                fetch_command(str(source), "-o", str(out), "--start-delay", "0", "-q"),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=ENV,
+            )
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (out.exists() and out.stat().st_size):
+                time.sleep(0.05)
+            proc.send_signal(sig)
+            proc.communicate(timeout=60)
+            assert proc.returncode == status
+            assert 0 < len(lines_of(out)) < 50
+
+
+def test_quiet_says_nothing_and_verbose_tells_robots_and_errors(tmp_path: Path) -> None:
+    robots = tmp_path / "robots.txt"
+    robots.write_text("User-agent: *\nCrawl-delay: 0.05\n")
+    with sim(
+        "--host", "127.0.0.2=capacity:workers=2,service_time=0.001", "--robots", str(robots)
+    ) as hosts:
+        source = urls_file(tmp_path, [f"{hosts['127.0.0.2']}/a", "ftp://nope/"])
+        quiet = fetch(str(source), "-o", str(tmp_path / "q.jsonl"), "--start-delay", "0", "-q")
+        loud = fetch(str(source), "-o", str(tmp_path / "v.jsonl"), "--start-delay", "0", "-v")
+    assert quiet.returncode == loud.returncode == 1
+    assert quiet.stderr == b""
+    err = loud.stderr.decode()
+    assert "at most one request every 0.05 s" in err
+    assert "ftp://nope/: InvalidURL" in err
+    assert "robots.txt of http://127.0.0.2:" in err and "done:" in err
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+def test_headers_user_agent_and_proxy_reach_the_wire(
+    tmp_path: Path, recorder: tuple[str, list[tuple[str, dict[str, str]]]]
+) -> None:
+    base, seen = recorder
+    source = urls_file(tmp_path, [f"{base}/one"])
+    summary = tmp_path / "summary.json"
+    done = fetch(
+        str(source),
+        "-H",
+        "X-Token: abc",
+        "-H",
+        "Accept: text/plain",
+        "--start-delay",
+        "0",
+        "--summary-json",
+        str(summary),
+        "-q",
+    )
+    assert done.returncode == 0, done.stderr
+    lines = dict(seen)
+    assert set(lines) == {"GET /robots.txt HTTP/1.1", "GET /one HTTP/1.1"}
+    headers = {k.lower(): v for k, v in lines["GET /one HTTP/1.1"].items()}
+    assert headers["x-token"] == "abc" and headers["accept"] == "text/plain"
+    agent = headers["user-agent"]
+    assert agent.startswith(f"autothrottle/{autothrottle.__version__} (fetch")
+    data = json.loads(summary.read_text())
+    assert data["exit_status"] == 0 and data["urls"] == 1 and data["ok"] == 1
+    assert data["robots"]["requests"] == 1 and data["busiest_hosts"][0]["host"] == "127.0.0.1"
+
+    # Through a proxy (the recorder stands in for it): the request line names the target.
+    seen.clear()
+    target = urls_file(tmp_path, ["http://127.0.0.9:9/via"], "target.txt")
+    done = fetch(
+        str(target),
+        "--proxy",
+        base,
+        "--user-agent",
+        "probe/1",
+        "--start-delay",
+        "0",
+        "--ignore-robots",
+        "-q",
+    )
+    assert done.returncode == 0, done.stderr
+    assert [line for line, _ in seen] == ["GET http://127.0.0.9:9/via HTTP/1.1"]
+    assert seen[0][1]["User-Agent"] == "probe/1"
+
+
+# ----------------------------------------------------------------------------- robots.txt
+
+
+def test_robots_txt_is_obeyed_read_once_per_host_and_its_delay_is_the_floor(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a.txt").write_text("User-agent: *\nDisallow: /private\nCrawl-delay: 0.3\n")
+    (tmp_path / "b.txt").write_text("User-agent: autothrottle\nRequest-rate: 4/1s\n")
+    with sim(
+        "--host",
+        "127.0.0.2=capacity:workers=4,service_time=0.001",
+        "--host",
+        "127.0.0.3=capacity:workers=4,service_time=0.001",
+        "--robots",
+        f"127.0.0.2={tmp_path / 'a.txt'}",
+        "--robots",
+        f"127.0.0.3={tmp_path / 'b.txt'}",
+    ) as hosts:
+        a, b = hosts["127.0.0.2"], hosts["127.0.0.3"]
+        urls = [f"{a}/page/{i}" for i in range(6)] + [f"{a}/private/{i}" for i in range(3)]
+        urls += [f"{b}/page/{i}" for i in range(6)]
+        out = tmp_path / "out.jsonl"
+        summary = tmp_path / "summary.json"
+        done = fetch(
+            str(urls_file(tmp_path, urls)),
+            "-o",
+            str(out),
+            "--start-delay",
+            "0",
+            "--policy",
+            "fixed-rate=100",
+            "--summary-json",
+            str(summary),
+            "-q",
+        )
+        site_a, site_b = truth(a), truth(b)
+    assert done.returncode == 0, done.stderr
+    records = {r["url"]: r for r in lines_of(out)}
+    assert len(records) == len(urls)
+    for i in range(3):
+        line = records[f"{a}/private/{i}"]
+        assert line["status"] is None and line["attempts"] == 0 and line["error"] is None
+        assert "disallows" in line["excluded"]
+    assert site_a["outcomes"] == {**site_a["outcomes"], "ok": 6, "robots": 1}
+    assert site_b["outcomes"]["robots"] == 1 and site_b["outcomes"]["ok"] == 6
+    # Crawl-delay 0.3 and Request-rate 4/1s are the hosts' floors, robots.txt's own
+    # request included (a 50 ms allowance for arrival jitter on a busy machine).
+    for doc, floor in ((site_a, 0.3), (site_b, 0.25)):
+        gaps = [y - x for x, y in itertools.pairwise(arrivals(doc))]
+        assert min(gaps) >= floor - 0.05, (floor, gaps)
+    data = json.loads(summary.read_text())
+    assert data["excluded"] == 3 and data["robots"]["floors"] == {
+        "127.0.0.2": 0.3,
+        "127.0.0.3": 0.25,
+    }
+
+
+def test_ignore_robots_fetches_everything_and_asks_for_no_robots_txt(tmp_path: Path) -> None:
+    (tmp_path / "r.txt").write_text("User-agent: *\nDisallow: /\n")
+    with sim(
+        "--host",
+        "127.0.0.2=capacity:workers=2,service_time=0.001",
+        "--robots",
+        str(tmp_path / "r.txt"),
+    ) as hosts:
+        base = hosts["127.0.0.2"]
+        source = urls_file(tmp_path, [f"{base}/page/{i}" for i in range(3)])
+        polite = fetch(str(source), "-o", str(tmp_path / "p.jsonl"), "--start-delay", "0", "-q")
+        before = truth(base)
+        rude = fetch(
+            str(source),
+            "-o",
+            str(tmp_path / "r.jsonl"),
+            "--start-delay",
+            "0",
+            "-q",
+            "--ignore-robots",
+        )
+        after = truth(base)
+    assert polite.returncode == rude.returncode == 0
+    assert before["outcomes"]["ok"] == 0 and before["outcomes"]["robots"] == 1
+    assert after["outcomes"]["ok"] == 3 and after["outcomes"]["robots"] == 1
+
+
+def test_an_unreachable_robots_txt_fetches_nothing_from_the_host(tmp_path: Path) -> None:
+    with sim(
+        "--host", "127.0.0.2=capacity:workers=2,service_time=0.001", "--robots", "status:503"
+    ) as hosts:
+        base = hosts["127.0.0.2"]
+        source = urls_file(tmp_path, [f"{base}/page/{i}" for i in range(3)])
+        done = fetch(str(source), "--start-delay", "0", "--retries", "1", "-q")
+        site = truth(base)
+    assert done.returncode == 1
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(records) == 3
+    assert all(r["error"].startswith("RobotsUnreachable") for r in records)
+    assert site["outcomes"]["ok"] == 0 and site["outcomes"]["robots"] == 2  # retries + 1
+
+
+# ----------------------------------------------------------------------------- soft blocks
+
+
+def test_a_captcha_wall_is_seen_counted_backed_off_and_retried(tmp_path: Path) -> None:
+    with sim("--host", "127.0.0.2=softblock:rate=5") as hosts:
+        base = hosts["127.0.0.2"]
+        urls = [f"{base}/page/{i}" for i in range(20)]
+        out, summary = tmp_path / "out.jsonl", tmp_path / "s.json"
+        done = fetch(
+            str(urls_file(tmp_path, urls)),
+            "-o",
+            str(out),
+            "--start-delay",
+            "0",
+            "--retries",
+            "4",
+            "--block-pattern",
+            "autothrottle-sim-captcha",
+            "--summary-json",
+            str(summary),
+            "-q",
+        )
+        site = truth(base)
+    records = lines_of(out)
+    assert len(records) == 20
+    blocked = sum(r["blocked"] for r in records)
+    # Every CAPTCHA page the site served was seen as a block, counted in the lines and
+    # the summary; each was retried within the bound; the host was backed off.
+    assert blocked == site["outcomes"]["blocked"] >= 1
+    data = json.loads(summary.read_text())
+    assert data["blocked"] == blocked and data["busiest_hosts"][0]["backoffs"] >= 1
+    assert all(r["attempts"] <= 5 for r in records)
+    assert site["requests"] == sum(r["attempts"] for r in records) + site["outcomes"]["robots"]
+    still = [r for r in records if r["error"] is not None]
+    assert all(r["error"].startswith("Blocked") and r["blocked"] == 5 for r in still)
+    assert done.returncode == (1 if still else 0)
+    assert sum(r["status"] == 200 and r["error"] is None for r in records) == site["outcomes"]["ok"]
+
+
+def test_block_status_marks_a_status_as_a_block(tmp_path: Path) -> None:
+    with sim("--host", "127.0.0.2=rate:rate=2,burst=1,headers=false,retry_after=false") as hosts:
+        base = hosts["127.0.0.2"]
+        urls = [f"{base}/page/{i}" for i in range(6)]
+        out = tmp_path / "out.jsonl"
+        fetch(
+            str(urls_file(tmp_path, urls)),
+            "-o",
+            str(out),
+            "--start-delay",
+            "0",
+            "--retries",
+            "1",
+            "--block-status",
+            "429",
+            "--backoff-statuses",
+            "503",
+            "-q",
+        )
+        site = truth(base)
+    records = lines_of(out)
+    assert sum(r["blocked"] for r in records) == site["outcomes"]["limited"] >= 1

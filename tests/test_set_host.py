@@ -1,0 +1,83 @@
+"""``Throttle.set_host``: per-host settings learned while running (a robots.txt Crawl-delay).
+
+Pacing is read on an injected clock: a grant is ``try_acquire`` returning a lease.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from autothrottle import AdaptiveConcurrencyPolicy, FixedDelayPolicy, HostSettings, Throttle
+from helpers import FakeClock
+
+KEY = "a.example"
+
+
+def grants_within(throttle: Throttle, clock: FakeClock, seconds: float, step: float) -> list[float]:
+    """The times ``try_acquire`` granted a turn over ``seconds``, each released at once."""
+    start = clock.now
+    times = []
+    while clock.now - start < seconds:
+        lease = throttle.try_acquire(KEY)
+        if lease is not None:
+            times.append(clock.now - start)
+            lease.observe(latency=0.01, status=200)
+            lease.release()
+        clock.advance(step)
+    return times
+
+
+def test_a_live_slot_takes_a_floor_at_once_and_keeps_it() -> None:
+    clock = FakeClock()
+    throttle = Throttle(start_delay=0.05, clock=clock)
+    slot = throttle.slot(KEY)
+    assert slot.delay == 0.05
+    throttle.set_host(KEY, HostSettings(min_delay=0.5))
+    assert throttle.slot(KEY) is slot  # the same slot: its queue and leases kept
+    assert slot.delay == 0.5 and slot.config.min_delay == 0.5
+    times = grants_within(throttle, clock, 5.0, 0.01)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert len(times) >= 8
+    assert min(gaps) >= 0.5 - 1e-9  # fast responses never bring it under the floor
+
+
+def test_new_slots_and_globs_get_it_and_a_later_call_replaces_it() -> None:
+    throttle = Throttle(start_delay=0.05, clock=FakeClock())
+    throttle.set_host("*.example", {"min_delay": 1.0})
+    assert throttle.slot("b.example").delay == 1.0
+    assert throttle.config_for("example.org").min_delay == 0.0
+    throttle.set_host("*.example", {"min_delay": 2.0})
+    assert throttle.slot("b.example").delay == 2.0
+    throttle.set_host("c.example", {"max_concurrency": 1})  # exact beats glob
+    assert throttle.config_for("c.example").min_delay == 0.0
+    assert throttle.config_for("c.example").max_concurrency == 1
+
+
+def test_a_live_slot_keeps_its_policy() -> None:
+    throttle = Throttle(policy=AdaptiveConcurrencyPolicy(), start_delay=0.05, clock=FakeClock())
+    slot = throttle.slot(KEY)
+    throttle.set_host(KEY, HostSettings(policy=FixedDelayPolicy(0.3), min_delay=0.2))
+    assert isinstance(slot.config.policy, AdaptiveConcurrencyPolicy)
+    assert slot.config.min_delay == 0.2 and slot.delay == 0.2
+    assert isinstance(throttle.config_for(KEY).policy, FixedDelayPolicy)  # for a new slot
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "needle"),
+    [
+        ({"min_delay": 100.0}, ValueError, "max_delay must be >= min_delay"),
+        ({"min_delay": -1}, ValueError, "min_delay"),
+        ({"colour": 1}, ValueError, "colour"),
+        (3, TypeError, "HostSettings"),
+    ],
+)
+def test_bad_settings_are_refused_naming_them(
+    settings: object, error: type[Exception], needle: str
+) -> None:
+    throttle = Throttle(clock=FakeClock())
+    with pytest.raises(error, match=needle):
+        throttle.set_host(KEY, settings)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="non-empty str"):
+        throttle.set_host("", {})
