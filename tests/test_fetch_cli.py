@@ -415,6 +415,7 @@ def test_a_captcha_wall_is_seen_counted_backed_off_and_retried(tmp_path: Path) -
     assert blocked == site["outcomes"]["blocked"] >= 1
     data = json.loads(summary.read_text())
     assert data["blocked"] == blocked and data["busiest_hosts"][0]["backoffs"] >= 1
+    assert data["busiest_hosts"][0]["backoff_reasons"].get("blocked", 0) >= 1
     assert all(r["attempts"] <= 5 for r in records)
     assert site["requests"] == sum(r["attempts"] for r in records) + site["outcomes"]["robots"]
     still = [r for r in records if r["error"] is not None]

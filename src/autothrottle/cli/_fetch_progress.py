@@ -270,7 +270,9 @@ def summary_data(
     """The summary as JSON-ready data (``--summary-json``): totals, then the busiest hosts."""
     elapsed = max(tally.elapsed(), 1e-9)
     hosts = []
-    for key, row in heapq.nlargest(rows, tally.hosts.items(), key=lambda kv: kv[1].done):
+    busiest = heapq.nlargest(rows, tally.hosts.items(), key=lambda kv: kv[1].done)
+    reasons = {row.key: dict(row.backoff_reasons) for row in throttle.stats().slots}
+    for key, row in busiest:
         slot = throttle.slot(key).snapshot()
         hosts.append(
             {
@@ -284,6 +286,7 @@ def summary_data(
                 "bytes": row.nbytes,
                 "delay": slot.delay,
                 "backoffs": slot.backoffs,
+                "backoff_reasons": reasons.get(key, {}),
             }
         )
     return {

@@ -8,7 +8,7 @@ The rules (docs/cli.md, "Rules it keeps"):
   after a 429, a 503, a block or a failure, unless a stop came first (then the
   URL writes nothing, and a rerun fetches it);
 * a block (``--block-status``, or a body matching ``--block-pattern``) backs the
-  host off through ``Throttle.backoff`` (once per burst, by the send time);
+  host off through ``Throttle.backoff`` (reason ``"blocked"``, once per burst, by the send time);
 * a URL whose last attempt was a failure, a block, or still a 429/503 ends in
   an ``error``: that is what exit status 1 counts.
 """
