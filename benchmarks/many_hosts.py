@@ -7,8 +7,9 @@ The hosts are ``autothrottle.sim`` token buckets, ``RateLimited(rate=2,
 burst=1, headers=False)`` (excess gets a 429 with ``Retry-After``), served by
 ``python -m autothrottle.sim`` in a separate process on 127.0.0.2 ...
 127.0.0.201. The crawler, in this process, uses one
-``ThrottledSession`` (``--client httpx``: one ``AsyncThrottledClient``; ``httpx-per-host``: the same
-with ``pool_per_host=True``) and
+``ThrottledSession`` (``--client httpx``: one ``AsyncThrottledClient`` as shipped, a
+connection pool per host; ``httpx-one-pool``: the same with ``pool_per_host=False``,
+httpx's single pool) and
 ``Throttle(policy=FixedRatePolicy(2))``; two tasks per host fetch pages back to
 back for ``--seconds`` (default 25), so every host always has a request
 waiting and the throttle alone sets the pace.
@@ -25,9 +26,20 @@ What it reports, from the simulator's ground truth (not the client's view):
 
 Goals (docs/benchmarks.md): aggregate >= 95 % of 400/s, no host above 2 in any
 1-second window. It runs the library as shipped, with either client
-(``--client``, default all three).
+(``--client``, default aiohttp and httpx; ``all`` adds httpx-one-pool).
 
-``--headers`` makes the hosts send rate-limit headers too.
+``--headers`` makes the hosts send rate-limit headers too; ``--burst 2`` gives
+each host a bucket of 2 (a host that tolerates arrival jitter).
+
+``--new-hosts N`` (e.g. 3000) measures instead what many *new* hosts cost each
+client as shipped: one request to each of N hosts (``--many N`` simulated
+hosts that never refuse), 64 at a time, then every host left idle past httpx's
+keep-alive expiry (5 s) while one host is still fetched. It reports the
+client process's resident memory grown and its CPU per new host and, for
+httpx, the connection pools still open after the expiry. Goals: at most
+100 KB and 5 ms per new host (3,000 hosts in a few hundred MB; an SSL
+context per pool used to cost 0.8 MB and 28 ms), and no pool left but the
+busy host's.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import multiprocessing
 import os
 import statistics
 import sys
@@ -76,14 +89,11 @@ async def crawl(
 
         from autothrottle.httpx import AsyncThrottledClient
 
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
         # httpcore's pool does work quadratic in its idle connections on every
-        # request (encode/httpcore#1035); "httpx-per-host" has one pool per host.
+        # request (encode/httpcore#1035); the client keeps a pool per host unless
+        # told otherwise ("httpx-one-pool").
         async with AsyncThrottledClient(
-            throttle=throttle,
-            limits=limits,
-            timeout=30,
-            pool_per_host=client == "httpx-per-host",
+            throttle=throttle, pool_per_host=client != "httpx-one-pool"
         ) as hx:
 
             async def worker_httpx(base: str, n: int) -> None:
@@ -121,6 +131,108 @@ async def crawl(
                 [worker_aiohttp(u, n) for u in urls for n in range(per_host)], deadline
             )
     return counts
+
+
+# -- new hosts ----------------------------------------------------------------------------
+
+NEW_HOST_GOAL_BYTES = 100_000
+NEW_HOST_GOAL_CPU = 0.005
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def _fetch_all(get: Any, urls: Sequence[str]) -> None:
+    for start in range(0, len(urls), 64):
+        await asyncio.gather(*(get(url) for url in urls[start : start + 64]))
+
+
+async def new_hosts(urls: Sequence[str], client: str) -> dict[str, Any]:
+    """One request to each new host, then all idle past the keep-alive expiry."""
+    throttle = Throttle()
+    if client == "httpx":
+        from autothrottle.httpx import AsyncThrottledClient
+
+        http: Any = AsyncThrottledClient(throttle=throttle)
+
+        async def get(url: str) -> None:
+            (await http.get(url)).raise_for_status()
+
+    else:
+        from autothrottle.aiohttp import ThrottledSession
+
+        http = ThrottledSession(throttle=throttle)
+
+        async def get(url: str) -> None:
+            async with http.get(url) as response:
+                response.raise_for_status()
+                await response.read()
+
+    async with http:
+        await get(urls[0])  # imports and one-time costs before measuring
+        rss0, cpu0 = _rss(), time.process_time()
+        await _fetch_all(get, urls[1:])
+        cpu, grown = time.process_time() - cpu0, _rss() - rss0
+        pools = http._transport.inner.pools if client == "httpx" else None
+        live = len(pools) if pools is not None else None
+        await asyncio.sleep(5.5)  # every host idle past httpx's keep-alive expiry
+        for _ in range(len(urls) // 8 + 10):
+            await get(urls[0])
+        left = len(pools) if pools is not None else None
+    new = len(urls) - 1
+    return {
+        "client": client,
+        "new_hosts": new,
+        "rss_grown": grown,
+        "bytes_per_host": grown / new,
+        "cpu_per_host": cpu / new,
+        "pools_live": live,
+        "pools_left": left,
+        "met": grown / new <= NEW_HOST_GOAL_BYTES
+        and cpu / new <= NEW_HOST_GOAL_CPU
+        and (left is None or left <= 1),
+    }
+
+
+def _new_hosts_in_process(urls: Sequence[str], client: str) -> dict[str, Any]:
+    return asyncio.run(new_hosts(urls, client))
+
+
+def new_hosts_main(args: argparse.Namespace) -> None:
+    sim = SimProcess(["--many", f"{args.new_hosts}=rate:rate=1000,burst=1000", "--seed", "1"])
+    try:
+        urls = list(sim.hosts.values())
+        # Each client in a fresh process, so that neither reuses memory the other freed.
+        spawn = multiprocessing.get_context("spawn")
+        runs = []
+        for client in ("aiohttp", "httpx"):
+            with spawn.Pool(1) as pool:
+                runs.append(pool.apply(_new_hosts_in_process, (urls, client)))
+    finally:
+        sim.stop()
+    rows = [
+        (
+            r["client"],
+            f"{r['new_hosts']}",
+            f"{r['rss_grown'] / 1e6:.0f}",
+            f"{r['bytes_per_host'] / 1e3:.1f}",
+            f"{r['cpu_per_host'] * 1e3:.2f}",
+            "-" if r["pools_live"] is None else f"{r['pools_live']}",
+            "-" if r["pools_left"] is None else f"{r['pools_left']}",
+            "met" if r["met"] else "MISSED",
+        )
+        for r in runs
+    ]
+    print_table(
+        f"{args.new_hosts} new hosts, one request each (goal: <= "
+        f"{NEW_HOST_GOAL_BYTES / 1e3:g} KB and {NEW_HOST_GOAL_CPU * 1e3:g} ms per host, "
+        "no idle pool left)",
+        ["client", "hosts", "RSS grown MB", "KB/host", "CPU ms/host", "pools", "left", "goal"],
+        rows,
+    )
+    print(f"results: {write_results('many_hosts_new', {'runs': runs})}")
 
 
 async def _run_until(coros: list[Any], deadline: float) -> None:
@@ -233,22 +345,39 @@ def main() -> None:
     parser.add_argument("--per-host", type=int, default=2, help="tasks per host (default 2)")
     parser.add_argument(
         "--client",
-        choices=("aiohttp", "httpx", "httpx-per-host", "all"),
-        default="all",
-        help="which adapter crawls (default all, one run each; httpx-per-host: "
-        "AsyncThrottledClient(pool_per_host=True))",
+        choices=("aiohttp", "httpx", "httpx-one-pool", "both", "all"),
+        default="both",
+        help="which adapter crawls (default both: aiohttp and httpx, one run each; "
+        "httpx-one-pool: AsyncThrottledClient(pool_per_host=False); all: the three)",
     )
     parser.add_argument("--headers", action="store_true", help="hosts also send rate-limit headers")
+    parser.add_argument(
+        "--burst", type=int, default=1, help="each host's bucket size (default 1: strict)"
+    )
+    parser.add_argument(
+        "--new-hosts",
+        type=int,
+        default=0,
+        help="measure N new hosts' memory and CPU instead (e.g. 3000)",
+    )
     args = parser.parse_args()
+    if args.new_hosts:
+        if not 2 <= args.new_hosts <= 10_000:
+            parser.error("--new-hosts must be in [2, 10000]")
+        new_hosts_main(args)
+        return
     if args.quick:
         args.seconds = 12.0
     if not 2 <= args.seconds <= 300:
         parser.error("--seconds must be in [2, 300]")
     if not 1 <= args.hosts <= 1000 or not 1 <= args.per_host <= 8:
         parser.error("--hosts must be in [1, 1000] and --per-host in [1, 8]")
-    args.clients = ["aiohttp", "httpx", "httpx-per-host"] if args.client == "all" else [args.client]
+    args.clients = {
+        "both": ["aiohttp", "httpx"],
+        "all": ["aiohttp", "httpx", "httpx-one-pool"],
+    }.get(args.client, [args.client])
 
-    spec = f"rate:rate={RATE:g},burst=1,headers={'true' if args.headers else 'false'}"
+    spec = f"rate:rate={RATE:g},burst={args.burst},headers={'true' if args.headers else 'false'}"
     sim = SimProcess(["--many", f"{args.hosts}={spec}", "--seed", "1"])
     try:
         runs = asyncio.run(bench(args, sim))

@@ -56,6 +56,13 @@ PUBLIC = {
         "AsyncThrottledClient",
         "AsyncThrottledTransport",
     ],
+    "autothrottle.httpx2": [
+        "AsyncThrottledClient",
+        "AsyncThrottledTransport",
+        "ThrottlePoolTimeout",
+        "ThrottledClient",
+        "ThrottledTransport",
+    ],
     "autothrottle.aiohttp": [
         "ThrottledSession",
         "throttle_info",
@@ -104,7 +111,7 @@ def test_public_names_are_pinned(module: str) -> None:
 
 
 #: Subpackages that are one unit in the layers contract (with their own contracts inside).
-_UNITS = ("sim", "cli", "timeline", "_headers")
+_UNITS = ("sim", "cli", "timeline", "_headers", "_httpx", "_httpx2")
 
 
 def _modules() -> list[str]:

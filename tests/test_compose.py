@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -151,7 +150,7 @@ def test_the_throttled_clients_declare_every_parameter_of_httpxs(
     # keep up with httpx's own parameters.
     annotation = inspect.signature(throttled.__init__).parameters["kwargs"].annotation
     assert annotation.startswith("Unpack[")
-    options = vars(sys.modules[throttled.__module__])[annotation[len("Unpack[") : -1]]
+    options = throttled.__init__.__globals__[annotation[len("Unpack[") : -1]]
     declared = options.__required_keys__ | options.__optional_keys__
     expected = set(inspect.signature(plain.__init__).parameters) - {"self"}
     assert declared == expected

@@ -12,17 +12,27 @@ import gc
 import logging
 import socket
 import time
+import tracemalloc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pytest
+from aiohttp import web
 
-from autothrottle import AutoThrottlePolicy, Throttle
+from autothrottle import AutoThrottlePolicy, MemoryStore, Throttle
 from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport
 from helpers import wait_until
+from httpx_packages import PACKAGES, bind
 from loopback import LoopbackHost, loopback_hosts
 
 CONTROL = "x-autothrottle"
+
+
+@pytest.fixture(autouse=True, params=PACKAGES)
+def package(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    return bind(globals(), request, monkeypatch)
 
 
 class SpyPolicy(AutoThrottlePolicy):
@@ -480,20 +490,24 @@ async def test_debug_logs_one_record_per_adjusted_response(
 # -- a pool per host --------------------------------------------------------------------
 
 
+def pools_of(client: Any) -> Any:
+    """The per-origin pools behind a throttled client's default transport."""
+    return client._transport.inner.pools
+
+
 async def test_a_pool_per_host_serves_every_host_and_closes_every_pool() -> None:
     throttle = fixed(0.0)
     async with loopback_hosts(2) as (a, b):
-        client = AsyncThrottledClient(throttle=throttle, pool_per_host=True)
+        client = AsyncThrottledClient(throttle=throttle)  # a pool per host by default
         async with client:
             for host in (a, b, a, b):
                 response = await client.get(host.url("/"))
                 assert response.status_code == 200
-            per_host = client._transport._inner  # type: ignore[attr-defined]
-            pools = list(per_host._pools.values())
+            pools = [entry.pool for entry in pools_of(client)._origins.values()]
             # One pool for each origin, each with its own connection, kept alive.
             assert len(pools) == 2
             assert all(len(pool._pool.connections) == 1 for pool in pools)
-        assert per_host._pools == {}
+        assert len(pools_of(client)) == 0
         assert all(pool._pool.connections == [] for pool in pools)
     assert len(a.arrivals) == len(b.arrivals) == 2
     assert_idle(throttle, a.address)
@@ -501,11 +515,52 @@ async def test_a_pool_per_host_serves_every_host_and_closes_every_pool() -> None
 
 async def test_a_pool_per_host_keeps_each_hosts_spacing() -> None:
     throttle = fixed(0.1)
-    client = AsyncThrottledClient(throttle=throttle, pool_per_host=True)
+    client = AsyncThrottledClient(throttle=throttle)
     async with loopback_hosts(2) as (a, b), client:
         await asyncio.gather(*(client.get(h.url("/")) for h in (a, b) for _ in range(3)))
     for host in (a, b):
         assert_spaced(host.arrival_times(), 0.1)
+
+
+async def test_pools_share_one_ssl_context() -> None:
+    async with AsyncThrottledClient(throttle=fixed(0.0)) as client:
+        pools = pools_of(client)
+        made = [pools.take(httpx.URL(f"https://h{i}.example/"), 0.0).pool for i in range(3)]
+        contexts = {id(pool._pool._ssl_context) for pool in made}
+    assert len(contexts) == 1
+
+
+async def test_an_idle_hosts_pool_is_closed_after_the_keep_alive_expiry() -> None:
+    throttle = fixed(0.0)
+    limits = httpx.Limits(keepalive_expiry=0.3)
+    async with (
+        loopback_hosts(2) as (a, b),
+        AsyncThrottledClient(throttle=throttle, limits=limits) as client,
+    ):
+        pools = pools_of(client)
+        await client.get(a.url("/"))
+        first = pools._origins[("http", a.address, a.port)].pool
+        await asyncio.sleep(0.5)
+        await client.get(b.url("/"))  # a's pool has been idle past the expiry
+        assert [origin[1] for origin in pools._origins] == [b.address]
+        assert first._pool.connections == []  # closed, its connection with it
+        await client.get(a.url("/"))  # a new pool, and a new connection
+    assert len(a.arrivals) == 2
+
+
+async def test_a_pool_with_a_body_still_open_is_not_closed() -> None:
+    throttle = fixed(0.0)
+    limits = httpx.Limits(keepalive_expiry=0.2)
+    async with (
+        loopback_hosts(2) as (a, b),
+        AsyncThrottledClient(throttle=throttle, limits=limits) as client,
+    ):
+        pools = pools_of(client)
+        async with client.stream("GET", a.url("/stream/3/200")) as streaming:
+            await asyncio.sleep(0.3)
+            await client.get(b.url("/"))  # a's pool is past the expiry, but busy
+            assert ("http", a.address, a.port) in pools._origins
+            assert len(await streaming.aread()) == 48
 
 
 def test_a_pool_per_host_with_a_transport_of_your_own_is_refused() -> None:
@@ -515,3 +570,90 @@ def test_a_pool_per_host_with_a_transport_of_your_own_is_refused() -> None:
         )
     with pytest.raises(TypeError, match="pool_per_host"):
         AsyncThrottledClient(throttle=Throttle(), pool_per_host="yes")  # type: ignore[arg-type]
+
+
+async def test_one_pool_for_all_hosts_when_asked() -> None:
+    async with AsyncThrottledClient(throttle=fixed(0.0), pool_per_host=False) as client:
+        assert isinstance(client._transport.inner, httpx.AsyncHTTPTransport)
+
+
+# -- memory over many hosts -------------------------------------------------------------
+
+ADAPTER_FILES = ("/httpx", "/httpcore", "/autothrottle/", "/anyio/", "/h11/", "/ssl.py")
+
+
+def _adapter_bytes(snapshot: tracemalloc.Snapshot) -> int:
+    """Bytes the client side holds: httpx (or httpx2), httpcore, h11, anyio, the library."""
+    return sum(
+        stat.size
+        for stat in snapshot.statistics("filename")
+        if any(part in stat.traceback[0].filename for part in ADAPTER_FILES)
+    )
+
+
+@asynccontextmanager
+async def servers_on(addresses: list[str]) -> AsyncIterator[list[int]]:
+    """One aiohttp.web app answering 200 on each address (a port each)."""
+
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", ok)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        ports = []
+        for address in addresses:
+            site = web.TCPSite(runner, address, 0)
+            await site.start()
+            ports.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        yield ports
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_thousand_hosts_leave_no_pool_and_little_memory_once_forgotten(
+    package: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Time is moved on by hand past the keep-alive expiry (a minute here, so
+    # that no pool expires during a crawl slowed by tracing) and the store's
+    # idle timeout: the pools' clock and the throttle's are shifted.
+    shift = [0.0]
+
+    def later() -> float:
+        return time.monotonic() + shift[0]
+
+    monkeypatch.setattr(f"autothrottle._{package}._async.monotonic", later)
+    count = 1000
+    addresses = [f"127.0.{10 + i // 200}.{1 + i % 200}" for i in range(count)]
+    throttle = Throttle(start_delay=0.0, store=MemoryStore(idle_timeout=30.0), clock=later)
+    limits = httpx.Limits(keepalive_expiry=60.0)
+    async with (
+        servers_on(addresses) as ports,
+        AsyncThrottledClient(throttle=throttle, limits=limits) as client,
+    ):
+        urls = [f"http://{a}:{p}/" for a, p in zip(addresses, ports, strict=True)]
+        for url in urls[:5]:  # one-time costs (imports, first connections) before measuring
+            await client.get(url)
+        pools = pools_of(client)
+        tracemalloc.start(1)
+        try:
+            before = _adapter_bytes(tracemalloc.take_snapshot())
+            for start in range(0, count, 50):
+                await asyncio.gather(*(client.get(url) for url in urls[start : start + 50]))
+            busy = _adapter_bytes(tracemalloc.take_snapshot()) - before
+            live = len(pools)
+            shift[0] = 120.0  # every host idle past the keep-alive expiry and the idle timeout
+            throttle.evict_idle()  # the slots are forgotten
+            for _ in range(count // pools.SWEEP + 5):
+                await client.get(urls[0])  # each request closes a few idle pools
+            gc.collect()  # garbage is not kept: count what is still reachable
+            after = _adapter_bytes(tracemalloc.take_snapshot()) - before
+        finally:
+            tracemalloc.stop()
+        remaining_pools = len(pools)
+    assert live >= count  # a pool per host while the hosts were in use
+    assert busy / count < 50_000, busy  # bytes per host while its pool lives
+    assert remaining_pools <= 1 and len(list(throttle.slots())) <= 1
+    assert after / count < 1_000, after  # bytes per host once forgotten

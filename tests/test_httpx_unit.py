@@ -7,6 +7,7 @@ tests also pin down the fallback latency.
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
@@ -16,20 +17,27 @@ import pytest
 import respx
 
 from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
+from autothrottle._httpx._async import _LeaseStream
 from autothrottle.httpx import (
     AsyncThrottledClient,
     AsyncThrottledTransport,
     ThrottlePoolTimeout,
-    _LeaseStream,
 )
+from httpx_packages import PACKAGES, bind
 
 URL = "http://api.example/items"
+
+
+@pytest.fixture(autouse=True, params=PACKAGES)
+def package(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    return bind(globals(), request, monkeypatch)
 
 
 def client_for(throttle: Throttle, inner: httpx.AsyncBaseTransport | None = None) -> Any:
     return httpx.AsyncClient(transport=AsyncThrottledTransport(inner, throttle=throttle))
 
 
+@pytest.mark.httpx_only
 async def test_fallback_latency_is_the_inner_transports_time() -> None:
     throttle = Throttle(start_delay=0.0)
 
@@ -47,6 +55,7 @@ async def test_fallback_latency_is_the_inner_transports_time() -> None:
     assert (slot.sent, slot.responses, slot.in_flight) == (1, 1, 0)
 
 
+@pytest.mark.httpx_only
 async def test_fallback_latency_excludes_throttle_waiting() -> None:
     throttle = Throttle(start_delay=0.2, min_delay=0.2, max_delay=0.2)
     latencies: list[float | None] = []
@@ -71,6 +80,7 @@ async def test_fallback_latency_excludes_throttle_waiting() -> None:
         ({"headers": {"X-AutoThrottle": "slot="}}, ValueError, "empty slot name"),
     ],
 )
+@pytest.mark.httpx_only
 async def test_bad_options_raise_before_anything_is_sent_or_held(
     kwargs: dict[str, Any], error: type[Exception], match: str
 ) -> None:
@@ -84,6 +94,7 @@ async def test_bad_options_raise_before_anything_is_sent_or_held(
     assert throttle.snapshot() == {}
 
 
+@pytest.mark.httpx_only
 async def test_control_header_is_stripped_and_the_users_request_untouched() -> None:
     throttle = Throttle(start_delay=0.0)
     with respx.mock:
@@ -103,6 +114,7 @@ async def test_control_header_is_stripped_and_the_users_request_untouched() -> N
     assert request.extensions is extensions and "trace" not in extensions
 
 
+@pytest.mark.httpx_only
 async def test_slot_keys() -> None:
     throttle = Throttle(start_delay=0.0)
     by_path = Throttle(start_delay=0.0, key=lambda url: url.split("/")[3])
@@ -118,6 +130,7 @@ async def test_slot_keys() -> None:
     assert by_path.snapshot()["section"].sent == 2
 
 
+@pytest.mark.httpx_only
 async def test_transport_error_releases_and_counts_a_failure() -> None:
     throttle = Throttle(start_delay=0.0)
     with respx.mock:
@@ -129,6 +142,7 @@ async def test_transport_error_releases_and_counts_a_failure() -> None:
     assert (slot.in_flight, slot.queued, slot.failures, slot.responses) == (0, 0, 1, 0)
 
 
+@pytest.mark.httpx_only
 async def test_cancellation_releases_without_counting_a_failure() -> None:
     throttle = Throttle(start_delay=0.0)
 
@@ -146,6 +160,7 @@ async def test_cancellation_releases_without_counting_a_failure() -> None:
     assert (slot.in_flight, slot.queued, slot.failures, slot.sent) == (0, 0, 0, 1)
 
 
+@pytest.mark.httpx_only
 async def test_streamed_response_is_held_until_closed() -> None:
     throttle = Throttle(start_delay=0.0)
     with respx.mock:
@@ -157,6 +172,7 @@ async def test_streamed_response_is_held_until_closed() -> None:
             assert throttle.slot("api.example").in_flight == 0
 
 
+@pytest.mark.httpx_only
 async def test_response_already_read_by_the_inner_transport_is_released_at_once() -> None:
     throttle = Throttle(start_delay=0.0)
     router = respx.Router()
@@ -220,7 +236,9 @@ def test_constructors_reject_bad_arguments() -> None:
         AsyncThrottledClient(throttle=3)  # type: ignore[arg-type]
 
 
-class _Recorder(httpx.AsyncBaseTransport):
+class _Recorder:
+    """An inner transport that records its lifecycle calls (any package's)."""
+
     def __init__(self) -> None:
         self.calls: list[str] = []
 
@@ -241,7 +259,7 @@ class _Recorder(httpx.AsyncBaseTransport):
 
 
 async def test_transport_lifecycle_reaches_the_inner_transport() -> None:
-    inner = _Recorder()
+    inner = type("Recorder", (_Recorder, httpx.AsyncBaseTransport), {})()
     async with AsyncThrottledTransport(inner, throttle=Throttle()) as transport:
         assert transport.inner is inner
     await transport.aclose()
@@ -309,7 +327,9 @@ async def test_httpxs_default_timeout_never_fails_a_wait_for_the_turn(kind: str)
 @pytest.mark.looptime
 @pytest.mark.parametrize("kind", ["AsyncThrottledClient", "httpx.AsyncClient"])
 @pytest.mark.parametrize("where", ["client", "request"])
-async def test_a_pool_timeout_you_set_bounds_the_wait_and_says_so(kind: str, where: str) -> None:
+async def test_a_pool_timeout_you_set_bounds_the_wait_and_says_so(
+    kind: str, where: str, package: str
+) -> None:
     throttle = Throttle(policy=FixedRatePolicy(1.0), clock=_loop_time)
     timeout = httpx.Timeout(5.0, pool=2.5)
     on_client = {"timeout": timeout} if where == "client" else {}
@@ -325,9 +345,9 @@ async def test_a_pool_timeout_you_set_bounds_the_wait_and_says_so(kind: str, whe
     for error in failed:
         assert isinstance(error, ThrottlePoolTimeout)
         assert isinstance(error, httpx.PoolTimeout) and isinstance(error, ThrottleTimeout)
-        assert error.bound == "httpx pool timeout"
-        assert "(httpx pool timeout)" in str(error) and "max_wait" not in str(error)
-        assert type(error).__module__ == "autothrottle.httpx"
+        assert error.bound == f"{package} pool timeout"
+        assert f"({package} pool timeout)" in str(error) and "max_wait" not in str(error)
+        assert type(error).__module__ == f"autothrottle.{package}"
         assert not type(error).__name__.startswith("_")
 
 
@@ -359,14 +379,13 @@ async def test_max_wait_still_bounds_a_wait_under_httpxs_defaults() -> None:
     assert all(e.bound == "max_wait" and "(max_wait)" in str(e) for e in failed)
 
 
-def test_a_pool_timeout_set_on_a_sync_client_bounds_a_threads_wait() -> None:
-    from autothrottle.httpx import ThrottledClient
-
+def test_a_pool_timeout_set_on_a_sync_client_bounds_a_threads_wait(package: str) -> None:
+    ThrottledClient = importlib.import_module(f"autothrottle.{package}").ThrottledClient
     throttle = Throttle(start_delay=0.0)
     throttle.backoff("api.example", pause=30.0)
     inner = httpx.MockTransport(_ok)
     timeout = httpx.Timeout(5.0, pool=0.1)
     client = ThrottledClient(throttle=throttle, transport=inner, timeout=timeout)
-    with client, pytest.raises(ThrottlePoolTimeout, match="httpx pool timeout"):
+    with client, pytest.raises(ThrottlePoolTimeout, match=f"{package} pool timeout"):
         client.get(URL)
     assert throttle.slot("api.example").queued == 0

@@ -7,6 +7,7 @@ with an injected clock, and asserts what the server saw or what the slot holds.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import socket
 import threading
 import time
@@ -26,6 +27,7 @@ from autothrottle._rules import BACKOFF_FLOOR
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
 from helpers import wait_until
+from httpx_packages import PACKAGES
 from loopback import LoopbackHost, loopback_hosts, running_hosts
 
 ARRIVAL_JITTER = 0.015
@@ -248,25 +250,30 @@ def test_a_loop_closed_with_a_waiter_queued_does_not_stall_the_slot() -> None:
 # -- the sync client ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("package", PACKAGES)
 @pytest.mark.parametrize("pool_per_host", [False, True], ids=["one-pool", "pool-per-host"])
-def test_eight_threads_over_four_hosts_keep_each_hosts_spacing(pool_per_host: bool) -> None:
+def test_eight_threads_over_four_hosts_keep_each_hosts_spacing(
+    pool_per_host: bool, package: str
+) -> None:
+    pytest.importorskip(package)
+    adapter = importlib.import_module(f"autothrottle.{package}")
     delay = 0.05
     throttle = Throttle(policy=FixedDelayPolicy(delay), max_concurrency=2)
-    client = ThrottledClient(throttle=throttle, pool_per_host=pool_per_host)
+    client = adapter.ThrottledClient(throttle=throttle, pool_per_host=pool_per_host)
     with running_hosts(4) as hosts, client as http:
         urls = [host.url("/delay/20") for host in hosts for _ in range(6)]
         with ThreadPoolExecutor(8) as pool:
             statuses = list(pool.map(lambda url: http.get(url).status_code, urls))
-        per_host = http._transport._inner  # type: ignore[attr-defined]
         if pool_per_host:
-            assert len(per_host._pools) == 4  # one pool for each host
+            pools = http._transport.inner.pools  # type: ignore[attr-defined]
+            assert len(pools) == 4  # one pool for each host
     assert statuses == [200] * len(urls)
     for host in hosts:
         assert len(host.arrivals) == 6
         assert min(host.gaps()) >= delay - ARRIVAL_JITTER, host.gaps()
     assert all(slot.in_flight == 0 for slot in throttle.slots())
     if pool_per_host:
-        assert per_host._pools == {}  # every one closed with the client
+        assert len(pools) == 0  # every one closed with the client
 
 
 def test_a_sync_pool_per_host_with_a_transport_of_your_own_is_refused() -> None:

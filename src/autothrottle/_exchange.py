@@ -20,23 +20,26 @@ rules are written down in ``docs/adapters.md`` ("The request lifecycle"):
    observing raises (a user's classifier), the slot is released, the caller
    closes the response, and the error propagates.
 5. **Release.** When the body is finished or the response closed, its
-   connection lost, or the response dropped unread; ``hold_timeout`` bounds
-   anything else.
+   connection lost, or the response dropped unread (:class:`Hold`);
+   ``hold_timeout`` bounds anything else.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from time import perf_counter
+from typing import Any, cast
 
 import anyio
 
 from ._lease import Lease
 
-__all__ = ["Exchange", "HostFailure", "ThrottleInfo"]
+__all__ = ["Exchange", "Hold", "HostFailure", "ThrottleInfo"]
 
 HostFailure = Callable[[BaseException], bool]
 """Says whether an error from the client means the host failed (rule 3)."""
@@ -151,6 +154,80 @@ class Exchange:
         except BaseException:
             self.lease.release()
             raise
+
+
+_Schedule = Callable[[Callable[[], None]], object]
+
+
+def _scheduler() -> _Schedule | None:
+    """A thread-safe way to run a callback soon on the current event loop
+    (asyncio or trio), or None in a thread with no loop."""
+    try:
+        return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:
+        pass
+    trio: Any = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            return cast(_Schedule, trio.lowlevel.current_trio_token().run_sync_soon)
+        except RuntimeError:
+            pass
+    return None
+
+
+class Hold:
+    """Holds a request's lease until its response is finished, or collected.
+
+    The adapter calls :meth:`release` when the body is finished or the
+    response closed. If the response (``owner``: the object whose life is
+    the response's) is garbage-collected first, the lease is released too.
+    The collector may run in the middle of any code, the slot's own
+    bookkeeping included, so a release caused by it is deferred to the event
+    loop the hold was made on (in a thread with no loop, the gate's lock
+    makes an in-place release safe). ``hold_timeout`` bounds anything else.
+    ``owner`` must not refer to the hold's lease through anything but the hold.
+    """
+
+    __slots__ = ("_collected", "_finalizer", "_lease", "_schedule")
+
+    def __init__(self, lease: Lease, owner: object) -> None:
+        self._lease = lease
+        self._schedule = _scheduler()
+        self._collected = False
+        finalizer = weakref.finalize(owner, self._on_collected)
+        finalizer.atexit = False
+        self._finalizer: weakref.finalize[..., Any] | None = finalizer
+
+    def release(self) -> None:
+        """The response is finished: release now (idempotent).
+
+        Called while the owner is being collected (its ``__del__`` finishing
+        it, say), the release is deferred as for a collection.
+        """
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        if self._collected:
+            self._release_soon()
+        else:
+            self._lease.release()
+
+    def _on_collected(self) -> None:
+        self._collected = True
+        self._finalizer = None
+        self._release_soon()
+
+    def _release_soon(self) -> None:
+        lease = self._lease
+        if lease.released:
+            return
+        if self._schedule is not None:
+            try:
+                self._schedule(lease.release)
+                return
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
+        lease.release()
 
 
 def _note_on_span(exchange: Exchange) -> None:

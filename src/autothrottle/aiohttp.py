@@ -81,7 +81,7 @@ from aiohttp import (
 from aiohttp.connector import BaseConnector, Connection
 from yarl import URL
 
-from ._exchange import Exchange, ThrottleInfo
+from ._exchange import Exchange, Hold, ThrottleInfo
 from ._lease import Lease
 from ._request import (
     CONTROL_HEADER,
@@ -285,60 +285,28 @@ class _Hold:
     arrived to the end, when the response is released or closed, and when a
     never-closed response is collected; :meth:`finished` rides on that. Two
     backstops: the connection being lost mid-body (server gone, session
-    closed), and a weakref finalizer for a response collected without reaching
-    its connection. A finalizer may run in the middle of any code, so it only
-    schedules the release on the loop. The throttle's ``hold_timeout`` bounds
-    everything else.
+    closed), and the exchange's :class:`~autothrottle._exchange.Hold`, which
+    releases a response collected without reaching its connection. The
+    throttle's ``hold_timeout`` bounds everything else.
     """
 
-    __slots__ = ("_closed", "_collected", "_finalizer", "_lease", "_loop")
+    __slots__ = ("_closed", "_hold")
 
-    def __init__(
-        self, lease: Lease, loop: asyncio.AbstractEventLoop, closed: asyncio.Future[None]
-    ) -> None:
-        self._lease = lease
-        self._loop = loop
+    def __init__(self, hold: Hold, closed: asyncio.Future[None]) -> None:
+        self._hold = hold
         self._closed: asyncio.Future[None] | None = closed
-        self._collected = False
-        self._finalizer: weakref.finalize[..., Any] | None = None
-
-    def watch(self, response: ClientResponse, connection: Connection) -> None:
-        connection.add_callback(self.finished)
-        _unpin(response)
-        assert self._closed is not None
-        self._closed.add_done_callback(self._on_lost)
-        finalizer = weakref.finalize(response, self._on_collected)
-        finalizer.atexit = False
-        self._finalizer = finalizer
+        closed.add_done_callback(self._on_lost)
 
     def finished(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer.detach()
-            self._finalizer = None
         if self._closed is not None:
             self._closed.remove_done_callback(self._on_lost)
             self._closed = None
-        if self._collected:
-            # Reached from the response's __del__ during garbage collection.
-            self._release_soon()
-        else:
-            self._lease.release()
+        self._hold.release()
 
     def _on_lost(self, closed: asyncio.Future[None]) -> None:
         if not closed.cancelled():
             closed.exception()  # seen here; keeps asyncio from logging it
         self.finished()
-
-    def _on_collected(self) -> None:
-        self._collected = True
-        self._finalizer = None
-        self._release_soon()
-
-    def _release_soon(self) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._lease.release)
-        except RuntimeError:  # the loop is closed: nothing else runs any more
-            self._lease.release()
 
 
 def _unpin(response: ClientResponse) -> None:
@@ -387,7 +355,9 @@ def _hold_until_finished(response: ClientResponse, lease: Lease) -> None:
         # The connection is already gone: the body can never finish.
         lease.release()
         return
-    _Hold(lease, asyncio.get_running_loop(), closed).watch(response, connection)
+    hold = _Hold(Hold(lease, response), closed)
+    connection.add_callback(hold.finished)
+    _unpin(response)
 
 
 # -- the middleware -------------------------------------------------------------------

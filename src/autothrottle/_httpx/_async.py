@@ -1,0 +1,352 @@
+"""The async httpx adapter: :class:`AsyncThrottledTransport` and :class:`AsyncThrottledClient`.
+
+Written once, in ``_httpx/_async.py``: the sync adapter (``_httpx/_sync.py``)
+and the httpx2 adapter are generated from it by ``scripts/unasync.py``. A
+line whose sync form differs says so in a trailing ``# unasync:`` comment
+(the sync line's code, or ``-`` to leave it out).
+"""
+
+from __future__ import annotations
+
+import inspect  # unasync: -
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from time import monotonic, perf_counter
+from types import TracebackType
+from typing import Any, Self, Unpack, cast
+
+import httpx
+from httpx._types import TimeoutTypes
+
+from .._errors import ThrottleTimeout
+from .._exchange import Exchange, Hold
+from .._lease import Lease
+from .._throttle import Throttle
+from ._common import (
+    COMPLETE,
+    POOL_TIMEOUT_SET,
+    STARTED,
+    ClientOptions,
+    Pools,
+    cache_outside,
+    check_pool_per_host,
+    check_throttle,
+    host_failure,
+    pools_for,
+    prepare,
+    responded,
+    timed_out,
+    timeout_is_set,
+    traced,
+    tracked,
+    wait_bound,
+)
+
+__all__ = ["AsyncThrottledClient", "AsyncThrottledTransport"]
+
+logger = logging.getLogger("autothrottle")
+
+
+_UserTrace = Callable[[str, dict[str, Any]], object]
+
+
+class _AsyncClientOptions(ClientOptions, total=False):
+    mounts: Mapping[str, httpx.AsyncBaseTransport | None] | None
+    transport: httpx.AsyncBaseTransport | None
+
+
+async def _call_user(user: _UserTrace, name: str, info: dict[str, Any]) -> None:
+    """The user's own ``trace`` callback, awaited when the async client's is a coroutine."""
+    result = user(name, info)  # unasync: user(name, info)
+    if inspect.isawaitable(result):  # unasync: -
+        await result  # unasync: -
+
+
+class _Tracer:
+    """httpcore ``trace`` callback: takes the wire turn and times the request.
+
+    It calls the user's own callback first. Each event overwrites the previous
+    one of its kind, so when several requests share the trace (an HTTPS
+    proxy's ``CONNECT``, a retry on a fresh connection) the last, real one is
+    timed; the wire turn is taken once, at the first.
+    """
+
+    __slots__ = ("end", "exchange", "user")
+
+    def __init__(self, exchange: Exchange, user: object) -> None:
+        self.exchange = exchange
+        self.user = user
+        self.end: float | None = None
+
+    async def __call__(self, name: str, info: dict[str, Any]) -> None:
+        if name.endswith(COMPLETE):
+            # Before the user's callback: its run time is not the server's.
+            self.end = perf_counter()
+        if self.user is not None:
+            await _call_user(cast(_UserTrace, self.user), name, info)
+        if name.endswith(STARTED):
+            # After the user's callback: the headers go out only now.
+            await self.exchange.on_wire()
+            self.end = None
+
+
+class _LeaseStream(httpx.AsyncByteStream):
+    """A response body that releases its request's lease once finished.
+
+    Finished means: iterated to the end (or failed while iterating), closed,
+    or garbage-collected without either.
+    """
+
+    def __init__(self, inner: httpx.AsyncByteStream, lease: Lease) -> None:
+        self._inner = inner
+        self._hold = Hold(lease, self)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:  # unasync: yield from self._inner
+                yield chunk  # unasync: -
+        finally:
+            self._hold.release()
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            # After the inner close, so the connection is back in the pool
+            # before the next request of the slot may go.
+            self._hold.release()
+
+
+class AsyncThrottledTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that paces the requests of ``inner`` with ``throttle``.
+
+    Args:
+        inner: The transport that does the sending; default a new
+            ``httpx.AsyncHTTPTransport()``. Closing this transport closes it.
+        throttle: The engine that decides when each request may go. One
+            throttle may serve many transports and clients; they share slots.
+
+    Raises:
+        TypeError: ``inner`` is not an ``httpx.AsyncBaseTransport`` or
+            ``throttle`` is not a :class:`~autothrottle.Throttle`.
+
+    Example::
+
+        throttle = Throttle(start_delay=1.0, max_delay=30.0)
+        transport = AsyncThrottledTransport(httpx.AsyncHTTPTransport(retries=2), throttle=throttle)
+        async with httpx.AsyncClient(transport=transport) as client:
+            await client.get("https://example.com/a")
+            await client.get("https://example.com/b")  # ~1 s later
+            await client.get(
+                "https://example.com/health",
+                extensions={"autothrottle": {"bypass": True}},  # not paced
+            )
+
+    Note that ``httpx.AsyncClient(transport=...)`` ignores environment proxies
+    and that ``mounts=`` bypass ``transport=``; use :class:`AsyncThrottledClient`
+    to keep both throttled.
+    """
+
+    def __init__(
+        self, inner: httpx.AsyncBaseTransport | None = None, *, throttle: Throttle
+    ) -> None:
+        self._throttle = check_throttle(throttle)
+        if inner is None:
+            inner = httpx.AsyncHTTPTransport()
+        elif not isinstance(inner, httpx.AsyncBaseTransport):
+            raise TypeError(f"inner must be an httpx.AsyncBaseTransport, got {inner!r}")
+        self._inner = inner
+
+    @property
+    def inner(self) -> httpx.AsyncBaseTransport:
+        """The wrapped transport."""
+        return self._inner
+
+    @property
+    def throttle(self) -> Throttle:
+        """The throttle that paces this transport's requests."""
+        return self._throttle
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._inner!r}, throttle={self._throttle!r})"
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Wait for the slot's turn, send through ``inner``, and track the response."""
+        send, key, options = prepare(self._throttle, request)
+        if key is None:
+            return await self._inner.handle_async_request(send)
+        asked, (bound, pool) = perf_counter(), wait_bound(send, options)
+        try:
+            lease = await self._throttle.acquire(key, adjust=options.adjust, max_wait=bound)
+        except ThrottleTimeout as error:
+            raise timed_out(error, request, pool) from error
+        exchange = Exchange(lease, asked)
+        tracer = _Tracer(exchange, send.extensions.get("trace"))
+        extensions = traced(send, tracer)
+        try:
+            response = await self._inner.handle_async_request(send)
+        except BaseException as error:
+            exchange.failed(error, host_failure)
+            raise
+        finally:
+            send.extensions = extensions
+        try:
+            responded(exchange, response, tracer.end)
+        except BaseException:
+            await response.aclose()
+            raise
+        return tracked(response, exchange, _LeaseStream)
+
+    async def aclose(self) -> None:
+        """Close the inner transport."""
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        await self._inner.__aexit__(exc_type, exc_value, traceback)
+
+
+class _PoolPerOrigin(httpx.AsyncBaseTransport):
+    """One of httpx's own transports per origin, each closed once idle past ``pools.expiry``.
+
+    httpcore's single pool walks every connection on every request and asks
+    each idle one whether its socket was closed (a system call): a throttled
+    crawl of many hosts keeps hundreds idle between sends and spends its CPU
+    there (``docs/adapters.md``, "Many hosts"). A pool per origin stays small.
+    """
+
+    def __init__(self, pools: Pools) -> None:
+        self.pools = pools
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        now = monotonic()
+        entry = self.pools.take(request.url, now)
+        try:
+            response: httpx.Response = await entry.pool.handle_async_request(request)
+        finally:
+            self.pools.done(entry)
+        for pool in self.pools.expired(now):
+            try:
+                await pool.aclose()
+            except Exception:  # an idle pool of another origin: not this request's error
+                logger.debug("closing an idle connection pool failed", exc_info=True)
+        return response
+
+    async def aclose(self) -> None:
+        for pool in self.pools.clear():
+            await pool.aclose()
+
+
+class AsyncThrottledClient(httpx.AsyncClient):
+    """An ``httpx.AsyncClient`` whose every route is throttled.
+
+    It takes the same arguments as ``httpx.AsyncClient`` plus ``throttle``, and
+    wraps in an :class:`AsyncThrottledTransport` every transport the client uses:
+
+    * the default transport, or the one given as ``transport=``;
+    * proxy transports, from ``proxy=`` or from the environment
+      (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` keep working
+      as in httpx when ``trust_env`` is true and no ``transport=`` is given);
+    * every transport given in ``mounts=``.
+
+    A transport that already is an :class:`AsyncThrottledTransport` is used as is.
+    Requests through a proxy are keyed by their target host, not the proxy's.
+
+    Its default transport keeps one connection pool per origin, made with the
+    client's own settings (one SSL context for all) on the origin's first
+    request and closed once idle for ``limits.keepalive_expiry`` (when httpx
+    would no longer reuse its connections anyway): httpcore's single pool
+    costs CPU that grows with the square of its idle connections, and a
+    throttled crawl of many hosts keeps many idle (``docs/adapters.md``).
+    ``limits`` then apply per origin. ``pool_per_host=False`` keeps httpx's
+    single pool.
+
+    Args:
+        throttle: The engine that paces the requests.
+        pool_per_host: One connection pool per origin (the default, unless
+            you give a ``transport=``) or one for all (False).
+        **kwargs: Passed to ``httpx.AsyncClient``.
+
+    Raises:
+        TypeError: ``throttle`` is not a :class:`~autothrottle.Throttle`.
+        ValueError: ``pool_per_host=True`` with a ``transport=`` of your own
+            (the pools are httpx's own transport, made per origin).
+
+    Example::
+
+        throttle = Throttle(start_delay=0.5)
+        async with AsyncThrottledClient(
+            throttle=throttle,
+            follow_redirects=True,
+            mounts={"https://api.example.com": httpx.AsyncHTTPTransport(retries=3)},
+        ) as client:
+            await client.get("https://api.example.com/items")  # throttled too
+    """
+
+    def __init__(
+        self,
+        *,
+        throttle: Throttle,
+        pool_per_host: bool | None = None,
+        **kwargs: Unpack[_AsyncClientOptions],
+    ) -> None:
+        # Set before httpx builds its transports, which goes through _wrap.
+        self._throttle = check_throttle(throttle)
+        self._pool_per_host = check_pool_per_host(pool_per_host, kwargs.get("transport"))
+        self._timeout_set = "timeout" in kwargs
+        super().__init__(**kwargs)
+        # httpx adds user mounts as given, without a hook: wrap them here.
+        self._mounts = {
+            pattern: None if transport is None else self._wrap(transport)
+            for pattern, transport in self._mounts.items()
+        }
+
+    @property
+    def throttle(self) -> Throttle:
+        """The throttle that paces this client's requests."""
+        return self._throttle
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        """The client's default timeout; setting it makes its pool timeout a
+        bound on the wait for the turn (httpx's own default is not one)."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, timeout: TimeoutTypes) -> None:
+        self._timeout = httpx.Timeout(timeout)
+        self._timeout_set = True
+
+    def build_request(self, *args: Any, **kwargs: Any) -> httpx.Request:
+        request = super().build_request(*args, **kwargs)
+        request.extensions[POOL_TIMEOUT_SET] = timeout_is_set(kwargs, self._timeout_set)
+        return request
+
+    def _wrap(self, transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+        if isinstance(transport, AsyncThrottledTransport):
+            return transport
+        cache = cache_outside(transport, self._wrap)
+        if cache is not None:
+            return cast(httpx.AsyncBaseTransport, cache)
+        return AsyncThrottledTransport(transport, throttle=self._throttle)
+
+    def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
+        make = super()._init_transport
+        pools = None if args else pools_for(self._throttle, make, self._pool_per_host, kwargs)
+        return self._wrap(make(*args, **kwargs) if pools is None else _PoolPerOrigin(pools))
+
+    def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
+        return self._wrap(super()._init_proxy_transport(*args, **kwargs))
+
+    def _transport_for_url(self, url: httpx.URL) -> httpx.AsyncBaseTransport:
+        # Every route is wrapped already; this catches a transport swapped in
+        # per request by a patch of httpx.AsyncClient (respx's "httpx" mocker).
+        return self._wrap(super()._transport_for_url(url))

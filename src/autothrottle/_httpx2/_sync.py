@@ -1,0 +1,347 @@
+# Generated from _httpx/_async.py by scripts/unasync.py: edit that file and rerun.
+"""The sync httpx2 adapter: :class:`ThrottledTransport` and :class:`ThrottledClient`.
+
+Written once, in ``_httpx2/_async.py``: the sync adapter (``_httpx2/_sync.py``)
+and the httpx2 adapter are generated from it by ``scripts/unasync.py``. A
+line whose sync form differs says so in a trailing ``# unasync:`` comment
+(the sync line's code, or ``-`` to leave it out).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from time import monotonic, perf_counter
+from types import TracebackType
+from typing import Any, Self, Unpack, cast
+
+import httpx2
+from httpx2._types import TimeoutTypes
+
+from .._errors import ThrottleTimeout
+from .._exchange import Exchange, Hold
+from .._lease import Lease
+from .._throttle import Throttle
+from ._common import (
+    COMPLETE,
+    POOL_TIMEOUT_SET,
+    STARTED,
+    ClientOptions,
+    Pools,
+    cache_outside,
+    check_pool_per_host,
+    check_throttle,
+    host_failure,
+    pools_for,
+    prepare,
+    responded,
+    timed_out,
+    timeout_is_set,
+    traced,
+    tracked,
+    wait_bound,
+)
+
+__all__ = ["ThrottledClient", "ThrottledTransport"]
+
+logger = logging.getLogger("autothrottle")
+
+
+_UserTrace = Callable[[str, dict[str, Any]], object]
+
+
+class _SyncClientOptions(ClientOptions, total=False):
+    mounts: Mapping[str, httpx2.BaseTransport | None] | None
+    transport: httpx2.BaseTransport | None
+
+
+def _call_user(user: _UserTrace, name: str, info: dict[str, Any]) -> None:
+    """The user's own ``trace`` callback, awaited when the async client's is a coroutine."""
+    user(name, info)
+
+
+class _Tracer:
+    """httpcore2 ``trace`` callback: takes the wire turn and times the request.
+
+    It calls the user's own callback first. Each event overwrites the previous
+    one of its kind, so when several requests share the trace (an HTTPS
+    proxy's ``CONNECT``, a retry on a fresh connection) the last, real one is
+    timed; the wire turn is taken once, at the first.
+    """
+
+    __slots__ = ("end", "exchange", "user")
+
+    def __init__(self, exchange: Exchange, user: object) -> None:
+        self.exchange = exchange
+        self.user = user
+        self.end: float | None = None
+
+    def __call__(self, name: str, info: dict[str, Any]) -> None:
+        if name.endswith(COMPLETE):
+            # Before the user's callback: its run time is not the server's.
+            self.end = perf_counter()
+        if self.user is not None:
+            _call_user(cast(_UserTrace, self.user), name, info)
+        if name.endswith(STARTED):
+            # After the user's callback: the headers go out only now.
+            self.exchange.on_wire_blocking()
+            self.end = None
+
+
+class _LeaseStream(httpx2.SyncByteStream):
+    """A response body that releases its request's lease once finished.
+
+    Finished means: iterated to the end (or failed while iterating), closed,
+    or garbage-collected without either.
+    """
+
+    def __init__(self, inner: httpx2.SyncByteStream, lease: Lease) -> None:
+        self._inner = inner
+        self._hold = Hold(lease, self)
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._inner
+        finally:
+            self._hold.release()
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            # After the inner close, so the connection is back in the pool
+            # before the next request of the slot may go.
+            self._hold.release()
+
+
+class ThrottledTransport(httpx2.BaseTransport):
+    """An httpx2 transport that paces the requests of ``inner`` with ``throttle``.
+
+    Args:
+        inner: The transport that does the sending; default a new
+            ``httpx2.HTTPTransport()``. Closing this transport closes it.
+        throttle: The engine that decides when each request may go. One
+            throttle may serve many transports and clients; they share slots.
+
+    Raises:
+        TypeError: ``inner`` is not a ``httpx2.BaseTransport`` or
+            ``throttle`` is not a :class:`~autothrottle.Throttle`.
+
+    Example::
+
+        throttle = Throttle(start_delay=1.0, max_delay=30.0)
+        transport = ThrottledTransport(httpx2.HTTPTransport(retries=2), throttle=throttle)
+        with httpx2.Client(transport=transport) as client:
+            client.get("https://example.com/a")
+            client.get("https://example.com/b")  # ~1 s later
+            client.get(
+                "https://example.com/health",
+                extensions={"autothrottle": {"bypass": True}},  # not paced
+            )
+
+    Note that ``httpx2.Client(transport=...)`` ignores environment proxies
+    and that ``mounts=`` bypass ``transport=``; use :class:`ThrottledClient`
+    to keep both throttled.
+    """
+
+    def __init__(self, inner: httpx2.BaseTransport | None = None, *, throttle: Throttle) -> None:
+        self._throttle = check_throttle(throttle)
+        if inner is None:
+            inner = httpx2.HTTPTransport()
+        elif not isinstance(inner, httpx2.BaseTransport):
+            raise TypeError(f"inner must be a httpx2.BaseTransport, got {inner!r}")
+        self._inner = inner
+
+    @property
+    def inner(self) -> httpx2.BaseTransport:
+        """The wrapped transport."""
+        return self._inner
+
+    @property
+    def throttle(self) -> Throttle:
+        """The throttle that paces this transport's requests."""
+        return self._throttle
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._inner!r}, throttle={self._throttle!r})"
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Block for the slot's turn, send through ``inner``, and track the response."""
+        send, key, options = prepare(self._throttle, request)
+        if key is None:
+            return self._inner.handle_request(send)
+        asked, (bound, pool) = perf_counter(), wait_bound(send, options)
+        try:
+            lease = self._throttle.acquire_blocking(key, adjust=options.adjust, max_wait=bound)
+        except ThrottleTimeout as error:
+            raise timed_out(error, request, pool) from error
+        exchange = Exchange(lease, asked)
+        tracer = _Tracer(exchange, send.extensions.get("trace"))
+        extensions = traced(send, tracer)
+        try:
+            response = self._inner.handle_request(send)
+        except BaseException as error:
+            exchange.failed(error, host_failure)
+            raise
+        finally:
+            send.extensions = extensions
+        try:
+            responded(exchange, response, tracer.end)
+        except BaseException:
+            response.close()
+            raise
+        return tracked(response, exchange, _LeaseStream)
+
+    def close(self) -> None:
+        """Close the inner transport."""
+        self._inner.close()
+
+    def __enter__(self) -> Self:
+        self._inner.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None = None,
+        exc_value: BaseException | None = None,
+        traceback: TracebackType | None = None,
+    ) -> None:
+        self._inner.__exit__(exc_type, exc_value, traceback)
+
+
+class _PoolPerOrigin(httpx2.BaseTransport):
+    """One of httpx2's own transports per origin, each closed once idle past ``pools.expiry``.
+
+    httpcore2's single pool walks every connection on every request and asks
+    each idle one whether its socket was closed (a system call): a throttled
+    crawl of many hosts keeps hundreds idle between sends and spends its CPU
+    there (``docs/adapters.md``, "Many hosts"). A pool per origin stays small.
+    """
+
+    def __init__(self, pools: Pools) -> None:
+        self.pools = pools
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        now = monotonic()
+        entry = self.pools.take(request.url, now)
+        try:
+            response: httpx2.Response = entry.pool.handle_request(request)
+        finally:
+            self.pools.done(entry)
+        for pool in self.pools.expired(now):
+            try:
+                pool.close()
+            except Exception:  # an idle pool of another origin: not this request's error
+                logger.debug("closing an idle connection pool failed", exc_info=True)
+        return response
+
+    def close(self) -> None:
+        for pool in self.pools.clear():
+            pool.close()
+
+
+class ThrottledClient(httpx2.Client):
+    """An ``httpx2.Client`` whose every route is throttled.
+
+    It takes the same arguments as ``httpx2.Client`` plus ``throttle``, and
+    wraps in a :class:`ThrottledTransport` every transport the client uses:
+
+    * the default transport, or the one given as ``transport=``;
+    * proxy transports, from ``proxy=`` or from the environment
+      (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY`` keep working
+      as in httpx2 when ``trust_env`` is true and no ``transport=`` is given);
+    * every transport given in ``mounts=``.
+
+    A transport that already is a :class:`ThrottledTransport` is used as is.
+    Requests through a proxy are keyed by their target host, not the proxy's.
+
+    Its default transport keeps one connection pool per origin, made with the
+    client's own settings (one SSL context for all) on the origin's first
+    request and closed once idle for ``limits.keepalive_expiry`` (when httpx2
+    would no longer reuse its connections anyway): httpcore2's single pool
+    costs CPU that grows with the square of its idle connections, and a
+    throttled crawl of many hosts keeps many idle (``docs/adapters.md``).
+    ``limits`` then apply per origin. ``pool_per_host=False`` keeps httpx2's
+    single pool.
+
+    Args:
+        throttle: The engine that paces the requests.
+        pool_per_host: One connection pool per origin (the default, unless
+            you give a ``transport=``) or one for all (False).
+        **kwargs: Passed to ``httpx2.Client``.
+
+    Raises:
+        TypeError: ``throttle`` is not a :class:`~autothrottle.Throttle`.
+        ValueError: ``pool_per_host=True`` with a ``transport=`` of your own
+            (the pools are httpx2's own transport, made per origin).
+
+    Example::
+
+        throttle = Throttle(start_delay=0.5)
+        with ThrottledClient(
+            throttle=throttle,
+            follow_redirects=True,
+            mounts={"https://api.example.com": httpx2.HTTPTransport(retries=3)},
+        ) as client:
+            client.get("https://api.example.com/items")  # throttled too
+    """
+
+    def __init__(
+        self,
+        *,
+        throttle: Throttle,
+        pool_per_host: bool | None = None,
+        **kwargs: Unpack[_SyncClientOptions],
+    ) -> None:
+        # Set before httpx2 builds its transports, which goes through _wrap.
+        self._throttle = check_throttle(throttle)
+        self._pool_per_host = check_pool_per_host(pool_per_host, kwargs.get("transport"))
+        self._timeout_set = "timeout" in kwargs
+        super().__init__(**kwargs)
+        # httpx2 adds user mounts as given, without a hook: wrap them here.
+        self._mounts = {
+            pattern: None if transport is None else self._wrap(transport)
+            for pattern, transport in self._mounts.items()
+        }
+
+    @property
+    def throttle(self) -> Throttle:
+        """The throttle that paces this client's requests."""
+        return self._throttle
+
+    @property
+    def timeout(self) -> httpx2.Timeout:
+        """The client's default timeout; setting it makes its pool timeout a
+        bound on the wait for the turn (httpx2's own default is not one)."""
+        return self._timeout
+
+    @timeout.setter
+    def timeout(self, timeout: TimeoutTypes) -> None:
+        self._timeout = httpx2.Timeout(timeout)
+        self._timeout_set = True
+
+    def build_request(self, *args: Any, **kwargs: Any) -> httpx2.Request:
+        request = super().build_request(*args, **kwargs)
+        request.extensions[POOL_TIMEOUT_SET] = timeout_is_set(kwargs, self._timeout_set)
+        return request
+
+    def _wrap(self, transport: httpx2.BaseTransport) -> httpx2.BaseTransport:
+        if isinstance(transport, ThrottledTransport):
+            return transport
+        cache = cache_outside(transport, self._wrap)
+        if cache is not None:
+            return cast(httpx2.BaseTransport, cache)
+        return ThrottledTransport(transport, throttle=self._throttle)
+
+    def _init_transport(self, *args: Any, **kwargs: Any) -> httpx2.BaseTransport:
+        make = super()._init_transport
+        pools = None if args else pools_for(self._throttle, make, self._pool_per_host, kwargs)
+        return self._wrap(make(*args, **kwargs) if pools is None else _PoolPerOrigin(pools))
+
+    def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx2.BaseTransport:
+        return self._wrap(super()._init_proxy_transport(*args, **kwargs))
+
+    def _transport_for_url(self, url: httpx2.URL) -> httpx2.BaseTransport:
+        # Every route is wrapped already; this catches a transport swapped in
+        # per request by a patch of httpx2.Client (respx's "httpx2" mocker).
+        return self._wrap(super()._transport_for_url(url))
