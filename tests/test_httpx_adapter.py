@@ -21,8 +21,9 @@ import httpx
 import pytest
 from aiohttp import web
 
-from autothrottle import AutoThrottlePolicy, MemoryStore, Throttle
+from autothrottle import AutoThrottlePolicy, Throttle
 from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport
+from autothrottle.store import MemoryStore
 from helpers import wait_until
 from httpx_packages import PACKAGES, bind
 from loopback import LoopbackHost, loopback_hosts

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -182,10 +183,11 @@ class Hold:
     response closed. If the response (``owner``: the object whose life is
     the response's) is garbage-collected first, the lease is released too.
     The collector may run in the middle of any code, the slot's own
-    bookkeeping included, so a release caused by it is deferred to the event
-    loop the hold was made on (in a thread with no loop, the gate's lock
-    makes an in-place release safe). ``hold_timeout`` bounds anything else.
-    ``owner`` must not refer to the hold's lease through anything but the hold.
+    bookkeeping included (on this very thread, inside the gate's lock), so a
+    release caused by it is deferred: to the event loop the hold was made on,
+    or, made in a thread with no loop, to a short-lived thread that waits its
+    turn for the lock. ``hold_timeout`` bounds anything else. ``owner`` must
+    not refer to the hold's lease through anything but the hold.
     """
 
     __slots__ = ("_collected", "_finalizer", "_lease", "_schedule")
@@ -221,13 +223,13 @@ class Hold:
         lease = self._lease
         if lease.released:
             return
-        if self._schedule is not None:
-            try:
+        try:
+            if self._schedule is not None:
                 self._schedule(lease.release)
-                return
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
-        lease.release()
+            else:
+                threading.Thread(target=lease.release, name="autothrottle-release").start()
+        except RuntimeError:  # the loop is closed, or the interpreter is shutting down
+            lease.release()
 
 
 def _note_on_span(exchange: Exchange) -> None:
