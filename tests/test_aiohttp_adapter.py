@@ -356,6 +356,11 @@ async def test_an_unread_response_is_released_once_its_body_has_arrived() -> Non
         assert response.status == 200  # never read, never closed
 
 
+@pytest.mark.skipif(
+    not hasattr(aiohttp.client_proto.ResponseHandler, "closed"),
+    reason="this aiohttp (3.12.0) has no ResponseHandler.closed: a lost connection "
+    "releases when the response is read, closed or collected",
+)
 async def test_an_unread_response_is_released_when_its_connection_is_lost() -> None:
     throttle = Throttle(start_delay=0.0)
     async with loopback_hosts(1) as (host,):

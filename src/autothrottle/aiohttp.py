@@ -292,10 +292,11 @@ class _Hold:
 
     __slots__ = ("_closed", "_hold")
 
-    def __init__(self, hold: Hold, closed: asyncio.Future[None]) -> None:
+    def __init__(self, hold: Hold, closed: asyncio.Future[None] | None) -> None:
         self._hold = hold
-        self._closed: asyncio.Future[None] | None = closed
-        closed.add_done_callback(self._on_lost)
+        self._closed = closed
+        if closed is not None:
+            closed.add_done_callback(self._on_lost)
 
     def finished(self) -> None:
         if self._closed is not None:
@@ -350,8 +351,12 @@ def _hold_until_finished(response: ClientResponse, lease: Lease) -> None:
         lease.release()
         return
     protocol = connection.protocol
-    closed = protocol.closed if protocol is not None else None
-    if closed is None or closed.done():
+    # ResponseHandler.closed came after aiohttp 3.12.0: without it, a
+    # connection lost mid-body releases when the response is read or closed.
+    closed: asyncio.Future[None] | None = getattr(protocol, "closed", None)
+    if protocol is None or getattr(protocol, "transport", True) is None or (
+        closed is not None and closed.done()
+    ):
         # The connection is already gone: the body can never finish.
         lease.release()
         return
@@ -460,7 +465,10 @@ def throttle_middleware(throttle: Throttle) -> ClientMiddlewareType:
 
 class _SessionOptions(TypedDict, total=False):
     """``aiohttp.ClientSession`` keyword arguments, so that type checkers and
-    IDEs see them through :func:`ThrottledSession`."""
+    IDEs see them through :func:`ThrottledSession`: those of aiohttp 3.12.0,
+    the oldest release allowed. Keywords added since (``max_headers``,
+    ``json_serialize_bytes``, ``ssl_shutdown_timeout``) still pass through at
+    run time on an aiohttp that has them, but a type checker flags them."""
 
     connector: BaseConnector | None
     loop: asyncio.AbstractEventLoop | None
@@ -471,7 +479,6 @@ class _SessionOptions(TypedDict, total=False):
     skip_auto_headers: Iterable[str] | None
     auth: aiohttp.BasicAuth | None
     json_serialize: Callable[[Any], str]
-    json_serialize_bytes: Callable[[Any], bytes] | None
     request_class: type[ClientRequest]
     response_class: type[ClientResponse]
     ws_response_class: type[aiohttp.ClientWebSocketResponse]
@@ -489,10 +496,8 @@ class _SessionOptions(TypedDict, total=False):
     read_bufsize: int
     max_line_size: int
     max_field_size: int
-    max_headers: int
     fallback_charset_resolver: Callable[[ClientResponse, bytes], str]
     middlewares: Sequence[ClientMiddlewareType]
-    ssl_shutdown_timeout: float | None
 
 
 if TYPE_CHECKING:
