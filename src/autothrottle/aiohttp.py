@@ -354,8 +354,10 @@ def _hold_until_finished(response: ClientResponse, lease: Lease) -> None:
     # ResponseHandler.closed came after aiohttp 3.12.0: without it, a
     # connection lost mid-body releases when the response is read or closed.
     closed: asyncio.Future[None] | None = getattr(protocol, "closed", None)
-    if protocol is None or getattr(protocol, "transport", True) is None or (
-        closed is not None and closed.done()
+    if (
+        protocol is None
+        or getattr(protocol, "transport", True) is None
+        or (closed is not None and closed.done())
     ):
         # The connection is already gone: the body can never finish.
         lease.release()
