@@ -30,7 +30,7 @@ nox.options.error_on_missing_interpreters = True
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The test suite: real loopback servers, injected clocks, property tests."""
-    session.install("-e", ".[dev,sim,cli]")
+    session.install("-e", ".[dev,sim,cli,plot]")
     session.run("pytest", *session.posargs)
 
 
@@ -47,7 +47,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def types(session: nox.Session) -> None:
     """mypy --strict over the package."""
-    session.install("-e", ".[dev,sim,cli]")
+    session.install("-e", ".[dev,sim,cli,plot]")
     session.run("mypy")
 
 
@@ -55,28 +55,28 @@ def types(session: nox.Session) -> None:
 def readme(session: nox.Session) -> None:
     """Run the demo and check the README's sample still gives the same verdicts
     (``nox -s readme -- --write`` pastes a new run's)."""
-    session.install("-e", ".[sim,cli]")
+    session.install("-e", ".[sim,cli,plot]")
     session.run("python", "scripts/readme.py", *session.posargs)
 
 
 @nox.session
 def screenshots(session: nox.Session) -> None:
     """Redraw docs/img/demo-*.png: the demo's final screen at 80 and 120 columns, and its chart."""
-    session.install("-e", ".[sim,cli]")
+    session.install("-e", ".[sim,cli,plot]")
     session.run("python", "scripts/screenshots.py")
 
 
 @nox.session
 def docs(session: nox.Session) -> None:
     """The docs site with the API reference from the docstrings; fails on any warning."""
-    session.install("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "-e", ".[dev,sim,cli]")
+    session.install("mkdocs>=1.6", "mkdocstrings[python]>=0.26", "-e", ".[dev,sim,cli,plot]")
     session.run("mkdocs", "build", "--strict")
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """The benchmarks (never part of the test run); each prints a table and writes JSON."""
-    session.install("-e", ".[dev,sim,cli,bench]")
+    session.install("-e", ".[dev,sim,cli,plot,bench]")
     # redis_store needs Redis on 127.0.0.1:6379 (as the tests do).
     names = session.posargs or [
         "overhead",

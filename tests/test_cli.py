@@ -105,27 +105,60 @@ def test_sim_runs_the_simulator(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("command", "module", "extra"),
+    ("argv", "module", "extra"),
     [
-        ("demo", "rich", "cli"),
-        ("demo", "matplotlib", "cli"),
-        ("demo", "httpx", "cli"),
-        ("demo", "aiohttp", "cli"),
-        ("sim", "aiohttp", "sim"),
+        (["demo"], "rich", "cli,plot"),
+        (["demo"], "matplotlib", "cli,plot"),
+        (["demo"], "httpx", "cli,plot"),
+        (["fetch", "u.txt"], "protego", "cli"),
+        (["fetch", "u.txt", "--chart", "c.png"], "matplotlib", "cli,plot"),
+        (["plot", "t.jsonl", "-o", "c.png"], "matplotlib", "plot"),
+        (["sim"], "aiohttp", "sim"),
     ],
 )
-def test_missing_extra_is_named(
-    command: str,
+def test_a_missing_extra_names_the_pip_command_of_this_checkout(
+    argv: list[str],
     module: str,
     extra: str,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
-    assert main([command]) == 1
+    assert main(argv) == 1
     err = capsys.readouterr().err
-    assert module in err
-    assert f"pip install 'autothrottle[{extra}]'" in err
+    assert module in err and "Traceback" not in err
+    root = Path(autothrottle.__file__).resolve().parent.parent.parent
+    assert f'cd {root} && pip install -e ".[{extra}]"' in err
+
+
+def test_fetch_needs_no_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The cli extra has no matplotlib: only a chart asks for the plot extra."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    urls = tmp_path / "urls.txt"
+    urls.write_text("ftp://not-http/\n")
+    assert main(["fetch", str(urls), "-o", str(tmp_path / "o.jsonl"), "-q"]) == 1  # ran
+    assert "matplotlib" not in (tmp_path / "o.jsonl").read_text()
+
+
+def test_outside_a_checkout_the_command_names_the_published_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autothrottle import _extras
+
+    monkeypatch.setattr(_extras, "_checkout", lambda: None)
+    assert _extras.install_command("cli") == 'pip install "autothrottle[cli]"'
+
+
+def test_plotting_without_matplotlib_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clock, fake = FakeClock(), FakeThrottle()
+    timeline = Timeline(fake, clock=clock)
+    fake.set("a", responses=1)
+    timeline.sample()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ImportError, match=r"pip install .*\[plot\]"):
+        timeline.plot(tmp_path / "c.png")
 
 
 def test_python_dash_m_autothrottle() -> None:

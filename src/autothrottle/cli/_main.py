@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from autothrottle import __version__
+from autothrottle._extras import missing_extra
 
 from ._fetch_options import add_fetch_arguments, seconds_arg
 from ._paths import folder_problem, input_problem, output_problem
@@ -28,11 +29,13 @@ DEFAULT_OUT = "autothrottle-demo.png"
 
 #: What each subcommand imports, and the extra that installs it.
 _NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
-    "demo": (("rich", "matplotlib", "httpx", "aiohttp"), "cli"),
-    "fetch": (("rich", "httpx", "aiohttp"), "cli"),
-    "plot": (("matplotlib",), "cli"),
+    "demo": (("rich", "httpx", "aiohttp", "matplotlib"), "cli,plot"),
+    "fetch": (("rich", "httpx", "aiohttp", "protego"), "cli"),
+    "plot": (("matplotlib",), "plot"),
     "sim": (("aiohttp",), "sim"),
 }
+#: A fetch that draws a chart needs the plot extra too.
+_CHART = (("matplotlib",), "cli,plot")
 
 
 def _duration(text: str) -> float:
@@ -155,17 +158,13 @@ def _missing(modules: Sequence[str]) -> list[str]:
     return missing
 
 
-def _check_extra(command: str) -> str | None:
+def _check_extra(command: str, needs: tuple[tuple[str, ...], str] | None = None) -> str | None:
     """An error message if ``command`` cannot run for lack of its extra, else None."""
-    modules, extra = _NEEDS[command]
+    modules, extra = needs or _NEEDS[command]
     missing = _missing(modules)
     if not missing:
         return None
-    return (
-        f"{PROG} {command} needs {', '.join(missing)}, which "
-        f"{'is' if len(missing) == 1 else 'are'} not installed.\n"
-        f"Install the '{extra}' extra:  pip install 'autothrottle[{extra}]'"
-    )
+    return missing_extra(f"{PROG} {command}", missing, extra)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -190,6 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     problem = _check_extra(ns.command)
+    if problem is None and ns.command == "fetch" and ns.chart is not None:
+        problem = _check_extra("fetch --chart", _CHART)
     if problem:
         print(problem, file=sys.stderr)
         return 1

@@ -41,7 +41,11 @@ From the shell: ``python -m autothrottle.sim --host
 try:
     import aiohttp as _aiohttp  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError("autothrottle.sim needs aiohttp: pip install 'autothrottle[sim]'") from exc
+    from .._extras import missing_extra
+
+    raise ImportError(
+        missing_extra("autothrottle.sim", ["aiohttp"], "sim"), name="aiohttp"
+    ) from exc
 
 from ._behaviours import (
     CDN,

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from autothrottle._extras import missing_extra
+
 from ._samples import Mark, SlotSample
 
 if TYPE_CHECKING:
@@ -125,7 +127,11 @@ def draw(
         ImportError: matplotlib is not installed.
         ValueError: no slot has a sample.
     """
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as exc:
+        message = missing_extra("Timeline.plot", ["matplotlib"], "plot")
+        raise ImportError(message, name="matplotlib") from exc
 
     matplotlib.use("Agg")  # no display needed, and never steal focus
     import matplotlib.pyplot as plt

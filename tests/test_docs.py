@@ -1,0 +1,92 @@
+"""The docs against the code: every flag ``--help`` shows is documented (and every flag the
+docs name exists), every install command works from a checkout, every page is in the site."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from autothrottle.cli._main import build_parser
+from autothrottle.sim._cli import build_parser as build_sim_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    """The long flags a parser shows in ``--help`` (``--no-X`` twins left out)."""
+    flags = set()
+    for action in parser._actions:
+        if action.help == argparse.SUPPRESS:
+            continue
+        flags |= {o for o in action.option_strings if o.startswith("--") and o != "--help"}
+    return {f for f in flags if not (f.startswith("--no-") and "--" + f[5:] in flags)}
+
+
+def _mentions(text: str, flag: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text) is not None
+
+
+COMMANDS = {name: p for name, p in _subparsers(build_parser()).items() if name != "sim"}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_flag_help_shows_is_in_docs_cli(command: str) -> None:
+    text = (DOCS / "cli.md").read_text()
+    missing = sorted(f for f in _flags(COMMANDS[command]) if not _mentions(text, f))
+    assert not missing, f"autothrottle {command}: document {missing} in docs/cli.md"
+
+
+def test_every_flag_of_the_simulator_is_in_docs_sim() -> None:
+    text = (DOCS / "sim.md").read_text()
+    missing = sorted(f for f in _flags(build_sim_parser()) if not _mentions(text, f))
+    assert not missing, f"autothrottle sim: document {missing} in docs/sim.md"
+
+
+def test_every_flag_docs_cli_names_exists() -> None:
+    known = set().union(*(_flags(p) for p in COMMANDS.values()), _flags(build_sim_parser()))
+    known |= {"--version", "--help", "--no"}  # "`--no-...`": the booleans' twins
+    named = set(re.findall(r"`(--[a-z][a-z-]*[a-z])", (DOCS / "cli.md").read_text()))
+    named = {f for f in named if not (f.startswith("--no-") and "--" + f[5:] in known)}
+    assert not named - known, f"docs/cli.md names flags no command has: {sorted(named - known)}"
+
+
+def _install_lines() -> list[tuple[str, str]]:
+    pages = [*DOCS.glob("*.md"), ROOT / "README.md"]
+    return [
+        (page.name, line)
+        for page in pages
+        for line in page.read_text().splitlines()
+        if ("pip install" in line and "autothrottle" in line) or 'pip install -e "' in line
+    ]
+
+
+def test_every_install_command_in_the_docs_works_from_a_checkout() -> None:
+    extras = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    lines = _install_lines()
+    assert len(lines) >= 8
+    for page, line in lines:
+        assert 'pip install -e ".[' in line or "published" in line, (page, line)
+        for group in re.findall(r"\[([a-z,]+)\]", line):
+            assert set(group.split(",")) <= extras, (page, line)
+
+
+def test_every_page_is_in_the_site() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = {p.name for p in DOCS.glob("*.md")}
+    assert "index.md" in pages
+    missing = sorted(p for p in pages if f": {p}" not in nav)
+    assert not missing, f"add to mkdocs.yml's nav: {missing}"
