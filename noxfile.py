@@ -46,9 +46,12 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def types(session: nox.Session) -> None:
-    """mypy --strict over the package."""
-    session.install("-e", ".[dev,sim,cli,plot]")
+    """mypy --strict over the package; mypy --strict and pyright strict (basedpyright,
+    which bundles its node) over a user's script of the public API (tests/typing)."""
+    session.install("-e", ".[dev,sim,cli,plot,redis]", "basedpyright>=1.20")
     session.run("mypy")
+    session.run("mypy", "--strict", "tests/typing")
+    session.run("basedpyright", "--pythonpath", f"{session.bin}/python")
 
 
 @nox.session

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import shutil
@@ -15,16 +16,21 @@ import socket
 import subprocess
 import sys
 import time
+import tracemalloc
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from aiohttp import web
 
-from autothrottle import FixedRatePolicy, Throttle
+from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
+from autothrottle._fleet import TurnAsk
 from autothrottle.aiohttp import ThrottledSession
+from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
+from helpers import FakeClock
 
 REDIS = "redis://127.0.0.1:6379/0"
 HERE = Path(__file__).resolve().parent
@@ -47,6 +53,11 @@ def _needs_redis() -> None:
 
 def prefix() -> str:
     return f"test-{uuid.uuid4().hex}"
+
+
+def ask(gap: float, cap: int = 8, hold: float = 300.0, max_pause: float = 300.0) -> TurnAsk:
+    """A turn's question as a throttle with these settings asks it."""
+    return TurnAsk(gap, 0.0, 60.0, cap, hold, max_pause)
 
 
 class Site:
@@ -153,12 +164,12 @@ async def test_throttles_with_different_prefixes_share_nothing() -> None:
 async def test_a_crashed_workers_lease_comes_back_after_it_expires() -> None:
     name = prefix()
     crashed, alive = RedisStore(REDIS, prefix=name), RedisStore(REDIS, prefix=name)
-    turn = await crashed.take_turn("host", gap=0.0, cap=1, hold=1.0)
+    turn = await crashed.take_turn("host", ask(0.0, 1, 1.0), time.monotonic())
     assert turn.lease is not None  # and never released: the worker died
-    blocked = await alive.take_turn("host", gap=0.0, cap=1, hold=1.0)
+    blocked = await alive.take_turn("host", ask(0.0, 1, 1.0), time.monotonic())
     assert blocked.lease is None and blocked.wait > 0  # the fleet is at its cap
     await asyncio.sleep(1.1)
-    later = await alive.take_turn("host", gap=0.0, cap=1, hold=1.0)
+    later = await alive.take_turn("host", ask(0.0, 1, 1.0), time.monotonic())
     assert later.lease is not None
     await crashed.aclose()
     await alive.aclose()
@@ -262,7 +273,7 @@ async def test_redis_stopped_and_restarted_mid_run_fails_no_request(
             await asyncio.sleep(0.6)
             with own_redis(port):
                 await asyncio.wait_for(crawler, 30)  # every request succeeded
-                await store.take_turn("after", gap=0.0, cap=8, hold=1.0)
+                await store.take_turn("after", ask(0.0, 8, 1.0), time.monotonic())
                 await store.aclose()
     assert len(target.arrivals) == 30
     assert target.most_in_a_second() <= 20 + 1  # paced alone meanwhile, not unthrottled
@@ -299,12 +310,182 @@ async def test_alone_each_process_keeps_its_share_of_the_fleets_pace() -> None:
         stores = [RedisStore(url, prefix=name, timeout=0.2, retry_after=30) for _ in "ab"]
         for _ in range(2):
             for store in stores:
-                turn = await store.take_turn("host", gap=0.1, cap=8, hold=5.0)
+                turn = await store.take_turn("host", ask(0.1, 8, 5.0), time.monotonic())
                 assert turn.lease is not None
         server.kill()
         server.wait()
-        first = await stores[0].take_turn("host", gap=0.1, cap=8, hold=5.0)
+        first = await stores[0].take_turn("host", ask(0.1, 8, 5.0), time.monotonic())
         assert (first.lease, first.wait) == (None, 0.0)  # down: go, alone
-        second = await stores[0].take_turn("host", gap=0.1, cap=8, hold=5.0)
+        second = await stores[0].take_turn("host", ask(0.1, 8, 5.0), time.monotonic())
         assert second.lease is None
         assert second.wait == pytest.approx(0.2, abs=0.05)  # 0.1 s times 2 processes
+
+
+# -- faults: each wait obeys the local bounds, each fault touches only what it must ---------
+
+
+async def test_a_lease_handed_back_while_redis_is_slow_is_sent_again() -> None:
+    # A fleet cap of 1: a hand-back lost in a slow moment would block the host for
+    # every process until the lease's hold_timeout (300 s).
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    with own_redis(port):
+        admin = redis.Redis(port=port)
+        name = prefix()
+        one = RedisStore(url, prefix=name, timeout=0.2, retry_after=0.5)
+        first = Throttle(start_delay=0.0, max_concurrency=1, store=one)
+        lease = await first.acquire("host")
+        admin.client_pause(700)  # Redis is slow for 0.7 s
+        await first.acquire("elsewhere")  # its turn times out: this process goes alone
+        lease.release()  # ... and its hand-back cannot get through now
+        await asyncio.sleep(1.5)
+        other = RedisStore(url, prefix=name, timeout=0.2, retry_after=0.5)
+        second = Throttle(start_delay=0.0, max_concurrency=1, store=other)
+        (await asyncio.wait_for(second.acquire("host"), 5.0)).release()
+        await one.aclose()
+        await other.aclose()
+
+
+async def test_fail_closed_raises_throttle_timeout_at_max_wait_while_redis_is_down() -> None:
+    port = _free_port()
+    with own_redis(port) as server:
+        store = RedisStore(
+            f"redis://127.0.0.1:{port}/0",
+            prefix=prefix(),
+            fail_closed=True,
+            timeout=0.2,
+            retry_after=5.0,
+        )
+        throttle = Throttle(start_delay=0.0, store=store, max_wait=0.5)
+        (await throttle.acquire("host")).release()
+        server.kill()
+        server.wait()
+        started = time.monotonic()
+        with pytest.raises(ThrottleTimeout):
+            await asyncio.wait_for(throttle.acquire("host"), 5.0)
+        assert time.monotonic() - started < 2.0
+
+
+async def test_a_pause_from_the_fleet_lasts_at_most_the_local_max_pause() -> None:
+    name = prefix()
+    patient = Throttle(start_delay=0.0, max_pause=7200, store=RedisStore(REDIS, prefix=name))
+    lease = await patient.acquire("host")
+    lease.observe(latency=0.01, status=429, headers={"Retry-After": "3600"})
+    lease.release()
+    await patient.store.flush()  # type: ignore[attr-defined]
+    hasty = Throttle(start_delay=0.0, max_pause=1.0, store=RedisStore(REDIS, prefix=name))
+    started = time.monotonic()
+    (await asyncio.wait_for(hasty.acquire("host"), 10.0)).release()
+    assert 0.8 <= time.monotonic() - started <= 3.0  # the pause, as long as max_pause allows
+    (await asyncio.wait_for(hasty.acquire("host"), 10.0)).release()  # waited out: no more
+
+
+async def test_a_fleet_delay_above_the_local_max_delay_spaces_sends_by_max_delay() -> None:
+    name = prefix()
+    slow = Throttle(start_delay=3600, max_delay=7200, store=RedisStore(REDIS, prefix=name))
+    lease = await slow.acquire("host")
+    lease.observe(latency=0.01, status=200)
+    lease.release()
+    await slow.store.flush()  # type: ignore[attr-defined]
+    quick = Throttle(start_delay=0.0, max_delay=0.5, store=RedisStore(REDIS, prefix=name))
+    started = time.monotonic()
+    for _ in range(3):
+        (await asyncio.wait_for(quick.acquire("host"), 10.0)).release()
+    assert time.monotonic() - started <= 3.0  # the second and third within max_delay each
+    assert quick.slot("host").delay <= 0.5
+
+
+async def test_a_reserved_turn_further_than_max_wait_fails_at_once_and_is_handed_back() -> None:
+    name = prefix()
+    store = RedisStore(REDIS, prefix=name)
+    for _ in range(4):  # another process reserved the next four sends, a second apart
+        assert (await store.take_turn("host", ask(1.0), time.monotonic())).lease is not None
+    throttle = Throttle(
+        policy=FixedRatePolicy(1), max_wait=1.0, store=RedisStore(REDIS, prefix=name)
+    )
+    started = time.monotonic()
+    with pytest.raises(ThrottleTimeout):
+        await asyncio.wait_for(throttle.acquire("host"), 3.0)
+    assert time.monotonic() - started < 0.8  # known at once: no waiting for the bound
+    await throttle.store.flush()  # type: ignore[attr-defined]
+    admin = redis.Redis.from_url(REDIS)
+    assert admin.zcard(f"{{{name}:host}}:l") == 4  # its lease went back
+    await store.aclose()
+
+
+async def test_a_key_of_the_wrong_type_sends_only_its_slot_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="autothrottle")
+    name = prefix()
+    admin = redis.Redis.from_url(REDIS)
+    admin.set(f"{{{name}:bad}}:s", "not a hash")
+    store = RedisStore(REDIS, prefix=name)
+    throttle = Throttle(start_delay=0.0, store=store)
+    for _ in range(2):
+        for host in ("bad", "good"):
+            lease = await asyncio.wait_for(throttle.acquire(host), 5.0)
+            lease.observe(latency=0.01, status=200)
+            lease.release()
+    await store.flush()
+    assert admin.exists(f"{{{name}:good}}:s")  # the good slot is shared
+    assert admin.hget(f"{{{name}:good}}:s", "record") is not None
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("data error" in m and "'bad'" in m for m in messages), messages
+    assert not any("unreachable" in m or "reachable again" in m for m in messages), messages
+    await store.aclose()
+
+
+async def test_forgotten_slots_leave_nothing_behind_in_the_store() -> None:
+    clock = FakeClock()
+    store = RedisStore(REDIS, prefix=prefix(), idle_timeout=10.0)
+    throttle = Throttle(start_delay=0.0, store=store, clock=clock)
+
+    async def crawl_and_forget(batch: int) -> None:
+        hosts = [f"h{batch}-{i}" for i in range(1000)]
+        leases = await asyncio.gather(*(throttle.acquire(host) for host in hosts))
+        for lease in leases:
+            lease.release()
+        await store.flush()
+        clock.advance(20.0)
+        assert throttle.evict_idle() == 1000
+
+    def held() -> int:
+        gc.collect()
+        snapshot = tracemalloc.take_snapshot().filter_traces(
+            [tracemalloc.Filter(True, "*autothrottle/redis.py")]
+        )
+        return sum(stat.size for stat in snapshot.statistics("filename"))
+
+    tracemalloc.start()
+    try:
+        for batch in range(2):  # past what the first batches leave (connections, scripts)
+            await crawl_and_forget(batch)
+        first = held()
+        for batch in range(2, 5):
+            await crawl_and_forget(batch)
+        grown = held() - first
+    finally:
+        tracemalloc.stop()
+    assert grown < 50_000, grown  # 3,000 more hosts seen and forgotten
+    await store.aclose()
+
+
+async def test_sync_clients_in_threads_keep_the_fleets_pace() -> None:
+    # Three throttles, each with its own store and sync client, as three processes
+    # would have: one shared pace of 10/s at the host.
+    name = prefix()
+    async with site() as target:
+
+        def worker() -> None:
+            store = RedisStore(REDIS, prefix=name)
+            throttle = Throttle(policy=FixedRatePolicy(10), store=store)
+            with ThrottledClient(throttle=throttle) as http:
+                for _ in range(10):
+                    http.get(target.url).raise_for_status()
+            store.close()
+
+        await asyncio.wait_for(asyncio.gather(*(asyncio.to_thread(worker) for _ in "abc")), 30)
+    assert len(target.arrivals) == 30
+    assert 9.0 <= target.rate() <= 10.6, target.rate()
+    assert target.most_in_a_second() <= 10 + 1

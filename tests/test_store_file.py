@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -64,3 +65,30 @@ async def test_a_second_run_from_the_saved_file_is_refused_less(tmp_path: Path) 
         second = await crawl(sim, MemoryStore.from_file(path, now=time.monotonic()))
     assert first >= 1  # the hosts had to teach the first run their limit
     assert second < first
+
+
+def test_saves_from_four_threads_to_one_path_all_succeed(tmp_path: Path) -> None:
+    store = MemoryStore()
+    throttle = Throttle(start_delay=0.0, store=store)
+    for host in ("a", "b", "c"):
+        lease = throttle.try_acquire(host)
+        assert lease is not None
+        lease.release()
+    path = tmp_path / "learned.json"
+    failures: list[BaseException] = []
+
+    def save_many() -> None:
+        for _ in range(20):
+            try:
+                store.save_file(path, now=time.monotonic())
+            except Exception as error:  # counted: every save must succeed
+                failures.append(error)
+
+    threads = [threading.Thread(target=save_many) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert sorted(MemoryStore.from_file(path, now=time.monotonic())) == ["a", "b", "c"]
+    assert [p.name for p in tmp_path.iterdir()] == ["learned.json"]  # no temporary left

@@ -91,6 +91,10 @@ class SlotStats:
         return data
 
 
+_NO_SLOTS = SlotStats("*", 0, 0, {}, 0, 0, 0, {}, 0, 0.0, 0, 0, None, None, None)
+"""The totals of a throttle with no slots."""
+
+
 @dataclass(frozen=True, slots=True)
 class ThrottleStats:
     """Every slot's figures and their totals, from :meth:`Throttle.stats`.
@@ -102,14 +106,14 @@ class ThrottleStats:
     """
 
     slots: list[SlotStats] = field(default_factory=list)
-    totals: SlotStats | None = None
+    totals: SlotStats = field(default_factory=lambda: _NO_SLOTS)
     slot_count: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready data."""
         return {
             "slots": [row.to_dict() for row in self.slots],
-            "totals": None if self.totals is None else self.totals.to_dict(),
+            "totals": self.totals.to_dict(),
             "slot_count": self.slot_count,
         }
 

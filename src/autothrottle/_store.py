@@ -19,14 +19,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ._state import SlotState
 from ._validate import check_number
 
-__all__ = ["MemoryStore", "SharedTurn", "SharedTurns", "SlotStore"]
+__all__ = ["MemoryStore", "SlotStore"]
 
 
 @runtime_checkable
@@ -34,10 +35,14 @@ class SlotStore(Protocol):
     """The interface a store of learned slot state implements.
 
     ``idle_timeout`` is how long an idle slot's record is worth keeping; the
-    throttle forgets its live slot after that long too.
+    throttle forgets its live slot after that long too (a read-only property
+    satisfies it, as a plain attribute does).
     """
 
-    idle_timeout: float
+    @property
+    def idle_timeout(self) -> float:
+        """Seconds an idle slot's record is worth keeping (``math.inf``: forever)."""
+        ...
 
     def load(self, key: str) -> SlotState | None:
         """The record for ``key``, or None if the store has none."""
@@ -45,10 +50,6 @@ class SlotStore(Protocol):
 
     def save(self, key: str, state: SlotState) -> None:
         """Keep ``state`` as the record for ``key``."""
-        ...
-
-    def update(self, key: str, change: Callable[[SlotState], None]) -> SlotState | None:
-        """Apply ``change`` to the record for ``key`` atomically; None if there is none."""
         ...
 
     def discard(self, key: str) -> None:
@@ -60,46 +61,6 @@ class SlotStore(Protocol):
         ...
 
     def __len__(self) -> int: ...
-
-
-class SharedTurn(NamedTuple):
-    """A shared store's answer to a request for a turn.
-
-    Attributes:
-        wait: Seconds to wait before sending (the turn is reserved), or, when
-            ``lease`` is None, before asking again (the fleet is at its cap).
-        lease: The shared lease to release when the request is finished.
-        delay: The fleet's delay for the slot, if one is shared.
-        pause: Seconds the fleet's pause of the slot still runs (0: none).
-    """
-
-    wait: float
-    lease: str | None
-    delay: float | None
-    pause: float
-
-
-@runtime_checkable
-class SharedTurns(Protocol):
-    """A store that several processes share, spacing their sends together.
-
-    The throttle asks it for a turn after its own gate granted one
-    (:meth:`take_turn`), tells it when a slot learned something
-    (:meth:`changed`), and hands back the shared lease (:meth:`released`).
-    Everything is plain values, so the engine needs nothing of the store.
-    """
-
-    async def take_turn(self, key: str, *, gap: float, cap: int, hold: float) -> SharedTurn:
-        """Reserve the slot's next send time across the fleet."""
-        ...
-
-    def changed(self, key: str, state: SlotState, *, backed_off: bool) -> None:
-        """The slot's record changed (a response, a backoff); share it soon."""
-        ...
-
-    def released(self, key: str, lease: str) -> None:
-        """A request holding shared ``lease`` is finished."""
-        ...
 
 
 class MemoryStore:
@@ -128,12 +89,6 @@ class MemoryStore:
     def save(self, key: str, state: SlotState) -> None:
         self._records[key] = state
 
-    def update(self, key: str, change: Callable[[SlotState], None]) -> SlotState | None:
-        state = self._records.get(key)
-        if state is not None:
-            change(state)
-        return state
-
     def discard(self, key: str) -> None:
         self._records.pop(key, None)
 
@@ -150,15 +105,27 @@ class MemoryStore:
         """Write every record to ``path`` as JSON, so a later run starts from them.
 
         ``now`` is the throttle's clock (``time.monotonic()`` by default): times
-        are written relative to it. The file is replaced atomically.
+        are written relative to it. The file is replaced atomically: the records
+        go to a temporary file of its own in the same folder, which then takes
+        the path's place, so a reader sees the old file or the new one, and
+        saves from several threads or processes at once each succeed (the
+        last one wins).
 
             store.save_file("learned.json", now=time.monotonic())
         """
-        data = {key: state.to_dict(now) for key, state in self._records.items()}
+        data = {key: state.to_dict(now) for key, state in list(self._records.items())}
+        text = json.dumps({"autothrottle_slots": 1, "slots": data})
         target = Path(path)
-        temporary = target.with_name(target.name + ".tmp")
-        temporary.write_text(json.dumps({"autothrottle_slots": 1, "slots": data}))
-        temporary.replace(target)
+        handle, temporary = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
+        )
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                file.write(text)
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
 
     @classmethod
     def from_file(

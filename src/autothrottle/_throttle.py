@@ -7,7 +7,6 @@ It holds no rule of its own; see ``docs/architecture.md`` for the layers.
 
 from __future__ import annotations
 
-import functools
 import math
 import random
 import time
@@ -19,8 +18,9 @@ import anyio.lowlevel
 
 from ._driver import wait_for_hold, wait_for_hold_blocking
 from ._errors import ThrottleTimeout
+from ._fleet import Fleet, SharedTurns
 from ._hosts import HostSettings, HostTable
-from ._lease import Lease
+from ._lease import Lease, Reporter
 from ._policies import AutoThrottlePolicy
 from ._policy import DelayPolicy, SlotConfig
 from ._recovery import Recovery
@@ -30,7 +30,7 @@ from ._settings import BlockClassifier, Signals
 from ._slot import Slot, SlotSnapshot
 from ._state import SlotState
 from ._stats import Collector, ThrottleStats, collect
-from ._store import MemoryStore, SharedTurns, SlotStore
+from ._store import MemoryStore, SlotStore
 from ._table import SlotTable
 from ._validate import check_bool, check_int, check_number
 
@@ -185,14 +185,8 @@ class Throttle:
             debug=check_bool("debug", debug),
         )
         self._table = SlotTable(store, self._new_slot, clock)
-        self._shared = self._share_with(store)
-
-    def _share_with(self, store: SlotStore) -> SharedTurns | None:
-        """A store shared by a fleet (``autothrottle.redis``) hears what slots learn."""
-        if not isinstance(store, SharedTurns):
-            return None
-        self._rules.listeners.append(self._share_change)
-        return store
+        # A fleet's store (autothrottle.redis): turns and reports go through _fleet.
+        self._fleet = Fleet(store, self._rules, clock) if isinstance(store, SharedTurns) else None
 
     @property
     def max_wait(self) -> float | None:
@@ -401,8 +395,10 @@ class Throttle:
         slot = self.slot(key)
         make = self._lease_factory(slot, adjust)
         lease = slot.gate.grant_now(make)
+        waited = 0.0
+        bound = self._wait_bound(slot, max_wait)
         if lease is None:
-            bound = self._wait_bound(slot, max_wait)
+            started = anyio.current_time()
             if bound is None:
                 lease = await wait_for_hold(slot.gate, make)
             else:
@@ -410,39 +406,11 @@ class Throttle:
                     lease = await wait_for_hold(slot.gate, make)
                 if lease is None:
                     raise ThrottleTimeout(key, bound)
-        if self._shared is not None:
-            await self._take_shared_turn(slot, lease)
+            waited = anyio.current_time() - started
+        if self._fleet is not None:
+            left = math.inf if bound is None else bound - waited
+            await self._fleet.take_turn(slot, lease, bound, left)
         return lease
-
-    async def _take_shared_turn(self, slot: Slot, lease: Lease) -> None:
-        """Wait for the fleet's turn too (a shared store); adopt what it learned."""
-        shared = self._shared
-        assert shared is not None
-        config = slot.config
-        try:
-            while True:
-                turn = await shared.take_turn(
-                    slot.key,
-                    gap=slot.state.delay,
-                    cap=config.max_concurrency,
-                    hold=self._rules.signals.hold_timeout,
-                )
-                self._rules.adopt(slot, turn.delay, turn.pause, self._clock())
-                if turn.lease is not None:
-                    lease.on_release = functools.partial(shared.released, slot.key, turn.lease)
-                if turn.wait > 0.0:
-                    await anyio.sleep(turn.wait)
-                if turn.lease is not None or turn.wait <= 0.0:
-                    return  # a reserved turn, or Redis down: this process paces alone
-        except BaseException:
-            lease.release()
-            raise
-
-    def _share_change(self, event: ThrottleEvent) -> None:
-        shared = self._shared
-        slot = self._table.get(event.slot)
-        if shared is not None and slot is not None:
-            shared.changed(slot.key, slot.state, backed_off=event.kind == "backoff")
 
     def acquire_blocking(
         self, key: str, *, adjust: bool = True, max_wait: float | None = None
@@ -456,13 +424,19 @@ class Throttle:
         slot = self.slot(key)
         make = self._lease_factory(slot, adjust)
         lease = slot.gate.grant_now(make)
-        if lease is not None:
-            return lease
+        waited = 0.0
         bound = self._wait_bound(slot, max_wait)
-        try:
-            return wait_for_hold_blocking(slot.gate, make, bound)
-        except TimeoutError:
-            raise ThrottleTimeout(key, bound or 0.0) from None
+        if lease is None:
+            started = time.monotonic()
+            try:
+                lease = wait_for_hold_blocking(slot.gate, make, bound)
+            except TimeoutError:
+                raise ThrottleTimeout(key, bound or 0.0) from None
+            waited = time.monotonic() - started
+        if self._fleet is not None:
+            left = math.inf if bound is None else bound - waited
+            self._fleet.take_turn_blocking(slot, lease, bound, left)
+        return lease
 
     def try_acquire(self, key: str, *, adjust: bool = True) -> Lease | None:
         """A lease for slot ``key`` now if its turn is now, else None; never waits.
@@ -474,8 +448,8 @@ class Throttle:
         return slot.gate.grant_now(self._lease_factory(slot, adjust))
 
     def _lease_factory(self, slot: Slot, adjust: bool) -> Callable[[float], Lease]:
-        rules = self._rules
-        expiry = rules.signals.hold_timeout
+        rules: Reporter = self._rules if self._fleet is None else self._fleet
+        expiry = self._rules.signals.hold_timeout
 
         def make(now: float) -> Lease:
             return Lease(slot, rules, now, now + expiry, adjust)
@@ -505,7 +479,8 @@ class Throttle:
                 as if a header had said so. False or None: the headers decide.
         """
         slot = self.slot(key)
-        self._rules.observe(
+        reporter: Reporter = self._rules if self._fleet is None else self._fleet
+        reporter.observe(
             slot,
             latency=latency,
             status=status,
@@ -557,7 +532,10 @@ class Throttle:
             sent_at = check_number("sent_at", sent_at, minimum=-math.inf)
         else:
             sent_at = self._last_send(slot)
-        return self._rules.backoff(slot, reason, sent_at, now)
+        backed_off = self._rules.backoff(slot, reason, sent_at, now)
+        if self._fleet is not None:
+            self._fleet.report(slot, sent_at, backed_off=backed_off)
+        return backed_off
 
     @staticmethod
     def _last_send(slot: Slot) -> float:

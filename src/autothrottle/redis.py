@@ -7,66 +7,125 @@
 
     throttle = Throttle(store=RedisStore("redis://10.0.0.5:6379/0", prefix="crawl-42"))
 
-Every process that uses the same Redis and ``prefix`` shares, per slot: the
-next free send time (so N processes keep the pace one would), the delay the
-fleet learned (a backoff seen by one slows all of them, and is never undone
-by a concurrent latency update), the pause (Retry-After, a spent budget), the
-leases in flight (each with an expiry, so a crashed worker's share comes
-back) and the last learned record, which outlives the crawl for ``ttl``
-seconds so a restarted fleet starts where it left off. What stays in each
-process: its queue, its own leases, the jitter, and everything else of the
-engine (``docs/fleet.md``).
+Every process that uses the same Redis and ``prefix`` shares, per slot, the
+next free send time, the delay the fleet learned, the pause, the leases in
+flight and the last learned record, which outlives the crawl for ``ttl``
+seconds so a restarted fleet starts where it left off. The rules (how a turn
+is taken, what is adopted, how changes merge, what happens when Redis fails)
+are :mod:`autothrottle._fleet`'s; the Lua scripts run them on the server.
 
-Cost: taking a turn is one Lua script on Redis (one round trip, on the
-server's clock); what a response taught is merged by another script in one
-pipelined round trip, in the background, together with finished leases.
+Cost: a turn is one script on Redis. Everything a process has to say goes in
+one pipeline: the turns asked for at the same moment (of any slots), the
+finished leases and what responses taught, so a request costs at most one
+round trip, and less when requests come together (``docs/fleet.md``).
 
 Failure: when Redis is unreachable or slow (``timeout``), the process logs one
 warning and paces on its own, from what it learned last, trying Redis again
 every ``retry_after`` seconds; no request fails or hangs because of the store.
-With ``fail_closed=True`` requests wait for Redis instead (bounded by the
-throttle's ``max_wait``): for users who must never exceed a shared limit.
+With ``fail_closed=True`` requests wait for Redis instead, bounded by the
+throttle's ``max_wait``. A key of the wrong type under the prefix sends only
+its own slot alone, and is logged as a data error.
 
-Requires the ``redis`` extra (redis-py's asyncio client). Async clients only:
-the sync httpx client paces on its own process's state.
+Requires the ``redis`` extra. Async clients use redis-py's asyncio client,
+sync clients (``Throttle.acquire_blocking``) its sync client: pass a URL for
+both, or the client of the kind you use (a ``RedisCluster`` too).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import math
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+import redis.asyncio.cluster as aiocluster
+import redis.cluster
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
+from ._fleet import SharedTurn, TurnAsk
 from ._redis_lua import MERGE, TURN
 from ._state import SlotState
-from ._store import MemoryStore, SharedTurn
+from ._store import MemoryStore
 from ._validate import check_bool, check_number, check_positive
 
 __all__ = ["RedisStore"]
 
 logger = logging.getLogger("autothrottle")
 
-_LOCAL = SharedTurn(0.0, None, None, 0.0)
-"""Go on local pacing alone (Redis is down)."""
+_ALONE = SharedTurn(0.0, None, None, 0.0)
+"""Go on local pacing alone (rule 6)."""
 
-_PROTECT = 2.0
-"""Seconds after a backoff in which no process may lower the fleet's delay."""
+_MAX_PENDING = 100_000
+"""Finished leases kept for resending while Redis is down; older ones expire on their own."""
+
+_FIRST = 4.0
+"""A first call (connecting, loading the scripts) may take this many times ``timeout``."""
+
+_LINGER = 0.002
+"""Seconds the sync sender waits for a turn to carry finished leases and changes along."""
+
+AsyncClient = aioredis.Redis | aiocluster.RedisCluster
+SyncClient = redis.Redis | redis.cluster.RedisCluster
+
+
+class _Down(Exception):
+    """Redis is unreachable or slow: the turn goes alone (rule 6)."""
+
+
+class _Ask:
+    """One turn waiting to be sent, and, once sent, its reply."""
+
+    __slots__ = ("args", "done", "key", "lease", "reply")
+
+    def __init__(self, key: str, args: list[str | int], lease: str, done: Any) -> None:
+        self.key = key
+        self.args = args
+        self.lease = lease
+        self.done = done  # an asyncio.Future, or a threading.Event
+        self.reply: list[Any] | BaseException | None = None
+
+
+class _Change:
+    __slots__ = ("backed_off", "now", "sent_at", "state")
+
+    def __init__(self, state: SlotState, now: float, sent_at: float, backed_off: bool) -> None:
+        self.state, self.now, self.sent_at, self.backed_off = state, now, sent_at, backed_off
+
+
+class _Alone:
+    """What this process keeps of one slot for the fleet: its share of the fleet's
+    pace (to pace alone), the pause it waited out, and a data error."""
+
+    __slots__ = ("bad", "gap", "next", "paused", "paused_until", "until")
+
+    def __init__(self) -> None:
+        # The fleet's pause this process waits for (its end on Redis's clock, µs),
+        # waited out from paused_until on (the throttle's clock).
+        self.paused = ""
+        self.paused_until = math.inf
+        self.gap = 0.0
+        self.next = -math.inf
+        self.bad = False  # a data error was logged and the slot went alone
+        self.until = -math.inf  # when to try Redis again after it (monotonic)
 
 
 class RedisStore:
     """Slot state shared by every process using the same Redis and ``prefix``.
 
     Args:
-        url_or_client: A ``redis://`` URL, or a ``redis.asyncio.Redis`` client
-            (its event loop must be the one the throttle runs on).
+        url_or_client: A ``redis://`` URL (async and sync clients are made
+            from it), or a redis-py client: ``redis.asyncio.Redis`` or
+            ``RedisCluster`` (for async throttles; its event loop must be the
+            one the throttle runs on), or ``redis.Redis`` or ``RedisCluster``
+            (for ``acquire_blocking``).
         prefix: Names the crawl: throttles with different prefixes share nothing.
         ttl: Seconds a slot's shared state outlives its last use (default a day).
         idle_timeout: Seconds an idle slot stays in this process (as
@@ -81,7 +140,7 @@ class RedisStore:
 
     def __init__(
         self,
-        url_or_client: str | aioredis.Redis,
+        url_or_client: str | AsyncClient | SyncClient,
         *,
         prefix: str,
         ttl: float = 86_400.0,
@@ -90,14 +149,18 @@ class RedisStore:
         retry_after: float = 5.0,
         fail_closed: bool = False,
     ) -> None:
+        self._url: str | None = None
+        self._async: AsyncClient | None = None
+        self._sync: SyncClient | None = None
         if isinstance(url_or_client, str):
-            self._client = aioredis.Redis.from_url(url_or_client)
-        elif isinstance(url_or_client, aioredis.Redis):
-            self._client = url_or_client
+            self._url = url_or_client
+        elif isinstance(url_or_client, aioredis.Redis | aiocluster.RedisCluster):
+            self._async = url_or_client
+        elif isinstance(url_or_client, redis.Redis | redis.cluster.RedisCluster):
+            self._sync = url_or_client
         else:
             raise TypeError(
-                f"url_or_client must be a redis:// URL or a redis.asyncio.Redis, "
-                f"got {url_or_client!r}"
+                f"url_or_client must be a redis:// URL or a redis-py client, got {url_or_client!r}"
             )
         if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
             raise ValueError(f"prefix must be a non-empty str without braces, got {prefix!r}")
@@ -107,18 +170,28 @@ class RedisStore:
         self.retry_after = check_number("retry_after", retry_after)
         self.fail_closed = check_bool("fail_closed", fail_closed)
         self._local = MemoryStore(idle_timeout)
-        self._turn = self._client.register_script(TURN)
-        self._merge = self._client.register_script(MERGE)
-        self._dirty: dict[str, tuple[SlotState, bool]] = {}
-        self._released: list[tuple[str, str]] = []
-        self._flushing: asyncio.Task[None] | None = None
+        self._scripts = {
+            name: (text, _sha(text)) for name, text in (("turn", TURN), ("merge", MERGE))
+        }
+        self._lock = threading.Lock()
+        self._turns: list[_Ask] = []
+        self._sync_turns: list[_Ask] = []
+        self._releases: list[tuple[str, str]] = []
+        self._changes: dict[str, _Change] = {}
+        self._alone: dict[str, _Alone] = {}
+        self._sender: asyncio.Task[None] | None = None
+        self._sync_sender = threading.Lock()
+        self._flusher: threading.Thread | None = None
+        self._wake_flusher = threading.Condition(self._lock)
+        self._closed = False
+        self._ready_async = self._ready_sync = False
         self._down_until = -math.inf
         self._warned = False
         self._process = uuid.uuid4().hex
-        self._alone_gap: dict[str, float] = {}
-        self._alone_next: dict[str, float] = {}
         self.round_trips = 0
-        """Round trips to Redis so far (turns taken and pipelines flushed)."""
+        """Round trips to Redis so far (each pipeline sent is one)."""
+        self.turns = 0
+        """Turns asked of Redis so far."""
 
     # -- the SlotStore protocol: this process's records -----------------------------
 
@@ -133,11 +206,11 @@ class RedisStore:
     def save(self, key: str, state: SlotState) -> None:
         self._local.save(key, state)
 
-    def update(self, key: str, change: Callable[[SlotState], None]) -> SlotState | None:
-        return self._local.update(key, change)
-
     def discard(self, key: str) -> None:
+        """Forget the slot here (what the fleet shares stays in Redis for ``ttl``)."""
         self._local.discard(key)
+        with self._lock:
+            self._alone.pop(key, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._local)
@@ -148,114 +221,382 @@ class RedisStore:
     def __repr__(self) -> str:
         return f"RedisStore(prefix={self.prefix!r}, slots={len(self._local)})"
 
-    # -- the SharedTurns protocol: the fleet -------------------------------------------
+    # -- the SharedTurns protocol: the fleet (autothrottle._fleet's rules) ----------------
+
+    async def take_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+        """Reserve the slot's next send across the fleet (at most one round trip)."""
+        alone = self._alone_now(key, now)
+        if alone is not None:
+            return alone
+        loop = asyncio.get_running_loop()
+        request = self._ask(key, ask, now, loop.create_future())
+        with self._lock:
+            self._turns.append(request)
+        self._kick_async(loop)
+        try:
+            reply = await request.done
+        except _Down:
+            return self._while_down(key, now)
+        except ResponseError as error:
+            return self._data_error(key, error, now)
+        return self._answer(key, ask, reply, now)
+
+    def take_turn_blocking(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+        """:meth:`take_turn` for a thread (``Throttle.acquire_blocking``)."""
+        alone = self._alone_now(key, now)
+        if alone is not None:
+            return alone
+        request = self._ask(key, ask, now, threading.Event())
+        with self._lock:
+            self._sync_turns.append(request)
+        with self._sync_sender:  # whoever holds it sends every turn waiting
+            if not request.done.is_set():
+                self._send_blocking()
+        reply = request.reply
+        if isinstance(reply, _Down):
+            return self._while_down(key, now)
+        if isinstance(reply, ResponseError):
+            return self._data_error(key, reply, now)
+        assert isinstance(reply, list)
+        return self._answer(key, ask, reply, now)
+
+    def changed(
+        self, key: str, state: SlotState, now: float, *, sent_at: float, backed_off: bool
+    ) -> None:
+        """Share the slot's record soon (coalesced per slot, with the next message)."""
+        with self._lock:
+            previous = self._changes.get(key)
+            if previous is not None and previous.backed_off and not backed_off:
+                sent_at, backed_off = previous.sent_at, True  # the backoff still counts
+            self._changes[key] = _Change(state, now, sent_at, backed_off)
+        self._flush_soon()
+
+    def released(self, key: str, lease: str) -> None:
+        """Hand a finished request's shared lease back (with the next message)."""
+        with self._lock:
+            self._releases.append((key, lease))
+            del self._releases[:-_MAX_PENDING]
+        self._flush_soon()
+
+    async def flush(self) -> None:
+        """Send what is waiting (learned records, finished leases) now, if Redis answers."""
+        if self._sender is not None and not self._sender.done():
+            await asyncio.gather(self._sender, return_exceptions=True)
+        if self._async is not None or self._url is not None:
+            await self._send_async()
+        else:
+            await asyncio.to_thread(self._flush_blocking)
+
+    def flush_blocking(self) -> None:
+        """:meth:`flush` for a thread."""
+        with self._sync_sender:
+            self._send_blocking()
+
+    async def aclose(self) -> None:
+        """Flush, then close the Redis clients."""
+        await self.flush()
+        if self._async is not None:
+            await self._async.aclose()
+        self.close()
+
+    def close(self) -> None:
+        """Flush what the sync client has to send, stop its sender, close the sync client."""
+        if self._closed:
+            return
+        if self._sync is not None:
+            self.flush_blocking()
+        with self._lock:
+            self._closed = True
+            self._wake_flusher.notify_all()
+        if self._sync is not None:
+            self._sync.close()
+
+    async def shared_record(self, key: str) -> dict[str, Any] | None:
+        """The fleet's last shared record of slot ``key`` (``SlotState.to_dict`` data)."""
+        raw = await self._async_client().hget(self._keys(key)[0], "record")
+        return None if raw is None else dict(json.loads(_text(raw)))
+
+    # -- what goes to Redis ---------------------------------------------------------
 
     def _keys(self, key: str) -> tuple[str, str, str]:
         tag = f"{{{self.prefix}:{key}}}"
         return f"{tag}:s", f"{tag}:l", f"{tag}:p"
 
-    async def take_turn(self, key: str, *, gap: float, cap: int, hold: float) -> SharedTurn:
-        """Reserve the slot's next send across the fleet (one round trip)."""
-        if time.monotonic() < self._down_until:
-            return self._while_down(key)
+    def _ask(self, key: str, ask: TurnAsk, now: float, done: Any) -> _Ask:
         lease = uuid.uuid4().hex
-        hold_us = hold * 1e6 if math.isfinite(hold) else 3_600e6
+        hold = ask.hold if math.isfinite(ask.hold) else 3_600.0
+        with self._lock:
+            memo = self._alone.get(key)
+            paused = "" if memo is None or now < memo.paused_until else memo.paused
+        max_pause = ask.max_pause if math.isfinite(ask.max_pause) else 1e9
         args: list[str | int] = [
-            round(gap * 1e6),
-            cap,
-            round(hold_us),
+            _us(ask.gap),
+            _us(ask.min_gap),
+            _us(ask.max_gap if math.isfinite(ask.max_gap) else 1e9),
+            ask.cap,
+            _us(hold),
             lease,
             round(self.ttl * 1000),
             self._process,
+            _us(max_pause),
+            paused,
         ]
-        call = self._turn(keys=self._keys(key), args=args)
-        self.round_trips += 1
+        return _Ask(key, args, lease, done)
+
+    def _take_batch(self) -> tuple[list[tuple[str, str]], dict[str, _Change]]:
+        """The finished leases and changes waiting to go, taken under the lock."""
+        with self._lock:
+            releases, self._releases = self._releases, []
+            changes, self._changes = self._changes, {}
+        return releases, changes
+
+    def _keep(self, releases: list[tuple[str, str]], changes: dict[str, _Change]) -> None:
+        """Put back what could not be sent, to go with the next message (rule 7)."""
+        with self._lock:
+            self._releases[:0] = releases
+            del self._releases[:-_MAX_PENDING]
+            for key, change in changes.items():
+                self._changes.setdefault(key, change)
+
+    def _commands(
+        self, turns: list[_Ask], releases: list[tuple[str, str]], changes: dict[str, _Change]
+    ) -> list[tuple[str, tuple[Any, ...]]]:
+        """The pipeline: leases handed back first (so turns see them free), changes, turns."""
+        commands: list[tuple[str, tuple[Any, ...]]] = []
+        for key, lease in releases:
+            commands.append(("", ("ZREM", self._keys(key)[1], lease)))
+        for key, change in changes.items():
+            commands.append(("merge", (1, self._keys(key)[0], *self._merge_args(change))))
+        for ask in turns:
+            commands.append(("turn", (3, *self._keys(ask.key), *ask.args)))
+        return commands
+
+    def _merge_args(self, change: _Change) -> list[str | int]:
+        state, now = change.state, change.now
+        pause = state.pause_until - now if math.isfinite(state.pause_until) else 0.0
         try:
-            reply = await asyncio.wait_for(call, self.timeout)
-        except (TimeoutError, RedisError, OSError) as error:
-            return self._went_down(error, key)
-        self._came_back()
-        wait, granted, delay, paused, processes = (_text(part) for part in reply)
-        # Alone, this process keeps the fleet's pace divided among its processes.
-        self._alone_gap[key] = (float(delay) / 1e6 if delay else gap) * max(1, int(processes))
-        return SharedTurn(
-            float(wait) / 1e6,
-            granted or None,
-            float(delay) / 1e6 if delay else None,
-            float(paused) / 1e6,
-        )
+            record = json.dumps(state.to_dict(now))
+        except RuntimeError:  # changed by another thread meanwhile: sent with the next change
+            record = ""
+        return [
+            _us(state.delay),
+            "1" if change.backed_off else "0",
+            _us(now - change.sent_at) if math.isfinite(change.sent_at) else "",
+            _us(max(0.0, pause)),
+            record,
+            round(self.ttl * 1000),
+        ]
 
-    def changed(self, key: str, state: SlotState, *, backed_off: bool) -> None:
-        """Share the slot's record soon (coalesced, pipelined, in the background)."""
-        previous = self._dirty.get(key)
-        self._dirty[key] = (state, backed_off or (previous is not None and previous[1]))
-        self._flush_soon()
+    # -- the async sender: one pipeline at a time, carrying whatever is waiting ----------
 
-    def released(self, key: str, lease: str) -> None:
-        """Hand a finished request's shared lease back (with the next flush)."""
-        self._released.append((key, lease))
-        self._flush_soon()
+    def _async_client(self) -> AsyncClient:
+        if self._async is None:
+            if self._url is None:
+                raise TypeError(
+                    "RedisStore was given a sync redis client: async throttles need a "
+                    "redis.asyncio client (or pass a URL)"
+                )
+            self._async = aioredis.Redis.from_url(self._url)
+        return self._async
 
-    async def flush(self) -> None:
-        """Send what is waiting (learned records, finished leases) now."""
-        dirty, self._dirty = self._dirty, {}
-        released, self._released = self._released, []
-        if not dirty and not released:
-            return
+    def _kick_async(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._sender is None or self._sender.done():
+            self._sender = loop.create_task(self._send_loop())
+
+    async def _send_loop(self) -> None:
+        try:
+            while await self._send_async():
+                pass
+        except BaseException:
+            with self._lock:
+                stranded, self._turns = self._turns, []
+            for ask in stranded:
+                _deliver(ask, _Down())
+            raise
+
+    async def _send_async(self) -> bool:
+        """Send one pipeline of what is waiting; False when there is nothing more to send."""
+        with self._lock:
+            turns, self._turns = self._turns, []
+        releases, changes = self._take_batch()
+        if not (turns or releases or changes):
+            return False
         if time.monotonic() < self._down_until:
-            return  # what the fleet missed is resent with the slot's next change
+            self._keep(releases, changes)
+            for ask in turns:
+                _deliver(ask, _Down())
+            return False
+        commands = self._commands(turns, releases, changes)
         try:
-            await asyncio.wait_for(self._send(dirty, released), self.timeout * 4)
+            client = self._async_client()
+            if not self._ready_async:  # connecting and loading the scripts: more time
+                await asyncio.wait_for(self._load_async(client), self.timeout * _FIRST)
+                self._ready_async = True
+            results = await asyncio.wait_for(self._run_async(client, commands), self.timeout)
         except (TimeoutError, RedisError, OSError) as error:
-            self._went_down(error, None)
-        else:
-            self._came_back()
+            with self._lock:
+                stranded, self._turns = self._turns, []
+            self._failed(error, turns, releases, changes)
+            for ask in turns + stranded:
+                _deliver(ask, _Down())
+            return False
+        self._settle(commands, results, turns)
+        for ask, result in zip(turns, results[len(results) - len(turns) :], strict=True):
+            if not _deliver(ask, result) and isinstance(result, list) and result[1]:
+                self.released(ask.key, ask.lease)  # its asker gave up meanwhile
+        return True
 
-    async def aclose(self) -> None:
-        """Flush, then close the Redis client."""
-        if self._flushing is not None:
-            await asyncio.gather(self._flushing, return_exceptions=True)
-        await self.flush()
-        await self._client.aclose()
+    async def _load_async(self, client: AsyncClient) -> None:
+        for text, _ in self._scripts.values():
+            await client.script_load(text)
 
-    async def shared_record(self, key: str) -> dict[str, Any] | None:
-        """The fleet's last shared record of slot ``key`` (``SlotState.to_dict`` data)."""
-        raw = await self._client.hget(self._keys(key)[0], "record")
-        return None if raw is None else dict(json.loads(_text(raw)))
-
-    # -- inside the store -----------------------------------------------------------
-
-    async def _send(
-        self, dirty: dict[str, tuple[SlotState, bool]], released: list[tuple[str, str]]
-    ) -> None:
-        now = time.monotonic()
-        pipe = self._client.pipeline(transaction=False)
-        for key, lease in released:
-            pipe.zrem(self._keys(key)[1], lease)
-        for key, (state, backed_off) in dirty.items():
-            pause = max(0.0, state.pause_until - now) if math.isfinite(state.pause_until) else 0.0
-            args: list[str | int] = [
-                round(state.delay * 1e6),
-                "1" if backed_off else "0",
-                round(pause * 1e6),
-                json.dumps(state.to_dict(now)),
-                round(self.ttl * 1000),
-                round(_PROTECT * 1e6),
-            ]
-            await self._merge(keys=[self._keys(key)[0]], args=args, client=pipe)
+    async def _run_async(
+        self, client: AsyncClient, commands: list[tuple[str, tuple[Any, ...]]]
+    ) -> list[Any]:
         self.round_trips += 1
-        await pipe.execute()
+        results = await self._pipeline_async(client, commands)
+        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:  # a restarted or flushed Redis forgot the scripts: load them, send again
+            for text, _ in self._scripts.values():
+                await client.script_load(text)
+            self.round_trips += 1
+            again = await self._pipeline_async(client, [commands[i] for i in missing])
+            for i, result in zip(missing, again, strict=True):
+                results[i] = result
+        return results
+
+    async def _pipeline_async(
+        self, client: AsyncClient, commands: list[tuple[str, tuple[Any, ...]]]
+    ) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for script, args in commands:
+            if script:
+                pipe.execute_command("EVALSHA", self._scripts[script][1], *args)
+            else:
+                pipe.execute_command(*args)
+        return list(await pipe.execute(raise_on_error=False))
+
+    # -- the sync sender: the thread holding the lock sends for every thread waiting ------
+
+    def _sync_client(self) -> SyncClient:
+        if self._sync is None:
+            if self._url is None:
+                raise TypeError(
+                    "RedisStore was given a redis.asyncio client: acquire_blocking needs "
+                    "a sync redis client (or pass a URL)"
+                )
+            self._sync = redis.Redis.from_url(
+                self._url,
+                socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout * _FIRST,
+            )
+        if not self._ready_sync:
+            for text, _ in self._scripts.values():
+                self._sync.script_load(text)
+            self._ready_sync = True
+        return self._sync
+
+    def _send_blocking(self) -> None:
+        with self._lock:
+            turns, self._sync_turns = self._sync_turns, []
+        releases, changes = self._take_batch()
+        if not (turns or releases or changes):
+            return
+        replies: list[Any]
+        if time.monotonic() < self._down_until:
+            self._keep(releases, changes)
+            replies = [_Down()] * len(turns)
+        else:
+            commands = self._commands(turns, releases, changes)
+            try:
+                replies = self._run_blocking(self._sync_client(), commands)
+            except (RedisError, OSError) as error:
+                self._failed(error, turns, releases, changes)
+                self._flush_soon()  # the background sender tries again
+                replies = [_Down()] * len(commands)
+            else:
+                self._settle(commands, replies, turns)
+        for ask, reply in zip(turns, replies[len(replies) - len(turns) :], strict=True):
+            ask.reply = reply
+            ask.done.set()
+
+    def _run_blocking(
+        self, client: SyncClient, commands: list[tuple[str, tuple[Any, ...]]]
+    ) -> list[Any]:
+        def run(batch: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+            self.round_trips += 1
+            pipe = client.pipeline(transaction=False)
+            for script, args in batch:
+                if script:
+                    pipe.execute_command("EVALSHA", self._scripts[script][1], *args)
+                else:
+                    pipe.execute_command(*args)
+            return list(pipe.execute(raise_on_error=False))
+
+        results = run(commands)
+        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:
+            for text, _ in self._scripts.values():
+                client.script_load(text)
+            for i, result in zip(missing, run([commands[i] for i in missing]), strict=True):
+                results[i] = result
+        return results
+
+    def _flush_blocking(self) -> None:
+        with self._sync_sender:
+            self._send_blocking()
+
+    def _flusher_loop(self) -> None:
+        """The sync side's background sender: finished leases and changes that no turn
+        carried within ``_LINGER`` go on their own; while Redis is down, every
+        ``retry_after``."""
+        while True:
+            with self._lock:
+                while not self._closed and not (self._releases or self._changes):
+                    self._wake_flusher.wait()
+                if self._closed:
+                    return
+            time.sleep(max(_LINGER, self._down_until - time.monotonic()))
+            self._flush_blocking()
 
     def _flush_soon(self) -> None:
-        if self._flushing is not None and not self._flushing.done():
-            return
+        """Send soon: with the async sender on this thread's event loop, else from
+        the background thread of the sync client."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            return  # a thread with no loop: its changes go with the next flush
-        self._flushing = loop.create_task(self.flush())
+            loop = None
+        if loop is not None and (self._async is not None or self._url is not None):
+            self._kick_async(loop)
+            return
+        if self._sync is None and self._url is None:
+            return  # an async client and no loop here: it goes with the next turn
+        with self._lock:
+            if self._flusher is None and not self._closed:
+                self._flusher = threading.Thread(
+                    target=self._flusher_loop, name="autothrottle-redis", daemon=True
+                )
+                self._flusher.start()
+            self._wake_flusher.notify()
 
-    def _went_down(self, error: BaseException, key: str | None) -> SharedTurn:
+    # -- failures (rules 6 and 7) -------------------------------------------------------
+
+    def _failed(
+        self,
+        error: BaseException,
+        turns: list[_Ask],
+        releases: list[tuple[str, str]],
+        changes: dict[str, _Change],
+    ) -> None:
+        """Redis did not answer: keep what was not sent, to send again (rule 7).
+
+        A turn whose answer was lost may have been reserved: its lease is
+        handed back too.
+        """
+        self._keep(releases + [(ask.key, ask.lease) for ask in turns], changes)
+        self._went_down(error)
+
+    def _went_down(self, error: BaseException) -> None:
         self._down_until = time.monotonic() + self.retry_after
         if not self._warned:
             self._warned = True
@@ -268,26 +609,126 @@ class RedisStore:
                 how,
                 self.retry_after,
             )
-        return self._while_down(key)
-
-    def _while_down(self, key: str | None) -> SharedTurn:
-        """Alone: wait for Redis (fail closed), or keep this process's share of
-        the fleet's last pace (its delay times the processes last seen)."""
-        now = time.monotonic()
-        if self.fail_closed:
-            return SharedTurn(max(self._down_until - now, 0.05), None, None, 0.0)
-        if key is None:
-            return _LOCAL
-        at = self._alone_next.get(key, now)
-        if at > now:
-            return SharedTurn(at - now, None, None, 0.0)  # asks again then, and goes
-        self._alone_next[key] = now + self._alone_gap.get(key, 0.0)
-        return _LOCAL
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        loop.call_later(self.retry_after, self._kick_async, loop)
 
     def _came_back(self) -> None:
+        self._down_until = -math.inf
         if self._warned:
             self._warned = False
             logger.warning("autothrottle: Redis store %r reachable again; sharing", self.prefix)
+
+    def _settle(
+        self, commands: list[tuple[str, tuple[Any, ...]]], results: list[Any], turns: list[_Ask]
+    ) -> None:
+        """Redis answered. A data error (a key of the wrong type) concerns its slot
+        only; any other error (out of memory, read-only, loading) is the store's:
+        the process goes alone (rule 6) and keeps the unsent leases (rule 7)."""
+        failure = next(
+            (r for r in results if isinstance(r, ResponseError) and type(r) is not ResponseError),
+            None,
+        )
+        if failure is not None:
+            unsent = [
+                (args[1], args[2])
+                for (script, args), result in zip(commands, results, strict=True)
+                if not script and isinstance(result, ResponseError)
+            ]
+            self._keep(unsent, {})
+            self._went_down(failure)
+            for index in range(len(results) - len(turns), len(results)):
+                if isinstance(results[index], ResponseError):
+                    results[index] = _Down()
+            return
+        self._came_back()
+        for (script, args), result in zip(commands, results, strict=True):
+            if script != "turn" and isinstance(result, ResponseError):
+                logger.warning(
+                    "autothrottle: Redis store %r: data error at key %r (%s); not shared",
+                    self.prefix,
+                    args[1],
+                    result,
+                )
+
+    def _data_error(self, key: str, error: ResponseError, now: float) -> SharedTurn:
+        """A key of this slot holds something else: only this slot goes alone (rule 6)."""
+        with self._lock:
+            alone = self._alone.setdefault(key, _Alone())
+            first, alone.bad = not alone.bad, True
+            alone.until = time.monotonic() + self.retry_after
+        if first:
+            logger.warning(
+                "autothrottle: Redis store %r: data error for slot %r (%s); pacing that "
+                "slot on this process's own state, retrying every %gs",
+                self.prefix,
+                key,
+                error,
+                self.retry_after,
+            )
+        return self._alone_turn(key, now)
+
+    def _alone_now(self, key: str, now: float) -> SharedTurn | None:
+        """The turn while Redis is down or this slot's data is bad; None: ask Redis."""
+        if time.monotonic() < self._down_until:
+            return self._while_down(key, now)
+        alone = self._alone.get(key)
+        if alone is not None and alone.bad and time.monotonic() < alone.until:
+            return self._alone_turn(key, now)
+        return None
+
+    def _while_down(self, key: str, now: float) -> SharedTurn:
+        if self.fail_closed:
+            return SharedTurn(max(self._down_until - time.monotonic(), 0.05), None, None, 0.0)
+        return self._alone_turn(key, now)
+
+    def _alone_turn(self, key: str, now: float) -> SharedTurn:
+        """This process's share of the fleet's last pace: its gap times the processes."""
+        with self._lock:
+            alone = self._alone.setdefault(key, _Alone())
+            if alone.next > now:
+                return SharedTurn(alone.next - now, None, None, 0.0)  # asks again then, and goes
+            alone.next = now + alone.gap
+        return _ALONE
+
+    def _answer(self, key: str, ask: TurnAsk, reply: list[Any], now: float) -> SharedTurn:
+        wait, lease, delay, pause, processes, paused = (_text(part) for part in reply)
+        shared = float(delay) / 1e6 if delay else None
+        gap = min(max(shared if shared is not None else ask.gap, ask.min_gap), ask.max_gap)
+        with self._lock:
+            alone = self._alone.get(key)
+            if alone is None:
+                alone = self._alone[key] = _Alone()
+            alone.gap = gap * max(1, int(processes))
+            if paused and paused != alone.paused:
+                alone.paused, alone.paused_until = paused, now + float(wait) / 1e6
+            again, alone.bad = alone.bad, False
+        if again:
+            logger.warning("autothrottle: Redis store %r: slot %r shared again", self.prefix, key)
+        self.turns += 1
+        return SharedTurn(float(wait) / 1e6, lease or None, shared, float(pause) / 1e6)
+
+
+def _deliver(ask: _Ask, result: Any) -> bool:
+    """Answer an async asker; False if it gave up (cancelled) meanwhile."""
+    future: asyncio.Future[Any] = ask.done
+    if future.done():
+        return False
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+    return True
+
+
+def _us(seconds: float) -> int:
+    return round(seconds * 1e6)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
 
 
 def _text(value: Any) -> str:

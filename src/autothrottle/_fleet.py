@@ -1,0 +1,245 @@
+"""The fleet: how processes that share a store pace each slot as one.
+
+A shared store (:class:`autothrottle.redis.RedisStore`) implements
+:class:`SharedTurns`; the throttle talks to it only through :class:`Fleet`,
+here, which passes every time on the throttle's own clock (``now``). The
+rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
+(the scripts run rules 1, 2 and 5 on the server, atomically, on its clock):
+
+1. **Turn.** A request takes its process's own turn (the slot's gate: FIFO,
+   cap, spacing), then the fleet's: the fleet reserves the slot's next send
+   at ``max(now, next free time)`` and moves the free time one gap past it.
+   The gap is the fleet's delay (the asker's own delay while the fleet has
+   none), within the asker's ``min_delay`` .. ``max_delay``; a send is never
+   reserved more than the asker's gap after the latest reserved one. The
+   fleet holds at most ``max_concurrency`` leases per slot, each expiring
+   ``hold_timeout`` after its send, so a crashed process's share comes back.
+   At the cap nothing is reserved: the asker asks again within 50 ms.
+2. **Pause.** While the fleet's pause runs, as long as the asker's own
+   ``max_pause`` allows, nothing is reserved: the asker is told to ask again
+   at its end.
+3. **Bounds.** Every wait, the process's and the fleet's, obeys the local
+   bounds: a request waits at most its ``max_wait`` all told (a reserved
+   turn further away than that is handed back at once, and the request
+   fails with :class:`~autothrottle.ThrottleTimeout`); a pause adopted from
+   the fleet lasts at most ``max_pause``.
+4. **Adoption.** At each turn the process takes the fleet's delay (within
+   its ``min_delay`` .. ``max_delay``) and pause (within ``max_pause``), so a
+   new process starts where the fleet is.
+5. **Merge.** Each response, failure and backoff is shared, coalesced per
+   slot. Only the first signal of a burst counts (``docs/recovery.md``, "One
+   backoff per burst", the rule the engine applies to one process): a
+   backoff for a request sent before the fleet's last backoff changes
+   nothing, and a response to such a request never lowers the fleet's delay.
+   A counted backoff dates the fleet's backoff and never lowers the delay;
+   otherwise the process's delay becomes the fleet's. Of two pauses the later
+   end wins. The last record is kept (``RedisStore.shared_record``).
+6. **Alone.** When the store is unreachable or slow, the process paces on its
+   own, from what it learned last, and keeps its share of the fleet's last
+   pace: the fleet's gap times the processes that took a turn on the slot in
+   the last minute. With ``fail_closed`` it waits for the store instead
+   (rule 3 bounds that wait). A data error (a key of the wrong type) sends
+   only its own slot alone.
+7. **Handing back.** A finished request's lease goes back with the next
+   message to the store; one that could not be sent is kept and sent again
+   (handing back is idempotent), so a slow moment never leaves a lease that
+   blocks the slot until ``hold_timeout``.
+
+A time crossing the seam is on the throttle's clock: the store turns it into
+"seconds before now" before it leaves the process (``docs/architecture.md``,
+"The clock contract").
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import NamedTuple, Protocol, runtime_checkable
+
+import anyio
+
+from ._errors import ThrottleTimeout
+from ._lease import Lease
+from ._rules import Rules
+from ._slot import Slot
+from ._state import SlotState
+
+__all__ = ["Fleet", "SharedTurn", "SharedTurns", "TurnAsk"]
+
+
+class TurnAsk(NamedTuple):
+    """What a process asks the fleet for a turn with: its own pace and bounds (rule 1)."""
+
+    gap: float
+    min_gap: float
+    max_gap: float
+    cap: int
+    hold: float
+    max_pause: float
+
+
+class SharedTurn(NamedTuple):
+    """A shared store's answer to a request for a turn.
+
+    Attributes:
+        wait: Seconds to wait before sending (the turn is reserved), or, when
+            ``lease`` is None, before asking again (a pause, the cap, Redis down).
+        lease: The shared lease to hand back when the request is finished.
+        delay: The fleet's delay for the slot, if one is shared.
+        pause: Seconds the fleet's pause of the slot still runs (0: none).
+    """
+
+    wait: float
+    lease: str | None
+    delay: float | None
+    pause: float
+
+
+@runtime_checkable
+class SharedTurns(Protocol):
+    """A store several processes share, spacing their sends together (the rules above).
+
+    Every time it is given is on the throttle's clock (``now``).
+    """
+
+    async def take_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+        """Reserve the slot's next send across the fleet (rules 1, 2 and 6)."""
+        ...
+
+    def take_turn_blocking(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+        """:meth:`take_turn` for a thread (the sync clients)."""
+        ...
+
+    def changed(
+        self, key: str, state: SlotState, now: float, *, sent_at: float, backed_off: bool
+    ) -> None:
+        """The slot's record changed after a request sent at ``sent_at``: share it soon."""
+        ...
+
+    def released(self, key: str, lease: str) -> None:
+        """A request holding shared ``lease`` is finished (rule 7)."""
+        ...
+
+
+class Fleet:
+    """The throttle's side of a shared store: its turns, adoption and reports.
+
+    It stands between a lease and the rules (it is the lease's reporter), so
+    every change the rules make after a request reaches the fleet with that
+    request's send time (rule 5).
+    """
+
+    __slots__ = ("_clock", "_rules", "store")
+
+    def __init__(self, store: SharedTurns, rules: Rules, clock: Callable[[], float]) -> None:
+        self.store = store
+        self._rules = rules
+        self._clock = clock
+
+    # -- turns (rules 1-4) ------------------------------------------------------------
+
+    async def take_turn(self, slot: Slot, lease: Lease, bound: float | None, left: float) -> None:
+        """Wait for the fleet's turn after the slot's own was granted.
+
+        ``bound`` is the request's ``max_wait`` (None: none), ``left`` what is
+        left of it. On any failure, cancellation or timeout the lease is released.
+        """
+        deadline = anyio.current_time() + left
+        try:
+            while True:
+                turn = await self.store.take_turn(slot.key, self._ask(slot), self._clock())
+                wait = self._settle(slot, lease, turn, bound, deadline - anyio.current_time())
+                if wait > 0.0:
+                    await anyio.sleep(wait)
+                if turn.lease is not None or turn.wait <= 0.0:
+                    return  # a reserved turn, or the store is down: this process paces alone
+        except BaseException:
+            lease.release()
+            raise
+
+    def take_turn_blocking(
+        self, slot: Slot, lease: Lease, bound: float | None, left: float
+    ) -> None:
+        """:meth:`take_turn` for a thread."""
+        deadline = time.monotonic() + left
+        try:
+            while True:
+                turn = self.store.take_turn_blocking(slot.key, self._ask(slot), self._clock())
+                wait = self._settle(slot, lease, turn, bound, deadline - time.monotonic())
+                if wait > 0.0:
+                    time.sleep(wait)
+                if turn.lease is not None or turn.wait <= 0.0:
+                    return
+        except BaseException:
+            lease.release()
+            raise
+
+    def _ask(self, slot: Slot) -> TurnAsk:
+        config = slot.config
+        signals = self._rules.signals
+        return TurnAsk(
+            slot.state.delay,
+            config.min_delay,
+            config.max_delay,
+            config.max_concurrency,
+            signals.hold_timeout,
+            signals.max_pause,
+        )
+
+    def _settle(
+        self, slot: Slot, lease: Lease, turn: SharedTurn, bound: float | None, left: float
+    ) -> float:
+        """Adopt what the fleet said (rule 4) and return the wait, within the bounds (rule 3)."""
+        pause = min(turn.pause, self._rules.signals.max_pause)
+        self._rules.adopt(slot, turn.delay, pause, self._clock())
+        if turn.lease is not None:
+            lease.on_release = functools.partial(self.store.released, slot.key, turn.lease)
+        if bound is not None and turn.wait > left:
+            raise ThrottleTimeout(slot.key, bound)
+        return turn.wait
+
+    # -- reports (rule 5): the lease's reporter ------------------------------------------
+
+    def observe(
+        self,
+        slot: Slot,
+        *,
+        latency: float,
+        status: int,
+        headers: Mapping[str, str] | None,
+        adjust: bool,
+        sent_at: float | None,
+        from_cache: bool | None = None,
+    ) -> None:
+        """The rules' :meth:`~Rules.observe`, then the change goes to the fleet."""
+        with slot.gate.lock:
+            backoffs = slot.state.backoffs
+            self._rules.observe(
+                slot,
+                latency=latency,
+                status=status,
+                headers=headers,
+                adjust=adjust,
+                sent_at=sent_at,
+                from_cache=from_cache,
+            )
+            self.report(slot, sent_at, backed_off=slot.state.backoffs != backoffs)
+
+    def fail(self, slot: Slot, error: BaseException, *, sent_at: float) -> None:
+        """The rules' :meth:`~Rules.fail`, then the change goes to the fleet."""
+        with slot.gate.lock:
+            backoffs = slot.state.backoffs
+            self._rules.fail(slot, error, sent_at=sent_at)
+            self.report(slot, sent_at, backed_off=slot.state.backoffs != backoffs)
+
+    def report(self, slot: Slot, sent_at: float | None, *, backed_off: bool) -> None:
+        """Share the slot's record after a request sent at ``sent_at`` changed it."""
+        self.store.changed(
+            slot.key,
+            slot.state,
+            self._clock(),
+            sent_at=-math.inf if sent_at is None else sent_at,
+            backed_off=backed_off,
+        )

@@ -1,0 +1,68 @@
+"""A user's script of the public API, type-checked by `nox -s types` (mypy --strict and
+basedpyright strict); never run. Each line is what docs/ shows a user writing: if the
+library's types stop accepting it, the type check fails.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from autothrottle import (
+    FixedRatePolicy,
+    HostSettings,
+    Lease,
+    SlotStats,
+    Throttle,
+    ThrottleEvent,
+    ThrottleStats,
+)
+from autothrottle.aiohttp import ThrottledSession
+from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
+from autothrottle.redis import RedisStore
+from autothrottle.store import MemoryStore, SlotStore
+
+
+def fleet() -> Throttle:
+    """docs/fleet.md's first example."""
+    return Throttle(store=RedisStore("redis://10.0.0.5:6379/0", prefix="crawl-42"))
+
+
+def stores() -> list[SlotStore]:
+    saved = MemoryStore.from_file("learned.json", now=time.monotonic())
+    return [saved, RedisStore("redis://127.0.0.1:6379/0", prefix="p"), MemoryStore()]
+
+
+def totals(throttle: Throttle) -> int:
+    stats: ThrottleStats = throttle.stats(top=10)
+    row: SlotStats = stats.totals  # never None
+    return row.sent + row.responses
+
+
+async def by_hand(throttle: Throttle) -> float:
+    lease: Lease = await throttle.acquire("example.com", max_wait=5.0)
+    with lease:
+        lease.observe(latency=0.2, status=200, headers={"Retry-After": "3"})
+    return throttle.slot("example.com").delay
+
+
+def on_event(event: ThrottleEvent) -> None:
+    print(event.kind, event.slot)
+
+
+async def clients() -> None:
+    throttle = Throttle(
+        policy=FixedRatePolicy(2),
+        hosts={"*.example.com": HostSettings(max_concurrency=2)},
+        max_wait=30.0,
+    )
+    stop = throttle.listen(on_event)
+    async with AsyncThrottledClient(throttle=throttle) as client:
+        response: httpx.Response = await client.get("https://example.com/")
+        print(response.status_code)
+    async with ThrottledSession(throttle=throttle) as session, session.get("https://x.org/") as r:
+        print(r.status)
+    with ThrottledClient(throttle=throttle) as sync:
+        print(sync.get("https://example.com/").status_code)
+    stop()
