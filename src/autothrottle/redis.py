@@ -76,8 +76,11 @@ AsyncClient = aioredis.Redis | aiocluster.RedisCluster
 SyncClient = redis.Redis | redis.cluster.RedisCluster
 
 
-class _Down(Exception):
-    """Redis is unreachable or slow: the turn goes alone (rule 6)."""
+class _Down:
+    """The answer to a turn when Redis is unreachable or slow: it goes alone (rule 6)."""
+
+
+_DOWN = _Down()
 
 
 class _Ask:
@@ -90,7 +93,7 @@ class _Ask:
         self.args = args
         self.lease = lease
         self.done = done  # an asyncio.Future, or a threading.Event
-        self.reply: list[Any] | BaseException | None = None
+        self.reply: list[Any] | BaseException | _Down | None = None
 
 
 class _Change:
@@ -235,10 +238,10 @@ class RedisStore:
         self._kick_async(loop)
         try:
             reply = await request.done
-        except _Down:
-            return self._while_down(key, now)
         except ResponseError as error:
             return self._data_error(key, error, now)
+        if reply is _DOWN:
+            return self._while_down(key, now)
         return self._answer(key, ask, reply, now)
 
     def take_turn_blocking(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
@@ -253,7 +256,7 @@ class RedisStore:
             if not request.done.is_set():
                 self._send_blocking()
         reply = request.reply
-        if isinstance(reply, _Down):
+        if reply is _DOWN:
             return self._while_down(key, now)
         if isinstance(reply, ResponseError):
             return self._data_error(key, reply, now)
@@ -411,7 +414,7 @@ class RedisStore:
             with self._lock:
                 stranded, self._turns = self._turns, []
             for ask in stranded:
-                _deliver(ask, _Down())
+                _deliver(ask, _DOWN)
             raise
 
     async def _send_async(self) -> bool:
@@ -424,7 +427,7 @@ class RedisStore:
         if time.monotonic() < self._down_until:
             self._keep(releases, changes)
             for ask in turns:
-                _deliver(ask, _Down())
+                _deliver(ask, _DOWN)
             return False
         commands = self._commands(turns, releases, changes)
         try:
@@ -438,7 +441,7 @@ class RedisStore:
                 stranded, self._turns = self._turns, []
             self._failed(error, turns, releases, changes)
             for ask in turns + stranded:
-                _deliver(ask, _Down())
+                _deliver(ask, _DOWN)
             return False
         self._settle(commands, results, turns)
         for ask, result in zip(turns, results[len(results) - len(turns) :], strict=True):
@@ -505,7 +508,7 @@ class RedisStore:
         replies: list[Any]
         if time.monotonic() < self._down_until:
             self._keep(releases, changes)
-            replies = [_Down()] * len(turns)
+            replies = [_DOWN] * len(turns)
         else:
             commands = self._commands(turns, releases, changes)
             try:
@@ -513,7 +516,7 @@ class RedisStore:
             except (RedisError, OSError) as error:
                 self._failed(error, turns, releases, changes)
                 self._flush_soon()  # the background sender tries again
-                replies = [_Down()] * len(commands)
+                replies = [_DOWN] * len(commands)
             else:
                 self._settle(commands, replies, turns)
         for ask, reply in zip(turns, replies[len(replies) - len(turns) :], strict=True):
@@ -641,7 +644,7 @@ class RedisStore:
             self._went_down(failure)
             for index in range(len(results) - len(turns), len(results)):
                 if isinstance(results[index], ResponseError):
-                    results[index] = _Down()
+                    results[index] = _DOWN
             return
         self._came_back()
         for (script, args), result in zip(commands, results, strict=True):
