@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from autothrottle import Lease, Slot, SlotSnapshot, Throttle
-from autothrottle._gate import Ticket
+from autothrottle._gate import Gate, Ticket
+from autothrottle.store import SlotState
 
 WALL = 1_700_000_000.0
 """The fake wall clock's epoch seconds when the fake monotonic clock reads 0."""
@@ -85,13 +86,23 @@ async def take(throttle: Throttle, key: str = "example.com") -> Lease:
     return task.result()
 
 
+def gate_of(slot: Slot) -> Gate:
+    """The engine's gate behind a public slot (tests of the scheduling rules)."""
+    return slot._live.gate
+
+
+def record_of(slot: Slot) -> SlotState:
+    """The learned record behind a public slot (the live object, not a copy)."""
+    return slot._live.state
+
+
 class Hold:
     """A request in flight as the gate sees it: the engine's lease without the rules."""
 
     __slots__ = ("expires_at", "gate", "released", "sent_at", "wire_asked", "wire_gap")
 
     def __init__(self, slot: Slot, sent_at: float, expires_at: float) -> None:
-        self.gate = slot.gate
+        self.gate = gate_of(slot)
         self.sent_at = sent_at
         self.expires_at = expires_at
         self.wire_gap = 0.0
@@ -114,17 +125,17 @@ def holds(slot: Slot, hold_timeout: float = math.inf) -> Callable[[float], Hold]
 
 def try_acquire(slot: Slot, ticket: Ticket, hold_timeout: float = math.inf) -> float:
     """``Gate.try_acquire`` with plain holds."""
-    return slot.gate.try_acquire(ticket, holds(slot, hold_timeout))
+    return gate_of(slot).try_acquire(ticket, holds(slot, hold_timeout))
 
 
 def grant_now(slot: Slot, hold_timeout: float = math.inf) -> Hold | None:
     """``Gate.grant_now`` with plain holds."""
-    return slot.gate.grant_now(holds(slot, hold_timeout))
+    return gate_of(slot).grant_now(holds(slot, hold_timeout))
 
 
 def abandon(slot: Slot, ticket: Ticket) -> None:
     """Leave the queue as the driver does: release the hold if one was granted."""
-    granted = slot.gate.abandon(ticket)
+    granted = gate_of(slot).abandon(ticket)
     if granted is not None:
         granted.release()  # type: ignore[attr-defined]
 

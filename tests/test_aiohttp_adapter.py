@@ -102,7 +102,7 @@ async def test_arrivals_at_the_server_are_spaced_by_the_delay() -> None:
     assert len(policy.latencies) == 5
     assert max(policy.latencies) < 0.5, policy.latencies
     slot = throttle.slot(key(host))
-    assert (slot.sent, slot.state.responses, slot.in_flight, slot.queued) == (5, 5, 0, 0)
+    assert (slot.sent, slot.snapshot().responses, slot.in_flight, slot.queued) == (5, 5, 0, 0)
 
 
 async def test_the_cap_is_never_exceeded() -> None:
@@ -198,7 +198,7 @@ async def test_bypass_is_neither_delayed_nor_counted(via: str) -> None:
         )
     assert statuses == [200] * 3
     slot = throttle.slot(key(host))
-    assert (slot.sent, slot.state.responses, slot.in_flight) == (1, 1, 0)
+    assert (slot.sent, slot.snapshot().responses, slot.in_flight) == (1, 1, 0)
     assert len(host.arrivals) == 4
     assert all("x-autothrottle" not in {h.lower() for h in a.headers} for a in host.arrivals)
 
@@ -212,7 +212,7 @@ async def test_no_adjust_waits_but_keeps_the_delay(via: str) -> None:
         await asyncio.gather(*(fetch(session, host.url("/"), **no_adjust) for _ in range(2)))
         slot = throttle.slot(key(host))
         assert slot.delay == 0.3  # a 1 ms response would have halved it
-        assert (slot.sent, slot.state.responses) == (2, 2)
+        assert (slot.sent, slot.snapshot().responses) == (2, 2)
         assert host.gaps()[0] >= 0.3 - TOLERANCE  # ... but it waited its turn
         await fetch(session, host.url("/"))
         assert slot.delay < 0.3  # an ordinary response does adjust
@@ -291,9 +291,9 @@ async def test_redirect_hops_are_throttled_on_their_own_hosts() -> None:
         await response.read()
     for host, path in ((a, "/redirect"), (b, "/target")):
         slot = throttle.slot(key(host))
-        assert (slot.sent, slot.state.responses, slot.in_flight) == (1, 1, 0)
+        assert (slot.sent, slot.snapshot().responses, slot.in_flight) == (1, 1, 0)
         assert [arrival.path for arrival in host.arrivals] == [path]
-    assert throttle.slot(key(a)).state.status_counts == {302: 1}
+    assert throttle.slot(key(a)).snapshot().status_counts == {302: 1}
 
 
 async def test_each_redirect_hop_waits_for_its_own_slot() -> None:
@@ -489,8 +489,8 @@ async def test_user_middleware_retries_are_each_throttled() -> None:
     assert len(host.arrivals) == 2
     assert host.gaps()[0] >= 0.2 - TOLERANCE  # the retry waited its turn
     slot = throttle.slot("retried")  # the header's option held for the retry too
-    assert (slot.sent, slot.state.responses, slot.in_flight) == (2, 2, 0)
-    assert slot.state.status_counts == {503: 2}
+    assert (slot.sent, slot.snapshot().responses, slot.in_flight) == (2, 2, 0)
+    assert slot.snapshot().status_counts == {503: 2}
     assert all("x-autothrottle" not in {h.lower() for h in a.headers} for a in host.arrivals)
 
 
@@ -601,7 +601,7 @@ async def test_cancel_while_waiting_in_the_throttle() -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        assert (slot.in_flight, slot.queued, slot.state.failures) == (0, 0, 0)
+        assert (slot.in_flight, slot.queued, slot.snapshot().failures) == (0, 0, 0)
     assert [a.path for a in host.arrivals] == ["/"]
 
 
@@ -615,7 +615,7 @@ async def test_cancel_while_the_server_is_slow() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert (slot.in_flight, slot.queued, slot.state.failures) == (0, 0, 0)
+        assert (slot.in_flight, slot.queued, slot.snapshot().failures) == (0, 0, 0)
 
 
 async def test_timeout_releases_the_slot() -> None:
@@ -626,12 +626,12 @@ async def test_timeout_releases_the_slot() -> None:
         slot = throttle.slot(key(host))
         # aiohttp turns its own timeout into TimeoutError where it reads the
         # headers, so the middleware sees an error: a failure, not a cancellation.
-        assert (slot.in_flight, slot.queued, slot.state.failures) == (0, 0, 1)
+        assert (slot.in_flight, slot.queued, slot.snapshot().failures) == (0, 0, 1)
         with pytest.raises(asyncio.TimeoutError):
             await fetch(
                 session, host.url("/delay/1000"), timeout=aiohttp.ClientTimeout(sock_read=0.2)
             )
-        assert (slot.in_flight, slot.queued, slot.state.failures) == (0, 0, 2)
+        assert (slot.in_flight, slot.queued, slot.snapshot().failures) == (0, 0, 2)
 
 
 async def test_refused_connection_releases_and_counts_a_failure() -> None:
@@ -641,7 +641,12 @@ async def test_refused_connection_releases_and_counts_a_failure() -> None:
         with pytest.raises(aiohttp.ClientConnectorError):
             await session.get(f"http://127.0.0.2:{port}/")
     slot = throttle.slot("127.0.0.2")
-    assert (slot.sent, slot.state.failures, slot.state.responses, slot.in_flight) == (1, 1, 0, 0)
+    assert (slot.sent, slot.snapshot().failures, slot.snapshot().responses, slot.in_flight) == (
+        1,
+        1,
+        0,
+        0,
+    )
 
 
 async def test_dropped_connection_releases_and_counts_a_failure() -> None:
@@ -650,8 +655,8 @@ async def test_dropped_connection_releases_and_counts_a_failure() -> None:
         with pytest.raises(aiohttp.ServerDisconnectedError):
             await session.get(host.url("/close"))
     slot = throttle.slot(key(host))
-    assert slot.state.failures >= 1
-    assert (slot.state.responses, slot.in_flight, slot.queued) == (0, 0, 0)
+    assert slot.snapshot().failures >= 1
+    assert (slot.snapshot().responses, slot.in_flight, slot.queued) == (0, 0, 0)
 
 
 # -- debug output ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ escapes the contract by not being listed, and that the public surface is deliber
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import json
 import math
@@ -20,7 +21,7 @@ import pytest
 
 from autothrottle import Throttle
 from autothrottle.store import MemoryStore, SlotState
-from helpers import FakeClock
+from helpers import FakeClock, record_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "autothrottle"
@@ -163,7 +164,7 @@ def test_learned_state_round_trips_through_a_memory_store_as_plain_data() -> Non
         headers={"Retry-After": "30", "RateLimit": '"d";r=0;t=30'},
     )
     record = store.load("api.example")
-    assert record is throttle.slot("api.example").state
+    assert record is record_of(throttle.slot("api.example"))
 
     data = json.loads(json.dumps(record.to_dict(now=clock.now)))
     later = 50_000.0  # another process, another monotonic clock
@@ -241,3 +242,132 @@ def test_importing_the_library_loads_none_of_its_tools() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+# ----------------------------------------------------------------------------- ownership
+
+#: Each record of a slot's learned state, and the one module that may write it.
+OWNERS = {
+    ("autothrottle._pace", "Pace"): "_pace.py",
+    ("autothrottle._limits", "Limits"): "_limits.py",
+    ("autothrottle._recovery", "Refusal"): "_recovery.py",
+    ("autothrottle._cache", "Cache"): "_cache.py",
+    ("autothrottle._counters", "Counters"): "_counters.py",
+}
+
+_MUTATORS = frozenset(
+    {"append", "extend", "insert", "update", "clear", "pop", "popitem", "setdefault"}
+    | {"remove", "add", "discard", "sort", "reverse", "subtract", "__setitem__", "__delitem__"}
+)
+
+
+def _record_fields() -> dict[str, str]:
+    """Every record field, mapped to the file of its owner."""
+    owner_of: dict[str, str] = {}
+    for (module, name), owner in OWNERS.items():
+        record = getattr(importlib.import_module(module), name)
+        for field in dataclasses.fields(record):
+            assert field.name not in owner_of, f"{field.name} is in two records"
+            owner_of[field.name] = owner
+    return owner_of
+
+
+def _written_attributes(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, attribute) of every write to ``x.attribute`` (x not ``self``): an
+    assignment, an augmented one, a deletion, an item stored into it, a mutating
+    method called on it, or a ``setattr`` naming it."""
+
+    def attribute(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Attribute) and not (
+            isinstance(node.value, ast.Name) and node.value.id == "self"
+        ):
+            return node.attr
+        return None
+
+    written = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        elif isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in _MUTATORS:
+                targets = [func.value]
+            elif isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args:
+                name = node.args[1] if len(node.args) > 1 else None
+                if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                    written.append((node.lineno, name.value))
+        flat: list[ast.expr] = []
+        for target in targets:
+            flat.extend(target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])
+        for target in flat:
+            while isinstance(target, ast.Subscript):
+                target = target.value
+            name = attribute(target)
+            if name is not None:
+                written.append((node.lineno, name))
+    return written
+
+
+#: The modules through which a record can be reached: a module that imports none
+#: of them holds no record, and an attribute of the same name there is another's.
+_REACH = frozenset(
+    {"_state", "_slot", "_gate", "_store", "_pace", "_limits", "_recovery", "_cache", "_counters"}
+)
+
+
+def _reaches_records(tree: ast.AST) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] + [alias.name for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        if any(name.rpartition(".")[2] in _REACH for name in names):
+            return True
+    return False
+
+
+def test_only_its_owner_writes_a_record_of_the_learned_state() -> None:
+    owner_of = _record_fields()
+    wrong = []
+    checked = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        if not _reaches_records(tree):
+            continue
+        checked.append(path.name)
+        for line, name in _written_attributes(tree):
+            owner = owner_of.get(name)
+            if owner is not None and path.name != owner:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} writes {name} (owner: {owner})")
+    assert not wrong, wrong
+    # The engine modules that pass records around are among those checked.
+    assert {"_rules.py", "_gate.py", "_slot.py", "_throttle.py", "redis.py"} <= set(checked)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "state.pace.delay = 1.0",
+        "slot.state.counters.sent += 1",
+        "a, state.refusal.backoff_at = 1, 2",
+        "state.counters.status_counts[200] += 1",
+        "state.counters.latency_buckets.append(0)",
+        "del limits.rate_limit",
+        "setattr(cache, 'miss_share', 0.5)",
+    ],
+)
+def test_the_ownership_check_sees_each_kind_of_write(code: str) -> None:
+    owner_of = _record_fields()
+    written = [name for _, name in _written_attributes(ast.parse(code))]
+    assert any(name in owner_of for name in written), code
+
+
+def test_the_ownership_check_leaves_an_objects_own_attributes_alone() -> None:
+    assert _written_attributes(ast.parse("self.delay = 1.0\nx = state.pace.delay")) == []

@@ -255,7 +255,7 @@ async def test_no_adjust_waits_its_turn_but_leaves_the_delay() -> None:
         await client.get(host.url("/1"), extensions={"autothrottle": {"adjust": False}})
         await client.get(host.url("/2"), headers={"X-AutoThrottle": "no-adjust"})
         slot = throttle.slot(host.address)
-        assert (slot.delay, slot.sent, slot.state.responses) == (0.4, 2, 2)
+        assert (slot.delay, slot.sent, slot.snapshot().responses) == (0.4, 2, 2)
         await client.get(host.url("/3"))
         # A fast 200 halves the delay towards the latency.
         assert slot.delay < 0.3

@@ -11,7 +11,7 @@ import math
 import pytest
 
 from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
-from helpers import FakeClock, grant_now
+from helpers import FakeClock, gate_of, grant_now, record_of
 
 KEY = "cdn.example"
 HIT = {"X-Cache": "HIT", "Age": "30"}
@@ -51,13 +51,13 @@ def test_a_hit_lowers_the_delay_only_through_the_share_of_misses() -> None:
     assert throttle.slot(KEY).delay == pytest.approx(1.5)
     throttle.observe(KEY, latency=0.005, status=200, headers=HIT)
     # The first responses weigh 1/n: one miss and one hit make a share of 1/2.
-    assert throttle.slot(KEY).state.miss_share == pytest.approx(0.5)
+    assert record_of(throttle.slot(KEY)).miss_share == pytest.approx(0.5)
     assert throttle.slot(KEY).delay == pytest.approx(1.5 * 0.5)
     for _ in range(200):
         throttle.observe(KEY, latency=0.005, status=200, headers=HIT)
     # From the 100th response on each weighs 1 %: 99 more hits lower it by 0.99 each.
     share = 1.0 / 100 * 0.99**101
-    assert throttle.slot(KEY).state.miss_share == pytest.approx(max(share, 0.01))
+    assert record_of(throttle.slot(KEY)).miss_share == pytest.approx(max(share, 0.01))
 
 
 def test_the_miss_share_starts_as_the_plain_mean() -> None:
@@ -65,7 +65,7 @@ def test_the_miss_share_starts_as_the_plain_mean() -> None:
     for i in range(40):
         miss = i % 4 == 0
         throttle.observe(KEY, latency=0.1, status=200, headers=MISS if miss else HIT)
-    assert throttle.slot(KEY).state.miss_share == pytest.approx(0.25, abs=0.02)
+    assert record_of(throttle.slot(KEY)).miss_share == pytest.approx(0.25, abs=0.02)
 
 
 def test_the_origin_is_paced_at_the_target_and_hits_flow_between() -> None:
@@ -78,7 +78,7 @@ def test_the_origin_is_paced_at_the_target_and_hits_flow_between() -> None:
             KEY, latency=0.2 if miss else 0.005, status=200, headers=MISS if miss else HIT
         )
     slot = throttle.slot(KEY)
-    assert slot.state.miss_share == pytest.approx(0.1, rel=0.35)
+    assert record_of(slot).miss_share == pytest.approx(0.1, rel=0.35)
     assert slot.delay == pytest.approx(0.02, rel=0.35)
     # Little's law at the origin: sends/s x miss share x miss latency = target
     origin_in_flight = (1.0 / slot.delay) * 0.1 * 0.2
@@ -97,7 +97,7 @@ def test_cache_hits_lower_delay_restores_the_plain_rule() -> None:
     throttle.observe(KEY, latency=0.05, status=200, headers=HIT)
     slot = throttle.slot(KEY)
     assert slot.delay == pytest.approx(1.025)  # Scrapy: (2 + 0.05) / 2
-    assert slot.state.miss_share == 1.0
+    assert record_of(slot).miss_share == 1.0
 
 
 def test_strict_scrapy_ignores_cache_status() -> None:
@@ -145,7 +145,7 @@ def test_the_ramp_never_raises_the_delay_and_ends_at_the_first_refusal() -> None
     assert throttle.slot(KEY).delay == pytest.approx(2.0)
     throttle.observe(KEY, latency=0.1, status=429)
     slot = throttle.slot(KEY)
-    assert slot.state.refused_gap > 0
+    assert record_of(slot).refused_gap > 0
     # after a refusal the recovery floor, not the ramp, bounds the way down
     clock.advance(60.0)
     before = slot.delay
@@ -169,11 +169,11 @@ def test_the_adaptive_limit_caps_requests_in_flight() -> None:
     first = throttle.try_acquire(KEY)
     assert first is not None
     first.observe(latency=0.0001, status=200)
-    assert slot.state.in_flight_cap == 2
+    assert record_of(slot).in_flight_cap == 2
     clock.advance(1.0)
     held = [first, throttle.try_acquire(KEY)]
     assert held[1] is not None
-    assert slot.gate.cap() == 2
+    assert gate_of(slot).cap() == 2
     clock.advance(1.0)
     assert grant_now(slot) is None  # a third would exceed the policy's limit
     for lease in held:
@@ -190,7 +190,7 @@ def test_behind_a_cache_the_cap_is_the_origins_limit_plus_the_hits_in_flight() -
         throttle.observe(
             KEY, latency=0.2 if miss else 0.005, status=200, headers=MISS if miss else HIT
         )
-    state = slot.state
+    state = record_of(slot)
     # Paced with headroom: the policy's origin gap times the share, over (1 + share) / 2.
     share = state.miss_share
     origin_gap = state.policy_state["base"] / state.policy_state["limit"]
@@ -209,7 +209,7 @@ def test_max_concurrency_still_caps_below_the_policy() -> None:
     policy = AdaptiveConcurrencyPolicy(initial_limit=50.0, ramp_up=None)
     _, throttle = fake(start_delay=0.0, max_concurrency=3, policy=policy)
     throttle.observe(KEY, latency=0.01, status=200)
-    assert throttle.slot(KEY).gate.cap() == 3
+    assert gate_of(throttle.slot(KEY)).cap() == 3
     assert not math.isinf(throttle.slot(KEY).delay)
 
 
@@ -242,9 +242,9 @@ def test_the_headers_spacing_holds_while_the_ramp_up_runs() -> None:
     headers = {"RateLimit-Policy": '"p";q=10;w=1', "RateLimit": '"p";r=5;t=1'}
     lease.observe(latency=0.001, status=200, headers=headers)
     lease.release()
-    assert slot.state.ramp_to > 0.0  # the ramp holds the delay
+    assert record_of(slot).ramp_to > 0.0  # the ramp holds the delay
     clock.advance(0.9)
     lease = throttle.try_acquire(KEY)
     assert lease is not None
     lease.release()
-    assert slot.gate.send_at(clock()) >= clock() + 0.1
+    assert gate_of(slot).send_at(clock()) >= clock() + 0.1

@@ -39,7 +39,7 @@ from autothrottle import (
     Throttle,
 )
 from autothrottle.policy import DelayPolicy
-from helpers import FakeClock, bounded, refusal_floor, take
+from helpers import FakeClock, bounded, record_of, refusal_floor, take
 
 KEY = "example.com"
 TOL = 1e-5  # looptime's clock ticks in microseconds
@@ -338,7 +338,7 @@ async def simulate_host(
                 await asyncio.sleep(service)
             lease.observe(latency=now() - sent, status=200)
             lease.release()
-            log.append((sent - t0, slot.state.policy_state["limit"], slot.delay))
+            log.append((sent - t0, record_of(slot).policy_state["limit"], slot.delay))
 
     async with bounded(seconds * 10):
         await asyncio.gather(*(client() for _ in range(2 * max_concurrency)))
@@ -376,7 +376,7 @@ async def test_adaptive_concurrency_doubles_its_limit_until_the_first_queue() ->
     # max_delay=0: only the limit holds requests back.
     _, throttle = fake(start_delay=0.0, max_delay=0.0, policy=AdaptiveConcurrencyPolicy())
     slot = throttle.slot(KEY)
-    state = slot.state.policy_state
+    state = record_of(slot).policy_state
     limits = []
     for _ in range(3):
         for _ in range(8):
@@ -421,7 +421,7 @@ async def test_adaptive_concurrency_ignores_errors_and_cache_hits() -> None:
         lease = await take(throttle)
         lease.observe(latency=0.01, status=status, headers=headers)
         lease.release()
-        assert slot.state.policy_state.get("limit", 2.0) == 2.0
+        assert record_of(slot).policy_state.get("limit", 2.0) == 2.0
         clock.advance(1.0)
     # Errors never lower the delay; the hit lowers it only through the share of
     # sends that reach the origin (docs/signals.md, "Caches"): one in three.
@@ -434,12 +434,12 @@ async def test_adaptive_concurrency_delay_is_the_no_load_latency_over_limit() ->
     lease = await take(throttle)
     lease.observe(latency=0.4, status=200)
     # First sample: no queue seen; the limit does not grow past what is in flight.
-    assert throttle.slot(KEY).state.policy_state["limit"] == 4.0
+    assert record_of(throttle.slot(KEY)).policy_state["limit"] == 4.0
     assert throttle.slot(KEY).delay == pytest.approx(0.1)
     # A slow page does not slow the pace: the cap of 4 in flight holds the host.
     throttle.observe(KEY, latency=1.6, status=200)
     assert throttle.slot(KEY).delay == pytest.approx(0.4 * 1.001 / 4.0)
-    assert throttle.slot(KEY).state.in_flight_cap == 4
+    assert record_of(throttle.slot(KEY)).in_flight_cap == 4
 
 
 # =================================================================================

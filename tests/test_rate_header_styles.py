@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
-from helpers import FakeClock
+from helpers import FakeClock, gate_of
 
 KEY = "api.example"
 RUN = 40.0
@@ -100,7 +100,7 @@ def crawl(
     while clock() < end:
         lease = throttle.try_acquire(KEY)
         if lease is None:
-            at = slot.gate.send_at(clock())
+            at = gate_of(slot).send_at(clock())
             assert at > clock(), "the gate is closed but names no later time"
             clock.advance(at - clock())
             continue

@@ -1,4 +1,8 @@
-"""The refusal memory through its own interface, with plain numbers (docs/recovery.md)."""
+"""The refusal memory through its own interface, with plain numbers (docs/recovery.md).
+
+Only :class:`Recovery`, its :class:`Refusal` record and plain numbers: no
+throttle, slot or clock.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,16 @@ import math
 
 import pytest
 
-from autothrottle._recovery import Recovery
-from autothrottle._state import SlotState
+from autothrottle._recovery import Recovery, Refusal, first_of_burst, refused_pace
 
 
-def succeed(recovery: Recovery, state: SlotState, times: list[float]) -> None:
+def succeed(recovery: Recovery, state: Refusal, times: list[float]) -> None:
     for t in times:
         recovery.count_success(state, t)
 
 
 def test_the_success_rate_needs_three_successes_and_counts_one_less() -> None:
-    recovery, state = Recovery(), SlotState(delay=1.0)
+    recovery, state = Recovery(), Refusal()
     succeed(recovery, state, [10.0, 10.5])
     assert recovery.success_rate(state, 11.0) is None
     recovery.count_success(state, 11.0)
@@ -25,7 +28,7 @@ def test_the_success_rate_needs_three_successes_and_counts_one_less() -> None:
 
 
 def test_a_refusal_close_above_what_got_through_takes_that_as_the_limit() -> None:
-    recovery, state = Recovery(), SlotState(delay=0.09)
+    recovery, state = Recovery(), Refusal()
     succeed(recovery, state, [i / 10 for i in range(51)])  # 10/s for 5 s
     recovery.refused(state, pace=1 / 11, now=5.0)
     assert 1 / state.refused_gap == pytest.approx(10.0)
@@ -34,7 +37,7 @@ def test_a_refusal_close_above_what_got_through_takes_that_as_the_limit() -> Non
 
 def test_a_first_refusal_far_above_is_capped_at_what_got_through() -> None:
     # A burst of 2 let a client run at 4.4/s for a second against a 2/s host.
-    recovery, state = Recovery(), SlotState(delay=0.5)
+    recovery, state = Recovery(), Refusal()
     succeed(recovery, state, [0.05, 0.5, 0.85, 1.13])
     recovery.refused(state, pace=0.228, now=1.35, factor=2.0)
     # allowed (4-1)/1.3 = 2.3/s, geometric mean with 4.4/s is 3.2/s: capped to
@@ -44,7 +47,7 @@ def test_a_first_refusal_far_above_is_capped_at_what_got_through() -> None:
 
 
 def test_a_first_refusal_far_above_little_allowed_is_capped_at_the_rate_over_the_factor() -> None:
-    recovery, state = Recovery(), SlotState(delay=0.5)
+    recovery, state = Recovery(), Refusal()
     succeed(recovery, state, [0.0, 0.667, 1.333, 2.0])
     recovery.refused(state, pace=1 / 4.4, now=2.0, factor=2.0)
     # allowed 1.5/s, geometric mean with 4.4/s is 2.57/s: capped to 4.4 / 2 = 2.2/s
@@ -54,7 +57,7 @@ def test_a_first_refusal_far_above_little_allowed_is_capped_at_the_rate_over_the
 def test_only_the_latest_successes_measure_the_rate() -> None:
     # A slot that ramped from 1/s to 10/s: the rate it was let through lately is
     # 10/s, not the mean of its ramp.
-    recovery, state = Recovery(), SlotState(delay=0.1)
+    recovery, state = Recovery(), Refusal()
     times = [float(t) for t in range(5)] + [5.0 + i / 10 for i in range(30)]
     succeed(recovery, state, times)
     rate = recovery.success_rate(state, times[-1])
@@ -63,21 +66,21 @@ def test_only_the_latest_successes_measure_the_rate() -> None:
 
 
 def test_a_later_refusal_far_above_takes_the_geometric_mean() -> None:
-    recovery, state = Recovery(), SlotState(delay=0.1, refused_gap=0.2)
+    recovery, state = Recovery(), Refusal(refused_gap=0.2)
     succeed(recovery, state, [i / 10 for i in range(51)])
     recovery.refused(state, pace=1 / 40, now=5.0)
     assert 1 / state.refused_gap == pytest.approx(20.0)  # sqrt(10 * 40)
 
 
 def test_a_refusal_with_nothing_counted_remembers_the_refused_pace() -> None:
-    recovery, state = Recovery(), SlotState(delay=0.3)
+    recovery, state = Recovery(), Refusal()
     recovery.refused(state, pace=0.3, now=1.0)
     assert state.refused_gap == 0.3
     assert state.ok_count == 0
 
 
 def test_a_refusal_starts_a_new_count() -> None:
-    recovery, state = Recovery(), SlotState(delay=0.5)
+    recovery, state = Recovery(), Refusal()
     succeed(recovery, state, [0.0, 1.0, 2.0, 3.0])
     recovery.refused(state, pace=0.5, now=3.5)
     assert state.ok_count == 0
@@ -95,12 +98,12 @@ def test_a_refusal_starts_a_new_count() -> None:
 )
 def test_the_floor_follows_a_cubic_around_the_refused_rate(elapsed: float, rate: float) -> None:
     recovery = Recovery(margin=0.93, time=15.0)
-    state = SlotState(delay=1.0, refused_gap=1.0, backoff_at=100.0)
+    state = Refusal(refused_gap=1.0, backoff_at=100.0)
     assert 1 / recovery.floor(state, 100.0 + elapsed) == pytest.approx(rate)
 
 
 def test_no_refusal_no_floor() -> None:
-    assert Recovery().floor(SlotState(delay=1.0), 1e6) == 0.0
+    assert Recovery().floor(Refusal(), 1e6) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -116,3 +119,39 @@ def test_no_refusal_no_floor() -> None:
 def test_bad_knobs_are_refused_naming_them(kwargs: dict[str, float], name: str) -> None:
     with pytest.raises(ValueError, match=name):
         Recovery(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("sent_at", "backoff_at", "counts"),
+    [
+        (None, 5.0, True),  # the send time is unknown: it counts
+        (1.0, -math.inf, True),  # never backed off
+        (5.0, 5.0, True),  # sent at the backoff itself: at the new pace
+        (6.0, 5.0, True),
+        (4.999, 5.0, False),  # sent before the last backoff: the lag of the old pace
+    ],
+)
+def test_only_the_first_signal_of_a_burst_counts(
+    sent_at: float | None, backoff_at: float, counts: bool
+) -> None:
+    assert first_of_burst(sent_at, backoff_at) is counts
+
+
+@pytest.mark.parametrize(
+    ("delay", "latency", "in_flight", "pace"),
+    [
+        (0.5, 0.2, 4, 0.5),  # the delay held the slot back
+        (0.01, 0.4, 4, 0.1),  # the cap did: 4 in flight at 0.4 s is a send every 0.1 s
+        (0.01, None, 4, 0.01),  # no latency yet
+        (0.01, 0.4, 0, 0.01),  # nothing in flight
+    ],
+)
+def test_the_refused_pace_is_the_delay_or_littles_law(
+    delay: float, latency: float | None, in_flight: int, pace: float
+) -> None:
+    assert refused_pace(delay, latency, in_flight) == pytest.approx(pace)
+
+
+def test_the_floor_never_overflows_long_after_a_refusal() -> None:
+    state = Refusal(refused_gap=1.0, recover_in=1e-6, backoff_at=0.0)
+    assert Recovery().floor(state, 1e250) == pytest.approx(0.0)

@@ -30,7 +30,7 @@ import pytest
 from autothrottle import FixedDelayPolicy, Lease, Slot, Throttle
 from autothrottle._gate import Ticket
 from autothrottle.store import MemoryStore
-from helpers import FakeClock, abandon, bounded, grant_now, try_acquire
+from helpers import FakeClock, abandon, bounded, gate_of, grant_now, record_of, try_acquire
 
 KEY = "example.com"
 TOL = 1e-5  # looptime's clock ticks in microseconds
@@ -65,7 +65,7 @@ class WakeCounter:
 class TestSlotFirstRequestAndDelay:
     def test_first_request_to_a_new_slot_goes_at_once(self) -> None:
         clock, throttle, slot = sans_io(start_delay=30.0)
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         assert slot.queued == 1
         assert try_acquire(slot, ticket, throttle.hold_timeout) == 0.0
         assert ticket.hold is not None
@@ -85,7 +85,7 @@ class TestSlotFirstRequestAndDelay:
     def test_next_send_waits_exactly_the_delay(self, delay: float) -> None:
         clock, throttle, slot = sans_io(start_delay=delay)
         first = grant(slot, throttle)
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(delay)
         clock.advance(delay * 0.4)
         assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(delay * 0.6)
@@ -101,7 +101,7 @@ class TestSlotFirstRequestAndDelay:
         first = grant(slot, throttle)
         clock.advance(4.0)
         first.release()
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(1.0)
 
     def test_zero_delay_sends_back_to_back(self) -> None:
@@ -122,7 +122,7 @@ class TestSlotFirstRequestAndDelay:
 class TestSlotFifo:
     def test_only_the_head_may_go(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=100)
-        tickets = [slot.gate.enqueue() for _ in range(5)]
+        tickets = [gate_of(slot).enqueue() for _ in range(5)]
         for ticket in tickets[1:]:
             assert try_acquire(slot, ticket, throttle.hold_timeout) == math.inf
             assert ticket.hold is None
@@ -134,7 +134,7 @@ class TestSlotFifo:
     def test_grant_order_is_arrival_order_whatever_the_check_order(self, seed: int) -> None:
         rng = random.Random(seed)
         clock, throttle, slot = sans_io(start_delay=1.5, max_concurrency=3)
-        tickets = [slot.gate.enqueue() for _ in range(30)]
+        tickets = [gate_of(slot).enqueue() for _ in range(30)]
         order: list[int] = []
         held: list[Lease] = []
         for _ in range(10_000):  # bounded
@@ -162,7 +162,7 @@ class TestSlotFifo:
     def test_fast_path_never_jumps_the_queue(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=1)
         first = grant(slot, throttle)
-        waiting = slot.gate.enqueue()
+        waiting = gate_of(slot).enqueue()
         assert try_acquire(slot, waiting, throttle.hold_timeout) > 0
         assert waiting.hold is None
         first.release()
@@ -175,7 +175,7 @@ class TestSlotCap:
     def test_cap_blocks_until_a_release(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=2, hold_timeout=math.inf)
         a, _b = grant(slot, throttle), grant(slot, throttle)
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         assert try_acquire(slot, ticket, throttle.hold_timeout) == math.inf
         assert grant_now(slot, throttle.hold_timeout) is None
         assert slot.in_flight == 2
@@ -190,13 +190,13 @@ class TestSlotCap:
         clock.advance(10.0)
         grant(slot, throttle)
         clock.advance(5.0)
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(15.0)
 
     def test_cap_and_delay_both_apply(self) -> None:
         clock, throttle, slot = sans_io(start_delay=4.0, max_concurrency=1, hold_timeout=math.inf)
         first = grant(slot, throttle)
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         clock.advance(1.0)
         first.release()
         # the cap is free, but the delay still holds
@@ -207,7 +207,7 @@ class TestSlotWakes:
     def test_the_head_is_woken_by_a_release(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=1)
         lease = grant(slot, throttle)
-        head = slot.gate.enqueue()
+        head = gate_of(slot).enqueue()
         try_acquire(slot, head, throttle.hold_timeout)
         head.wake = WakeCounter()
         lease.release()
@@ -217,7 +217,7 @@ class TestSlotWakes:
     def test_the_head_is_woken_by_a_delay_change(self, how: str) -> None:
         _clock, throttle, slot = sans_io(start_delay=10.0)
         grant(slot, throttle)
-        head = slot.gate.enqueue()
+        head = gate_of(slot).enqueue()
         try_acquire(slot, head, throttle.hold_timeout)
         head.wake = wake = WakeCounter()
         if how == "setter":
@@ -228,7 +228,7 @@ class TestSlotWakes:
 
     def test_the_next_head_is_woken_by_a_grant_and_an_abandon(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=100)
-        tickets = [slot.gate.enqueue() for _ in range(3)]
+        tickets = [gate_of(slot).enqueue() for _ in range(3)]
         counters = [WakeCounter() for _ in tickets]
         for ticket, counter in zip(tickets, counters, strict=True):
             ticket.wake = counter
@@ -239,7 +239,7 @@ class TestSlotWakes:
 
     def test_abandoning_a_non_head_keeps_the_order(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0, max_concurrency=100)
-        tickets = [slot.gate.enqueue() for _ in range(4)]
+        tickets = [gate_of(slot).enqueue() for _ in range(4)]
         abandon(slot, tickets[2])
         assert slot.queued == 3
         abandon(slot, tickets[2])  # twice: a no-op
@@ -252,7 +252,7 @@ class TestSlotWakes:
 
     def test_abandoning_a_granted_ticket_releases_its_lease(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=0.0)
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         try_acquire(slot, ticket, throttle.hold_timeout)
         assert slot.in_flight == 1
         abandon(slot, ticket)
@@ -264,7 +264,7 @@ class TestSlotReevaluation:
     def test_a_lower_delay_shortens_the_wait(self) -> None:
         clock, throttle, slot = sans_io(start_delay=10.0)
         grant(slot, throttle)
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(10.0)
         clock.advance(2.0)
         throttle.observe(KEY, latency=0.0, status=200)  # 10 -> 5
@@ -276,7 +276,7 @@ class TestSlotReevaluation:
     def test_a_higher_delay_lengthens_the_wait(self) -> None:
         clock, throttle, slot = sans_io(start_delay=10.0)
         grant(slot, throttle)
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         clock.advance(2.0)
         throttle.observe(KEY, latency=40.0, status=200)  # target 40 > 25
         assert slot.delay == 40.0
@@ -287,7 +287,7 @@ class TestSlotJitter:
     def test_the_factor_is_drawn_once_per_send_not_per_check(self) -> None:
         clock, throttle, slot = sans_io(start_delay=2.0, jitter=0.5, rng=random.Random(3))
         grant(slot, throttle)
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         first = try_acquire(slot, ticket, throttle.hold_timeout)
         for _ in range(50):
             assert try_acquire(slot, ticket, throttle.hold_timeout) == first
@@ -297,7 +297,7 @@ class TestSlotJitter:
     def test_the_factor_scales_the_delay_in_force(self) -> None:
         _clock, throttle, slot = sans_io(start_delay=2.0, jitter=0.5, rng=random.Random(5))
         grant(slot, throttle)
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         wait = try_acquire(slot, ticket, throttle.hold_timeout)
         factor = wait / 2.0
         assert 0.5 <= factor <= 1.5
@@ -312,7 +312,7 @@ class TestSlotJitter:
         )
         sends = [grant(slot, throttle).sent_at]
         for _ in range(2000):
-            ticket = slot.gate.enqueue()
+            ticket = gate_of(slot).enqueue()
             for _ in range(1000):  # bounded; checks often, as a polling driver would
                 wait = try_acquire(slot, ticket, throttle.hold_timeout)
                 if wait == 0.0:
@@ -332,7 +332,7 @@ class TestSlotJitter:
         clock, throttle, slot = sans_io(start_delay=1.25, max_concurrency=100)
         sends = [grant(slot, throttle).sent_at]
         for _ in range(20):
-            ticket = slot.gate.enqueue()
+            ticket = gate_of(slot).enqueue()
             wait = try_acquire(slot, ticket, throttle.hold_timeout)
             assert wait == pytest.approx(1.25)
             clock.advance(wait)
@@ -371,7 +371,7 @@ class TestLeases:
         lost = grant(slot, throttle)
         clock.advance(29.9)
         assert slot.in_flight == 1
-        ticket = slot.gate.enqueue()
+        ticket = gate_of(slot).enqueue()
         assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(0.1)
         clock.advance(0.1)
         assert slot.in_flight == 0
@@ -423,7 +423,7 @@ class TestSlotManyAbandons:
         abandoned = 0
         while abandoned < 5000:
             for _ in range(rng.randint(1, 20)):
-                queue.append(slot.gate.enqueue())
+                queue.append(gate_of(slot).enqueue())
             for ticket in list(queue):
                 if try_acquire(slot, ticket, throttle.hold_timeout) == 0.0:
                     queue.remove(ticket)
@@ -471,7 +471,7 @@ class TestIdleEviction:
         grant(slot, throttle).release()
         clock.advance(9.0)
         throttle.slot("b.example")
-        assert store.load("a.example") is slot.state
+        assert store.load("a.example") is record_of(slot)
 
     def test_recent_activity_keeps_a_slot(self) -> None:
         clock, throttle, store = self.make()
@@ -481,7 +481,7 @@ class TestIdleEviction:
         throttle.observe("a.example", latency=1.0, status=200)
         clock.advance(3.0)
         throttle.slot("b.example")
-        assert store.load("a.example") is slot.state
+        assert store.load("a.example") is record_of(slot)
 
     @pytest.mark.parametrize("busy", ["in_flight", "queued"])
     def test_a_busy_slot_is_not_evicted(self, busy: str) -> None:
@@ -490,10 +490,10 @@ class TestIdleEviction:
         lease = grant(slot, throttle)
         if busy == "queued":
             lease.release()
-            slot.gate.enqueue()
+            gate_of(slot).enqueue()
         clock.advance(100.0)
         throttle.slot("b.example")
-        assert store.load("a.example") is slot.state
+        assert store.load("a.example") is record_of(slot)
         assert throttle.slot("a.example") is slot
 
     def test_an_evicted_slot_starts_fresh(self) -> None:

@@ -19,6 +19,7 @@ from autothrottle import Throttle
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.sim import CDN, Capacity, RateLimited, SimServer
+from helpers import record_of
 from loopback import loopback_hosts
 
 
@@ -171,7 +172,7 @@ async def test_cache_hits_lower_the_delay_only_through_the_share_of_misses() -> 
     assert snap.cache_hits == 4
     # One miss in five responses: the delay is a fifth of the miss's, whatever
     # the hits' own latency (docs/signals.md, "Caches").
-    assert throttle.slot("127.0.0.2").state.miss_share == pytest.approx(0.2)
+    assert record_of(throttle.slot("127.0.0.2")).miss_share == pytest.approx(0.2)
     assert snap.delay == pytest.approx(after_miss * 0.2)
 
 

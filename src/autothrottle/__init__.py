@@ -20,6 +20,7 @@ time), :mod:`autothrottle.sim` (simulated sites) and :mod:`autothrottle.cli`
 """
 
 from ._errors import ThrottleTimeout
+from ._events import ThrottleEvent
 from ._exchange import ThrottleInfo
 from ._hosts import HostSettings
 from ._lease import Lease
@@ -30,7 +31,6 @@ from ._policies import (
     FixedDelayPolicy,
     FixedRatePolicy,
 )
-from ._rules import ThrottleEvent
 from ._slot import Slot, SlotSnapshot
 from ._stats import SlotStats, ThrottleStats
 from ._throttle import Throttle

@@ -63,7 +63,7 @@ import anyio
 from ._errors import ThrottleTimeout
 from ._lease import Lease
 from ._rules import Rules
-from ._slot import Slot
+from ._slot import LiveSlot
 from ._state import SlotState
 
 __all__ = ["Fleet", "SharedTurn", "SharedTurns", "TurnAsk"]
@@ -140,7 +140,9 @@ class Fleet:
 
     # -- turns (rules 1-4) ------------------------------------------------------------
 
-    async def take_turn(self, slot: Slot, lease: Lease, bound: float | None, left: float) -> None:
+    async def take_turn(
+        self, slot: LiveSlot, lease: Lease, bound: float | None, left: float
+    ) -> None:
         """Wait for the fleet's turn after the slot's own was granted.
 
         ``bound`` is the request's ``max_wait`` (None: none), ``left`` what is
@@ -160,7 +162,7 @@ class Fleet:
             raise
 
     def take_turn_blocking(
-        self, slot: Slot, lease: Lease, bound: float | None, left: float
+        self, slot: LiveSlot, lease: Lease, bound: float | None, left: float
     ) -> None:
         """:meth:`take_turn` for a thread."""
         deadline = time.monotonic() + left
@@ -176,7 +178,7 @@ class Fleet:
             lease.release()
             raise
 
-    def _ask(self, slot: Slot) -> TurnAsk:
+    def _ask(self, slot: LiveSlot) -> TurnAsk:
         config = slot.config
         signals = self._rules.signals
         return TurnAsk(
@@ -189,7 +191,7 @@ class Fleet:
         )
 
     def _settle(
-        self, slot: Slot, lease: Lease, turn: SharedTurn, bound: float | None, left: float
+        self, slot: LiveSlot, lease: Lease, turn: SharedTurn, bound: float | None, left: float
     ) -> float:
         """Adopt what the fleet said (rule 4) and return the wait, within the bounds (rule 3)."""
         pause = min(turn.pause, self._rules.signals.max_pause)
@@ -204,7 +206,7 @@ class Fleet:
 
     def observe(
         self,
-        slot: Slot,
+        slot: LiveSlot,
         *,
         latency: float,
         status: int,
@@ -227,14 +229,14 @@ class Fleet:
             )
             self.report(slot, sent_at, backed_off=slot.state.backoffs != backoffs)
 
-    def fail(self, slot: Slot, error: BaseException, *, sent_at: float) -> None:
+    def fail(self, slot: LiveSlot, error: BaseException, *, sent_at: float) -> None:
         """The rules' :meth:`~Rules.fail`, then the change goes to the fleet."""
         with slot.gate.lock:
             backoffs = slot.state.backoffs
             self._rules.fail(slot, error, sent_at=sent_at)
             self.report(slot, sent_at, backed_off=slot.state.backoffs != backoffs)
 
-    def report(self, slot: Slot, sent_at: float | None, *, backed_off: bool) -> None:
+    def report(self, slot: LiveSlot, sent_at: float | None, *, backed_off: bool) -> None:
         """Share the slot's record after a request sent at ``sent_at`` changed it."""
         self.store.changed(
             slot.key,

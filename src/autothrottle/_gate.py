@@ -7,10 +7,11 @@ setting the clock by hand. Waiting is the driver's business
 :meth:`Gate.try_acquire` how long to wait, and sleeps until then or until the
 gate wakes the ticket.
 
-The gate reads the slot's learned state (delay, pause, rate-limit budget) from
-its :class:`~autothrottle._state.SlotState` and keeps only what belongs to this
-process: the queue, the holds in flight, the last send, the jitter factor and
-the burst tokens.
+The gate reads the slot's learned state (the pace, the limits, the cap) from
+its :class:`~autothrottle._state.SlotState` and writes none of it but the
+counters of sends (through :class:`~autothrottle._counters.Counters`). It
+keeps only what belongs to this process: the queue, the holds in flight, the
+last send, the jitter factor and the burst tokens.
 
 This module's interface to the rest of the engine is :class:`Gate`'s public
 methods; nothing outside the engine calls it.
@@ -25,7 +26,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from ._policy import SlotConfig, ramp_period
+from ._pace import RampUp
+from ._policy import SlotConfig
 from ._state import SlotState
 
 __all__ = ["Gate", "Hold", "Ticket"]
@@ -153,29 +155,31 @@ class Gate:
         if self._queue or self.in_flight():
             return False
         now = self._clock()
-        state = self.state
-        return now >= state.pause_until and now >= state.budget_until
+        limits = self.state.limits
+        return now >= limits.pause_until and now >= limits.budget_until
 
     def cap(self) -> int:
         """The most requests that may be in flight: ``max_concurrency``, or the
         policy's own estimate when it has one and it is lower."""
         cap = self.config.max_concurrency
-        own = self.state.in_flight_cap
+        own = self.state.cache.in_flight_cap
         return own if 0 < own < cap else cap
 
     def send_at(self, now: float) -> float:
         """The earliest time the next request may be sent, ignoring the cap."""
         last = self.last_send
+        pause_until = self.state.limits.pause_until
         if last is None:
-            return self.state.pause_until
-        return max(self._spaced_at(now, last), self.state.pause_until)
+            return pause_until
+        return max(self._spaced_at(now, last), pause_until)
 
     def _spaced_at(self, now: float, last: float) -> float:
         """When the spacing rules (delay, burst, budget, sustained pace) allow a send."""
-        state = self.state
-        delay = state.delay
+        pace = self.state.pace
+        limits = self.state.limits
+        delay = pace.delay
         gap = delay * self._factor
-        if 0.0 < state.ramp_to < delay:
+        if 0.0 < pace.ramp_to < delay:
             # The headers' spacing below holds while the ramp-up runs too.
             at = self._ramped_at(now, last)
             gap = at - last
@@ -184,11 +188,11 @@ class Gate:
         else:
             missing = 1.0 - self._burst_tokens(now)
             at = now + missing * delay if missing > 0 else -math.inf
-        if state.budget_gap > gap and now < state.budget_until:
+        if limits.budget_gap > gap and now < limits.budget_until:
             # Spread the advertised budget until its reset; after it, the budget is spent.
-            at = max(at, min(last + state.budget_gap, state.budget_until))
-        if state.sustained_gap > gap and now < state.sustained_until:
-            at = max(at, min(last + state.sustained_gap, state.sustained_until))
+            at = max(at, min(last + limits.budget_gap, limits.budget_until))
+        if limits.sustained_gap > gap and now < limits.sustained_until:
+            at = max(at, min(last + limits.sustained_gap, limits.sustained_until))
         for (count, seconds), sends in zip(self.config.windows, self._window_sends, strict=True):
             if len(sends) == count:  # the oldest of the last `count` must leave the window
                 at = max(at, sends[0] + seconds)
@@ -197,18 +201,17 @@ class Gate:
     def _ramped_at(self, now: float, last: float) -> float:
         """:meth:`_spaced_at` while the ramp-up lets the delay fall over time.
 
-        The delay halves every ``ramp_up`` seconds since it was set, down to
-        what the policy asked for (``docs/recovery.md``, ramp-up). The send
-        time ``t`` solves ``t = last + delay(t)``; delay(t) falls as t grows,
-        so bisection finds it.
+        The delay falls as :meth:`RampUp.delay_at <autothrottle._pace.RampUp.delay_at>`
+        says, down to what the policy asked for (``docs/signals.md``,
+        "Ramp-up"). The send time ``t`` solves ``t = last + delay(t)``;
+        delay(t) falls as t grows, so bisection finds it.
         """
-        state = self.state
-        ramp = ramp_period(self.config.policy.ramp_up or 1.0, state.delay)
+        pace = self.state.pace
+        ramp = RampUp(self.config.policy.ramp_up or 1.0)
         factor = self._factor
 
         def gap(t: float) -> float:
-            decayed: float = state.delay * 0.5 ** (max(0.0, t - state.adjusted_at) / ramp)
-            return max(decayed, state.ramp_to) * factor
+            return ramp.delay_at(pace, t) * factor
 
         low, high = now, last + gap(now)
         if high <= now:
@@ -255,15 +258,16 @@ class Gate:
         with self.lock:
             now = self._clock()
             last = self._wire_last
+            pause_until = self.state.limits.pause_until
             if last is None:
-                at = self.state.pause_until
+                at = pause_until
             else:
                 # Two requests may reach the wire in the other order than they
                 # were granted (the earlier one waited on a pool being built):
                 # between them goes the gap of the later grant of the two.
                 later = hold.sent_at >= self._wire_granted
                 at = last + (hold.wire_gap if later else self._wire_gap)
-                at = max(at, self.state.pause_until)
+                at = max(at, pause_until)
             if now < at and now > hold.wire_asked:
                 hold.wire_asked = now
                 return at - now
@@ -346,14 +350,14 @@ class Gate:
         """Stop counting ``hold`` as in flight."""
         with self.lock:
             self._holds.discard(hold)
-            self.state.last_activity = self._clock()
+            self.state.counters.touch(self._clock())
             self.wake()
 
     # -- inside the gate -------------------------------------------------------------
 
     def _burst_tokens(self, now: float) -> float:
         burst = self.config.burst
-        delay = self.state.delay
+        delay = self.state.pace.delay
         if delay <= 0.0:
             return float(burst)
         refill = (now - self._tokens_at) / delay
@@ -370,9 +374,7 @@ class Gate:
             self._tokens_at = now
         jitter = self.config.jitter
         self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0) if jitter else 1.0
-        state = self.state
-        state.sent += 1
-        state.last_activity = now
+        self.state.counters.count_send(now)
         hold = make(now)
         hold.wire_gap = gap
         self._holds.add(hold)

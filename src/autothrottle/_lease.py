@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Protocol
 
-from ._slot import Slot
+from ._slot import LiveSlot, Slot
 
 __all__ = ["Lease"]
 
@@ -17,7 +17,7 @@ class Reporter(Protocol):
 
     def observe(
         self,
-        slot: Slot,
+        slot: LiveSlot,
         *,
         latency: float,
         status: int,
@@ -27,7 +27,7 @@ class Reporter(Protocol):
         from_cache: bool | None = None,
     ) -> None: ...
 
-    def fail(self, slot: Slot, error: BaseException, *, sent_at: float) -> None: ...
+    def fail(self, slot: LiveSlot, error: BaseException, *, sent_at: float) -> None: ...
 
 
 class Lease:
@@ -44,7 +44,6 @@ class Lease:
     flight after the throttle's ``hold_timeout``.
 
     Attributes:
-        slot: The slot the request was sent to.
         sent_at: When the lease was granted, on the throttle's clock.
         expires_at: When it stops counting as in flight if never released.
         adjust: False when the response must not change the slot's delay.
@@ -53,21 +52,21 @@ class Lease:
 
     __slots__ = (
         "__weakref__",
+        "_live",
         "_released",
         "_reporter",
         "adjust",
         "expires_at",
         "on_release",
         "sent_at",
-        "slot",
         "wire_asked",
         "wire_gap",
     )
 
     def __init__(
-        self, slot: Slot, reporter: Reporter, sent_at: float, expires_at: float, adjust: bool
+        self, live: LiveSlot, reporter: Reporter, sent_at: float, expires_at: float, adjust: bool
     ) -> None:
-        self.slot = slot
+        self._live = live
         self._reporter = reporter
         self.sent_at = sent_at
         self.expires_at = expires_at
@@ -76,6 +75,11 @@ class Lease:
         self.wire_asked = -math.inf
         self.on_release: Callable[[], None] | None = None
         self._released = False
+
+    @property
+    def slot(self) -> Slot:
+        """The slot the request was sent to."""
+        return self._live.view
 
     @property
     def released(self) -> bool:
@@ -91,7 +95,7 @@ class Lease:
         also the gap the host sees, however long the request waited for a
         connection (``docs/scheduling.md``, rule 10). The adapters do this.
         """
-        return self.slot.gate.wire_wait(self)
+        return self._live.gate.wire_wait(self)
 
     def observe(
         self,
@@ -109,7 +113,7 @@ class Lease:
         header had said so (``docs/signals.md``, "Caches").
         """
         self._reporter.observe(
-            self.slot,
+            self._live,
             latency=latency,
             status=status,
             headers=headers,
@@ -124,13 +128,13 @@ class Lease:
         A failure gives no latency sample. Cancellation is not a failure: just
         release the lease.
         """
-        self._reporter.fail(self.slot, error, sent_at=self.sent_at)
+        self._reporter.fail(self._live, error, sent_at=self.sent_at)
 
     def release(self) -> None:
         """Stop counting the request as in flight; safe to call more than once."""
         if not self._released:
             self._released = True
-            self.slot.gate.release(self)
+            self._live.gate.release(self)
             if self.on_release is not None:  # a shared store's lease on the slot
                 self.on_release()
 

@@ -249,7 +249,7 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
         state = sample.state
         latency = sample.latency
-        limit = state.get("limit", self.initial_limit)
+        limit = self._limit(state)
         if sample.status != 200 or sample.cache_hit or latency <= 0.0:
             state["limit"] = limit
             return delay
@@ -283,7 +283,13 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         return base / limit
 
     def in_flight_limit(self, state: dict[str, float]) -> float | None:
-        return state.get("limit", self.initial_limit)
+        return self._limit(state)
+
+    def _limit(self, state: dict[str, float]) -> float:
+        """The slot's limit: ``initial_limit`` until it has one (or one loaded from a
+        file is not a limit at all)."""
+        limit = state.get("limit", self.initial_limit)
+        return limit if limit > 0.0 else self.initial_limit
 
     def backoff_delay(self, pace: float, factor: float, config: SlotConfig) -> float:
         return pace * factor

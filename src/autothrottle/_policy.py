@@ -25,22 +25,7 @@ from dataclasses import dataclass, field
 
 from ._validate import check_int, check_number, check_positive
 
-__all__ = ["RAMP_SENDS", "DelayPolicy", "Sample", "SlotConfig", "ramp_period"]
-
-RAMP_SENDS = 8
-"""The ramp-up lets the rate double every this many sends, if sooner than ``ramp_up``."""
-
-
-def ramp_period(ramp_up: float, delay: float) -> float:
-    """Seconds in which a ramping slot at ``delay`` may double its rate.
-
-    ``ramp_up``, or the time of ``RAMP_SENDS`` sends at ``delay`` if that is
-    shorter: as TCP's slow start doubles once per round trip, a fast slot
-    doubles after a few sends rather than a whole second, while what it could
-    send past a host's limit before the first refusal comes back stays a
-    handful of requests (``docs/signals.md``, "Ramp-up").
-    """
-    return max(min(ramp_up, RAMP_SENDS * delay), 1e-6)
+__all__ = ["DelayPolicy", "Sample", "SlotConfig"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,11 @@
 """The refusal memory: what a slot learned from being refused, and how it returns.
 
-One pure class, no clock of its own: every method takes ``now`` and the slot's
-:class:`~autothrottle._state.SlotState`, and reads or writes plain numbers in
-it. The rules are written out in ``docs/recovery.md``; in short:
+:class:`Refusal` is the record (the last backoff, the refused gap, the success
+count); this module is the only one that writes it (``tests/test_architecture.py``
+checks it). :class:`Recovery` is pure, no clock of its own: every method takes
+``now`` and the record, and reads or writes plain numbers in it.
+:func:`first_of_burst` is the one statement of which backoff signals count.
+The rules are written out in ``docs/recovery.md``; in short:
 
 * Successful responses since the last refusal are counted, from the first of
   them: ``(n - 1) / (now - first)`` is the rate the host let through (the one
@@ -27,11 +30,11 @@ it. The rules are written out in ``docs/recovery.md``; in short:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from ._state import SlotState
 from ._validate import check_positive
 
-__all__ = ["Recovery"]
+__all__ = ["RECENT_SUCCESSES", "Recovery", "Refusal", "first_of_burst", "refused_pace"]
 
 _MIN_SPAN = 3
 """Successes since the last refusal before their rate is an estimate at all."""
@@ -50,6 +53,75 @@ _GUESS_SPEEDUP = 0.7
 
 _BEYOND = 1.0
 """How fast the floor opens past the refused rate: by ``2 * time`` the rate has doubled."""
+
+_FLAT = 1e6
+"""Phases of the floor's cubic past this are all the same: the floor is 0 by then."""
+
+
+def first_of_burst(sent_at: float | None, backoff_at: float) -> bool:
+    """Whether a backoff signal counts: only the first signal of a burst does.
+
+    A signal (a refusal, a failure, a block) answers a request sent at
+    ``sent_at``. It counts, and backs the slot off, when that request was sent
+    at or after the slot's last backoff (``backoff_at``; ``-inf`` when it never
+    backed off), or when its send time is unknown (None). A request sent
+    before the last backoff was sent at the old pace, which that backoff
+    already answered: its signal is the lag of that pace, not new evidence,
+    and changes nothing but the count of ignored backoffs. So a burst of
+    refusals to requests in flight together backs the slot off once.
+
+    Both times are on one clock: the slot's own (a send time from another
+    clock cannot be compared with ``backoff_at``). A store that merges what
+    several processes learned applies the same rule: a backoff learned from a
+    request sent before the shared record's last backoff does not compound it.
+    """
+    return sent_at is None or sent_at >= backoff_at
+
+
+def refused_pace(delay: float, latency: float | None, in_flight: int) -> float:
+    """The gap between sends a refusal answered: the delay or, when the cap rather
+    than the delay held the slot back, the last ``latency`` over the requests
+    ``in_flight`` (Little's law), whichever is larger."""
+    if latency and in_flight:
+        return max(delay, latency / in_flight)
+    return delay
+
+
+@dataclass(slots=True)
+class Refusal:
+    """What a slot learned from being refused.
+
+    Attributes:
+        backoff_at: When the slot last backed off (``-inf``: never).
+        refused_gap: The gap between sends the host last refused (0: none).
+        recover_in: Seconds until the floor is back at the refused gap (0: the
+            throttle's ``recovery_time``).
+        allowed: The best success rate seen at a refusal lately (requests/s).
+        allowed_at: When ``allowed`` was measured.
+        ok_count: Successful responses counted into the success rate: those
+            since the last refusal, or only the latest ones (between
+            ``RECENT_SUCCESSES`` and twice that) once there are more.
+        ok_first: The first of them.
+        ok_next: Successes since ``ok_next_first``, the window that replaces
+            the counted one when it reaches ``RECENT_SUCCESSES``.
+    """
+
+    backoff_at: float = -math.inf
+    refused_gap: float = 0.0
+    recover_in: float = 0.0
+    allowed: float = 0.0
+    allowed_at: float = -math.inf
+    ok_count: int = 0
+    ok_first: float = -math.inf
+    ok_next: int = 0
+    ok_next_first: float = -math.inf
+
+    def bound(self, now: float) -> None:
+        """Place a loaded record's times no later than ``now``: they are past events."""
+        self.backoff_at = min(self.backoff_at, now)
+        self.allowed_at = min(self.allowed_at, now)
+        self.ok_first = min(self.ok_first, now)
+        self.ok_next_first = min(self.ok_next_first, now)
 
 
 class Recovery:
@@ -72,28 +144,28 @@ class Recovery:
     def __repr__(self) -> str:
         return f"Recovery(margin={self.margin!r}, time={self.time!r})"
 
-    def count_success(self, state: SlotState, now: float) -> None:
+    def count_success(self, refusal: Refusal, now: float) -> None:
         """Count one successful response at ``now``."""
-        if state.ok_count == 0:
-            state.ok_first = now
-        state.ok_count += 1
-        if state.ok_count > RECENT_SUCCESSES:
+        if refusal.ok_count == 0:
+            refusal.ok_first = now
+        refusal.ok_count += 1
+        if refusal.ok_count > RECENT_SUCCESSES:
             # A second window runs behind the counted one and replaces it when full.
-            if state.ok_next == 0:
-                state.ok_next_first = now
-            state.ok_next += 1
-            if state.ok_next >= RECENT_SUCCESSES:
-                state.ok_count, state.ok_first = state.ok_next, state.ok_next_first
-                state.ok_next = 0
+            if refusal.ok_next == 0:
+                refusal.ok_next_first = now
+            refusal.ok_next += 1
+            if refusal.ok_next >= RECENT_SUCCESSES:
+                refusal.ok_count, refusal.ok_first = refusal.ok_next, refusal.ok_next_first
+                refusal.ok_next = 0
 
-    def success_rate(self, state: SlotState, now: float) -> float | None:
+    def success_rate(self, refusal: Refusal, now: float) -> float | None:
         """The rate successes came at since the last refusal, or None before there is one."""
-        span = now - state.ok_first
-        if state.ok_count < _MIN_SPAN or span <= 0.0:
+        span = now - refusal.ok_first
+        if refusal.ok_count < _MIN_SPAN or span <= 0.0:
             return None
-        return (state.ok_count - 1) / span
+        return (refusal.ok_count - 1) / span
 
-    def refused(self, state: SlotState, pace: float, now: float, factor: float = 2.0) -> None:
+    def refused(self, refusal: Refusal, pace: float, now: float, factor: float = 2.0) -> None:
         """Remember a refusal of sends ``pace`` seconds apart, at ``now``.
 
         ``factor`` is the throttle's backoff factor: at the first refusal the
@@ -102,29 +174,29 @@ class Recovery:
         """
         refused_gap = pace
         guessed = False
-        allowed = self.success_rate(state, now) or 0.0
-        if now - state.allowed_at < _ALLOWED_MEMORY:
+        allowed = self.success_rate(refusal, now) or 0.0
+        if now - refusal.allowed_at < _ALLOWED_MEMORY:
             # Right after a pause few successes have been counted: keep the best lately.
-            allowed = max(allowed, state.allowed)
+            allowed = max(allowed, refusal.allowed)
         if allowed > 0.0:
-            state.allowed = allowed
-            state.allowed_at = now
+            refusal.allowed = allowed
+            refusal.allowed_at = now
             if 1.0 / allowed > _CLOSE * pace:
                 refused_gap = math.sqrt(pace / allowed)
                 guess = min(pace * factor, 1.0 / allowed)
-                if state.refused_gap <= 0.0 and guess > refused_gap:
+                if refusal.refused_gap <= 0.0 and guess > refused_gap:
                     # The first refusal: the burst may flatter. Guess low (but
                     # not below what was let through), and probe past it sooner.
                     refused_gap = guess
                     guessed = True
             else:
                 refused_gap = max(pace, 1.0 / allowed)
-        state.refused_gap = refused_gap
-        state.recover_in = self.time * (_GUESS_SPEEDUP if guessed else 1.0)
-        state.backoff_at = now
-        state.ok_count = state.ok_next = 0
+        refusal.refused_gap = refused_gap
+        refusal.recover_in = self.time * (_GUESS_SPEEDUP if guessed else 1.0)
+        refusal.backoff_at = now
+        refusal.ok_count = refusal.ok_next = 0
 
-    def floor(self, state: SlotState, now: float) -> float:
+    def floor(self, refusal: Refusal, now: float) -> float:
         """The smallest delay the slot may use at ``now`` since its last refusal.
 
         With ``W`` the refused rate, ``K = time`` and ``b = 1 - margin``, the
@@ -132,9 +204,10 @@ class Recovery:
         ``W * (1 + b * (t / K - 1) ** 3)`` up to ``K``, then
         ``W * (1 + (t / K - 1) ** 3)``.
         """
-        refused = state.refused_gap
+        refused = refusal.refused_gap
         if refused <= 0.0:
             return 0.0
-        phase = max(0.0, now - state.backoff_at) / (state.recover_in or self.time) - 1.0
+        phase = max(0.0, now - refusal.backoff_at) / (refusal.recover_in or self.time) - 1.0
+        phase = min(phase, _FLAT)  # cubed, a far larger one would overflow
         gain = (1.0 - self.margin) if phase < 0.0 else _BEYOND
         return refused / (1.0 + gain * phase**3)

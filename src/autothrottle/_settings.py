@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
 
 from ._validate import check_bool, check_number, check_positive
 
@@ -36,24 +35,18 @@ class Signals:
     strict_scrapy: bool
     hold_timeout: float
 
-    #: The ``Throttle`` keywords :meth:`build` takes, in order.
-    SETTINGS: ClassVar[tuple[str, ...]] = (
-        "backoff_statuses",
-        "backoff_factor",
-        "backoff_on_failure",
-        "retry_after",
-        "rate_limit_headers",
-        "max_pause",
-        "cache_hits_lower_delay",
-        "block_classifier",
-        "strict_scrapy",
-        "hold_timeout",
-    )
-
     @property
     def reads_headers(self) -> bool:
         """True when responses' headers are read at all (everything but strict mode)."""
         return not self.strict_scrapy
+
+    def backoff_reason(self, status: int, headers: Mapping[str, str]) -> str | None:
+        """Why a response backs its slot off (``"status 429"``, ``"blocked"``), or None."""
+        if status in self.backoff_statuses:
+            return f"status {status}"
+        if self.block_classifier is not None and self.block_classifier(status, headers):
+            return "blocked"
+        return None
 
     @classmethod
     def build(

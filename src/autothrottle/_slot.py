@@ -1,10 +1,15 @@
-"""A slot: one key's (usually one host's) gate and learned state, seen from outside.
+"""A slot: one key's (usually one host's) gate and learned state.
 
-:class:`Slot` is the public face of the engine's per-key parts: the learned
-:class:`~autothrottle._state.SlotState` record (which a store holds) and the
+:class:`LiveSlot` holds the engine's parts of one key in this process: the
+learned :class:`~autothrottle._state.SlotState` (which a store holds), the
 :class:`~autothrottle._gate.Gate` that decides who may send (which lives in
-this process only). It holds no rule of its own: the rules that change the
-state are in :mod:`autothrottle._rules`, the scheduling in :mod:`._gate`.
+this process only), the settings, and the header problems already logged. The
+engine passes it around; users never see it.
+
+:class:`Slot` is its public face: what a user reads of a slot (delay, in
+flight, queued, a snapshot) and the one thing a user may set (the delay). It
+holds no rule of its own: the rules that change the state are in
+:mod:`autothrottle._rules`, the scheduling in :mod:`._gate`.
 """
 
 from __future__ import annotations
@@ -20,9 +25,52 @@ from ._policy import SlotConfig
 from ._state import SlotState
 from ._validate import check_number
 
-__all__ = ["Slot", "SlotSnapshot"]
+__all__ = ["LiveSlot", "Slot", "SlotSnapshot"]
 
 Clock = Callable[[], float]
+
+
+class LiveSlot:
+    """One key's engine parts in this process (package-internal).
+
+    Attributes:
+        key: The slot's key.
+        config: The settings the slot runs with.
+        state: What the slot learned (the store's record).
+        gate: Who may send now.
+        noted: Kinds of header problem already logged (``docs/signals.md``).
+        view: The public :class:`Slot` of this key.
+    """
+
+    __slots__ = ("config", "gate", "key", "noted", "state", "view")
+
+    def __init__(
+        self,
+        key: str,
+        config: SlotConfig,
+        state: SlotState,
+        *,
+        clock: Clock,
+        rng: random.Random,
+    ) -> None:
+        self.key = key
+        self.config = config
+        self.state = state
+        self.gate = Gate(state, config, clock=clock, rng=rng)
+        self.noted: set[str] = set()
+        self.view = Slot(self, clock)
+
+    def configure(self, config: SlotConfig) -> None:
+        """Run with new settings from now on (``Throttle.set_host``), keeping the policy:
+        what the slot learned belongs to it. The delay is brought within the new
+        bounds, and waiting requests re-check their turn."""
+        old = self.config
+        if config.policy is not old.policy:
+            config = replace(config, policy=old.policy, burst=old.burst, windows=old.windows)
+        self.config = config
+        self.gate.config = config
+        self.state.pace.set_delay(config.clamp(self.state.pace.delay))
+        self.gate.wake()
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,38 +125,28 @@ class Slot:
     Get one from :meth:`Throttle.slot <autothrottle.Throttle.slot>`; do not
     build it yourself. ``delay`` may be set by hand, for example to seed a slot
     with a delay learned in an earlier run; the policy keeps adjusting it from
-    there.
+    there. What the slot learned, as a plain record, is in the throttle's store:
+    ``throttle.store.load(slot.key)``.
 
     Attributes:
         key: The slot's key.
-        state: What the slot has learned, as a plain record (read it; change it
-            only through the throttle, which keeps the gate informed).
-        gate: The engine's scheduling gate for this slot (package-internal).
     """
 
-    __slots__ = ("_clock", "_config", "gate", "key", "noted", "state")
+    __slots__ = ("_clock", "_live")
 
-    def __init__(
-        self,
-        key: str,
-        config: SlotConfig,
-        state: SlotState,
-        *,
-        clock: Clock,
-        rng: random.Random,
-    ) -> None:
-        self.key = key
-        self._config = config
+    def __init__(self, live: LiveSlot, clock: Clock) -> None:
+        self._live = live
         self._clock = clock
-        self.state = state
-        self.gate = Gate(state, config, clock=clock, rng=rng)
-        #: Kinds of header problem already logged for this slot (see docs/signals.md).
-        self.noted: set[str] = set()
+
+    @property
+    def key(self) -> str:
+        """The slot's key."""
+        return self._live.key
 
     @property
     def config(self) -> SlotConfig:
         """The settings this slot runs with."""
-        return self._config
+        return self._live.config
 
     @property
     def delay(self) -> float:
@@ -117,48 +155,30 @@ class Slot:
         Settable within ``[min_delay, max_delay]``; outside it raises
         ``ValueError`` (a delay the policy could never reach would stall it).
         """
-        return self.state.delay
+        return self._live.state.pace.delay
 
     @delay.setter
     def delay(self, value: float) -> None:
         delay = check_number("delay", value)
-        config = self._config
+        live = self._live
+        config = live.config
         if not config.min_delay <= delay <= config.max_delay:
             raise ValueError(
                 f"delay must be in [min_delay, max_delay] = "
                 f"[{config.min_delay:g}, {config.max_delay:g}], got {value!r}"
             )
-        if delay != self.state.delay:
-            self.state.delay = delay
-            self.gate.wake()
-
-    def _configure(self, config: SlotConfig) -> None:
-        """Run with new settings from now on (``Throttle.set_host``), keeping the policy:
-        what the slot learned belongs to it. The delay is brought within the new
-        bounds, and waiting requests re-check their turn."""
-        if config.policy is not self._config.policy:
-            config = replace(
-                config,
-                policy=self._config.policy,
-                burst=self._config.burst,
-                windows=self._config.windows,
-            )
-        self._config = config
-        self.gate.config = config
-        delay = config.clamp(self.state.delay)
-        if delay != self.state.delay:
-            self.state.delay = delay
-        self.gate.wake()
+        if live.state.pace.set_delay(delay):
+            live.gate.wake()
 
     @property
     def in_flight(self) -> int:
         """Requests sent and not yet finished (body read or response closed)."""
-        return self.gate.in_flight()
+        return self._live.gate.in_flight()
 
     @property
     def queued(self) -> int:
         """Requests waiting for their turn."""
-        return self.gate.queued()
+        return self._live.gate.queued()
 
     @property
     def idle(self) -> bool:
@@ -167,54 +187,59 @@ class Slot:
         Nothing queued or in flight, and no pause or rate-limit budget still in
         force: forgetting a paused slot would let the next request go at once.
         """
-        return self.gate.idle()
+        return self._live.gate.idle()
 
     @property
     def last_latency(self) -> float | None:
         """The latency of the last observed response, or None."""
-        return self.state.last_latency
+        return self._live.state.counters.last_latency
 
     @property
     def sent(self) -> int:
         """Requests sent through the slot so far."""
-        return self.state.sent
+        return self._live.state.counters.sent
 
     @property
     def last_activity(self) -> float:
         """The last send, release or response, on the throttle's clock."""
-        return self.state.last_activity
+        return self._live.state.counters.last_activity
 
     @property
     def pause_until(self) -> float:
         """No request is sent before this time (throttle's clock; ``-inf``: no pause)."""
-        return self.state.pause_until
+        return self._live.state.limits.pause_until
 
     def snapshot(self) -> SlotSnapshot:
         """The slot's state now, as an immutable record."""
         now = self._clock()
-        state = self.state
+        live = self._live
+        state = live.state
+        counters = state.counters
+        backoff_at = state.refusal.backoff_at
+        pause_until = state.limits.pause_until
         return SlotSnapshot(
-            key=self.key,
-            delay=state.delay,
-            in_flight=self.gate.in_flight(),
-            queued=self.gate.queued(),
-            last_latency=state.last_latency,
-            sent=state.sent,
-            responses=state.responses,
-            failures=state.failures,
-            status_counts=dict(state.status_counts),
-            cache_hits=state.cache_hits,
-            backoffs=state.backoffs,
-            ignored_backoffs=state.ignored_backoffs,
-            pauses=state.pauses,
-            last_backoff_ago=(now - state.backoff_at if math.isfinite(state.backoff_at) else None),
-            last_backoff_reason=state.backoff_reason,
-            pause_remaining=max(0.0, state.pause_until - now),
-            rate_limit=state.rate_limit,
+            key=live.key,
+            delay=state.pace.delay,
+            in_flight=live.gate.in_flight(),
+            queued=live.gate.queued(),
+            last_latency=counters.last_latency,
+            sent=counters.sent,
+            responses=counters.responses,
+            failures=counters.failures,
+            status_counts=dict(counters.status_counts),
+            cache_hits=counters.cache_hits,
+            backoffs=counters.backoffs,
+            ignored_backoffs=counters.ignored_backoffs,
+            pauses=counters.pauses,
+            last_backoff_ago=(now - backoff_at if math.isfinite(backoff_at) else None),
+            last_backoff_reason=counters.backoff_reason,
+            pause_remaining=max(0.0, pause_until - now),
+            rate_limit=state.limits.rate_limit,
         )
 
     def __repr__(self) -> str:
+        live = self._live
         return (
-            f"<Slot {self.key!r} delay={self.state.delay:.3f}s "
-            f"in_flight={self.gate.in_flight()} queued={self.gate.queued()}>"
+            f"<Slot {live.key!r} delay={live.state.pace.delay:.3f}s "
+            f"in_flight={live.gate.in_flight()} queued={live.gate.queued()}>"
         )

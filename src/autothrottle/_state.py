@@ -1,190 +1,217 @@
-"""What a slot has learned, as one plain record a store can hold, copy or share.
+"""What a slot has learned, as records a store can hold, copy or share.
 
-The record holds numbers, strings and one small dict: no tickets, leases,
-clocks or random sources (those belong to the live gate of one process). So a
-store can keep it in a dict, dump it to JSON and load it back in a later run,
-or share it between processes.
+A :class:`SlotState` is made of five records, each written by one module only
+(``tests/test_architecture.py`` checks it; ``docs/architecture.md`` lists them):
 
-Times in the record are read on the throttle's clock (monotonic by default,
-which means nothing outside this process). :meth:`SlotState.to_dict` therefore
-writes every time as seconds *ago*, relative to a ``now`` the caller gives,
-and :meth:`SlotState.from_dict` turns them back into times on the loading
-process's clock; see ``docs/architecture.md`` ("The clock contract").
+========== ===================================================== ====================
+record     what it holds                                         written by
+========== ===================================================== ====================
+pace       the delay, the policy's memory, the ramp-up's numbers :mod:`._pace`
+limits     a pause and a rate-limit budget the host stated       :mod:`._limits`
+refusal    the last backoff, the refused gap, the success count  :mod:`._recovery`
+cache      the miss share, the hit latency, the in-flight cap    :mod:`._cache`
+counters   what happened: sends, responses, statuses, latencies  :mod:`._counters`
+========== ===================================================== ====================
+
+The records hold numbers, strings and small dicts: no tickets, leases, clocks
+or random sources (those belong to the live gate of one process). So a store
+can keep a state in a dict, dump it to JSON and load it back in a later run,
+or share it between processes. Every field reads flat as well
+(``state.delay``, ``state.pause_until``), read-only: a change goes through the
+record's owner.
+
+Times in the records are read on the throttle's clock (monotonic by default,
+which means nothing outside this process). :meth:`SlotState.to_dict`
+therefore writes every time as seconds *ago*, relative to a ``now`` the caller
+gives, in one flat mapping, and :meth:`SlotState.from_dict` checks every field
+and turns the times back into times on the loading process's clock; see
+``docs/architecture.md`` ("The clock contract").
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import fields
+from typing import Any, Generic, TypeVar, overload
 
+from ._cache import Cache, CacheShare
+from ._counters import Counters
 from ._headers import RateLimit
+from ._limits import Limits
+from ._pace import Pace
+from ._policy import SlotConfig
+from ._recovery import Refusal
+from ._state_fields import FLAT, TIMES, load_field
 
-__all__ = ["LATENCY_BUCKETS", "SlotState"]
+__all__ = ["SlotState"]
 
-LATENCY_BUCKETS = 80
-"""Quarter-octave latency buckets from 1 ms; the last starts at 2**19.75 ms."""
+T = TypeVar("T")
 
-#: Fields that are times on the throttle's clock (written relative to ``now``).
-_TIMES = frozenset(
-    {
-        "adjusted_at",
-        "allowed_at",
-        "backoff_at",
-        "budget_until",
-        "last_activity",
-        "ok_first",
-        "ok_next_first",
-        "pause_until",
-        "sustained_until",
-    }
-)
+_RECORDS: dict[str, type[Any]] = {
+    "pace": Pace,
+    "limits": Limits,
+    "refusal": Refusal,
+    "cache": Cache,
+    "counters": Counters,
+}
+
+_RECORD_OF = {f.name: record for record, kind in _RECORDS.items() for f in fields(kind)}
+"""Each flat field's record."""
+
+assert sorted(FLAT) == sorted(_RECORD_OF), "every record field has its place in the flat form"
 
 
-@dataclass(slots=True)
+class _Field(Generic[T]):
+    """A read-only flat view of one record field: ``state.delay`` is ``state.pace.delay``."""
+
+    __slots__ = ("name", "record")
+
+    def __init__(self) -> None:
+        self.name = ""
+        self.record = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.record = _RECORD_OF[name]
+
+    @overload
+    def __get__(self, state: None, owner: type) -> _Field[T]: ...
+    @overload
+    def __get__(self, state: SlotState, owner: type) -> T: ...
+    def __get__(self, state: SlotState | None, owner: type) -> _Field[T] | T:
+        if state is None:
+            return self
+        value: T = getattr(getattr(state, self.record), self.name)
+        return value
+
+
 class SlotState:
-    """The learned state of one slot.
+    """The learned state of one slot: five records, each with one writer.
 
-    Attributes:
-        delay: Seconds between two sends (before jitter).
-        policy_state: The delay policy's per-slot memory.
-        last_latency: Latency of the last observed response, or None.
-        pause_until: No send before this time (Retry-After, exhausted budget).
-        budget_gap: Spacing a rate-limit header asked for, until ``budget_until``.
-        budget_until: When that budget resets.
-        sustained_gap: The spacing of the advertised policy's own pace (window
-            over quota), until ``sustained_until``.
-        sustained_until: When that pace stops holding unless renewed.
-        rate_limit: The last budget a response advertised.
-        backoff_at: When the slot last backed off (``-inf``: never).
-        backoff_reason: Why it last backed off.
-        refused_gap: The gap between sends the host last refused (0: none).
-        recover_in: Seconds until the floor is back at the refused gap (0: the
-            throttle's ``recovery_time``).
-        allowed: The best success rate seen at a refusal lately (requests/s).
-        allowed_at: When ``allowed`` was measured.
-        ok_count: Successful responses counted into the success rate: those
-            since the last refusal, or only the latest ones (between
-            ``RECENT_SUCCESSES`` and twice that) once there are more.
-        ok_first: The first of them.
-        ok_next: Successes since ``ok_next_first``, the window that replaces
-            the counted one when it reaches ``RECENT_SUCCESSES``.
-        in_flight_cap: The policy's own cap on requests in flight (0: none; the
-            gate also applies ``max_concurrency``).
-        miss_share: The averaged share of responses a cache did not answer (1 until
-            a hit is seen): the share of the slot's sends that reach the origin.
-        hit_latency: The averaged latency of cache hits (0: none yet).
-        adjusted_at: When the delay was last adapted (the ramp-up measures from it).
-        ramp_to: The delay the policy asked for when the ramp-up held it back
-            (0: none); the gate lets the delay fall toward it as time passes.
-        last_activity: The last send, release or response.
-        sent: Requests sent since the slot was created; likewise the counters
-            ``responses``, ``failures``, ``cache_hits``, ``backoffs``,
-            ``ignored_backoffs``, ``pauses`` and ``status_counts``.
-        backoff_reasons: Backoffs by reason (``"status 429"``, ``"blocked"`` ...).
-        latency_buckets: Responses by latency, in quarter-octave buckets from
-            1 ms (:mod:`autothrottle._stats` reads percentiles from them).
+    ``SlotState(delay=1.0, pause_until=...)`` builds one from flat fields (any
+    field not given takes its record's default). The records are ``pace``,
+    ``limits``, ``refusal``, ``cache`` and ``counters`` (the field
+    descriptions are on :class:`~autothrottle._pace.Pace`,
+    :class:`~autothrottle._limits.Limits`, :class:`~autothrottle._recovery.Refusal`,
+    :class:`~autothrottle._cache.Cache` and :class:`~autothrottle._counters.Counters`);
+    every field also reads flat, read-only (``state.delay``).
+
+    Raises:
+        TypeError: a keyword that is no record's field.
     """
 
-    delay: float
-    policy_state: dict[str, float] = field(default_factory=dict)
-    last_latency: float | None = None
-    pause_until: float = -math.inf
-    budget_gap: float = 0.0
-    budget_until: float = -math.inf
-    sustained_gap: float = 0.0
-    sustained_until: float = -math.inf
-    rate_limit: RateLimit | None = None
-    backoff_at: float = -math.inf
-    backoff_reason: str | None = None
-    refused_gap: float = 0.0
-    recover_in: float = 0.0
-    allowed: float = 0.0
-    allowed_at: float = -math.inf
-    ok_count: int = 0
-    ok_first: float = -math.inf
-    ok_next: int = 0
-    ok_next_first: float = -math.inf
-    in_flight_cap: int = 0
-    miss_share: float = 1.0
-    hit_latency: float = 0.0
-    adjusted_at: float = 0.0
-    ramp_to: float = 0.0
-    last_activity: float = 0.0
-    sent: int = 0
-    responses: int = 0
-    failures: int = 0
-    cache_hits: int = 0
-    backoffs: int = 0
-    ignored_backoffs: int = 0
-    pauses: int = 0
-    status_counts: Counter[int] = field(default_factory=Counter)
-    backoff_reasons: Counter[str] = field(default_factory=Counter)
-    latency_buckets: list[int] = field(default_factory=list)
+    __slots__ = ("cache", "counters", "limits", "pace", "refusal")
 
-    def count_latency(self, latency: float) -> None:
-        """Count one response's latency into :attr:`latency_buckets`."""
-        index = 0 if latency <= 0.001 else int(4.0 * math.log2(latency / 0.001))
-        buckets = self.latency_buckets
-        if not buckets:
-            buckets.extend([0] * LATENCY_BUCKETS)
-        buckets[min(index, LATENCY_BUCKETS - 1)] += 1
+    def __init__(self, delay: float, **flat: Any) -> None:
+        parts: dict[str, dict[str, Any]] = {record: {} for record in _RECORDS}
+        parts["pace"]["delay"] = delay
+        for name, value in flat.items():
+            record = _RECORD_OF.get(name)
+            if record is None or name == "delay":
+                raise TypeError(f"SlotState() got an unexpected keyword argument {name!r}")
+            parts[record][name] = value
+        self.pace: Pace = Pace(**parts["pace"])
+        self.limits: Limits = Limits(**parts["limits"])
+        self.refusal: Refusal = Refusal(**parts["refusal"])
+        self.cache: Cache = Cache(**parts["cache"])
+        self.counters: Counters = Counters(**parts["counters"])
+
+    delay = _Field[float]()
+    policy_state = _Field[dict[str, float]]()
+    adjusted_at = _Field[float]()
+    ramp_to = _Field[float]()
+    pause_until = _Field[float]()
+    budget_gap = _Field[float]()
+    budget_until = _Field[float]()
+    sustained_gap = _Field[float]()
+    sustained_until = _Field[float]()
+    rate_limit = _Field[RateLimit | None]()
+    backoff_at = _Field[float]()
+    refused_gap = _Field[float]()
+    recover_in = _Field[float]()
+    allowed = _Field[float]()
+    allowed_at = _Field[float]()
+    ok_count = _Field[int]()
+    ok_first = _Field[float]()
+    ok_next = _Field[int]()
+    ok_next_first = _Field[float]()
+    in_flight_cap = _Field[int]()
+    miss_share = _Field[float]()
+    hit_latency = _Field[float]()
+    last_latency = _Field[float | None]()
+    last_activity = _Field[float]()
+    sent = _Field[int]()
+    responses = _Field[int]()
+    failures = _Field[int]()
+    cache_hits = _Field[int]()
+    backoffs = _Field[int]()
+    ignored_backoffs = _Field[int]()
+    pauses = _Field[int]()
+    status_counts = _Field[dict[int, int]]()
+    backoff_reason = _Field[str | None]()
+    backoff_reasons = _Field[dict[str, int]]()
+    latency_buckets = _Field[list[int]]()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SlotState):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _RECORDS)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        records = ", ".join(f"{name}={getattr(self, name)!r}" for name in _RECORDS)
+        return f"SlotState({records})"
+
+    def bound(self, now: float, config: SlotConfig, *, max_pause: float) -> None:
+        """Hold a record that came from elsewhere (a file, another process) to the
+        loading throttle's bounds at ``now``: the delay within ``[min_delay,
+        max_delay]``, no pause or budget ending later than ``max_pause`` from
+        now, no past event in the future, the cap within ``max_concurrency``."""
+        self.pace.bound(now, config.clamp(self.pace.delay))
+        self.limits.bound(now, max_pause)
+        self.refusal.bound(now)
+        self.counters.bound(now)
+        CacheShare.bound(self.cache, config.max_concurrency)
 
     def to_dict(self, now: float) -> dict[str, Any]:
-        """The record as JSON-ready data, each time written as seconds before ``now``."""
+        """The record as JSON-ready flat data, each time written as seconds before ``now``."""
         data: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in _TIMES:
+        for name in FLAT:
+            value = getattr(self, name)
+            if name in TIMES:
                 value = now - value if math.isfinite(value) else None
-            elif f.name == "status_counts":
+            elif name == "status_counts":
                 value = {str(status): count for status, count in value.items()}
-            elif f.name in ("policy_state", "backoff_reasons"):
+            elif name in ("policy_state", "backoff_reasons"):
                 value = dict(value)
-            elif f.name == "latency_buckets":
+            elif name == "latency_buckets":
                 value = list(value)
-            elif f.name == "rate_limit" and value is not None:
+            elif name == "rate_limit" and value is not None:
                 value = value.to_dict()
-            data[f.name] = value
+            data[name] = value
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], now: float) -> SlotState:
         """A record from :meth:`to_dict`'s data, its times placed before ``now``.
 
+        Every field is checked (``docs/fleet.md``, "State files"): its type, and
+        that its value is one the engine could have written (finite, not
+        negative, within bounds). Fields left out take their defaults.
+
         Raises:
-            TypeError, ValueError: ``data`` is not such a record (names the field).
+            TypeError: ``data`` is not a mapping, or a field has the wrong type
+                (names the field).
+            ValueError: an unknown field, no ``delay``, or a value out of
+                bounds (names the field).
         """
         if not isinstance(data, dict):
-            raise TypeError(f"slot state must be a dict, got {data!r}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+            raise TypeError(f"slot state must be a mapping, got {type(data).__name__}")
+        unknown = sorted(str(name) for name in set(data) - set(_RECORD_OF))
         if unknown:
             raise ValueError(f"unknown slot state field(s) {unknown!r}")
-        values: dict[str, Any] = {}
-        for name, value in data.items():
-            if name in _TIMES:
-                values[name] = -math.inf if value is None else now - _number(name, value)
-            elif name == "status_counts":
-                values[name] = Counter({int(k): int(v) for k, v in dict(value).items()})
-            elif name == "policy_state":
-                values[name] = {str(k): _number(name, v) for k, v in dict(value).items()}
-            elif name == "backoff_reasons":
-                values[name] = Counter({str(k): int(v) for k, v in dict(value).items()})
-            elif name == "latency_buckets":
-                values[name] = [int(count) for count in value]
-            elif name == "rate_limit" and value is not None:
-                values[name] = RateLimit.from_dict(value)
-            else:
-                values[name] = value
-        if "delay" not in values:
+        if "delay" not in data:
             raise ValueError("slot state has no 'delay'")
-        values["delay"] = _number("delay", values["delay"])
+        values = {name: load_field(name, value, now) for name, value in data.items()}
         return cls(**values)
-
-
-def _number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise TypeError(f"slot state field {name!r} must be a number, got {value!r}")
-    return float(value)

@@ -1,7 +1,7 @@
 """What a throttle has done, as plain data: per slot and in total.
 
-The counters live in each slot's :class:`~autothrottle._state.SlotState`,
-updated by the rules as responses arrive; this module only reads them. The
+The counters live in each slot's :class:`~autothrottle._counters.Counters`,
+updated by the gate and the rules; this module only reads them. The
 latency percentiles come from a fixed histogram per slot (quarter-octave
 buckets from 1 ms, so a percentile is within 19 % of the true value), which
 costs one increment per response and a few hundred bytes per slot.
@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ._slot import Slot
-from ._state import LATENCY_BUCKETS
+from ._counters import LATENCY_BUCKETS
+from ._slot import LiveSlot
 
 __all__ = ["Collector", "SlotStats", "ThrottleStats", "collect", "slot_stats"]
 
@@ -118,9 +118,9 @@ class ThrottleStats:
         }
 
 
-def slot_stats(slot: Slot) -> SlotStats:
+def slot_stats(slot: LiveSlot) -> SlotStats:
     """One slot's figures now."""
-    state = slot.state
+    state = slot.state.counters
     p50, p90, p99 = _percentiles(state.latency_buckets)
     return SlotStats(
         key=slot.key,
@@ -132,7 +132,7 @@ def slot_stats(slot: Slot) -> SlotStats:
         backoffs=state.backoffs,
         backoff_reasons=dict(state.backoff_reasons),
         pauses=state.pauses,
-        delay=state.delay,
+        delay=slot.state.pace.delay,
         in_flight=slot.gate.in_flight(),
         queued=slot.gate.queued(),
         latency_p50=p50,
@@ -149,7 +149,7 @@ class Collector:
 
     def __init__(self, top: int | None) -> None:
         self._top = top
-        self._kept: list[tuple[int, int, Slot]] = []
+        self._kept: list[tuple[int, int, LiveSlot]] = []
         self._count = 0
         self._sums = [0] * 8
         self._statuses: Counter[int] = Counter()
@@ -157,8 +157,8 @@ class Collector:
         self._buckets = [0] * LATENCY_BUCKETS
         self._delay = 0.0
 
-    def add(self, slot: Slot) -> None:
-        state = slot.state
+    def add(self, slot: LiveSlot) -> None:
+        state = slot.state.counters
         gate = slot.gate
         self._count += 1
         for index, value in enumerate(
@@ -180,7 +180,7 @@ class Collector:
             self._reasons.update(state.backoff_reasons)
         if state.latency_buckets:
             self._buckets = list(map(operator.add, self._buckets, state.latency_buckets))
-        self._delay = max(self._delay, state.delay)
+        self._delay = max(self._delay, slot.state.pace.delay)
         entry = (state.sent, -self._count, slot)
         if self._top is None:
             self._kept.append(entry)
@@ -210,7 +210,7 @@ class Collector:
         return ThrottleStats([slot_stats(slot) for _, _, slot in kept], totals, self._count)
 
 
-def collect(slots: Iterable[Slot], top: int | None = None) -> ThrottleStats:
+def collect(slots: Iterable[LiveSlot], top: int | None = None) -> ThrottleStats:
     """Figures for ``slots``: every row, or the ``top`` busiest by requests sent."""
     collector = Collector(top)
     for slot in slots:

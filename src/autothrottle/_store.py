@@ -133,8 +133,15 @@ class MemoryStore:
     ) -> MemoryStore:
         """A store holding the records :meth:`save_file` wrote (missing file: empty).
 
+        Every field of every record is checked as it is read; the times are
+        placed before ``now`` (the throttle's clock). A throttle that takes a
+        record also holds it to its own bounds (``max_pause``, ``max_delay``):
+        see ``docs/fleet.md``, "State files".
+
         Raises:
-            ValueError: the file is not such a record file (names the path).
+            ValueError: the file is not such a record file, or a field of a
+                record is wrongly typed or out of bounds (names the path, the
+                slot and the field). Nothing is loaded then.
         """
         store = cls(idle_timeout)
         target = Path(path)
@@ -142,9 +149,14 @@ class MemoryStore:
             return store
         try:
             document = json.loads(target.read_text())
-            slots = document["slots"]
-            for key, data in slots.items():
-                store._records[str(key)] = SlotState.from_dict(data, now)
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, RecursionError) as error:  # bad UTF-8 is a ValueError too
             raise ValueError(f"{str(path)!r} is not a slot state file: {error}") from error
+        slots = document.get("slots") if isinstance(document, dict) else None
+        if not isinstance(slots, dict):
+            raise ValueError(f"{str(path)!r} is not a slot state file: no mapping of slots")
+        for key, data in slots.items():
+            try:
+                store._records[key] = SlotState.from_dict(data, now)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"{str(path)!r}: slot {key!r}: {error}") from error
         return store

@@ -1,7 +1,7 @@
 """The throttle's live slots, in order of last use, with idle ones forgotten.
 
-A live slot is this process's :class:`~autothrottle.Slot`: its learned record
-(kept in the store) and its gate (queue, leases). The table keeps them in
+A live slot is this process's :class:`~autothrottle._slot.LiveSlot`: its
+learned record (kept in the store) and its gate (queue, leases). The table keeps them in
 least-recently-used order so that forgetting idle slots only ever looks at the
 oldest: each look is bounded (``evict_batch`` slots), so no single request
 pays for a sweep of the whole table, and it happens both when a new slot is
@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
-from ._slot import Slot
+from ._slot import LiveSlot
 from ._store import SlotStore
 
 __all__ = ["SlotTable"]
@@ -31,21 +31,21 @@ class SlotTable:
     __slots__ = ("_clock", "_hits", "_lock", "_make", "_slots", "evict_batch", "store")
 
     def __init__(
-        self, store: SlotStore, make: Callable[[str], Slot], clock: Callable[[], float]
+        self, store: SlotStore, make: Callable[[str], LiveSlot], clock: Callable[[], float]
     ) -> None:
         self.store = store
         self.evict_batch = 256
         self._make = make
         self._clock = clock
-        self._slots: OrderedDict[str, Slot] = OrderedDict()
+        self._slots: OrderedDict[str, LiveSlot] = OrderedDict()
         self._hits = 0
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> Slot | None:
+    def get(self, key: str) -> LiveSlot | None:
         """The live slot for ``key``, if there is one (does not count as a use)."""
         return self._slots.get(key)
 
-    def get_or_create(self, key: str) -> Slot:
+    def get_or_create(self, key: str) -> LiveSlot:
         """The live slot for ``key``, made on first use (thread-safe)."""
         with self._lock:
             slots = self._slots
@@ -64,7 +64,7 @@ class SlotTable:
             self._slots[key] = slot  # _evict may have rebuilt the table
             return slot
 
-    def __iter__(self) -> Iterator[Slot]:
+    def __iter__(self) -> Iterator[LiveSlot]:
         return iter(list(self._slots.values()))
 
     def __len__(self) -> int:
@@ -82,10 +82,10 @@ class SlotTable:
         looked = 0
         while slots and looked < limit:
             key, slot = next(iter(slots.items()))
-            if slot.last_activity >= cutoff:
+            if slot.state.counters.last_activity >= cutoff:
                 break  # everything after it was used more recently
             looked += 1
-            if slot.idle:
+            if slot.gate.idle():
                 del slots[key]
                 self.store.discard(key)
                 evicted += 1

@@ -18,6 +18,7 @@ import anyio.lowlevel
 
 from ._driver import wait_for_hold, wait_for_hold_blocking
 from ._errors import ThrottleTimeout
+from ._events import ThrottleEvent
 from ._fleet import Fleet, SharedTurns
 from ._hosts import HostSettings, HostTable
 from ._lease import Lease, Reporter
@@ -25,9 +26,9 @@ from ._policies import AutoThrottlePolicy
 from ._policy import DelayPolicy, SlotConfig
 from ._recovery import Recovery
 from ._request import host_key
-from ._rules import Rules, ThrottleEvent
+from ._rules import Rules
 from ._settings import BlockClassifier, Signals
-from ._slot import Slot, SlotSnapshot
+from ._slot import LiveSlot, Slot, SlotSnapshot
 from ._state import SlotState
 from ._stats import Collector, ThrottleStats, collect
 from ._store import MemoryStore, SlotStore
@@ -170,23 +171,48 @@ class Throttle:
             max_wait=max_wait,
         )
         self._hosts = HostTable(self._config, hosts)
+        signals = Signals.build(
+            backoff_statuses=backoff_statuses,
+            backoff_factor=backoff_factor,
+            backoff_on_failure=backoff_on_failure,
+            retry_after=retry_after,
+            rate_limit_headers=rate_limit_headers,
+            max_pause=max_pause,
+            cache_hits_lower_delay=cache_hits_lower_delay,
+            block_classifier=block_classifier,
+            strict_scrapy=strict_scrapy,
+            hold_timeout=hold_timeout,
+        )
+        self._start(
+            signals, recovery_margin, recovery_time, debug, key, clock, wall_clock, store, rng
+        )
+
+    def _start(
+        self,
+        signals: Signals,
+        recovery_margin: float,
+        recovery_time: float,
+        debug: bool,
+        key: KeyFunction | None,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        store: SlotStore | None,
+        rng: random.Random | None,
+    ) -> None:
+        """The rest of the constructor: the rules, the live slots and the store."""
         if key is not None and not callable(key):
             raise TypeError(f"key must be a callable from URL to slot key, got {key!r}")
         self._key = key
-        given = locals()
-        signals = Signals.build(**{name: given[name] for name in Signals.SETTINGS})
-        clock, wall_clock, store, self._rng = _checked_runtime(clock, wall_clock, store, rng)
+        clock, wall_clock, checked, self._rng = _checked_runtime(clock, wall_clock, store, rng)
         self._clock = clock
-        self._rules = Rules(
-            signals,
-            Recovery(recovery_margin, recovery_time),
-            clock=clock,
-            wall_clock=wall_clock,
-            debug=check_bool("debug", debug),
-        )
-        self._table = SlotTable(store, self._new_slot, clock)
+        recovery = Recovery(recovery_margin, recovery_time)
+        debug = check_bool("debug", debug)
+        self._rules = Rules(signals, recovery, clock=clock, wall_clock=wall_clock, debug=debug)
+        self._table = SlotTable(checked, self._new_slot, clock)
         # A fleet's store (autothrottle.redis): turns and reports go through _fleet.
-        self._fleet = Fleet(store, self._rules, clock) if isinstance(store, SharedTurns) else None
+        self._fleet = (
+            Fleet(checked, self._rules, clock) if isinstance(checked, SharedTurns) else None
+        )
 
     @property
     def max_wait(self) -> float | None:
@@ -194,7 +220,7 @@ class Throttle:
         return self._config.max_wait
 
     @staticmethod
-    def _wait_bound(slot: Slot, max_wait: float | None) -> float | None:
+    def _wait_bound(slot: LiveSlot, max_wait: float | None) -> float | None:
         """The shorter of the request's bound and its slot's (per-host) one."""
         own = slot.config.max_wait
         if max_wait is None:
@@ -270,6 +296,10 @@ class Throttle:
 
     def slot(self, key: str) -> Slot:
         """The slot for ``key``, created on first use."""
+        return self._live(key).view
+
+    def _live(self, key: str) -> LiveSlot:
+        """The engine's parts of slot ``key``, created on first use."""
         if not isinstance(key, str) or not key:
             raise TypeError(f"key must be a non-empty str, got {key!r}")
         return self._table.get_or_create(key)
@@ -296,26 +326,29 @@ class Throttle:
         for slot in self._table:
             config = self._hosts.config_for(slot.key)
             if config is not slot.config:
-                slot._configure(config)
+                slot.configure(config)
 
-    def _new_slot(self, key: str) -> Slot:
+    def _new_slot(self, key: str) -> LiveSlot:
         config = self._hosts.config_for(key)
         store = self._table.store
         state = store.load(key)
+        now = self._clock()
         if state is None:
-            now = self._clock()
             delay = config.clamp(config.policy.initial_delay(config))
             state = SlotState(delay=delay, last_activity=now, adjusted_at=now)
             store.save(key, state)
-        return Slot(key, config, state, clock=self._clock, rng=self._rng)
+        else:
+            # Learned elsewhere (a file, another process): this throttle's bounds hold.
+            state.bound(now, config, max_pause=self._rules.signals.max_pause)
+        return LiveSlot(key, config, state, clock=self._clock, rng=self._rng)
 
     def slots(self) -> Iterator[Slot]:
         """Every live slot of the throttle now."""
-        return iter(self._table)
+        return (live.view for live in self._table)
 
     def snapshot(self) -> dict[str, SlotSnapshot]:
         """Every slot's state at once, keyed by slot key."""
-        return {slot.key: slot.snapshot() for slot in self._table}
+        return {live.key: live.view.snapshot() for live in self._table}
 
     def stats(self, *, top: int | None = None) -> ThrottleStats:
         """What the throttle has done, per slot and in total, as plain data.
@@ -342,9 +375,9 @@ class Throttle:
 
     async def snapshot_async(self, *, chunk: int = 1000) -> dict[str, SlotSnapshot]:
         """:meth:`snapshot`, yielding to the event loop every ``chunk`` slots."""
-        return {slot.key: slot.snapshot() async for slot in self._slots_in_chunks(chunk)}
+        return {slot.key: slot.view.snapshot() async for slot in self._slots_in_chunks(chunk)}
 
-    async def _slots_in_chunks(self, chunk: int) -> AsyncIterator[Slot]:
+    async def _slots_in_chunks(self, chunk: int) -> AsyncIterator[LiveSlot]:
         chunk = check_int("chunk", chunk, minimum=1)
         for index, slot in enumerate(self._table):
             if index and index % chunk == 0:
@@ -360,14 +393,7 @@ class Throttle:
         """
         if not callable(listener):
             raise TypeError(f"listener must be callable, got {listener!r}")
-        listeners = self._rules.listeners
-        listeners.append(listener)
-
-        def stop() -> None:
-            if listener in listeners:
-                listeners.remove(listener)
-
-        return stop
+        return self._rules.listeners.add(listener)
 
     def evict_idle(self) -> int:
         """Forget every slot idle for the store's ``idle_timeout`` now; return how many.
@@ -392,7 +418,7 @@ class Throttle:
             ThrottleTimeout: the turn did not come within ``max_wait`` (or the
                 throttle's ``max_wait``, whichever is shorter).
         """
-        slot = self.slot(key)
+        slot = self._live(key)
         make = self._lease_factory(slot, adjust)
         lease = slot.gate.grant_now(make)
         waited = 0.0
@@ -421,7 +447,7 @@ class Throttle:
         uses it). Threads and event loops may share one throttle: a slot's
         queue is FIFO across all of them.
         """
-        slot = self.slot(key)
+        slot = self._live(key)
         make = self._lease_factory(slot, adjust)
         lease = slot.gate.grant_now(make)
         waited = 0.0
@@ -444,10 +470,10 @@ class Throttle:
         The turn is now when nobody is queued for the slot, it is under its
         concurrency cap, and its delay (and any pause or budget) has passed.
         """
-        slot = self.slot(key)
+        slot = self._live(key)
         return slot.gate.grant_now(self._lease_factory(slot, adjust))
 
-    def _lease_factory(self, slot: Slot, adjust: bool) -> Callable[[float], Lease]:
+    def _lease_factory(self, slot: LiveSlot, adjust: bool) -> Callable[[float], Lease]:
         rules: Reporter = self._rules if self._fleet is None else self._fleet
         expiry = self._rules.signals.hold_timeout
 
@@ -478,7 +504,7 @@ class Throttle:
             from_cache: True when a client-side cache answered: a cache hit,
                 as if a header had said so. False or None: the headers decide.
         """
-        slot = self.slot(key)
+        slot = self._live(key)
         reporter: Reporter = self._rules if self._fleet is None else self._fleet
         reporter.observe(
             slot,
@@ -524,7 +550,7 @@ class Throttle:
         if not isinstance(reason, str) or not reason:
             raise TypeError(f"reason must be a non-empty str, got {reason!r}")
         key = self.key_for(url_or_key) if "://" in url_or_key else url_or_key
-        slot = self.slot(key)
+        slot = self._live(key)
         now = self._clock()
         if pause is not None:
             self._rules.pause(slot, check_number("pause", pause), now, reason="manual pause")
@@ -538,7 +564,7 @@ class Throttle:
         return backed_off
 
     @staticmethod
-    def _last_send(slot: Slot) -> float:
+    def _last_send(slot: LiveSlot) -> float:
         """Without a lease the send time is unknown: take the slot's latest send,
         so a repeated signal with nothing sent in between counts once."""
         last = slot.gate.last_send

@@ -8,6 +8,9 @@ value, instead of surfacing later as a stalled or runaway crawl.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+
+_NO_HEADERS: Mapping[str, str] = {}
 
 
 def check_number(name: str, value: object, *, minimum: float = 0.0) -> float:
@@ -47,3 +50,20 @@ def check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {value!r}")
     return value
+
+
+def check_response(
+    latency: object, status: object, headers: object, from_cache: object
+) -> tuple[float, int, Mapping[str, str]]:
+    """One observed response's ``latency``, ``status`` and ``headers`` (None: no
+    headers), checked; ``from_cache`` must be a bool or None."""
+    seconds = check_number("latency", latency)
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise TypeError(f"status must be an int, got {status!r}")
+    if from_cache is not None and not isinstance(from_cache, bool):
+        raise TypeError(f"from_cache must be a bool or None, got {from_cache!r}")
+    if headers is None:
+        return seconds, status, _NO_HEADERS
+    if type(headers) is not dict and not isinstance(headers, Mapping):
+        raise TypeError(f"headers must be a mapping of str to str, got {headers!r}")
+    return seconds, status, headers

@@ -32,7 +32,7 @@ from typing import Any
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from ._rules import ThrottleEvent
+from ._events import ThrottleEvent
 from ._throttle import Throttle
 from ._validate import check_int
 

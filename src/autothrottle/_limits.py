@@ -1,0 +1,128 @@
+"""The limits a host stated: a pause, and the spacing of a rate-limit budget.
+
+:class:`Limits` holds what responses said of the host's limits (Retry-After,
+an advertised budget and its policy's pace); this module is the only one that
+writes it (``tests/test_architecture.py`` checks it). :class:`Budget` turns an
+advertised budget into spacing or a pause; it is pure: no clock, slot or
+throttle, only a ``Limits``, the budget and the time. The rules are written
+out in ``docs/signals.md`` ("Rate-limit headers"); the gate reads the record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ._headers import RateLimit
+
+__all__ = ["SUSTAINED_MARGIN", "Budget", "Limits"]
+
+SUSTAINED_MARGIN = 1.02
+"""Sends at a policy's own pace are spaced this much wider: timer noise never packs
+one more request into a window than the quota allows."""
+
+
+@dataclass(slots=True)
+class Limits:
+    """What a slot's host said of its limits.
+
+    Attributes:
+        pause_until: No send before this time (Retry-After, exhausted budget).
+        budget_gap: Spacing a rate-limit header asked for, until ``budget_until``.
+        budget_until: When that budget resets.
+        sustained_gap: The spacing of the advertised policy's own pace (window
+            over quota), until ``sustained_until``.
+        sustained_until: When that pace stops holding unless renewed.
+        rate_limit: The last budget a response advertised.
+    """
+
+    pause_until: float = -math.inf
+    budget_gap: float = 0.0
+    budget_until: float = -math.inf
+    sustained_gap: float = 0.0
+    sustained_until: float = -math.inf
+    rate_limit: RateLimit | None = None
+
+    def pause(self, until: float) -> bool:
+        """Send nothing before ``until``; True if that ends a pause later than before."""
+        if until <= self.pause_until:
+            return False
+        self.pause_until = until
+        return True
+
+    def bound(self, now: float, longest: float) -> None:
+        """End every pause and budget of a loaded record within ``longest`` of ``now``.
+
+        A record from a file or another process obeys the loading throttle's
+        ``max_pause``, as a header read here would.
+        """
+        latest = now + longest
+        self.pause_until = min(self.pause_until, latest)
+        self.budget_until = min(self.budget_until, latest)
+        self.sustained_until = min(self.sustained_until, latest)
+
+
+class Budget:
+    """Pacing by an advertised rate-limit budget (``docs/signals.md``).
+
+    Args:
+        max_pause: The longest any budget may hold the slot, in seconds.
+    """
+
+    __slots__ = ("max_pause",)
+
+    def __init__(self, max_pause: float) -> None:
+        self.max_pause = max_pause
+
+    def apply(
+        self,
+        limits: Limits,
+        budget: RateLimit,
+        now: float,
+        sent_at: float | None,
+        *,
+        refused: bool,
+    ) -> float | None:
+        """Take ``budget``, read at ``now`` from the answer to a request sent at ``sent_at``.
+
+        Returns the seconds to pause the slot for when nothing remains (the
+        caller pauses it, capped by ``max_pause`` and logged), else None after
+        spacing the sends until the reset. ``refused``: the response was a 4xx
+        or 5xx, so the request that spent the last unit was not this one.
+        """
+        limits.rate_limit = budget
+        if budget.remaining <= 0:
+            return self._spent(budget, now, sent_at, refused=refused)
+        spacing = budget.spacing
+        if budget.reset >= 1.0 and budget.reset.is_integer():
+            # Whole seconds, rounded up by the server: the reset may be a second nearer.
+            spacing = (budget.reset - 1.0) / budget.remaining
+        limits.budget_gap = spacing
+        limits.budget_until = now + min(budget.reset, self.max_pause)
+        # With several windows, the long-run pace is the slowest window's.
+        paced = budget.slowest
+        sustained = paced.sustained
+        if sustained is not None:
+            limits.sustained_gap = sustained * SUSTAINED_MARGIN
+            horizon = max(budget.reset, paced.window or 0.0)
+            limits.sustained_until = now + min(horizon, self.max_pause)
+        return None
+
+    @staticmethod
+    def _spent(budget: RateLimit, now: float, sent_at: float | None, *, refused: bool) -> float:
+        """How long a spent budget pauses the slot: until the reset, or less when
+        the last unit went to a request sent at the policy's own pace."""
+        wait = budget.reset
+        sustained = budget.sustained
+        if (
+            not refused
+            and sustained is not None
+            and wait <= math.ceil(sustained * SUSTAINED_MARGIN)
+        ):
+            # The last unit went to a request sent at the policy's own pace,
+            # and t is no later than one such gap rounded up to the second:
+            # the window ends within that gap of the send, not at the
+            # second t rounds to (nor one gap after the response).
+            since = 0.0 if sent_at is None else max(0.0, now - sent_at)
+            wait = min(wait, max(0.0, sustained * SUSTAINED_MARGIN - since))
+        return wait

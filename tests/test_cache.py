@@ -1,0 +1,80 @@
+"""The cache estimate through its own interface, with plain numbers
+(docs/signals.md, "Caches" and "In-flight cap").
+
+Only :class:`CacheShare`, its :class:`Cache` record and plain numbers: no
+throttle, slot or clock.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autothrottle._cache import MIN_SHARE, Cache, CacheShare
+
+
+def feed(cache: Cache, hits: list[bool], latency: float = 0.005) -> None:
+    """One response per entry (True: a cache hit), counted from the first."""
+    for n, hit in enumerate(hits, start=1):
+        if hit:
+            CacheShare.hit(cache, latency, n, 1.0)
+        else:
+            CacheShare.miss(cache, n)
+
+
+def test_the_share_starts_as_the_plain_mean_of_the_responses() -> None:
+    cache = Cache()
+    feed(cache, [False, True, True, True, False, True, True, True, True, True])
+    assert cache.miss_share == pytest.approx(0.2)
+
+
+def test_later_each_response_weighs_one_percent() -> None:
+    cache = Cache(miss_share=0.5)
+    assert CacheShare.miss(cache, 1000) == pytest.approx(0.5 + 0.01 * 0.5)
+
+
+def test_a_cache_that_answers_everything_still_has_an_origin() -> None:
+    cache = Cache()
+    feed(cache, [True] * 2000)
+    assert cache.miss_share == MIN_SHARE
+
+
+def test_a_hit_moves_the_delay_with_the_share() -> None:
+    cache = Cache(miss_share=0.5)
+    moved = CacheShare.hit(cache, 0.005, 1000, 2.0)
+    assert cache.miss_share == pytest.approx(0.495)
+    assert moved == pytest.approx(2.0 * 0.495 / 0.5)
+
+
+def test_the_hit_latency_is_averaged_from_the_first_hit() -> None:
+    cache = Cache()
+    CacheShare.hit(cache, 0.010, 1, 1.0)
+    assert cache.hit_latency == 0.010
+    CacheShare.hit(cache, 0.020, 2, 1.0)
+    assert cache.hit_latency == pytest.approx(0.011)
+
+
+@pytest.mark.parametrize(("share", "capped", "headroom"), [(0.1, True, 0.55), (1.0, True, 1.0)])
+def test_a_capped_pace_gets_headroom_for_the_hits(
+    share: float, capped: bool, headroom: float
+) -> None:
+    assert CacheShare.headroom(share, capped=capped) == pytest.approx(headroom)
+    assert CacheShare.headroom(share, capped=False) == 1.0
+
+
+def test_the_cap_is_the_origins_limit_plus_the_hits_in_flight() -> None:
+    # 90 % hits of 5 ms, a send every 10 ms: 0.45 hits in flight on average.
+    cache = Cache(miss_share=0.1, hit_latency=0.005)
+    assert CacheShare.cap(cache, 2.0, 0.01) is False  # the first cap is no rise
+    assert cache.in_flight_cap == math.ceil(2.0 + 0.45)
+    assert CacheShare.cap(cache, 3.0, 0.01) is True  # a rise: the gate must re-check
+    assert cache.in_flight_cap == 4
+    assert CacheShare.cap(cache, 0.2, 1.0) is False
+    assert cache.in_flight_cap == 1  # never below one
+
+
+def test_a_loaded_cap_is_held_to_the_loading_slots_max_concurrency() -> None:
+    cache = Cache(in_flight_cap=10**6)
+    CacheShare.bound(cache, 8)
+    assert cache.in_flight_cap == 8
