@@ -55,6 +55,7 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
 from ._errors import ThrottleTimeout
+from ._events import ThrottleEvent
 from ._exchange import Exchange, ThrottleInfo
 from ._lease import Lease
 from ._policies import (
@@ -66,7 +67,6 @@ from ._policies import (
 )
 from ._policy import DelayPolicy
 from ._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
-from ._rules import ThrottleEvent
 from ._store import MemoryStore, SlotStore
 from ._throttle import Throttle
 
