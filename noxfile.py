@@ -56,8 +56,8 @@ def types(session: nox.Session) -> None:
 
 @nox.session
 def readme(session: nox.Session) -> None:
-    """Run the demo and check the README's sample still gives the same verdicts
-    (``nox -s readme -- --write`` pastes a new run's)."""
+    """Run two demos at once and check both give the README sample's verdicts
+    (``-- --runs 5``: five times; ``-- --write`` pastes a new run's)."""
     session.install("-e", ".[sim,cli,plot]")
     session.run("python", "scripts/readme.py", *session.posargs)
 

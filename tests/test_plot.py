@@ -7,7 +7,9 @@ what the timeline held, so a chart drawn from the file is the chart of the run.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,3 +149,47 @@ def test_plot_names_a_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit) as exit_info:
         main(["plot", str(tmp_path / "absent.jsonl"), "-o", str(tmp_path / "c.png")])
     assert exit_info.value.code == 2
+
+
+def test_the_gap_kept_stops_with_the_last_response_instead_of_spiking() -> None:
+    from autothrottle.timeline._chart import gap_kept
+
+    times = [0.1 * i for i in range(80)]  # 8 s sampled every 0.1 s
+    responses = [1] * 50 + [0] * 30  # 10/s for 5 s, then the host is done
+    kept = gap_kept(times, responses, window=3.0)
+    steady = [v for v in kept[35:50]]
+    assert all(abs(v - 0.1) < 0.01 for v in steady)  # 10/s: a 100 ms gap
+    assert all(math.isnan(v) for v in kept[50:])  # no climb to 1/(a decaying rate)
+    finite = [v for v in kept if not math.isnan(v)]
+    assert max(finite) <= 0.2
+
+
+def test_the_legend_lists_only_the_lines_drawn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.figure import Figure
+    from matplotlib.legend import Legend
+
+    legends: list[list[str]] = []
+    save = Figure.savefig
+
+    def keep_legend(self: Figure, *args: Any, **kwargs: Any) -> None:
+        found = self.findobj(Legend)
+        legends.append([text.get_text() for legend in found for text in legend.get_texts()])
+        save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep_legend)
+    clock, fake = FakeClock(), FakeThrottle()
+    timeline = Timeline(fake, interval=0.1, clock=clock)
+    for i in range(1, 30):  # a plain host: no cache, no capacity given, no events
+        fake.set("a", delay=0.2, last_latency=0.05, responses=2 * i, status_counts={200: 2 * i})
+        fake.set("c", delay=0.1, responses=3 * i, status_counts={200: 3 * i}, cache_hits=2 * i)
+        timeline.sample()
+        clock.now += 0.1
+    timeline.plot(tmp_path / "plain.png", keys=["a"])
+    timeline.plot(tmp_path / "all.png", capacities={"a": 10.0}, origin_capacities={"c": 1.0})
+    plain, every = legends
+    assert "cache hits/s" not in plain and "site capacity" not in plain
+    assert not any(label.startswith("misses/s") for label in plain)
+    assert {"delay", "responses/s", "latency (median)"} <= set(plain)
+    assert {"cache hits/s", "site capacity", "misses/s (the origin's load)"} <= set(every)

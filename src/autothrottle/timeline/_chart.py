@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import SubFigure
 
-__all__ = ["draw"]
+__all__ = ["draw", "gap_kept"]
 
 
 # -- drawing -------------------------------------------------------------------------
@@ -149,18 +149,19 @@ def draw(
     )
     subfigs: list[SubFigure] = [cast("SubFigure", cell) for cell in grid[:, 0]]
     seen: list[str] = []
+    drawn: set[str] = set()
     for row, key in enumerate(rows):
         samples = series[key]
         t = [s.time for s in samples]
         sub = subfigs[row]
         sub.suptitle(labels.get(key, key), x=0.005, ha="left", fontsize=11, fontweight="bold")
         pace, rate_ax, load = sub.subplots(1, 3, width_ratios=[1.3, 1.0, 0.75])
-        _plot_pace(pace, t, samples, marks.get(key, []), seen, window)
-        _plot_rate(rate_ax, t, samples, window, capacities.get(key))
-        _plot_origin(rate_ax, t, samples, window, origins.get(key))
-        _plot_load(load, t, samples, window)
+        _plot_pace(pace, t, samples, marks.get(key, []), seen, window, drawn)
+        _plot_rate(rate_ax, t, samples, window, capacities.get(key), drawn)
+        _plot_origin(rate_ax, t, samples, window, origins.get(key), drawn)
+        _plot_load(load, t, samples, window, drawn)
         _frame((pace, rate_ax, load), end, window, first=row == 0, last=row == len(rows) - 1)
-    _legend(subfigs[-1], seen)
+    _legend(subfigs[-1], seen, drawn)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, format="png")
     plt.close(fig)
@@ -184,6 +185,19 @@ def _frame(
         load.set_title("requests in flight · waiting their turn", fontsize=10)
 
 
+def gap_kept(times: list[float], responses: list[int], window: float) -> list[float]:
+    """One over the responses per second (trailing ``window``), while the slot answers.
+
+    Once a slot's last response is in, the trailing rate only decays towards 0
+    and its inverse would climb to a spike no host ever kept: the line stops at
+    the last sample that had responses (NaN after it). A pause in the middle
+    still shows as the long gap it was.
+    """
+    rates = _rolling_rate(times, responses, window)
+    last = max((i for i, n in enumerate(responses) if n), default=-1)
+    return [1.0 / r if r > 0 and i <= last else math.nan for i, r in enumerate(rates)]
+
+
 def _plot_pace(
     pace: Axes,
     t: list[float],
@@ -191,6 +205,7 @@ def _plot_pace(
     marks: list[Mark],
     seen: list[str],
     window: float,
+    drawn: set[str],
 ) -> None:
     """The delay, the gap actually kept, and the latency (smoothed), on a log
     scale; events along the top.
@@ -204,17 +219,16 @@ def _plot_pace(
     from matplotlib.transforms import blended_transform_factory
 
     delay = [max(s.delay, 1e-4) for s in samples]
-    rates = _rolling_rate(t, [s.responses for s in samples], window)
-    kept = [1.0 / r if r > 0 else math.nan for r in rates]
-    pace.plot(
-        t,
-        _rolling_median(t, [s.latency for s in samples], window / 3),
-        color="#2ca02c",
-        lw=1.0,
-        alpha=0.8,
-    )
-    pace.plot(t, kept, color="#d62728", lw=1.2, ls="--", alpha=0.8)
+    kept = gap_kept(t, [s.responses for s in samples], window)
+    latency = _rolling_median(t, [s.latency for s in samples], window / 3)
+    if any(math.isfinite(v) for v in latency):
+        pace.plot(t, latency, color="#2ca02c", lw=1.0, alpha=0.8)
+        drawn.add("latency")
+    if any(math.isfinite(v) for v in kept):
+        pace.plot(t, kept, color="#d62728", lw=1.2, ls="--", alpha=0.8)
+        drawn.add("kept")
     pace.plot(t, delay, color="#1f77b4", lw=2.2)
+    drawn.add("delay")
     pace.set_yscale("log")
     pace.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     pace.yaxis.set_major_formatter(FuncFormatter(_seconds_label))
@@ -245,16 +259,20 @@ def _plot_rate(
     samples: list[SlotSample],
     window: float,
     capacity: float | None,
+    drawn: set[str],
 ) -> None:
     """Responses per second, cache hits shaded, the site's capacity dashed."""
     rates = _rolling_rate(t, [s.responses for s in samples], window)
     hits = _rolling_rate(t, [s.cache_hits for s in samples], window)
     if any(hits):
         rate_ax.fill_between(t, 0, hits, color="#17becf", alpha=0.35, lw=0)
+        drawn.add("hits")
     rate_ax.plot(t, rates, color="#ff7f0e", lw=1.8)
+    drawn.add("responses")
     top = max([*rates, 1.0])
     if capacity is not None and math.isfinite(capacity) and capacity > 0:
         rate_ax.axhline(capacity, color="#555555", ls="--", lw=1.2)
+        drawn.add("capacity")
         rate_ax.annotate(
             f"site capacity {capacity:.3g}/s",
             (0.01, capacity),
@@ -270,13 +288,19 @@ def _plot_rate(
 
 
 def _plot_origin(
-    rate_ax: Axes, t: list[float], samples: list[SlotSample], window: float, capacity: float | None
+    rate_ax: Axes,
+    t: list[float],
+    samples: list[SlotSample],
+    window: float,
+    capacity: float | None,
+    drawn: set[str],
 ) -> None:
     """Behind a cache: the misses per second (the origin's load) against what it serves."""
     if capacity is None:
         return
     misses = _rolling_rate(t, [s.responses - s.cache_hits for s in samples], window)
     rate_ax.plot(t, misses, color="#8c564b", lw=1.6)
+    drawn.add("misses")
     rate_ax.axhline(capacity, color="#8c564b", ls=":", lw=1.2)
     rate_ax.annotate(
         f"origin serves {capacity:.3g}/s",
@@ -289,7 +313,9 @@ def _plot_origin(
     )
 
 
-def _plot_load(load: Axes, t: list[float], samples: list[SlotSample], window: float) -> None:
+def _plot_load(
+    load: Axes, t: list[float], samples: list[SlotSample], window: float, drawn: set[str]
+) -> None:
     """Requests in flight and waiting in the throttle, each averaged over a second.
 
     A fast host's requests are in flight for a few milliseconds: a sample
@@ -302,24 +328,42 @@ def _plot_load(load: Axes, t: list[float], samples: list[SlotSample], window: fl
     queued = _rolling_mean(t, [float(s.queued) for s in samples], 1.0)
     load.plot(t, queued, color="#bcbd22", lw=1.0, ls=":")
     load.plot(t, in_flight, color="#9467bd", lw=1.4)
+    drawn.update(("queued", "in_flight"))
     load.set_ylim(0, max([*in_flight, *queued, 1.0]) * 1.15)
     load.yaxis.set_major_locator(MaxNLocator(integer=True))
     load.grid(True, alpha=0.3)
 
 
-def _legend(sub: SubFigure, seen: list[str]) -> None:
+#: Each line the chart may draw: its legend entry (colour, width, style, label), in order.
+_LINES: dict[str, tuple[str, float, str, str]] = {
+    "delay": ("#1f77b4", 2.2, "-", "delay"),
+    "kept": ("#d62728", 1.2, "--", "gap kept (1 / responses/s)"),
+    "latency": ("#2ca02c", 1.0, "-", "latency (median)"),
+    "responses": ("#ff7f0e", 1.8, "-", "responses/s"),
+    "hits": ("#17becf", 7.0, "-", "cache hits/s"),
+    "misses": ("#8c564b", 1.6, "-", "misses/s (the origin's load)"),
+    "capacity": ("#555555", 1.5, "--", "site capacity"),
+    "in_flight": ("#9467bd", 1.4, "-", "in flight (1 s mean)"),
+    "queued": ("#bcbd22", 1.5, ":", "waiting in the throttle (1 s mean)"),
+}
+
+
+def _legend(sub: SubFigure, seen: list[str], drawn: set[str]) -> None:
+    """The legend of what was drawn in some row: a line no row has is not listed."""
     from matplotlib.lines import Line2D
 
     handles = [
-        Line2D([], [], color="#1f77b4", lw=2.2, label="delay"),
-        Line2D([], [], color="#d62728", lw=1.2, ls="--", label="gap kept (1 / responses/s)"),
-        Line2D([], [], color="#2ca02c", lw=1.0, label="latency (median)"),
-        Line2D([], [], color="#ff7f0e", lw=1.8, label="responses/s"),
-        Line2D([], [], color="#17becf", lw=7, alpha=0.35, label="cache hits/s"),
-        Line2D([], [], color="#8c564b", lw=1.6, label="misses/s (the origin's load)"),
-        Line2D([], [], color="#555555", ls="--", label="site capacity"),
-        Line2D([], [], color="#9467bd", lw=1.4, label="in flight (1 s mean)"),
-        Line2D([], [], color="#bcbd22", ls=":", label="waiting in the throttle (1 s mean)"),
+        Line2D(
+            [],
+            [],
+            color=colour,
+            lw=width,
+            ls=style,
+            label=label,
+            alpha=0.35 if name == "hits" else 1,
+        )
+        for name, (colour, width, style, label) in _LINES.items()
+        if name in drawn
     ]
     for kind in seen:
         colour, marker = _EVENT_STYLES.get(kind, _OTHER_EVENT)[:2]
