@@ -17,14 +17,16 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import anyio.lowlevel
 
 from ._counters import LATENCY_BUCKETS
 from ._slot import LiveSlot
 
-__all__ = ["Collector", "SlotStats", "ThrottleStats", "collect", "slot_stats"]
+__all__ = ["Collector", "SlotStats", "ThrottleStats", "collect", "in_chunks", "slot_stats"]
 
 
 def _percentiles(buckets: list[int]) -> tuple[float | None, float | None, float | None]:
@@ -208,6 +210,14 @@ class Collector:
             *_percentiles(self._buckets),
         )
         return ThrottleStats([slot_stats(slot) for _, _, slot in kept], totals, self._count)
+
+
+async def in_chunks(slots: Iterable[LiveSlot], chunk: int) -> AsyncIterator[LiveSlot]:
+    """``slots``, yielding to the event loop after every ``chunk`` of them."""
+    for index, slot in enumerate(slots):
+        if index and index % chunk == 0:
+            await anyio.lowlevel.checkpoint()
+        yield slot
 
 
 def collect(slots: Iterable[LiveSlot], top: int | None = None) -> ThrottleStats:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import anyio
@@ -19,49 +19,25 @@ import anyio.lowlevel
 from ._driver import wait_for_hold, wait_for_hold_blocking
 from ._errors import ThrottleTimeout
 from ._events import ThrottleEvent
-from ._fleet import Fleet, SharedTurns
-from ._hosts import HostSettings, HostTable
+from ._hosts import HostSettings
 from ._lease import Lease, Reporter
+from ._parts import KeyFunction, assemble
 from ._policies import AutoThrottlePolicy
 from ._policy import DelayPolicy, SlotConfig
 from ._recovery import Recovery
 from ._request import host_key
-from ._rules import Rules
 from ._settings import BlockClassifier, Signals
 from ._slot import LiveSlot, Slot, SlotSnapshot
-from ._state import SlotState
-from ._stats import Collector, ThrottleStats, collect
-from ._store import MemoryStore, SlotStore
-from ._table import SlotTable
-from ._validate import check_bool, check_int, check_number
+from ._stats import Collector, ThrottleStats, collect, in_chunks
+from ._store import SlotStore
+from ._validate import check_int, check_number
 
 __all__ = ["Throttle"]
-
-KeyFunction = Callable[[str], str]
 
 
 def _signal(name: str, doc: str) -> Any:
     """A read-only property for one of the frozen signal settings."""
     return property(lambda self: getattr(self._rules.signals, name), doc=doc)
-
-
-def _checked_runtime(
-    clock: object, wall_clock: object, store: object, rng: object
-) -> tuple[Callable[[], float], Callable[[], float], SlotStore, random.Random]:
-    """The throttle's clocks, store and random source, checked (defaults filled in)."""
-    if not callable(clock):
-        raise TypeError(f"clock must be a callable returning seconds, got {clock!r}")
-    if not callable(wall_clock):
-        raise TypeError(f"wall_clock must be a callable returning seconds, got {wall_clock!r}")
-    if store is None:
-        store = MemoryStore()
-    elif not isinstance(store, SlotStore):
-        raise TypeError(f"store must implement SlotStore, got {store!r}")
-    if rng is None:
-        rng = random.Random()
-    elif not isinstance(rng, random.Random):
-        raise TypeError(f"rng must be a random.Random, got {rng!r}")
-    return clock, wall_clock, store, rng
 
 
 class Throttle:
@@ -170,7 +146,6 @@ class Throttle:
             policy=AutoThrottlePolicy() if policy is None else policy,
             max_wait=max_wait,
         )
-        self._hosts = HostTable(self._config, hosts)
         signals = Signals.build(
             backoff_statuses=backoff_statuses,
             backoff_factor=backoff_factor,
@@ -183,35 +158,9 @@ class Throttle:
             strict_scrapy=strict_scrapy,
             hold_timeout=hold_timeout,
         )
-        self._start(
-            signals, recovery_margin, recovery_time, debug, key, clock, wall_clock, store, rng
-        )
-
-    def _start(
-        self,
-        signals: Signals,
-        recovery_margin: float,
-        recovery_time: float,
-        debug: bool,
-        key: KeyFunction | None,
-        clock: Callable[[], float],
-        wall_clock: Callable[[], float],
-        store: SlotStore | None,
-        rng: random.Random | None,
-    ) -> None:
-        """The rest of the constructor: the rules, the live slots and the store."""
-        if key is not None and not callable(key):
-            raise TypeError(f"key must be a callable from URL to slot key, got {key!r}")
-        self._key = key
-        clock, wall_clock, checked, self._rng = _checked_runtime(clock, wall_clock, store, rng)
-        self._clock = clock
         recovery = Recovery(recovery_margin, recovery_time)
-        debug = check_bool("debug", debug)
-        self._rules = Rules(signals, recovery, clock=clock, wall_clock=wall_clock, debug=debug)
-        self._table = SlotTable(checked, self._new_slot, clock)
-        # A fleet's store (autothrottle.redis): turns and reports go through _fleet.
-        self._fleet = (
-            Fleet(checked, self._rules, clock) if isinstance(checked, SharedTurns) else None
+        self._key, self._clock, self._hosts, self._rules, self._table, self._fleet = assemble(
+            self._config, hosts, signals, recovery, debug, key, clock, wall_clock, store, rng
         )
 
     @property
@@ -328,20 +277,6 @@ class Throttle:
             if config is not slot.config:
                 slot.configure(config)
 
-    def _new_slot(self, key: str) -> LiveSlot:
-        config = self._hosts.config_for(key)
-        store = self._table.store
-        state = store.load(key)
-        now = self._clock()
-        if state is None:
-            delay = config.clamp(config.policy.initial_delay(config))
-            state = SlotState(delay=delay, last_activity=now, adjusted_at=now)
-            store.save(key, state)
-        else:
-            # Learned elsewhere (a file, another process): this throttle's bounds hold.
-            state.bound(now, config, max_pause=self._rules.signals.max_pause)
-        return LiveSlot(key, config, state, clock=self._clock, rng=self._rng)
-
     def slots(self) -> Iterator[Slot]:
         """Every live slot of the throttle now."""
         return (live.view for live in self._table)
@@ -369,20 +304,14 @@ class Throttle:
         if top is not None:
             top = check_int("top", top, minimum=0)
         collector = Collector(top)
-        async for slot in self._slots_in_chunks(chunk):
+        async for slot in in_chunks(self._table, check_int("chunk", chunk, minimum=1)):
             collector.add(slot)
         return collector.result()
 
     async def snapshot_async(self, *, chunk: int = 1000) -> dict[str, SlotSnapshot]:
         """:meth:`snapshot`, yielding to the event loop every ``chunk`` slots."""
-        return {slot.key: slot.view.snapshot() async for slot in self._slots_in_chunks(chunk)}
-
-    async def _slots_in_chunks(self, chunk: int) -> AsyncIterator[LiveSlot]:
-        chunk = check_int("chunk", chunk, minimum=1)
-        for index, slot in enumerate(self._table):
-            if index and index % chunk == 0:
-                await anyio.lowlevel.checkpoint()
-            yield slot
+        slots = in_chunks(self._table, check_int("chunk", chunk, minimum=1))
+        return {slot.key: slot.view.snapshot() async for slot in slots}
 
     def listen(self, listener: Callable[[ThrottleEvent], None]) -> Callable[[], None]:
         """Call ``listener`` with a :class:`ThrottleEvent` for every response,
