@@ -248,3 +248,58 @@ def test_the_headers_spacing_holds_while_the_ramp_up_runs() -> None:
     assert lease is not None
     lease.release()
     assert gate_of(slot).send_at(clock()) >= clock() + 0.1
+
+
+def test_a_backoff_ends_the_ramp_the_backed_off_delay_holds() -> None:
+    # The ramp held a 5 s start delay falling toward 10 ms; a 429 doubles the
+    # delay. The gate must not let the doubled delay fall toward what the ramp
+    # held back before the refusal (the next send went 1.1 s after the last).
+    clock = FakeClock()
+    throttle = Throttle(policy=AdaptiveConcurrencyPolicy(), start_delay=5.0, clock=clock)
+    lease = throttle.try_acquire("a")
+    assert lease is not None
+    lease.observe(latency=0.01, status=200)
+    lease.release()
+    clock.advance(2.0)
+    second = throttle.try_acquire("a")
+    assert second is not None
+    clock.advance(0.1)
+    second.observe(latency=0.01, status=429)
+    second.release()
+    slot = throttle.slot("a")
+    assert slot.delay == pytest.approx(10.0, rel=0.05)
+    assert record_of(slot).ramp_to == 0.0
+    gate = gate_of(slot)
+    assert gate.last_send is not None
+    assert gate.send_at(clock()) >= gate.last_send + slot.delay
+
+
+def test_a_delay_set_by_hand_ends_the_ramp() -> None:
+    clock = FakeClock()
+    throttle = Throttle(policy=AdaptiveConcurrencyPolicy(), start_delay=5.0, clock=clock)
+    lease = throttle.try_acquire("a")
+    assert lease is not None
+    lease.observe(latency=0.01, status=200)
+    lease.release()
+    slot = throttle.slot("a")
+    slot.delay = 3.0
+    clock.advance(2.0)
+    assert throttle.try_acquire("a") is None  # 3 s hold, not the ramp's fall
+
+
+def test_a_response_that_may_not_lower_the_delay_leaves_no_ramp_to_fall_along() -> None:
+    class Ramping(AutoThrottlePolicy):
+        ramp_up = 1.0
+
+    clock = FakeClock()
+    throttle = Throttle(policy=Ramping(), start_delay=2.0, clock=clock)
+    lease = throttle.try_acquire("a")
+    assert lease is not None
+    lease.observe(latency=0.01, status=404)  # a 404 never lowers the delay
+    lease.release()
+    slot = throttle.slot("a")
+    assert (slot.delay, record_of(slot).ramp_to) == (2.0, 0.0)
+    clock.advance(1.9)
+    assert throttle.try_acquire("a") is None
+    clock.advance(0.1)
+    assert throttle.try_acquire("a") is not None

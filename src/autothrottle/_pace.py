@@ -53,18 +53,26 @@ class Pace:
     ramp_to: float = 0.0
 
     def set_delay(self, delay: float) -> bool:
-        """Set the delay; True when it changed (the gate must then re-check)."""
+        """Set the delay from outside the ramp (a backoff, the user, the fleet);
+        True when it changed (the gate must then re-check).
+
+        A changed delay ends the ramp: what it held back was asked of the old
+        delay, and falling toward it would undo the new one (a backoff's, say).
+        """
         if delay == self.delay:
             return False
         self.delay = delay
+        self.ramp_to = 0.0
         return True
 
     def adapt(self, delay: float, now: float, *, ramp_to: float = 0.0) -> bool:
         """The delay a response adapted at ``now``, and what the ramp held back
         (``ramp_to``, 0 for nothing); True when the delay changed."""
+        changed = delay != self.delay
+        self.delay = delay
         self.ramp_to = ramp_to
         self.adjusted_at = now
-        return self.set_delay(delay)
+        return changed
 
     def bound(self, now: float, delay: float) -> None:
         """Hold a loaded record to ``delay`` (its delay within the loading slot's

@@ -151,6 +151,9 @@ class Rules:
         if new < floor:
             new = min(floor, config.max_delay)
             reason = "recovery floor"
+        may_lower = status == 200 and (not cache_hit or self.signals.cache_hits_lower_delay)
+        if not may_lower and new < old and not by_share:
+            new = old
         ramp_to = 0.0
         ramp = config.policy.ramp_up
         if ramp is not None and state.refusal.refused_gap <= 0.0:
@@ -159,9 +162,6 @@ class Rules:
                 # The gate keeps lowering it toward `new` as time passes, so a
                 # slot whose next response is a long delay away is not stuck.
                 ramp_to, new, reason = new, held, "ramp-up"
-        may_lower = status == 200 and (not cache_hit or self.signals.cache_hits_lower_delay)
-        if not may_lower and new < old and not by_share:
-            new = old
         if state.pace.adapt(new, now, ramp_to=ramp_to):
             slot.gate.wake()
         if self.debug:
