@@ -78,3 +78,17 @@ def test_a_loaded_cap_is_held_to_the_loading_slots_max_concurrency() -> None:
     cache = Cache(in_flight_cap=10**6)
     CacheShare.bound(cache, 8)
     assert cache.in_flight_cap == 8
+
+
+def test_the_policy_paces_the_origin_and_its_answer_is_scaled_back() -> None:
+    asked: list[float] = []
+
+    def policy(gap: float) -> float:
+        asked.append(gap)
+        return 0.2  # the origin's gap the policy wants
+
+    # One send in ten reaches the origin: a 20 ms delay is a 200 ms origin gap.
+    assert CacheShare.pace_origin(0.1, 0.02, policy, capped=False) == pytest.approx(0.02)
+    assert asked == [pytest.approx(0.2)]
+    # A capped policy gets headroom (1 + 0.1) / 2 on top: up to twice the rate.
+    assert CacheShare.pace_origin(0.1, 0.02, policy, capped=True) == pytest.approx(0.011)

@@ -19,6 +19,7 @@ are written out in ``docs/signals.md`` ("Caches", "In-flight cap"); in short:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["Cache", "CacheShare"]
@@ -96,6 +97,16 @@ class CacheShare:
         its pace gets headroom for the hits' share.
         """
         return (1.0 + share) / 2.0 if capped else 1.0
+
+    @staticmethod
+    def pace_origin(
+        share: float, delay: float, ask: Callable[[float], float], *, capped: bool
+    ) -> float:
+        """The slot's delay when its policy paces the origin: ``ask`` (the policy)
+        is handed the gap between sends that reach the origin, the delay over the
+        share and the :meth:`headroom`, and its answer is scaled back by both."""
+        headroom = CacheShare.headroom(share, capped=capped)
+        return ask(delay / (share * headroom)) * share * headroom
 
     @staticmethod
     def cap(cache: Cache, limit: float, gap: float) -> bool:

@@ -184,9 +184,12 @@ class Rules:
         policy = config.policy
         memory = state.pace.policy_state
         sample = Sample(latency, status, slot.gate.in_flight(), cache_hit, memory)
-        headroom = CacheShare.headroom(share, capped=policy.in_flight_limit(memory) is not None)
-        origin_gap = policy.next_delay(state.pace.delay / (share * headroom), sample, config)
-        delay = origin_gap * share * headroom
+        delay = CacheShare.pace_origin(
+            share,
+            state.pace.delay,
+            lambda gap: policy.next_delay(gap, sample, config),
+            capped=policy.in_flight_limit(memory) is not None,
+        )
         limit = policy.in_flight_limit(memory)  # as the sample left it
         if limit is not None and CacheShare.cap(cache, limit, max(delay, config.min_delay, 1e-6)):
             slot.gate.wake()
