@@ -490,7 +490,8 @@ async def run_one(
                 "backoff_calls_taken": tally.backoff_calls,
             }
             figures["final_delay"] = snap.delay
-            figures["policy_state"] = dict(throttle.slot(host).state.policy_state)
+            record = throttle.store.load(host)
+            figures["policy_state"] = {} if record is None else dict(record.policy_state)
     return figures
 
 
