@@ -30,6 +30,7 @@ from autothrottle.cli._fetch import _Scheduler
 from autothrottle.cli._fetch_io import LineWriter, UrlSet, resume
 from autothrottle.cli._fetch_options import NOT_FLAGS, SETTINGS, throttle_kwargs
 from autothrottle.cli._main import build_parser, main
+from helpers import FakeClock
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -312,14 +313,14 @@ def test_the_live_view_and_summary_show_the_busiest_hosts() -> None:
 
     from autothrottle.cli._fetch_progress import Tally, live_view, plain_line, summary
 
-    now = [0.0]
-    tally = Tally(total=100, clock=lambda: now[0], started=0.0)
+    clock = FakeClock(0.0)
+    tally = Tally(total=100, clock=clock, started=0.0)
     throttle = Throttle(start_delay=0.25)
     for i in range(12):
         key = f"h{i}.example"
         tally.host(key).active = i % 3
         for _ in range(i):
-            now[0] += 0.1
+            clock.advance(0.1)
             tally.finished(key, line(200, 10, 1))
     tally.attempt("h11.example", 429)
     tally.block("h11.example")
