@@ -1,18 +1,28 @@
-"""The Redis store: what sharing costs, how many turns Redis gives, how polite a fleet is.
+"""The Redis store: a fleet as fast as its hosts allow, what sharing costs, turns per second.
 
-Run with ``python benchmarks/redis_store.py`` (about a minute; Redis on
-127.0.0.1:6379, ``--redis URL`` for another). Loopback only.
+Run with ``python benchmarks/redis_store.py`` (about two minutes; Redis on
+127.0.0.1:6379, ``--redis URL`` for another; ``--quick``: a 10 s crawl).
+Loopback only. It prints each goal met or missed with its figure.
 
+* **The fleet crawl** (the goals): four worker processes share 200 hosts
+  through one ``RedisStore``, each with ``Throttle(policy=FixedRatePolicy(2))``
+  and one ``ThrottledSession``, two tasks per host, for ``--seconds``. The
+  hosts are ``autothrottle.sim`` token buckets, ``RateLimited(rate=2, burst=1,
+  headers=False)``, in a separate process on 127.0.0.2 ... 127.0.0.201; the
+  figures are the simulator's own arrival log: the aggregate rate (the sum over
+  hosts of ``(arrivals - 1) / (last - first)``) against 400/s, the most
+  arrivals at any host in any 1-second window, the 429s, and the round trips
+  to Redis per request (``RedisStore.round_trips`` over requests sent).
+  Goals: aggregate >= 95 % of 400/s; no host above 2 in any 1-s window; at
+  most one round trip per request.
 * **Cost per request**: one throttle, ``acquire`` + ``observe`` + ``release``
   in a loop with nothing to wait for, with a ``MemoryStore`` and with a
-  ``RedisStore``: the time added per request and the round trips per request
-  (``RedisStore.round_trips``: a turn is one, a background flush one more).
-* **Turns per second**: 1, 4 and 16 processes taking turns as fast as Redis
-  gives them, on one slot (gap 0) and spread over 1,000 slots.
-* **Politeness**: 1 and 4 processes through one slot to a loopback server,
-  with ``FixedRatePolicy(10)`` (the host's rate and the most requests in any
-  second), and with AutoThrottle's rules (target 1, a server answering in
-  50 ms), where the fleet should keep one process's rate.
+  ``RedisStore``, async and sync (``acquire_blocking``): the latency the store
+  adds per request and its round trips per request.
+* **Turns per second**: 1 and 4 processes taking turns as fast as Redis gives
+  them, on one slot and spread over 1,000 slots.
+* **One slot, 1 and 4 processes**: ``FixedRatePolicy(10)`` to one loopback
+  server: the host's rate and the most requests in any second.
 """
 
 from __future__ import annotations
@@ -25,21 +35,122 @@ import time
 import uuid
 from typing import Any
 
-from _common import write_results
+import aiohttp
+from _common import SimProcess, control_session, write_results
 from aiohttp import web
+from many_hosts import summarize
 
-from autothrottle import AutoThrottlePolicy, FixedRatePolicy, Throttle
+from autothrottle import FixedRatePolicy, Throttle
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.redis import RedisStore
 from autothrottle.store import MemoryStore
 
+HOSTS = 200
+RATE = 2.0
+WORKERS = 4
+GOAL_AGGREGATE = 0.95
+GOAL_ROUND_TRIPS = 1.0
+
+
+# -- the fleet crawl ----------------------------------------------------------------------
+
+
+def _crawler(
+    redis: str, prefix: str, urls: list[str], start: float, seconds: float, out: Any
+) -> None:
+    """One worker process: two tasks per host until ``start + seconds`` (wall clock)."""
+
+    async def run() -> dict[str, int]:
+        store = RedisStore(redis, prefix=prefix)
+        throttle = Throttle(policy=FixedRatePolicy(RATE), store=store)
+        counts: dict[str, int] = {}
+        connector = aiohttp.TCPConnector(limit=0)
+        timeout = aiohttp.ClientTimeout(total=30)
+        await asyncio.sleep(max(0.0, start - time.time()))
+        deadline = time.monotonic() + seconds
+        cpu = time.process_time()
+        async with ThrottledSession(throttle=throttle, connector=connector, timeout=timeout) as s:
+
+            async def worker(base: str) -> None:
+                while time.monotonic() < deadline:
+                    try:
+                        async with s.get(f"{base}/page") as response:
+                            await response.read()
+                            counts[str(response.status)] = counts.get(str(response.status), 0) + 1
+                    except (TimeoutError, aiohttp.ClientError) as error:
+                        counts[type(error).__name__] = counts.get(type(error).__name__, 0) + 1
+
+            tasks = [asyncio.ensure_future(worker(url)) for url in urls for _ in range(2)]
+            await asyncio.wait(tasks, timeout=seconds + 1.0)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        cpu_share = (time.process_time() - cpu) / seconds
+        await store.aclose()
+        sent = throttle.stats().totals.sent
+        return {
+            **counts,
+            "sent": sent,
+            "round_trips": store.round_trips,
+            "turns": store.turns,
+            "cpu_share": cpu_share,
+        }
+
+    out.put(asyncio.run(run()))
+
+
+async def fleet_crawl(redis: str, seconds: float, hosts: int = HOSTS) -> dict[str, Any]:
+    spec = f"rate:rate={RATE:g},burst=1,headers=false"
+    sim = SimProcess(["--many", f"{hosts}={spec}", "--seed", "1"])
+    try:
+        urls = list(sim.hosts.values())
+        async with control_session() as http:
+            await sim.reset(http)
+            queue: Any = multiprocessing.Queue()
+            prefix = uuid.uuid4().hex
+            start = time.time() + 3.0  # every worker imported and ready
+            workers = [
+                multiprocessing.Process(
+                    target=_crawler, args=(redis, prefix, urls, start, seconds, queue)
+                )
+                for _ in range(WORKERS)
+            ]
+            for worker in workers:
+                worker.start()
+            results = [await asyncio.to_thread(queue.get) for _ in workers]
+            for worker in workers:
+                await asyncio.to_thread(worker.join, 30)
+            await sim.wait_idle(http)
+            doc = await sim.stats(http)
+    finally:
+        sim.stop()
+    summary = summarize(doc, RATE)
+    sent = sum(r["sent"] for r in results)
+    summary.pop("per_host")
+    summary.update(
+        workers=results,
+        sent=sent,
+        round_trips_per_request=sum(r["round_trips"] for r in results) / max(1, sent),
+    )
+    return summary
+
+
+# -- cost per request ---------------------------------------------------------------------
+
+
+def _stores(redis: str) -> list[tuple[str, Any]]:
+    return [("memory", MemoryStore()), ("redis", RedisStore(redis, prefix=uuid.uuid4().hex))]
+
+
+def _added(results: dict[str, float]) -> dict[str, float]:
+    results["added_us"] = results["redis_us"] - results["memory_us"]
+    return results
+
 
 async def cost(redis: str, count: int) -> dict[str, float]:
+    """acquire + observe + release with nothing to wait for, async."""
     results: dict[str, float] = {}
-    for name in ("memory", "redis"):
-        store: Any = (
-            MemoryStore() if name == "memory" else RedisStore(redis, prefix=uuid.uuid4().hex)
-        )
+    for name, store in _stores(redis):
         throttle = Throttle(start_delay=0.0, max_delay=0.0, max_concurrency=10**6, store=store)
         start = time.perf_counter()
         for index in range(count):
@@ -51,20 +162,40 @@ async def cost(redis: str, count: int) -> dict[str, float]:
             await store.flush()
             results["round_trips_per_request"] = store.round_trips / count
             await store.aclose()
-    results["added_us"] = results["redis_us"] - results["memory_us"]
-    return results
+    return _added(results)
+
+
+def cost_blocking(redis: str, count: int) -> dict[str, float]:
+    """The same through ``acquire_blocking`` (redis-py's sync client)."""
+    results: dict[str, float] = {}
+    for name, store in _stores(redis):
+        throttle = Throttle(start_delay=0.0, max_delay=0.0, max_concurrency=10**6, store=store)
+        start = time.perf_counter()
+        for index in range(count):
+            lease = throttle.acquire_blocking(f"host{index % 10}")
+            lease.observe(latency=0.01, status=200)
+            lease.release()
+        results[f"{name}_us"] = 1e6 * (time.perf_counter() - start) / count
+        if isinstance(store, RedisStore):
+            store.flush_blocking()
+            results["round_trips_per_request"] = store.round_trips / count
+            store.close()
+    return _added(results)
+
+
+# -- turns per second ---------------------------------------------------------------------
 
 
 def _turns(redis: str, prefix: str, slots: int, seconds: float, out: Any) -> None:
     async def run() -> int:
         store = RedisStore(redis, prefix=prefix, timeout=2.0)
+        throttle = Throttle(start_delay=0.0, max_delay=0.0, max_concurrency=10**6, store=store)
         end = time.monotonic() + seconds
         turns = 0
         while time.monotonic() < end:
-            turn = await store.take_turn(f"s{turns % slots}", gap=0.0, cap=10**6, hold=1.0)
-            if turn.lease is not None:
-                store.released(f"s{turns % slots}", turn.lease)
-                turns += 1
+            lease = await throttle.acquire(f"s{turns % slots}")
+            lease.release()
+            turns += 1
         await store.aclose()
         return turns
 
@@ -86,11 +217,13 @@ def turns_per_second(redis: str, processes: int, slots: int, seconds: float = 3.
     return total / seconds
 
 
-def _crawl(redis: str, prefix: str, url: str, count: int, policy: str, out: Any) -> None:
+# -- one slot -----------------------------------------------------------------------------
+
+
+def _one_slot(redis: str, prefix: str, url: str, count: int, out: Any) -> None:
     async def run() -> None:
         store = RedisStore(redis, prefix=prefix)
-        chosen: Any = FixedRatePolicy(10) if policy == "fixed" else AutoThrottlePolicy()
-        throttle = Throttle(policy=chosen, start_delay=0.1, store=store)
+        throttle = Throttle(policy=FixedRatePolicy(10), store=store)
         async with ThrottledSession(throttle=throttle) as session:
 
             async def one_task() -> None:
@@ -105,12 +238,11 @@ def _crawl(redis: str, prefix: str, url: str, count: int, policy: str, out: Any)
     out.put(True)
 
 
-async def politeness(redis: str, processes: int, policy: str, seconds: float) -> dict[str, float]:
+async def one_slot(redis: str, processes: int, seconds: float) -> dict[str, float]:
     arrivals: list[float] = []
 
     async def handle(request: web.Request) -> web.Response:
         arrivals.append(time.monotonic())
-        await asyncio.sleep(0.05)
         return web.Response(text="ok")
 
     app = web.Application()
@@ -120,11 +252,11 @@ async def politeness(redis: str, processes: int, policy: str, seconds: float) ->
     site = web.TCPSite(runner, "127.0.0.2", 0)
     await site.start()
     url = f"http://127.0.0.2:{runner.addresses[0][1]}/"
-    count = int(seconds * 10 / processes / 4) + 1 if policy == "fixed" else int(seconds * 5)
+    count = int(seconds * 10 / processes / 4) + 1
     queue: Any = multiprocessing.Queue()
     prefix = uuid.uuid4().hex
     workers = [
-        multiprocessing.Process(target=_crawl, args=(redis, prefix, url, count, policy, queue))
+        multiprocessing.Process(target=_one_slot, args=(redis, prefix, url, count, queue))
         for _ in range(processes)
     ]
     for worker in workers:
@@ -141,30 +273,65 @@ async def politeness(redis: str, processes: int, policy: str, seconds: float) ->
     }
 
 
+# -- the report ---------------------------------------------------------------------------
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    results: dict[str, Any] = {"cost": await cost(args.redis, args.requests)}
-    c = results["cost"]
+    results: dict[str, Any] = {}
     print(
-        f"per request: memory {c['memory_us']:.0f} µs, redis {c['redis_us']:.0f} µs "
-        f"(+{c['added_us']:.0f} µs), {c['round_trips_per_request']:.2f} round trips",
+        f"fleet crawl: {WORKERS} processes, {args.hosts} hosts x {RATE:g}/s, {args.seconds:g} s",
         flush=True,
     )
+    crawl = results["fleet_crawl"] = await fleet_crawl(args.redis, args.seconds, args.hosts)
+    share = crawl["aggregate_rate"] / crawl["limit_sum"]
+    print(
+        f"  goal aggregate >= {GOAL_AGGREGATE:.0%} of {crawl['limit_sum']:g}/s: "
+        f"{verdict(share >= GOAL_AGGREGATE)} ({crawl['aggregate_rate']:.1f}/s, {share:.1%}; "
+        f"goodput {crawl['aggregate_goodput']:.1f}/s; {crawl['limited']} refused)",
+        flush=True,
+    )
+    print(
+        f"  goal no host above {RATE:g} in any 1-s window: "
+        f"{verdict(crawl['hosts_above_limit'] == 0)} ({crawl['hosts_above_limit']} hosts above, "
+        f"worst window {crawl['worst_window']}, smallest gap {crawl['min_gap'] * 1000:.1f} ms)",
+        flush=True,
+    )
+    trips = crawl["round_trips_per_request"]
+    print(
+        f"  goal at most {GOAL_ROUND_TRIPS:g} round trip per request: "
+        f"{verdict(trips <= GOAL_ROUND_TRIPS)} ({trips:.2f})",
+        flush=True,
+    )
+    cpu = [f"{worker['cpu_share']:.0%}" for worker in crawl["workers"]]
+    print(f"  each worker's CPU (of one core): {', '.join(cpu)}", flush=True)
+    c = results["cost"] = await cost(args.redis, args.requests)
+    b = results["cost_blocking"] = await asyncio.to_thread(cost_blocking, args.redis, args.requests)
+    for label, row in (("async", c), ("sync", b)):
+        print(
+            f"per request, {label}: memory {row['memory_us']:.0f} µs, "
+            f"redis {row['redis_us']:.0f} µs (added latency +{row['added_us']:.0f} µs), "
+            f"{row['round_trips_per_request']:.2f} round trips",
+            flush=True,
+        )
     results["turns"] = {}
     for slots in (1, 1000):
-        for processes in (1, 4, 16):
+        for processes in (1, 4):
             rate = turns_per_second(args.redis, processes, slots)
             results["turns"][f"{processes}x{slots}"] = rate
-            print(f"turns/s, {processes:2} processes, {slots:4} slot(s): {rate:,.0f}", flush=True)
-    results["politeness"] = {}
-    for policy in ("fixed", "autothrottle"):
-        for processes in (1, 4):
-            row = await politeness(args.redis, processes, policy, args.seconds)
-            results["politeness"][f"{policy} x{processes}"] = row
-            print(
-                f"{policy:12} {processes} process(es): {row['rate']:.2f}/s at the host, "
-                f"at most {row['max_in_1s']} in any 1 s",
-                flush=True,
-            )
+            print(f"turns/s, {processes} process(es), {slots:4} slot(s): {rate:,.0f}", flush=True)
+    results["one_slot"] = {}
+    for processes in (1, 4):
+        row = await one_slot(args.redis, processes, 8.0)
+        results["one_slot"][f"x{processes}"] = row
+        print(
+            f"FixedRatePolicy(10), one slot, {processes} process(es): {row['rate']:.2f}/s "
+            f"at the host, at most {row['max_in_1s']} in any 1 s",
+            flush=True,
+        )
     return results
 
 
@@ -172,11 +339,17 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--requests", type=int, default=3000)
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--seconds", type=float, default=30.0, help="fleet crawl (default 30)")
+    parser.add_argument("--quick", action="store_true", help="a 10-second fleet crawl")
+    parser.add_argument("--hosts", type=int, default=HOSTS, help=f"hosts (default {HOSTS})")
     parser.add_argument(
         "--name", default="redis_store", help="results file name (default redis_store)"
     )
     arguments = parser.parse_args()
+    if arguments.quick:
+        arguments.seconds = 10.0
+    if not 1 <= arguments.hosts <= 1000:
+        parser.error("--hosts must be in [1, 1000]")
     found = asyncio.run(main(arguments))
     print(f"results: {write_results(arguments.name, {'figures': found})}")
     sys.exit(0)

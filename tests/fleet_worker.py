@@ -1,7 +1,8 @@
 """One worker process of the fleet tests: N requests through a shared Redis store.
 
 Run as ``python tests/fleet_worker.py URL REDIS_URL PREFIX COUNT [HOLD_TIMEOUT [CAP]]``;
-prints one line per finished request ("ok STATUS" or "error NAME").
+prints one line per finished request ("ok STATUS" or "error NAME"). A REDIS_URL
+``cluster://HOST:PORT`` names a Redis Cluster by one of its nodes.
 """
 
 from __future__ import annotations
@@ -9,13 +10,19 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from redis.asyncio.cluster import RedisCluster
+
 from autothrottle import FixedRatePolicy, Throttle
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.redis import RedisStore
 
 
 async def main(url: str, redis_url: str, prefix: str, count: int, hold: float, cap: int) -> None:
-    store = RedisStore(redis_url, prefix=prefix, timeout=0.2, retry_after=0.5)
+    client: str | RedisCluster = redis_url
+    if redis_url.startswith("cluster://"):
+        host, _, port = redis_url.removeprefix("cluster://").partition(":")
+        client = RedisCluster(host=host, port=int(port))
+    store = RedisStore(client, prefix=prefix, timeout=0.2, retry_after=0.5)
     throttle = Throttle(
         policy=FixedRatePolicy(10), store=store, hold_timeout=hold, max_concurrency=cap
     )

@@ -26,7 +26,7 @@ import redis
 from aiohttp import web
 
 from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
-from autothrottle._fleet import TurnAsk
+from autothrottle._fleet import SPACING_MARGIN, TurnAsk
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
@@ -113,27 +113,31 @@ async def crawl(url: str, store: RedisStore, count: int, rate: float = 10.0) -> 
                 await response.read()
 
 
-async def test_four_processes_keep_the_pace_of_one() -> None:
-    name = prefix()
+async def four_workers_keep_the_pace_of_one(redis_url: str, name: str) -> None:
+    """Four fleet_worker.py processes, ten requests each at FixedRatePolicy(10)."""
     async with site() as target:
         workers = [
             await asyncio.create_subprocess_exec(
                 sys.executable,
                 str(HERE / "fleet_worker.py"),
                 target.url,
-                REDIS,
+                redis_url,
                 name,
                 "10",
                 stdout=asyncio.subprocess.PIPE,
             )
             for _ in range(4)
         ]
-        outputs = [await worker.communicate() for worker in workers]
+        outputs = [await asyncio.wait_for(worker.communicate(), 60) for worker in workers]
     lines = [line for out, _ in outputs for line in out.decode().splitlines()]
     assert lines.count("ok 200") == 40, lines
     assert len(target.arrivals) == 40
     assert 9.0 <= target.rate() <= 10.6, target.rate()  # FixedRatePolicy(10), burst 1
     assert target.most_in_a_second() <= 10 + 1
+
+
+async def test_four_processes_keep_the_pace_of_one() -> None:
+    await four_workers_keep_the_pace_of_one(REDIS, prefix())
 
 
 async def test_a_retry_after_seen_by_one_pauses_the_others() -> None:
@@ -489,3 +493,31 @@ async def test_sync_clients_in_threads_keep_the_fleets_pace() -> None:
     assert len(target.arrivals) == 30
     assert 9.0 <= target.rate() <= 10.6, target.rate()
     assert target.most_in_a_second() <= 10 + 1
+
+
+async def test_a_pause_that_begins_while_a_turn_waits_voids_the_turn() -> None:
+    name = prefix()
+    other = RedisStore(REDIS, prefix=name)
+    for _ in range(2):  # another process holds the next two sends, 0.2 s apart
+        await other.take_turn("host", ask(0.2), time.monotonic())
+    store = RedisStore(REDIS, prefix=name)
+    throttle = Throttle(start_delay=0.0, policy=FixedRatePolicy(5), store=store)
+    waiting = asyncio.ensure_future(throttle.acquire("host"))  # its turn is ~0.4 s away
+    await asyncio.sleep(0.15)
+    throttle.observe("host", latency=0.01, status=429, headers={"Retry-After": "1"})
+    paused_at = time.monotonic()
+    (await asyncio.wait_for(waiting, 5.0)).release()
+    assert time.monotonic() - paused_at >= 0.8  # not at its reserved time, in the pause
+    await store.aclose()
+    await other.aclose()
+
+
+async def test_turns_are_reserved_the_spacing_margin_wider_than_the_gap() -> None:
+    store = RedisStore(REDIS, prefix=prefix())
+    margin = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0, SPACING_MARGIN)
+    first = await store.take_turn("host", margin, time.monotonic())
+    second = await store.take_turn("host", margin, time.monotonic())
+    assert first.wait == pytest.approx(0.0, abs=0.005)
+    assert second.wait == pytest.approx(0.5 * SPACING_MARGIN, abs=0.005)
+    assert SPACING_MARGIN > 1.0
+    await store.aclose()

@@ -31,7 +31,8 @@ TURN = (
     _NOW
     + """
 -- ARGV: gap, min gap, max gap (µs), cap, hold (µs), lease id, ttl (ms), process id,
---       max pause (µs), the end of the pause the asker already waited out ('' none)
+--       max pause (µs), the end of the pause the asker already waited out ('' none),
+--       the spacing margin (a factor >= 1)
 redis.call('ZADD', KEYS[3], now, ARGV[8])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - 60000000)
 redis.call('PEXPIRE', KEYS[3], ARGV[7])
@@ -43,19 +44,19 @@ local shown_delay = state[3] or ''
 local pause = tonumber(state[4]) or 0
 if pause > now and pause > (tonumber(ARGV[10]) or 0) then
   local wait = math.min(pause, now + tonumber(ARGV[9])) - now
-  return {us(wait), '', shown_delay, us(wait), processes, us(pause)}
+  return {us(wait), '', shown_delay, us(wait), processes, us(pause), us(now)}
 end
 -- Rule 1: the cap, counting live leases only.
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   local wait = math.max(1000, math.min(tonumber(first[2]) - now, 50000))
-  return {us(wait), '', shown_delay, '0', processes, ''}
+  return {us(wait), '', shown_delay, '0', processes, '', us(now)}
 end
 -- Rule 1: the next send, one gap (the fleet's, within the asker's bounds) after the
 -- latest, and never later than the asker's own gap after the latest reserved send.
 local gap = tonumber(state[3]) or tonumber(ARGV[1])
-gap = math.min(math.max(gap, tonumber(ARGV[2])), tonumber(ARGV[3]))
+gap = math.min(math.max(gap, tonumber(ARGV[2])), tonumber(ARGV[3])) * tonumber(ARGV[11])
 local at = tonumber(state[1]) or 0
 local last = tonumber(state[2])
 if last then at = math.min(at, last + gap) end
@@ -65,13 +66,14 @@ local hold = tonumber(ARGV[5])
 redis.call('ZADD', KEYS[2], at + hold, ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 redis.call('PEXPIRE', KEYS[2], math.max(tonumber(ARGV[7]), math.ceil((at - now + hold) / 1000)))
-return {us(at - now), ARGV[6], shown_delay, '0', processes, ''}
+return {us(at - now), ARGV[6], shown_delay, '0', processes, '', us(now)}
 """
 )
 """Reserve the slot's next send: returns wait (µs), lease id ('' when not
 reserved: ask again after the wait), the fleet's delay (µs, '' if none), the
 pause to wait (µs), how many processes took a turn on the slot in the last
-minute, and the end of the pause being waited for ('' none)."""
+minute, the end of the pause being waited for ('' none) and the server's
+clock (µs)."""
 
 MERGE = (
     _NOW

@@ -66,11 +66,19 @@ _ALONE = SharedTurn(0.0, None, None, 0.0)
 _MAX_PENDING = 100_000
 """Finished leases kept for resending while Redis is down; older ones expire on their own."""
 
+_ASK_AGAIN = 0.001
+"""The least wait before asking again (a pause ending, the fleet at its cap)."""
+
+_CLOCK_WINDOW = 10.0
+"""Seconds over which the fastest answer sets Redis's clock offset (two windows)."""
+
 _FIRST = 4.0
 """A first call (connecting, loading the scripts) may take this many times ``timeout``."""
 
-_LINGER = 0.002
-"""Seconds the sync sender waits for a turn to carry finished leases and changes along."""
+_LINGER = 0.02
+"""Seconds finished leases and changes wait for a turn to carry them before they go
+on their own: a crawl's turns come often, so most ride along and a request costs
+one round trip, not two."""
 
 AsyncClient = aioredis.Redis | aiocluster.RedisCluster
 SyncClient = redis.Redis | redis.cluster.RedisCluster
@@ -118,6 +126,35 @@ class _Alone:
         self.next = -math.inf
         self.bad = False  # a data error was logged and the slot went alone
         self.until = -math.inf  # when to try Redis again after it (monotonic)
+
+
+class _ServerClock:
+    """Redis's clock as this process sees it, so a send goes at its reserved time.
+
+    A turn's wait is counted from when the script ran; its answer reaches the
+    process later, by as much as the rest of the pipeline, the transfer and the
+    event loop take (tens of milliseconds in a busy crawl). Sleeping the wait
+    from the answer would send late, and the next process's send, on time,
+    would reach the host early. The offset from Redis's clock to this
+    process's is the least ``received - server time`` seen lately (the
+    fastest answer); a wait is shortened by how much later than that its
+    answer came.
+    """
+
+    __slots__ = ("_best", "_previous", "_since")
+
+    def __init__(self) -> None:
+        self._best = self._previous = math.inf
+        self._since = -math.inf
+
+    def wait(self, server: float, wait: float) -> float:
+        received = time.monotonic()
+        if received - self._since > _CLOCK_WINDOW:  # let clock drift in
+            self._previous, self._best, self._since = self._best, math.inf, received
+        offset = received - server
+        self._best = min(self._best, offset)
+        late = offset - min(self._best, self._previous)
+        return max(0.0, wait - late)
 
 
 class RedisStore:
@@ -183,11 +220,14 @@ class RedisStore:
         self._changes: dict[str, _Change] = {}
         self._alone: dict[str, _Alone] = {}
         self._sender: asyncio.Task[None] | None = None
+        self._lingering: asyncio.TimerHandle | None = None
         self._sync_sender = threading.Lock()
         self._flusher: threading.Thread | None = None
         self._wake_flusher = threading.Condition(self._lock)
         self._closed = False
         self._ready_async = self._ready_sync = False
+        self._server_clock = _ServerClock()
+        self._processes = 1  # the most processes seen sharing a slot
         self._down_until = -math.inf
         self._warned = False
         self._process = uuid.uuid4().hex
@@ -228,7 +268,7 @@ class RedisStore:
 
     async def take_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
         """Reserve the slot's next send across the fleet (at most one round trip)."""
-        alone = self._alone_now(key, now)
+        alone = self._alone_now(key, ask, now)
         if alone is not None:
             return alone
         loop = asyncio.get_running_loop()
@@ -239,14 +279,14 @@ class RedisStore:
         try:
             reply = await request.done
         except ResponseError as error:
-            return self._data_error(key, error, now)
+            return self._data_error(key, ask, error, now)
         if reply is _DOWN:
-            return self._while_down(key, now)
+            return self._while_down(key, ask, now)
         return self._answer(key, ask, reply, now)
 
     def take_turn_blocking(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
         """:meth:`take_turn` for a thread (``Throttle.acquire_blocking``)."""
-        alone = self._alone_now(key, now)
+        alone = self._alone_now(key, ask, now)
         if alone is not None:
             return alone
         request = self._ask(key, ask, now, threading.Event())
@@ -257,9 +297,9 @@ class RedisStore:
                 self._send_blocking()
         reply = request.reply
         if reply is _DOWN:
-            return self._while_down(key, now)
+            return self._while_down(key, ask, now)
         if isinstance(reply, ResponseError):
-            return self._data_error(key, reply, now)
+            return self._data_error(key, ask, reply, now)
         assert isinstance(reply, list)
         return self._answer(key, ask, reply, now)
 
@@ -343,6 +383,7 @@ class RedisStore:
             self._process,
             _us(max_pause),
             paused,
+            f"{ask.margin:.6f}",
         ]
         return _Ask(key, args, lease, done)
 
@@ -402,14 +443,22 @@ class RedisStore:
             self._async = aioredis.Redis.from_url(self._url)
         return self._async
 
-    def _kick_async(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _kick_async(self, loop: asyncio.AbstractEventLoop, everything: bool = False) -> None:
+        """Start the sender: for the turns waiting, or (``everything``) for all."""
+        if everything:
+            self._lingering = None
         if self._sender is None or self._sender.done():
-            self._sender = loop.create_task(self._send_loop())
+            self._sender = loop.create_task(self._send_loop(everything))
 
-    async def _send_loop(self) -> None:
+    def _linger(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Send finished leases and changes within ``_LINGER``, with a turn if one comes."""
+        if self._lingering is None:
+            self._lingering = loop.call_later(_LINGER, self._kick_async, loop, True)
+
+    async def _send_loop(self, everything: bool) -> None:
         try:
-            while await self._send_async():
-                pass
+            while await self._send_async(everything):
+                everything = False
         except BaseException:
             with self._lock:
                 stranded, self._turns = self._turns, []
@@ -417,10 +466,13 @@ class RedisStore:
                 _deliver(ask, _DOWN)
             raise
 
-    async def _send_async(self) -> bool:
-        """Send one pipeline of what is waiting; False when there is nothing more to send."""
+    async def _send_async(self, everything: bool = True) -> bool:
+        """Send one pipeline of what is waiting (without turns, only if ``everything``);
+        False when there is nothing more to send."""
         with self._lock:
             turns, self._turns = self._turns, []
+        if not (turns or everything):
+            return False
         releases, changes = self._take_batch()
         if not (turns or releases or changes):
             return False
@@ -570,7 +622,7 @@ class RedisStore:
         except RuntimeError:
             loop = None
         if loop is not None and (self._async is not None or self._url is not None):
-            self._kick_async(loop)
+            self._linger(loop)
             return
         if self._sync is None and self._url is None:
             return  # an async client and no loop here: it goes with the next turn
@@ -616,7 +668,7 @@ class RedisStore:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        loop.call_later(self.retry_after, self._kick_async, loop)
+        loop.call_later(self.retry_after, self._kick_async, loop, True)
 
     def _came_back(self) -> None:
         self._down_until = -math.inf
@@ -656,7 +708,7 @@ class RedisStore:
                     result,
                 )
 
-    def _data_error(self, key: str, error: ResponseError, now: float) -> SharedTurn:
+    def _data_error(self, key: str, ask: TurnAsk, error: ResponseError, now: float) -> SharedTurn:
         """A key of this slot holds something else: only this slot goes alone (rule 6)."""
         with self._lock:
             alone = self._alone.setdefault(key, _Alone())
@@ -671,47 +723,54 @@ class RedisStore:
                 error,
                 self.retry_after,
             )
-        return self._alone_turn(key, now)
+        return self._alone_turn(key, ask, now)
 
-    def _alone_now(self, key: str, now: float) -> SharedTurn | None:
+    def _alone_now(self, key: str, ask: TurnAsk, now: float) -> SharedTurn | None:
         """The turn while Redis is down or this slot's data is bad; None: ask Redis."""
         if time.monotonic() < self._down_until:
-            return self._while_down(key, now)
+            return self._while_down(key, ask, now)
         alone = self._alone.get(key)
         if alone is not None and alone.bad and time.monotonic() < alone.until:
-            return self._alone_turn(key, now)
+            return self._alone_turn(key, ask, now)
         return None
 
-    def _while_down(self, key: str, now: float) -> SharedTurn:
+    def _while_down(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
         if self.fail_closed:
             return SharedTurn(max(self._down_until - time.monotonic(), 0.05), None, None, 0.0)
-        return self._alone_turn(key, now)
+        return self._alone_turn(key, ask, now)
 
-    def _alone_turn(self, key: str, now: float) -> SharedTurn:
-        """This process's share of the fleet's last pace: its gap times the processes."""
+    def _alone_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+        """This process's share of the fleet's last pace: the slot's gap times the
+        processes that shared it; a slot never shared here yet, its own gap times
+        the most processes seen on any slot."""
         with self._lock:
             alone = self._alone.setdefault(key, _Alone())
             if alone.next > now:
                 return SharedTurn(alone.next - now, None, None, 0.0)  # asks again then, and goes
-            alone.next = now + alone.gap
+            gap = alone.gap or ask.gap * ask.margin * self._processes
+            alone.next = now + gap
         return _ALONE
 
     def _answer(self, key: str, ask: TurnAsk, reply: list[Any], now: float) -> SharedTurn:
-        wait, lease, delay, pause, processes, paused = (_text(part) for part in reply)
+        waited, lease, delay, pause, processes, paused, server = (_text(p) for p in reply)
+        wait = self._server_clock.wait(float(server) / 1e6, float(waited) / 1e6)
+        if not lease:  # not a turn but "ask again then": never 0, which would mean "go alone"
+            wait = max(wait, _ASK_AGAIN)
         shared = float(delay) / 1e6 if delay else None
         gap = min(max(shared if shared is not None else ask.gap, ask.min_gap), ask.max_gap)
         with self._lock:
             alone = self._alone.get(key)
             if alone is None:
                 alone = self._alone[key] = _Alone()
-            alone.gap = gap * max(1, int(processes))
+            alone.gap = gap * ask.margin * max(1, int(processes))
+            self._processes = max(self._processes, int(processes))
             if paused and paused != alone.paused:
-                alone.paused, alone.paused_until = paused, now + float(wait) / 1e6
+                alone.paused, alone.paused_until = paused, now + wait
             again, alone.bad = alone.bad, False
         if again:
             logger.warning("autothrottle: Redis store %r: slot %r shared again", self.prefix, key)
         self.turns += 1
-        return SharedTurn(float(wait) / 1e6, lease or None, shared, float(pause) / 1e6)
+        return SharedTurn(wait, lease or None, shared, float(pause) / 1e6)
 
 
 def _deliver(ask: _Ask, result: Any) -> bool:

@@ -1,0 +1,159 @@
+"""The fleet on a Redis Cluster: three shards this test starts on loopback ports.
+
+A slot's keys carry one hash tag, so each slot lives on one shard and its
+scripts run there; the fleet paces as it does on one Redis (docs/fleet.md).
+Skipped, saying why, where ``redis-server`` or ``redis-cli`` is absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio.cluster as aiocluster
+import redis.cluster
+
+from autothrottle import FixedRatePolicy, Throttle
+from autothrottle.redis import RedisStore
+from test_redis import four_workers_keep_the_pace_of_one, prefix
+
+SHARDS = 3
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports free now, each with its cluster bus port (port + 10000) free too."""
+    ports: list[int] = []
+    while len(ports) < count:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port + 10000 > 65535 or port in ports:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
+
+
+@contextlib.contextmanager
+def cluster(tmp: Path) -> Iterator[list[int]]:
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    if server is None or cli is None:
+        pytest.skip("redis-server and redis-cli are needed to start a Redis Cluster")
+    ports = _free_ports(SHARDS)
+    processes = []
+    try:
+        for port in ports:
+            folder = tmp / str(port)
+            folder.mkdir()
+            processes.append(
+                subprocess.Popen(
+                    [
+                        server,
+                        "--port",
+                        str(port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--dir",
+                        str(folder),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                )
+            )
+        for port in ports:
+            _wait_for(lambda port=port: _ping(cli, port), 10)
+        subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{p}" for p in ports),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        _wait_for(lambda: all(_cluster_ok(cli, port) for port in ports), 20)
+        yield ports
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def _ping(cli: str, port: int) -> bool:
+    out = subprocess.run([cli, "-p", str(port), "ping"], capture_output=True, text=True)
+    return out.stdout.strip() == "PONG"
+
+
+def _cluster_ok(cli: str, port: int) -> bool:
+    out = subprocess.run([cli, "-p", str(port), "cluster", "info"], capture_output=True, text=True)
+    return "cluster_state:ok" in out.stdout
+
+
+def _wait_for(ready: object, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not ready():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise RuntimeError("the Redis Cluster did not come up")
+        time.sleep(0.1)
+
+
+async def test_four_processes_on_a_cluster_keep_the_pace_of_one(tmp_path: Path) -> None:
+    with cluster(tmp_path) as ports:
+        name = prefix()
+        await four_workers_keep_the_pace_of_one(f"cluster://127.0.0.1:{ports[0]}", name)
+        shards = redis.cluster.RedisCluster(host="127.0.0.1", port=ports[0])
+        assert shards.hget(f"{{{name}:127.0.0.2}}:s", "record") is not None  # in the cluster
+        shards.close()
+
+
+async def test_slots_spread_over_the_shards_each_pace_as_on_one_redis(tmp_path: Path) -> None:
+    with cluster(tmp_path) as ports:
+        client = aiocluster.RedisCluster(host="127.0.0.1", port=ports[0])
+        await client.initialize()
+        store = RedisStore(client, prefix=prefix())
+        throttle = Throttle(policy=FixedRatePolicy(20), store=store)
+        hosts = [f"host{i}" for i in range(12)]
+        nodes = {client.get_node_from_key(f"{{{store.prefix}:{h}}}:s").port for h in hosts}
+        assert len(nodes) >= 2  # the slots live on more than one shard
+        started = time.monotonic()
+
+        async def five(host: str) -> list[float]:
+            sent = []
+            for _ in range(5):
+                lease = await throttle.acquire(host)
+                sent.append(time.monotonic())
+                lease.observe(latency=0.01, status=200)
+                lease.release()
+            return sent
+
+        times = await asyncio.wait_for(asyncio.gather(*(five(h) for h in hosts)), 30)
+        await store.aclose()
+    assert time.monotonic() - started < 10
+    for sent in times:
+        gaps = [b - a for a, b in itertools.pairwise(sent)]
+        assert min(gaps) >= 0.05 - 0.01, gaps  # each slot at 20/s
+    assert store.turns >= 60
