@@ -758,3 +758,115 @@ def test_wall_clock_is_what_turns_an_rfc3339_reset_into_a_wait() -> None:
         },
     )
     closed_for(throttle, clock, 4.0)
+
+
+# -- token windows (the LLM APIs) -----------------------------------------------------
+
+
+def test_openai_token_window_beside_the_requests_budget() -> None:
+    signals = read_headers(
+        200,
+        {
+            "x-ratelimit-limit-requests": "10000",
+            "x-ratelimit-remaining-requests": "9999",
+            "x-ratelimit-reset-requests": "6m0s",
+            "x-ratelimit-limit-tokens": "1000000",
+            "x-ratelimit-remaining-tokens": "999000",
+            "x-ratelimit-reset-tokens": "60ms",
+        },
+        now=NOW,
+    )
+    # The requests budget is what it always was; the tokens are a window of their own.
+    assert signals.rate_limit == RateLimit(9999, 360.0, 10000, "X-RateLimit-*-Requests")
+    assert signals.tokens == (
+        RateLimit(999000, 0.06, 1000000, "X-RateLimit-*-Tokens", unit="tokens"),
+    )
+    assert signals.ignored == ()
+
+
+def test_anthropic_input_and_output_token_windows() -> None:
+    signals = read_headers(
+        200,
+        {
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-requests-remaining": "49",
+            "anthropic-ratelimit-requests-reset": "2023-11-14T22:13:21Z",
+            "anthropic-ratelimit-tokens-limit": "8000",
+            "anthropic-ratelimit-tokens-remaining": "7000",
+            "anthropic-ratelimit-tokens-reset": "2023-11-14T22:13:28Z",
+            "anthropic-ratelimit-input-tokens-limit": "30000",
+            "anthropic-ratelimit-input-tokens-remaining": "29000",
+            "anthropic-ratelimit-input-tokens-reset": "2023-11-14T22:13:22Z",
+            "anthropic-ratelimit-output-tokens-limit": "8000",
+            "anthropic-ratelimit-output-tokens-remaining": "7000",
+            "anthropic-ratelimit-output-tokens-reset": "2023-11-14T22:13:28Z",
+        },
+        now=NOW,
+    )
+    assert signals.rate_limit == RateLimit(49, 1.0, 50, "Anthropic-RateLimit-Requests-*")
+    # The combined window is the stricter of the two others, not a third limit:
+    # charging a request to it as well would count its tokens twice.
+    assert signals.tokens == (
+        RateLimit(29000, 2.0, 30000, "Anthropic-RateLimit-Input-Tokens-*", unit="input-tokens"),
+        RateLimit(7000, 8.0, 8000, "Anthropic-RateLimit-Output-Tokens-*", unit="output-tokens"),
+    )
+
+
+def test_anthropic_combined_token_window_alone_is_read() -> None:
+    signals = read_headers(
+        200,
+        {
+            "anthropic-ratelimit-tokens-limit": "40000",
+            "anthropic-ratelimit-tokens-remaining": "0",
+            "anthropic-ratelimit-tokens-reset": "2023-11-14T22:13:50Z",
+        },
+        now=NOW,
+    )
+    assert signals.rate_limit is None
+    assert signals.tokens == (
+        RateLimit(0, 30.0, 40000, "Anthropic-RateLimit-Tokens-*", unit="tokens"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("headers", "note"),
+    [
+        (
+            {"x-ratelimit-remaining-tokens": "lots", "x-ratelimit-reset-tokens": "1s"},
+            "X-RateLimit-Remaining-Tokens 'lots': not a count",
+        ),
+        (
+            {"x-ratelimit-remaining-tokens": "10", "x-ratelimit-reset-tokens": "-1s"},
+            "X-RateLimit-Reset-Tokens '-1s': not a time",
+        ),
+        (
+            {"x-ratelimit-remaining-tokens": "10"},
+            "X-RateLimit-*-Tokens: remaining without a reset",
+        ),
+        (
+            {
+                "anthropic-ratelimit-output-tokens-remaining": "5",
+                "anthropic-ratelimit-output-tokens-reset": "tomorrow",
+            },
+            "Anthropic-RateLimit-Output-Tokens-Reset 'tomorrow': not a time",
+        ),
+    ],
+)
+def test_a_bad_token_window_is_ignored_and_noted(headers: dict[str, str], note: str) -> None:
+    signals = read_headers(200, headers, now=NOW)
+    assert signals.tokens == ()
+    assert signals.ignored == (note,)
+
+
+def test_token_windows_of_a_cached_response_are_stale() -> None:
+    headers = {"Age": "3", "x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "9s"}
+    signals = read_headers(200, headers, now=NOW)
+    assert signals.tokens == ()
+    assert "X-RateLimit-*-Tokens: ignored on a response a cache served" in signals.ignored
+
+
+def test_a_token_window_survives_a_json_round_trip() -> None:
+    window = RateLimit(5, 1.5, 10, "X-RateLimit-*-Tokens", unit="tokens")
+    assert RateLimit.from_dict(window.to_dict()) == window
+    old = {k: v for k, v in window.to_dict().items() if k != "unit"}  # written before units
+    assert RateLimit.from_dict(old).unit == "requests"

@@ -552,6 +552,10 @@ _NAMES = [
     "X-Cache-Status",
     "CF-Cache-Status",
     "Cache-Status",
+    "X-RateLimit-Remaining-Tokens",
+    "X-RateLimit-Reset-Tokens",
+    "Anthropic-RateLimit-Output-Tokens-Remaining",
+    "Anthropic-RateLimit-Output-Tokens-Reset",
 ]
 _NAME = st.one_of(
     st.sampled_from(_NAMES),
@@ -611,6 +615,8 @@ def test_property_read_headers_agrees_and_notes_stay_short(
     _assert_wait(signals.retry_after)
     _assert_wait(signals.age)
     _assert_budget(signals.rate_limit)
+    for window in signals.tokens:
+        _assert_budget(window)
     # Each family reads its own fields: what the others say changes nothing.
     raw = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
     if raw is not None and len(raw) <= 4096 and "retry-after-ms" not in map(str.lower, headers):

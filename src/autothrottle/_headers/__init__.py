@@ -53,6 +53,9 @@ class HeaderSignals:
         ignored: One short note per header that was present but not used and
             why, for the caller's debug log. Quotes at most a few dozen
             characters of any value.
+        tokens: The token windows the LLM APIs advertise beside their
+            requests budget, each with its :attr:`RateLimit.unit`; () when
+            none, or when a cache served the response.
     """
 
     cache_hit: bool = False
@@ -60,6 +63,7 @@ class HeaderSignals:
     retry_after: float | None = None
     rate_limit: RateLimit | None = None
     ignored: tuple[str, ...] = ()
+    tokens: tuple[RateLimit, ...] = ()
 
 
 _NOTHING = HeaderSignals()
@@ -99,10 +103,14 @@ def read_headers(
     seconds_old = age(folded, notes)
     wait = retry_after(folded, now, notes)
     budget = _rate_limit(folded, now, notes)
-    if budget is not None and served:
-        notes.append(f"{budget.source}: ignored on a response a cache served")
-        budget = None
-    return HeaderSignals(served or status == 304, seconds_old, wait, budget, tuple(notes))
+    tokens = _llm.token_windows(folded, now, notes)
+    if served:
+        for stale in (budget, *tokens):
+            if stale is not None:
+                notes.append(f"{stale.source}: ignored on a response a cache served")
+        budget, tokens = None, ()
+    cache_hit = served or status == 304
+    return HeaderSignals(cache_hit, seconds_old, wait, budget, tuple(notes), tokens)
 
 
 def _rate_limit(folded: Mapping[str, str], now: float, notes: list[str]) -> RateLimit | None:

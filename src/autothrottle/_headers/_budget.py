@@ -38,6 +38,9 @@ class RateLimit:
             or ``;w=`` on a ``-Limit`` field), when the server said.
         windows: Every window the response advertised, the binding one among
             them, when there were several; empty when there was one.
+        unit: What the window counts: ``"requests"``, or for the LLM APIs'
+            token windows ``"tokens"``, ``"input-tokens"`` or
+            ``"output-tokens"`` (``docs/signals.md``, "Token budgets").
     """
 
     remaining: int
@@ -47,6 +50,7 @@ class RateLimit:
     policy: str | None = None
     window: float | None = None
     windows: tuple[RateLimit, ...] = ()
+    unit: str = "requests"
 
     @property
     def sustained(self) -> float | None:
@@ -89,7 +93,7 @@ class RateLimit:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RateLimit:
-        """A record from :meth:`to_dict`'s data (older data without ``windows`` too)."""
+        """A record from :meth:`to_dict`'s data (older data without ``windows`` or ``unit`` too)."""
         values = dict(data)
         values["windows"] = tuple(cls.from_dict(window) for window in values.get("windows", ()))
         return cls(**values)

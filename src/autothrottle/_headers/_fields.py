@@ -25,7 +25,8 @@ class Family:
     Each reset is ``(name, how)``: ``"delta"`` seconds, ``"go"`` a Go duration
     (or else as ``"reset"``), ``"reset"`` delta, epoch, HTTP-date or RFC 3339.
     ``used`` is a count spent in the window: with no limit field, the limit is
-    ``used + remaining`` (Reddit).
+    ``used + remaining`` (Reddit). ``unit`` is what the budget counts
+    (:attr:`RateLimit.unit`).
     """
 
     source: str
@@ -33,6 +34,7 @@ class Family:
     limit: str
     resets: tuple[tuple[str, str], ...]
     used: str | None = None
+    unit: str = "requests"
 
 
 def read_family(
@@ -66,7 +68,7 @@ def read_family(
         if wait is None:
             notes.append(f"{family.source}: remaining without a reset")
             return None
-    return RateLimit(remaining, wait, limit, family.source, window=window)
+    return RateLimit(remaining, wait, limit, family.source, window=window, unit=family.unit)
 
 
 def _limit(

@@ -71,10 +71,22 @@ _TABLE = (
     ("X-RateLimit-Limit-Requests", "_llm"),
     ("X-RateLimit-Remaining-Requests", "_llm"),
     ("X-RateLimit-Reset-Requests", "_llm"),
+    ("X-RateLimit-Limit-Tokens", "_llm"),
+    ("X-RateLimit-Remaining-Tokens", "_llm"),
+    ("X-RateLimit-Reset-Tokens", "_llm"),
     # _llm: Anthropic
     ("Anthropic-RateLimit-Requests-Limit", "_llm"),
     ("Anthropic-RateLimit-Requests-Remaining", "_llm"),
     ("Anthropic-RateLimit-Requests-Reset", "_llm"),
+    ("Anthropic-RateLimit-Tokens-Limit", "_llm"),
+    ("Anthropic-RateLimit-Tokens-Remaining", "_llm"),
+    ("Anthropic-RateLimit-Tokens-Reset", "_llm"),
+    ("Anthropic-RateLimit-Input-Tokens-Limit", "_llm"),
+    ("Anthropic-RateLimit-Input-Tokens-Remaining", "_llm"),
+    ("Anthropic-RateLimit-Input-Tokens-Reset", "_llm"),
+    ("Anthropic-RateLimit-Output-Tokens-Limit", "_llm"),
+    ("Anthropic-RateLimit-Output-Tokens-Remaining", "_llm"),
+    ("Anthropic-RateLimit-Output-Tokens-Reset", "_llm"),
 )
 
 _NAMES: Mapping[str, str] = {name.lower(): name for name, _ in _TABLE}
