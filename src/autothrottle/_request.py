@@ -4,27 +4,57 @@ A request may carry options for the throttle in two forms, both parsed here
 so the httpx and aiohttp adapters agree to the letter:
 
 * a mapping ``{"autothrottle": {"adjust": False, "bypass": True, "slot": "name",
-  "max_wait": 2.0}}`` (httpx request ``extensions``; aiohttp ``trace_request_ctx``);
-* the request header ``X-AutoThrottle: no-adjust | bypass | slot=NAME | max-wait=SECONDS``
-  (several directives may be joined by commas), which the adapters strip
-  before the request goes on the wire.
+  "max_wait": 2.0, "cost": 600}}`` (httpx request ``extensions``; aiohttp
+  ``trace_request_ctx``; the requests adapter's ``autothrottle=`` keyword);
+* the request header ``X-AutoThrottle: no-adjust | bypass | slot=NAME |
+  max-wait=SECONDS | cost=TOKENS | cost=INPUT+OUTPUT`` (several directives
+  may be joined by commas), which the adapters strip before the request goes
+  on the wire.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
 import yarl
 
-__all__ = ["CONTROL_HEADER", "RequestOptions", "header_value", "host_key"]
+__all__ = ["CONTROL_HEADER", "Cost", "RequestOptions", "header_value", "host_key", "tokens_of"]
 
 CONTROL_HEADER = "X-AutoThrottle"
 """The request header that carries per-request options; never sent to the server."""
 
 _CONTROL_KEY = "autothrottle"
+
+_OPTIONS = ("adjust", "bypass", "slot", "max_wait", "cost")
+
+_MAX_COST = 10**15
+"""Tokens a request may say it costs, at most: any more is a bug, not an estimate."""
+
+Cost = int | tuple[int, int]
+"""A request's weight in tokens: one number, or ``(input, output)``."""
+
+
+def tokens_of(cost: Cost | None, unit: str) -> int:
+    """What a request of ``cost`` counts against a window of ``unit`` (``docs/signals.md``).
+
+    A single number counts whole against every token window; ``(input,
+    output)`` counts its sum against ``"tokens"``, its input against
+    ``"input-tokens"`` and its output against ``"output-tokens"``. A request
+    without a cost counts 0 tokens.
+    """
+    if cost is None:
+        return 0
+    if isinstance(cost, int):
+        return cost
+    if unit == "input-tokens":
+        return cost[0]
+    if unit == "output-tokens":
+        return cost[1]
+    return cost[0] + cost[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,21 +68,28 @@ class RequestOptions:
         slot: Use this slot key instead of the one derived from the URL.
         max_wait: Fail with ``ThrottleTimeout`` rather than wait longer than
             this many seconds for the turn.
+        cost: The request's weight in tokens, for a host that advertises
+            token budgets (the LLM APIs): a number, or ``(input, output)``.
+            The request waits until its cost fits every token window
+            (``docs/signals.md``, "Token budgets"). None: no weight, 0 tokens.
     """
 
     adjust: bool = True
     bypass: bool = False
     slot: str | None = None
     max_wait: float | None = None
+    cost: Cost | None = None
 
     def merged(self, other: RequestOptions) -> RequestOptions:
-        """Options set in either (``other`` wins on the slot name; the shorter wait)."""
+        """Options set in either (``other`` wins on the slot name and the cost;
+        the shorter wait)."""
         waits = [w for w in (self.max_wait, other.max_wait) if w is not None]
         return RequestOptions(
             adjust=self.adjust and other.adjust,
             bypass=self.bypass or other.bypass,
             slot=other.slot if other.slot is not None else self.slot,
             max_wait=min(waits) if waits else None,
+            cost=other.cost if other.cost is not None else self.cost,
         )
 
 
@@ -72,11 +109,11 @@ def options_from_mapping(container: object) -> RequestOptions:
         return DEFAULT_OPTIONS
     if not isinstance(raw, Mapping):
         raise TypeError(f"the 'autothrottle' request option must be a dict, got {raw!r}")
-    unknown = set(raw) - {"adjust", "bypass", "slot", "max_wait"}
+    unknown = set(raw) - set(_OPTIONS)
     if unknown:
         raise ValueError(
             f"unknown 'autothrottle' request option(s) {sorted(map(str, unknown))!r}; "
-            "expected 'adjust', 'bypass', 'slot' or 'max_wait'"
+            "expected 'adjust', 'bypass', 'slot', 'max_wait' or 'cost'"
         )
     adjust = raw.get("adjust", True)
     bypass = raw.get("bypass", False)
@@ -90,9 +127,41 @@ def options_from_mapping(container: object) -> RequestOptions:
     max_wait = raw.get("max_wait")
     if max_wait is not None:
         max_wait = _seconds_option(max_wait, repr(max_wait))
-    if adjust and not bypass and slot is None and max_wait is None:
+    cost = None if "cost" not in raw else _cost_option(raw["cost"])
+    if adjust and not bypass and slot is None and max_wait is None and cost is None:
         return DEFAULT_OPTIONS
-    return RequestOptions(adjust=adjust, bypass=bypass, slot=slot, max_wait=max_wait)
+    return RequestOptions(adjust=adjust, bypass=bypass, slot=slot, max_wait=max_wait, cost=cost)
+
+
+def _cost_option(value: object) -> Cost:
+    """A ``cost`` option: tokens >= 0 (an estimate: a fraction rounds up), or a
+    mapping ``{"input": TOKENS, "output": TOKENS}``."""
+    if isinstance(value, Mapping):
+        if set(value) == {"input", "output"}:
+            tokens_in, tokens_out = _tokens(value["input"]), _tokens(value["output"])
+            if tokens_in is not None and tokens_out is not None:
+                return (tokens_in, tokens_out)
+    else:
+        tokens = _tokens(value)
+        if tokens is not None:
+            return tokens
+    raise ValueError(
+        "the 'cost' request option must be tokens >= 0 or "
+        f"{{'input': TOKENS, 'output': TOKENS}}, got {value!r}"
+    )
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits, few enough to be a count (``int`` refuses very long text)."""
+    return 0 < len(text) <= 16 and text.isascii() and text.isdigit()
+
+
+def _tokens(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not 0 <= value <= _MAX_COST:  # also refuses NaN
+        return None
+    return math.ceil(value)
 
 
 def _seconds_option(value: object, shown: str) -> float:
@@ -110,7 +179,7 @@ def _seconds_option(value: object, shown: str) -> float:
 @lru_cache(maxsize=1024)
 def options_from_header(value: str) -> RequestOptions:
     """Options from an ``X-AutoThrottle`` header value."""
-    adjust, bypass, slot, max_wait = True, False, None, None
+    adjust, bypass, slot, max_wait, cost = True, False, None, None, None
     for part in value.split(","):
         directive = part.strip()
         lowered = directive.lower()
@@ -124,12 +193,30 @@ def options_from_header(value: str) -> RequestOptions:
                 raise ValueError(f"{CONTROL_HEADER} header: empty slot name in {value!r}")
         elif lowered.startswith("max-wait="):
             max_wait = _seconds_option(directive[9:].strip(), f"{value!r}")
+        elif lowered.replace(" ", "").startswith("cost="):
+            cost = _cost_directive(directive.partition("=")[2], value)
         elif directive:
             raise ValueError(
                 f"{CONTROL_HEADER} header: unknown directive {directive!r} in {value!r}; "
-                "expected 'no-adjust', 'bypass', 'slot=NAME' or 'max-wait=SECONDS'"
+                "expected 'no-adjust', 'bypass', 'slot=NAME', 'max-wait=SECONDS' "
+                "or 'cost=TOKENS'"
             )
-    return RequestOptions(adjust=adjust, bypass=bypass, slot=slot, max_wait=max_wait)
+    return RequestOptions(adjust=adjust, bypass=bypass, slot=slot, max_wait=max_wait, cost=cost)
+
+
+def _cost_directive(text: str, value: str) -> Cost:
+    """``cost=600`` (tokens) or ``cost=500+100`` (input + output tokens)."""
+    parts = [part.strip() for part in text.split("+")]
+    counts = [
+        count for part in parts if _digits(part) and (count := _tokens(int(part))) is not None
+    ]
+    if len(counts) == len(parts) == 1:
+        return counts[0]
+    if len(counts) == len(parts) == 2:
+        return (counts[0], counts[1])
+    raise ValueError(
+        f"{CONTROL_HEADER} header: cost must be TOKENS or INPUT+OUTPUT tokens, in {value!r}"
+    )
 
 
 def header_value(options: RequestOptions) -> str:
@@ -153,6 +240,9 @@ def header_value(options: RequestOptions) -> str:
         parts.append(f"slot={options.slot}")
     if options.max_wait is not None:
         parts.append(f"max-wait={options.max_wait!r}")
+    cost = options.cost
+    if cost is not None:
+        parts.append(f"cost={cost}" if isinstance(cost, int) else f"cost={cost[0]}+{cost[1]}")
     return ", ".join(parts)
 
 
