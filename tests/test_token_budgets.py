@@ -6,9 +6,17 @@ estimator with plain numbers, and through a throttle on a hand-set clock.
 
 from __future__ import annotations
 
-import pytest
+import json
+import math
+import random
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autothrottle._headers import RateLimit
 from autothrottle._request import header_value, options_from_header, options_from_mapping
+from autothrottle._tokens import TokenBook, TokenBudget
 from autothrottle.options import RequestOptions
 
 # -- the cost option ------------------------------------------------------------------
@@ -105,3 +113,202 @@ def test_merged_cost_takes_the_later_one() -> None:
     assert RequestOptions(cost=5).merged(RequestOptions(cost=7)).cost == 7
     assert RequestOptions(cost=5).merged(RequestOptions()).cost == 5
     assert RequestOptions().merged(RequestOptions(cost=(1, 2))).cost == (1, 2)
+
+
+# -- the token-window rules, with plain numbers --------------------------------------
+
+TOKENS = "X-RateLimit-*-Tokens"
+
+
+def window(
+    remaining: int, reset: float, limit: int | None = 1000, unit: str = "tokens"
+) -> RateLimit:
+    return RateLimit(remaining, reset, limit, TOKENS, unit=unit)
+
+
+def read(
+    book: TokenBook,
+    *windows: RateLimit,
+    now: float,
+    sent_at: float | None = None,
+    cost: int | None = None,
+    refused: bool = False,
+) -> float | None:
+    return BUDGET.read(book, windows, now, sent_at, cost=cost, refused=refused)
+
+
+BUDGET = TokenBudget(max_pause=300.0)
+
+
+def test_a_cost_waits_for_the_refill_the_response_implies() -> None:
+    book = TokenBook()
+    read(book, window(400, 6.0), now=10.0)  # 600 missing, full in 6 s: 100 a second
+    assert BUDGET.fits_at(book, 400, 10.0) == 10.0
+    assert BUDGET.fits_at(book, 500, 10.0) == pytest.approx(11.0)
+    assert BUDGET.fits_at(book, 500, 10.5) == pytest.approx(11.0)
+    assert BUDGET.fits_at(book, 500, 11.0) == 11.0
+
+
+def test_grants_since_the_request_was_sent_come_off_what_remains() -> None:
+    book = TokenBook()
+    read(book, window(1000, 0.0), now=0.0)
+    BUDGET.spend(book, 300, 1.0)  # granted after the request below was sent at 0.5
+    read(book, window(500, 5.0), now=2.0, sent_at=0.5)  # 500 left when that request arrived
+    assert book.windows["tokens"].level == 200
+    assert BUDGET.fits_at(book, 200, 2.0) == 2.0
+    assert BUDGET.fits_at(book, 300, 2.0) == pytest.approx(3.0)  # refills 100 a second
+
+
+def test_an_older_request_s_response_is_older_news() -> None:
+    book = TokenBook()
+    read(book, window(100, 9.0), now=5.0, sent_at=4.0)
+    read(book, window(900, 1.0), now=5.5, sent_at=3.0)  # sent earlier: counted less
+    assert book.windows["tokens"].level == 100
+
+
+def test_a_grant_spends_its_cost_in_each_window_s_unit() -> None:
+    book = TokenBook()
+    read(
+        book,
+        window(30000, 0.0, 30000, "input-tokens"),
+        window(8000, 0.0, 8000, "output-tokens"),
+        now=0.0,
+    )
+    BUDGET.spend(book, (500, 100), 0.0)
+    assert book.windows["input-tokens"].level == 29500
+    assert book.windows["output-tokens"].level == 7900
+    BUDGET.spend(book, 600, 0.0)  # one number counts whole against each
+    assert book.windows["input-tokens"].level == 28900
+    assert book.windows["output-tokens"].level == 7300
+
+
+def test_a_request_waits_until_its_cost_fits_every_window() -> None:
+    book = TokenBook()
+    read(
+        book,
+        window(1000, 10.0, 2000, "input-tokens"),  # 100 a second
+        window(0, 8.0, 800, "output-tokens"),  # 100 a second
+        now=0.0,
+    )
+    assert BUDGET.fits_at(book, (500, 100), 0.0) == pytest.approx(1.0)  # the output binds
+    assert BUDGET.fits_at(book, (1500, 100), 0.0) == pytest.approx(5.0)  # the input binds
+
+
+def test_a_request_without_a_cost_waits_only_while_a_window_is_spent() -> None:
+    book = TokenBook()
+    read(book, window(3, 10.0), now=0.0)
+    assert BUDGET.fits_at(book, None, 0.0) == 0.0
+    read(book, window(0, 10.0), now=0.0)  # 100 a second: one token in 10 ms
+    assert BUDGET.fits_at(book, None, 0.0) == pytest.approx(0.01)
+    BUDGET.spend(book, None, 0.0)  # and spends nothing
+    assert book.windows["tokens"].level == 0
+
+
+def test_a_cost_above_the_limit_goes_when_the_window_is_full() -> None:
+    book = TokenBook()
+    read(book, window(0, 10.0), now=0.0)
+    assert BUDGET.fits_at(book, 5000, 0.0) == pytest.approx(10.0)
+
+
+def test_the_window_is_full_again_at_its_reset_whatever_the_rate() -> None:
+    book = TokenBook()
+    read(book, window(0, 5.0, limit=None), now=0.0)  # no limit: no rate to work out
+    assert BUDGET.fits_at(book, 100, 0.0) == 5.0
+    BUDGET.spend(book, 100, 6.0)
+    assert BUDGET.fits_at(book, 10**6, 6.0) == 6.0  # after the reset, nothing is known
+
+
+def test_until_a_response_shows_the_rate_a_window_refills_its_limit_in_a_minute() -> None:
+    book = TokenBook()
+    read(book, window(1000, 0.0), now=0.0, sent_at=0.0)  # full: no rate to read
+    BUDGET.spend(book, 1000, 0.0)
+    assert BUDGET.fits_at(book, 100, 0.0) == pytest.approx(6.0)  # 1000 a minute
+    read(book, window(995, 1.0), now=1.0, sent_at=0.5)  # nearly full: 5/s is rounding
+    BUDGET.spend(book, 995, 1.0)
+    assert BUDGET.fits_at(book, 100, 1.0) == pytest.approx(7.0)  # still a minute's rate
+    read(book, window(500, 2.0), now=2.0, sent_at=1.5)  # half empty: 250 a second
+    assert book.windows["tokens"].rate == 250
+    read(book, window(999, 1.0), now=3.0, sent_at=2.5)  # nearly full again: the rate stands
+    assert book.windows["tokens"].rate == 250
+
+
+def test_a_refusal_that_says_a_window_is_spent_pauses_until_its_reset() -> None:
+    book = TokenBook()
+    assert read(book, window(0, 7.5), now=0.0, refused=True) == 7.5
+    assert read(book, window(0, 7.5), now=0.0) is None  # a success that spent the last
+    assert read(book, window(10, 7.5), now=0.0, refused=True) is None  # refused for another cause
+
+
+def test_no_wait_is_longer_than_max_pause() -> None:
+    book = TokenBook()
+    read(book, window(0, 1e9, limit=None), now=0.0)
+    assert TokenBudget(max_pause=30.0).fits_at(book, 1, 0.0) == 30.0
+
+
+def test_a_book_survives_a_json_round_trip() -> None:
+    book = TokenBook()
+    read(book, window(400, 6.0), now=10.0, sent_at=9.0)
+    BUDGET.spend(book, (5, 7), 10.5)
+    data = json.loads(json.dumps(book.to_dict(now=11.0)))
+    later = TokenBook.from_dict(data, now=111.0)  # another process, another clock
+    assert later.windows["tokens"].level_at(111.0) == book.windows["tokens"].level_at(11.0)
+    assert list(later.spends) == [(110.5, (5, 7))]
+    assert BUDGET.fits_at(later, 500, 111.0) == pytest.approx(BUDGET.fits_at(book, 500, 11.0) + 100)
+
+
+class _Bucket:
+    """A token bucket as the LLM APIs run one, on plain numbers."""
+
+    def __init__(self, limit: int, window: float) -> None:
+        self.limit, self.rate, self.level, self.stamp = limit, limit / window, float(limit), 0.0
+
+    def take(self, now: float, cost: int) -> tuple[bool, RateLimit]:
+        self.level = min(self.limit, self.level + (now - self.stamp) * self.rate)
+        self.stamp = now
+        ok = self.level >= cost
+        if ok:
+            self.level -= cost
+        reset = math.ceil((self.limit - self.level) / self.rate * 1000) / 1000  # in ms, rounded up
+        return ok, window(math.floor(self.level), reset, self.limit)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    limit=st.integers(2000, 50_000),
+    window_s=st.floats(1.0, 60.0),
+    latency=st.floats(0.001, 0.1),
+    in_flight=st.integers(4, 16),
+    seed=st.integers(0, 2**32),
+)
+def test_property_costs_kept_within_the_bucket_use_it_and_are_never_refused(
+    limit: int, window_s: float, latency: float, in_flight: int, seed: int
+) -> None:
+    """Requests of random costs, up to ``in_flight`` at once, each sent when the rules
+    say it fits and answered ``latency`` (of a window) later: once a first answer
+    has told the window, none is refused, and the bucket's refill is used."""
+    rng = random.Random(seed)
+    server, book = _Bucket(limit, window_s), TokenBook()
+    now, flying, taken = 0.0, [], 0
+    latency *= window_s
+    end = 10 * window_s
+    costs = [rng.randint(1, limit // 8) for _ in range(5_000)]
+    read(book, server.take(0.0, 0)[1], now=0.0, sent_at=0.0)  # what a first answer said
+    while now < end and costs:
+        send_at = math.inf
+        if len(flying) < in_flight:
+            send_at = BUDGET.fits_at(book, costs[-1], now)
+        if flying and flying[0][0] <= send_at:  # a response comes first
+            answered, sent, cost, said = flying.pop(0)
+            now = max(now, answered)
+            read(book, said, now=now, sent_at=sent, cost=cost)
+            continue
+        now, cost = send_at, costs.pop()
+        BUDGET.spend(book, cost, now)
+        ok, said = server.take(now, cost)
+        assert ok, "refused"
+        taken += cost
+        flying.append((now + latency, now, cost, said))
+        flying.sort(key=lambda flight: flight[0])
+    allowed = limit + limit / window_s * now
+    assert costs  # the run was limited by the bucket, not by the requests to send
+    assert taken >= 0.95 * allowed

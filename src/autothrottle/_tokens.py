@@ -1,0 +1,253 @@
+"""Token budgets: what a host's token windows hold now, and when a request's cost fits.
+
+The LLM APIs limit tokens as well as requests, each window a bucket that
+holds ``limit`` tokens and refills continuously (OpenAI's and Anthropic's
+documented behaviour; their ``reset`` is the time until the bucket is full
+again). A request may carry a cost in tokens (``RequestOptions.cost``); this
+module keeps, per window, an estimate of the tokens available and says when a
+cost fits (``docs/signals.md``, "Token budgets"):
+
+* a response's ``remaining`` is the level as the server counted it when the
+  request arrived; requests granted since that request was sent are not in
+  it yet, so their costs come off (:class:`TokenBook` keeps them; a grant at
+  the very same moment is taken as later);
+* the window refills at ``(limit - remaining) / reset`` tokens a second, as
+  the last response at least a tenth empty said (nearer full, the reset is
+  mostly the server's rounding), or, until one did, at no less than its limit
+  a minute; and it is full again at its reset at the latest;
+* a request waits until its cost fits every window (at least one token: a
+  spent window holds a request without a cost too); a cost above a window's
+  limit waits for a full window, and then goes, for the server to answer;
+* a refusal that says a window is spent pauses the slot until that window's
+  reset.
+
+:class:`TokenBudget` is pure: no clock, slot or throttle, only a
+:class:`TokenBook`, what a response said or what a grant cost, and the time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._headers import RateLimit
+from ._request import Cost, tokens_of
+
+__all__ = ["TokenBook", "TokenBudget", "TokenWindow"]
+
+_FALLBACK_WINDOW = 60.0
+"""Seconds a window is taken to refill its limit in until a response shows its
+rate: the vendors' windows are a minute."""
+
+_MEASURED = 0.1
+"""A response teaches a window's refill rate when at least this share of it is empty."""
+
+_MAX_SPENDS = 1024
+"""Grants with a cost remembered until a response accounts for them. More in
+flight at once than this, and the oldest are forgotten (the estimate is then
+that much too high, until the next response)."""
+
+
+@dataclass(slots=True)
+class TokenWindow:
+    """One token window as this slot estimates it.
+
+    Attributes:
+        unit: What it counts: ``"tokens"``, ``"input-tokens"`` or ``"output-tokens"``.
+        limit: The window's whole quota, if the server said.
+        level: Tokens available at ``at``.
+        at: When ``level`` was true.
+        rate: Tokens it refills a second (0: not known).
+        measured: Whether ``rate`` was read off a window at least a tenth empty.
+        full_at: When the server said it would be full again.
+        spent_since: Tokens granted since the response that set ``level``.
+        read_sent: When the request whose response set ``level`` was sent.
+    """
+
+    unit: str
+    limit: int | None = None
+    level: float = 0.0
+    at: float = -math.inf
+    rate: float = 0.0
+    measured: bool = False
+    full_at: float = -math.inf
+    spent_since: float = 0.0
+    read_sent: float = -math.inf
+
+    def level_at(self, now: float) -> float:
+        """Tokens available at ``now``: refilled since ``at``, and full at the reset."""
+        level = self.level
+        if self.rate > 0.0 and now > self.at:
+            level += self.rate * (now - self.at)
+        if now >= self.full_at:
+            full = math.inf if self.limit is None else self.limit - self.spent_since
+            level = max(level, full)
+        return level if self.limit is None else min(level, float(self.limit))
+
+    def fits_at(self, need: float, now: float) -> float:
+        """The earliest time from ``now`` at which ``need`` tokens are available."""
+        level = self.level_at(now)
+        if level >= need:
+            return now
+        at = math.inf
+        if self.rate > 0.0:
+            at = now + (need - level) / self.rate
+        full = math.inf if self.limit is None else self.limit - self.spent_since
+        if full >= need:
+            at = min(at, max(now, self.full_at))
+        return at
+
+
+@dataclass(slots=True)
+class TokenBook:
+    """A slot's token windows, and the grants with a cost no response has accounted for.
+
+    Attributes:
+        windows: The windows by unit.
+        spends: ``(granted at, cost)`` of recent grants with a cost, oldest first.
+    """
+
+    windows: dict[str, TokenWindow] = field(default_factory=dict)
+    spends: deque[tuple[float, Cost]] = field(default_factory=lambda: deque(maxlen=_MAX_SPENDS))
+
+    def to_dict(self, now: float) -> dict[str, Any]:
+        """JSON-ready data, each time written as seconds before ``now``."""
+        return {
+            "windows": [_window_dict(window, now) for window in self.windows.values()],
+            "spends": [[now - at, _cost_data(cost)] for at, cost in self.spends],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], now: float) -> TokenBook:
+        """A book from :meth:`to_dict`'s data, its times placed before ``now``."""
+        book = cls()
+        for item in data.get("windows", ()):
+            window = TokenWindow(str(item["unit"]), item.get("limit"))
+            for name in ("level", "rate", "spent_since"):
+                setattr(window, name, float(item.get(name, 0.0)))
+            window.measured = bool(item.get("measured", False))
+            for name in ("at", "full_at", "read_sent"):
+                ago = item.get(name)
+                setattr(window, name, -math.inf if ago is None else now - float(ago))
+            book.windows[window.unit] = window
+        for ago, cost in data.get("spends", ()):
+            book.spends.append((now - float(ago), cost if isinstance(cost, int) else tuple(cost)))
+        return book
+
+
+class TokenBudget:
+    """The token-window rules (module docstring), over a :class:`TokenBook`.
+
+    Args:
+        max_pause: The longest a token window may hold the slot, in seconds.
+    """
+
+    __slots__ = ("max_pause",)
+
+    def __init__(self, max_pause: float) -> None:
+        self.max_pause = max_pause
+
+    def read(
+        self,
+        book: TokenBook,
+        windows: Iterable[RateLimit],
+        now: float,
+        sent_at: float | None,
+        *,
+        cost: Cost | None = None,
+        refused: bool,
+    ) -> float | None:
+        """Take the token windows a response read at ``now`` advertised.
+
+        ``sent_at`` and ``cost``: when its request was granted (None: unknown,
+        taken as now) and what it cost. What was granted since, or at the same
+        moment, comes off what remains: a grant at the same moment as this
+        request's may have reached the server after it. Returns how long to
+        pause the slot when a refusal says a window is spent, else None.
+        """
+        sent = now if sent_at is None else sent_at
+        since = [c for at, c in book.spends if at >= sent]
+        if cost and (sent, cost) in book.spends:
+            since.remove(cost)  # the server counted this request's own cost
+        pause = None
+        for advertised in windows:
+            window = book.windows.get(advertised.unit)
+            if window is None:
+                window = book.windows[advertised.unit] = TokenWindow(advertised.unit)
+            if sent >= window.read_sent:
+                spent = sum(tokens_of(c, window.unit) for c in since)
+                _reread(window, advertised, now, sent, spent)
+            if refused and advertised.remaining == 0:
+                pause = max(pause or 0.0, advertised.reset)
+        oldest = min((w.read_sent for w in book.windows.values()), default=-math.inf)
+        while book.spends and book.spends[0][0] < oldest:
+            book.spends.popleft()
+        return pause
+
+    def spend(self, book: TokenBook, cost: Cost | None, now: float) -> None:
+        """A request of ``cost`` was granted at ``now``: its tokens are no longer there."""
+        if not book.windows or not cost:
+            return
+        for window in book.windows.values():
+            amount = tokens_of(cost, window.unit)
+            window.level = window.level_at(now) - amount
+            window.at = now
+            window.spent_since += amount
+        book.spends.append((now, cost))
+
+    def fits_at(self, book: TokenBook, cost: Cost | None, now: float) -> float:
+        """When a request of ``cost`` fits every window: ``now`` if it does now.
+
+        Never later than ``max_pause`` from ``now``.
+        """
+        at = now
+        for window in book.windows.values():
+            need = float(max(1, tokens_of(cost, window.unit)))
+            if window.limit is not None:
+                need = min(need, float(window.limit))
+            at = max(at, window.fits_at(need, now))
+        return min(at, now + self.max_pause)
+
+
+def _reread(
+    window: TokenWindow, advertised: RateLimit, now: float, sent: float, spent: float
+) -> None:
+    """Set ``window`` from a response: its level less what was granted since its request."""
+    limit = advertised.limit
+    window.limit = limit
+    if limit is not None:
+        missing = max(0, limit - advertised.remaining)
+        said = missing / advertised.reset if advertised.reset > 0.0 else 0.0
+        if missing >= _MEASURED * limit and said > 0.0:
+            window.rate, window.measured = said, True
+        elif not window.measured:
+            window.rate = max(said, limit / _FALLBACK_WINDOW)
+    window.level = advertised.remaining - spent
+    window.at = now
+    window.full_at = now + advertised.reset
+    window.spent_since = spent
+    window.read_sent = sent
+
+
+def _window_dict(window: TokenWindow, now: float) -> dict[str, Any]:
+    def ago(at: float) -> float | None:
+        return now - at if math.isfinite(at) else None
+
+    return {
+        "unit": window.unit,
+        "limit": window.limit,
+        "level": window.level,
+        "at": ago(window.at),
+        "rate": window.rate,
+        "measured": window.measured,
+        "full_at": ago(window.full_at),
+        "spent_since": window.spent_since,
+        "read_sent": ago(window.read_sent),
+    }
+
+
+def _cost_data(cost: Cost) -> int | list[int]:
+    return cost if isinstance(cost, int) else list(cost)
