@@ -129,3 +129,13 @@ async def test_a_malformed_request_is_a_400() -> None:
         async with http.post(api.url + "/v1/messages", data=b"{") as response:
             assert response.status == 400
     assert api.records[0].status == 400
+
+
+async def test_another_client_of_the_key_spends_from_the_same_limits() -> None:
+    limits = LLMLimits(requests=5, tokens=1000, window=60.0)
+    async with LLMServer(limits) as api, aiohttp.ClientSession() as http:
+        api.charge(requests=5, input_tokens=10)
+        status, headers, _ = await _post(http, api, "/v1/chat/completions", max_tokens=5)
+        assert status == 429
+        assert headers["x-ratelimit-remaining-requests"] == "0"
+        assert int(headers["x-ratelimit-remaining-tokens"]) in (990, 991)

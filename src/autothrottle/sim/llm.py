@@ -273,6 +273,24 @@ class LLMServer:
     ) -> None:
         await self.close()
 
+    def charge(self, *, requests: int = 1, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        """Spend from the key's limits as another client of the same key would.
+
+        The buckets may go below zero (that client's requests were let in
+        before the others). Nothing is recorded.
+        """
+        buckets = self._buckets.buckets
+        now = time.monotonic()
+        amounts = {
+            "requests": requests,
+            "tokens": input_tokens + output_tokens,
+            "input-tokens": input_tokens,
+            "output-tokens": output_tokens,
+        }
+        for unit, bucket in buckets.items():
+            bucket.refill(now)
+            bucket.level -= amounts[unit]
+
     def used(self, unit: str, since: float = 0.0, until: float = math.inf) -> int:
         """What the accepted requests that arrived in ``[since, until)`` counted in ``unit``."""
         total = 0
