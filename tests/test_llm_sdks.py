@@ -1,18 +1,20 @@
 """The OpenAI and Anthropic SDKs, for real, through our clients, against a loopback LLM API.
 
 The API is ``autothrottle.sim.llm`` (OpenAI's and Anthropic's request and
-response shapes, streams and rate-limit headers). Each SDK gets the client it
-takes: ``openai`` 3.x takes an httpx or an httpx2 client, ``anthropic`` 2.x
-an httpx2 one only. Every check is on what the API saw (``LLMServer.records``)
-and what the slot learned, with generous bounds on time.
+response shapes, streams and rate-limit headers). Each SDK gets the clients
+it takes: ``openai`` 3.x an httpx or an httpx2 client, ``anthropic`` 2.x an
+httpx2 one only; the sync clients run in a thread. The SDKs' own retries are
+off, so a refusal shows. Every check is on what the API saw
+(``LLMServer.records``) and what the slot learned, with bounds on time that
+only a throttle that waited can meet (and none on how fast).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import asyncio
+import importlib
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,46 +25,215 @@ from autothrottle.sim.llm import LLMLimits, LLMServer
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 
-HOST = "127.0.0.1"
-COST = "X-AutoThrottle"
+KEY = "127.0.0.1"
 
 
-def llm_throttle() -> Throttle:
-    """The throttle docs/llm.md recommends: the API's headers pace it, nothing else."""
-    return Throttle(policy=FixedDelayPolicy(0.0), max_concurrency=8)
+class SDK:
+    """One SDK with one of our clients: ``call`` sends a request and reads the answer."""
+
+    def __init__(self, vendor: str, module: str, sync: bool) -> None:
+        self.vendor, self.module, self.sync = vendor, module, sync
+        self.id = f"{vendor}-{module}-{'sync' if sync else 'async'}"
+
+    def open(self, api: LLMServer, throttle: Throttle) -> Any:
+        adapter = importlib.import_module(f"autothrottle.{self.module}")
+        kind = adapter.ThrottledClient if self.sync else adapter.AsyncThrottledClient
+        http = kind(throttle=throttle, timeout=30.0)
+        if self.vendor == "openai":
+            make = openai.OpenAI if self.sync else openai.AsyncOpenAI
+            return make(base_url=api.url + "/v1", api_key="t", http_client=http, max_retries=0)
+        make = anthropic.Anthropic if self.sync else anthropic.AsyncAnthropic
+        return make(base_url=api.url, api_key="t", http_client=http, max_retries=0)
+
+    async def call(
+        self,
+        client: Any,
+        *,
+        prompt: int = 3,
+        max_tokens: int = 5,
+        cost: str | None = None,
+        stream: bool = False,
+        on_first: Callable[[], None] | None = None,
+    ) -> str:
+        """The answer's text (a stream read to its end, ``on_first`` told of its first event)."""
+        headers = {} if cost is None else {"X-AutoThrottle": f"cost={cost}"}
+        kwargs: dict[str, Any] = {
+            "model": "sim",
+            "messages": [{"role": "user", "content": " ".join(["word"] * prompt)}],
+            "max_tokens": max_tokens,
+            "extra_headers": headers,
+        }
+        if self.sync:
+            return await asyncio.to_thread(self._call_sync, client, kwargs, stream, on_first)
+        if self.vendor == "openai":
+            if not stream:
+                reply = await client.chat.completions.create(**kwargs)
+                return str(reply.choices[0].message.content)
+            parts = []
+            async for chunk in await client.chat.completions.create(**kwargs, stream=True):
+                if on_first is not None and not parts:
+                    on_first()
+                parts.append(chunk.choices[0].delta.content or "")
+            return "".join(parts)
+        if not stream:
+            message = await client.messages.create(**kwargs)
+            return str(message.content[0].text)
+        parts = []
+        async with client.messages.stream(**kwargs) as events:
+            async for text in events.text_stream:
+                if on_first is not None and not parts:
+                    on_first()
+                parts.append(text)
+        return "".join(parts)
+
+    def _call_sync(
+        self, client: Any, kwargs: dict[str, Any], stream: bool, on_first: Callable[[], None] | None
+    ) -> str:
+        parts = []
+        if self.vendor == "openai":
+            if not stream:
+                return str(client.chat.completions.create(**kwargs).choices[0].message.content)
+            for chunk in client.chat.completions.create(**kwargs, stream=True):
+                if on_first is not None and not parts:
+                    on_first()
+                parts.append(chunk.choices[0].delta.content or "")
+            return "".join(parts)
+        if not stream:
+            return str(client.messages.create(**kwargs).content[0].text)
+        with client.messages.stream(**kwargs) as events:
+            for text in events.text_stream:
+                if on_first is not None and not parts:
+                    on_first()
+                parts.append(text)
+        return "".join(parts)
+
+    async def close(self, client: Any) -> None:
+        if self.sync:
+            await asyncio.to_thread(client.close)
+        else:
+            await client.close()
 
 
-def _async_client_modules() -> list[str]:
-    names = ["httpx"]
-    if importlib.util.find_spec("httpx2") is not None:
-        names.append("httpx2")
-    return names
+SDKS = [
+    SDK("openai", "httpx", sync=False),
+    SDK("openai", "httpx2", sync=False),
+    SDK("openai", "httpx", sync=True),
+    SDK("anthropic", "httpx2", sync=False),
+    SDK("anthropic", "httpx2", sync=True),
+]
 
 
-def _async_client(module: str, throttle: Throttle) -> Any:
-    adapter = importlib.import_module(f"autothrottle.{module}")
-    return adapter.AsyncThrottledClient(throttle=throttle, timeout=30.0)
+@pytest.fixture(params=SDKS, ids=[sdk.id for sdk in SDKS])
+def sdk(request: pytest.FixtureRequest) -> SDK:
+    return request.param  # type: ignore[no-any-return]
 
 
-def _sync_client(module: str, throttle: Throttle) -> Any:
-    adapter = importlib.import_module(f"autothrottle.{module}")
-    return adapter.ThrottledClient(throttle=throttle, timeout=30.0)
+def llm_throttle(**kwargs: Any) -> Throttle:
+    """The throttle docs/llm.md recommends: the API's answers pace it, nothing else."""
+    kwargs.setdefault("max_concurrency", 8)
+    return Throttle(policy=FixedDelayPolicy(0.0), **kwargs)
 
 
-import importlib  # noqa: E402  (kept beside its only users above)
+def arrivals(api: LLMServer) -> list[float]:
+    return [record.arrival for record in api.records]
 
 
-@asynccontextmanager
-async def openai_async(api: LLMServer, module: str, throttle: Throttle) -> AsyncIterator[Any]:
-    async with _async_client(module, throttle) as http:
-        yield openai.AsyncOpenAI(base_url=api.url + "/v1", api_key="test", http_client=http)
+def refused(api: LLMServer) -> list[str | None]:
+    return [record.refused_by for record in api.records if record.status == 429]
 
 
-@asynccontextmanager
-async def anthropic_async(api: LLMServer, module: str, throttle: Throttle) -> AsyncIterator[Any]:
-    async with _async_client(module, throttle) as http:
-        yield anthropic.AsyncAnthropic(base_url=api.url, api_key="test", http_client=http)
+async def test_a_spent_request_budget_holds_the_next_request(sdk: SDK) -> None:
+    throttle = llm_throttle()
+    async with LLMServer(LLMLimits(requests=2, window=1.0)) as api:
+        client = sdk.open(api, throttle)
+        try:
+            api.charge(requests=1)  # another client of the key took one
+            for _ in range(2):  # the first answer says none remain
+                assert await sdk.call(client) == "token " * 4 + "token"
+        finally:
+            await sdk.close(client)
+    assert refused(api) == []
+    first, second = arrivals(api)
+    assert second - first >= 0.45  # a request refills in 0.5 s
+    assert throttle.slot(KEY).snapshot().pauses == 1
 
 
-def prompt(tokens: int) -> list[dict[str, str]]:
-    return [{"role": "user", "content": " ".join(["word"] * tokens)}]
+async def test_a_spent_token_budget_holds_a_request_until_its_cost_fits(sdk: SDK) -> None:
+    if sdk.vendor == "openai":
+        limits = LLMLimits(requests=100, tokens=1000, window=1.0)  # 1000 tokens a second
+        cost = "800"
+    else:
+        limits = LLMLimits(requests=100, input_tokens=2000, output_tokens=600, window=1.0)
+        cost = "300+500"  # the output window binds: 600 a second
+    throttle = llm_throttle()
+    async with LLMServer(limits) as api:
+        client = sdk.open(api, throttle)
+        try:
+            for _ in range(2):
+                await sdk.call(client, prompt=300, max_tokens=500, cost=cost)
+        finally:
+            await sdk.close(client)
+    assert refused(api) == []
+    first, second = arrivals(api)
+    assert second - first >= 0.5  # 600 more tokens (400 more output tokens) to refill
+    assert throttle.slot(KEY).snapshot().rate_limit is not None
+
+
+async def test_a_429_pauses_the_slot_for_its_retry_after(sdk: SDK) -> None:
+    """Another client of the key spent its tokens: the API refuses with the wait it
+    needs, ``retry-after-ms`` (OpenAI, 700 ms here) or ``retry-after`` (Anthropic,
+    whole seconds), and the slot sends nothing until then."""
+    if sdk.vendor == "openai":
+        limits = LLMLimits(requests=100, tokens=1000, window=1.0)
+        other, longest = {"input_tokens": 900}, 0.75  # 700 ms, not Retry-After's 1 s
+    else:
+        limits = LLMLimits(requests=100, input_tokens=10_000, output_tokens=600, window=1.0)
+        other, longest = {"output_tokens": 500}, 1.0
+    throttle = llm_throttle()
+    async with LLMServer(limits) as api:
+        client = sdk.open(api, throttle)
+        try:
+            await sdk.call(client, prompt=1, max_tokens=1)
+            await asyncio.sleep(0.1)  # the window refills
+            api.charge(requests=0, **other)
+            with pytest.raises((openai.RateLimitError, anthropic.RateLimitError)):
+                await sdk.call(client, prompt=300, max_tokens=500)
+            refusal = time.monotonic()
+            pause = throttle.slot(KEY).snapshot().pause_remaining
+            await sdk.call(client, prompt=300, max_tokens=500)  # waits out the pause
+            waited = time.monotonic() - refusal
+        finally:
+            await sdk.close(client)
+    assert refused(api) == ["tokens" if sdk.vendor == "openai" else "output-tokens"]
+    assert longest - 0.35 < pause <= longest
+    assert waited >= pause - 0.05
+    assert throttle.slot(KEY).snapshot().last_backoff_reason == "status 429"
+
+
+async def test_a_stream_holds_its_slot_until_it_ends(sdk: SDK) -> None:
+    throttle = llm_throttle(max_concurrency=1)
+    async with LLMServer(LLMLimits(requests=50, window=60.0, token_time=0.02)) as api:
+        client = sdk.open(api, throttle)
+        first_event = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        async def stream() -> str:
+            return await sdk.call(
+                client,
+                max_tokens=20,
+                stream=True,
+                on_first=lambda: loop.call_soon_threadsafe(first_event.set),
+            )
+
+        try:
+            streaming = asyncio.create_task(stream())
+            await first_event.wait()
+            assert throttle.slot(KEY).snapshot().in_flight == 1
+            await sdk.call(client)  # the cap is 1: it waits for the stream's end
+            assert (await streaming).split() == ["token"] * 20
+        finally:
+            await sdk.close(client)
+    assert refused(api) == []
+    assert [r.stream for r in api.records] == [True, False]
+    assert api.records[1].arrival - api.records[0].arrival >= 0.35  # 20 tokens at 20 ms
+    assert throttle.slot(KEY).snapshot().in_flight == 0
