@@ -91,6 +91,7 @@ def bench(session: nox.Session) -> None:
         "redis_store",
         "stats",
         "compose",
+        "llm",
     ]
     for name in names:
         session.run("python", f"benchmarks/{name}.py")

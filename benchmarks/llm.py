@@ -1,6 +1,6 @@
 """LLM API limits: N workers against a tokens-per-minute and a requests-per-minute limit.
 
-Run with ``python benchmarks/llm.py`` (about 40 s). Loopback only.
+Run with ``python benchmarks/llm.py`` (about 50 s). Loopback only.
 
 The API is ``autothrottle.sim.llm``: OpenAI's chat completions, with a
 requests limit and a tokens limit per window, each a token bucket holding a
@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 from _common import print_table, write_results
 
-from autothrottle import Throttle
+from autothrottle import FixedDelayPolicy, Throttle
 from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.sim.llm import LLMLimits, LLMServer
 
@@ -135,7 +135,7 @@ async def run(
 
 def llm_throttle() -> Throttle:
     """The throttle docs/llm.md recommends for an LLM API."""
-    return Throttle(start_delay=0.0, min_delay=0.0, target_concurrency=64.0, max_concurrency=64)
+    return Throttle(policy=FixedDelayPolicy(0.0), max_concurrency=32)
 
 
 ARMS = ("no throttle", "request limiter at RPM", "request limiter at TPM/mean", "autothrottle")
@@ -153,9 +153,7 @@ def main() -> None:
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    limits = LLMLimits(
-        requests=args.rpm, tokens=args.tpm, window=args.window, latency=args.latency
-    )
+    limits = LLMLimits(requests=args.rpm, tokens=args.tpm, window=args.window, latency=args.latency)
     results: dict[str, list[dict[str, Any]]] = {}
     for index in range(args.runs):
         for arm in args.arms.split(","):

@@ -126,8 +126,8 @@ async def test_a_streamed_answer_sends_one_event_per_token(path: str, marker: st
 
 async def test_a_malformed_request_is_a_400() -> None:
     async with LLMServer(LLMLimits(requests=5)) as api, aiohttp.ClientSession() as http:
-        async with http.post(api.url + "/v1/messages", data=b"{") as response:
-            assert response.status == 400
+        status = (await http.post(api.url + "/v1/messages", data=b"{")).status
+    assert status == 400
     assert api.records[0].status == 400
 
 

@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeVar, cast
 import anyio
 
 from ._gate import Gate, Hold, Ticket
+from ._request import Cost
 
 __all__ = ["wait_for_hold", "wait_for_hold_blocking"]
 
@@ -70,9 +71,12 @@ def _loop_waker(ticket: Ticket) -> Callable[[anyio.Event], None]:
     return arm
 
 
-async def wait_for_hold(gate: Gate, make: Callable[[float], H]) -> H:
-    """Wait in ``gate``'s queue until granted; return ``make(grant_time)``."""
-    ticket = gate.enqueue()
+async def wait_for_hold(gate: Gate, make: Callable[[float], H], cost: Cost | None = None) -> H:
+    """Wait in ``gate``'s queue until granted; return ``make(grant_time)``.
+
+    ``cost``: the request's weight in tokens, if it has one.
+    """
+    ticket = gate.enqueue(cost)
     try:
         arm = _loop_waker(ticket)
         while True:
@@ -94,14 +98,14 @@ async def wait_for_hold(gate: Gate, make: Callable[[float], H]) -> H:
 
 
 def wait_for_hold_blocking(
-    gate: Gate, make: Callable[[float], H], timeout: float | None = None
+    gate: Gate, make: Callable[[float], H], timeout: float | None = None, cost: Cost | None = None
 ) -> H:
     """:func:`wait_for_hold` for a thread: block until granted.
 
     Raises:
         TimeoutError: not granted within ``timeout`` seconds (nothing is held).
     """
-    ticket = gate.enqueue()
+    ticket = gate.enqueue(cost)
     event = threading.Event()
     ticket.wake = event.set
     deadline = math.inf if timeout is None else time.monotonic() + timeout

@@ -28,7 +28,9 @@ from typing import Protocol, TypeVar
 
 from ._pace import RampUp
 from ._policy import SlotConfig
+from ._request import Cost
 from ._state import SlotState
+from ._tokens import TokenBook, TokenBudget
 
 __all__ = ["Gate", "Hold", "Ticket"]
 
@@ -73,15 +75,17 @@ class Ticket:
 
     ``wake`` is set by the driver to whatever resumes the waiting task, from
     any thread; ``alive`` says whether that task can still run (its event loop
-    is not closed); ``hold`` is set, synchronously, when the ticket is granted.
+    is not closed); ``hold`` is set, synchronously, when the ticket is granted;
+    ``cost`` is the request's weight in tokens, if it has one.
     """
 
-    __slots__ = ("alive", "hold", "wake")
+    __slots__ = ("alive", "cost", "hold", "wake")
 
-    def __init__(self) -> None:
+    def __init__(self, cost: Cost | None = None) -> None:
         self.wake: Callable[[], None] = _no_wake
         self.alive: Callable[[], bool] = _alive
         self.hold: Hold | None = None
+        self.cost = cost
 
 
 class Gate:
@@ -103,6 +107,7 @@ class Gate:
         "last_send",
         "lock",
         "state",
+        "token_book",
     )
 
     def __init__(
@@ -132,6 +137,9 @@ class Gate:
         # refills one token per delay, up to the burst.
         self._tokens = float(config.burst)
         self._tokens_at = clock()
+        # The host's token windows as this process estimates them (docs/signals.md,
+        # "Token budgets"): the rules read them from responses, grants spend them.
+        self.token_book = TokenBook()
         # The policy's extra windows ("10,000 a day"): the last `count` sends of each.
         self._window_sends: tuple[deque[float], ...] = tuple(
             deque(maxlen=count) for count, _ in config.windows
@@ -165,13 +173,16 @@ class Gate:
         own = self.state.cache.in_flight_cap
         return own if 0 < own < cap else cap
 
-    def send_at(self, now: float) -> float:
-        """The earliest time the next request may be sent, ignoring the cap."""
+    def send_at(self, now: float, cost: Cost | None = None) -> float:
+        """The earliest time the next request (of ``cost`` tokens) may be sent,
+        ignoring the cap."""
         last = self.last_send
-        pause_until = self.state.limits.pause_until
-        if last is None:
-            return pause_until
-        return max(self._spaced_at(now, last), pause_until)
+        at = self.state.limits.pause_until
+        if last is not None:
+            at = max(self._spaced_at(now, last), at)
+        if self.token_book.windows:
+            at = max(at, TokenBudget.fits_at(self.token_book, cost, now))
+        return at
 
     def _spaced_at(self, now: float, last: float) -> float:
         """When the spacing rules (delay, burst, budget, sustained pace) allow a send."""
@@ -280,19 +291,19 @@ class Gate:
 
     # -- what the driver calls -----------------------------------------------------
 
-    def grant_now(self, make: Callable[[float], H]) -> H | None:
+    def grant_now(self, make: Callable[[float], H], cost: Cost | None = None) -> H | None:
         """The fast path: a hold at once if nobody is queued and the gate is open."""
         with self.lock:
             if self._queue or len(self._holds) >= self.cap():
                 return None
             now = self._clock()
-            if now < self.send_at(now):
+            if now < self.send_at(now, cost):
                 return None
-            return self._grant(now, make)
+            return self._grant(now, make, cost)
 
-    def enqueue(self) -> Ticket:
-        """Join the queue."""
-        ticket = Ticket()
+    def enqueue(self, cost: Cost | None = None) -> Ticket:
+        """Join the queue (with the request's cost in tokens, if it has one)."""
+        ticket = Ticket(cost)
         with self.lock:
             self._queue.append(ticket)
         return ticket
@@ -320,11 +331,11 @@ class Gate:
             if len(self._holds) >= cap:
                 soonest = min(hold.expires_at for hold in self._holds)
                 return max(soonest - now, 0.0) if math.isfinite(soonest) else math.inf
-        wait = self.send_at(now) - now
+        wait = self.send_at(now, ticket.cost) - now
         if wait > 0:
             return wait
         self._queue.popleft()
-        ticket.hold = self._grant(now, make)
+        ticket.hold = self._grant(now, make, ticket.cost)
         self.wake()
         return 0.0
 
@@ -363,7 +374,7 @@ class Gate:
         refill = (now - self._tokens_at) / delay
         return min(float(burst), self._tokens + refill)
 
-    def _grant(self, now: float, make: Callable[[float], H]) -> H:
+    def _grant(self, now: float, make: Callable[[float], H], cost: Cost | None = None) -> H:
         last = self.last_send
         gap = 0.0 if last is None else max(0.0, self._spaced_at(now, last) - last)
         self.last_send = now
@@ -375,6 +386,8 @@ class Gate:
         jitter = self.config.jitter
         self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0) if jitter else 1.0
         self.state.counters.count_send(now)
+        if cost:
+            TokenBudget.spend(self.token_book, cost, now)
         hold = make(now)
         hold.wire_gap = gap
         self._holds.add(hold)

@@ -22,7 +22,15 @@ from functools import lru_cache
 
 import yarl
 
-__all__ = ["CONTROL_HEADER", "Cost", "RequestOptions", "header_value", "host_key", "tokens_of"]
+__all__ = [
+    "CONTROL_HEADER",
+    "Cost",
+    "RequestOptions",
+    "check_cost",
+    "header_value",
+    "host_key",
+    "tokens_of",
+]
 
 CONTROL_HEADER = "X-AutoThrottle"
 """The request header that carries per-request options; never sent to the server."""
@@ -127,27 +135,35 @@ def options_from_mapping(container: object) -> RequestOptions:
     max_wait = raw.get("max_wait")
     if max_wait is not None:
         max_wait = _seconds_option(max_wait, repr(max_wait))
-    cost = None if "cost" not in raw else _cost_option(raw["cost"])
+    cost = None if "cost" not in raw else check_cost(raw["cost"], "the 'cost' request option")
     if adjust and not bypass and slot is None and max_wait is None and cost is None:
         return DEFAULT_OPTIONS
     return RequestOptions(adjust=adjust, bypass=bypass, slot=slot, max_wait=max_wait, cost=cost)
 
 
-def _cost_option(value: object) -> Cost:
-    """A ``cost`` option: tokens >= 0 (an estimate: a fraction rounds up), or a
-    mapping ``{"input": TOKENS, "output": TOKENS}``."""
+def check_cost(value: object, name: str = "cost") -> Cost:
+    """A request's cost: tokens >= 0 (an estimate: a fraction rounds up), or
+    ``{"input": TOKENS, "output": TOKENS}`` (also as an ``(input, output)`` pair).
+
+    Raises:
+        ValueError: anything else, naming ``name`` and the value.
+    """
+    pair: object = None
     if isinstance(value, Mapping):
         if set(value) == {"input", "output"}:
-            tokens_in, tokens_out = _tokens(value["input"]), _tokens(value["output"])
-            if tokens_in is not None and tokens_out is not None:
-                return (tokens_in, tokens_out)
+            pair = (value["input"], value["output"])
+    elif isinstance(value, tuple) and len(value) == 2:
+        pair = value
     else:
         tokens = _tokens(value)
         if tokens is not None:
             return tokens
+    if isinstance(pair, tuple):
+        tokens_in, tokens_out = _tokens(pair[0]), _tokens(pair[1])
+        if tokens_in is not None and tokens_out is not None:
+            return (tokens_in, tokens_out)
     raise ValueError(
-        "the 'cost' request option must be tokens >= 0 or "
-        f"{{'input': TOKENS, 'output': TOKENS}}, got {value!r}"
+        f"{name} must be tokens >= 0 or {{'input': TOKENS, 'output': TOKENS}}, got {value!r}"
     )
 
 

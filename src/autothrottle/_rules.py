@@ -35,6 +35,7 @@ from ._recovery import Recovery, first_of_burst, refused_pace
 from ._settings import Signals
 from ._slot import LiveSlot
 from ._state import SlotState
+from ._tokens import TokenBudget
 from ._validate import check_response
 
 __all__ = ["BACKOFF_FLOOR", "Rules"]
@@ -67,7 +68,16 @@ def _under_slot_lock(
 class Rules:
     """The response rules of one throttle: its signal settings, its estimators, its listeners."""
 
-    __slots__ = ("_budget", "_clock", "_wall_clock", "debug", "listeners", "recovery", "signals")
+    __slots__ = (
+        "_budget",
+        "_clock",
+        "_tokens",
+        "_wall_clock",
+        "debug",
+        "listeners",
+        "recovery",
+        "signals",
+    )
 
     def __init__(
         self,
@@ -82,6 +92,7 @@ class Rules:
         self.recovery = recovery
         self.debug = debug
         self._budget = Budget(signals.max_pause)
+        self._tokens = TokenBudget(signals.max_pause)
         self._clock = clock
         self._wall_clock = wall_clock
         self.listeners = Listeners()
@@ -116,7 +127,8 @@ class Rules:
         if self.signals.reads_headers:
             read = read_headers(status, fields, now=self._wall_clock(), from_cache=cache_hit)
             cache_hit = read.cache_hit
-            if read.retry_after is not None or read.rate_limit is not None or read.ignored:
+            said = read.retry_after is not None or read.rate_limit is not None or read.tokens
+            if said or read.ignored:
                 self._apply_pacing_headers(slot, read, now, sent_at, refused=status >= 400)
         if cache_hit:
             state.counters.count_cache_hit()
@@ -311,3 +323,10 @@ class Rules:
                 slot.gate.wake()
             else:
                 self.pause(slot, wait, now, reason="rate-limit header")
+        if signals.rate_limit_headers and read.tokens:
+            book = slot.gate.token_book
+            wait = self._tokens.read(book, read.tokens, now, sent_at, refused=refused)
+            if wait is None:
+                slot.gate.wake()
+            else:
+                self.pause(slot, wait, now, reason="token budget")

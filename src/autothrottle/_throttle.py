@@ -25,7 +25,7 @@ from ._parts import KeyFunction, assemble
 from ._policies import AutoThrottlePolicy
 from ._policy import DelayPolicy, SlotConfig
 from ._recovery import Recovery
-from ._request import host_key
+from ._request import Cost, check_cost, host_key
 from ._settings import BlockClassifier, Signals
 from ._slot import LiveSlot, Slot, SlotSnapshot
 from ._stats import Collector, ThrottleStats, collect, in_chunks
@@ -335,7 +335,12 @@ class Throttle:
     # -- sending -----------------------------------------------------------------------
 
     async def acquire(
-        self, key: str, *, adjust: bool = True, max_wait: float | None = None
+        self,
+        key: str,
+        *,
+        adjust: bool = True,
+        max_wait: float | None = None,
+        cost: Cost | Mapping[str, float] | None = None,
     ) -> Lease:
         """Wait for the turn of one request to slot ``key`` and take a lease.
 
@@ -343,22 +348,29 @@ class Throttle:
         Release the lease when the response is finished (it is a context
         manager). Cancelling the wait leaves nothing behind.
 
+        ``cost`` is the request's weight in tokens, for a host that advertises
+        token budgets (an LLM API): a number, or ``{"input": ..., "output":
+        ...}``; the turn comes when it fits every token window
+        (``docs/signals.md``, "Token budgets").
+
         Raises:
             ThrottleTimeout: the turn did not come within ``max_wait`` (or the
                 throttle's ``max_wait``, whichever is shorter).
+            ValueError: ``cost`` is no such weight.
         """
+        tokens = None if cost is None else check_cost(cost)
         slot = self._live(key)
         make = self._lease_factory(slot, adjust)
-        lease = slot.gate.grant_now(make)
+        lease = slot.gate.grant_now(make, tokens)
         waited = 0.0
         bound = self._wait_bound(slot, max_wait)
         if lease is None:
             started = anyio.current_time()
             if bound is None:
-                lease = await wait_for_hold(slot.gate, make)
+                lease = await wait_for_hold(slot.gate, make, tokens)
             else:
                 with anyio.move_on_after(bound):
-                    lease = await wait_for_hold(slot.gate, make)
+                    lease = await wait_for_hold(slot.gate, make, tokens)
                 if lease is None:
                     raise ThrottleTimeout(key, bound)
             waited = anyio.current_time() - started
@@ -368,7 +380,12 @@ class Throttle:
         return lease
 
     def acquire_blocking(
-        self, key: str, *, adjust: bool = True, max_wait: float | None = None
+        self,
+        key: str,
+        *,
+        adjust: bool = True,
+        max_wait: float | None = None,
+        cost: Cost | Mapping[str, float] | None = None,
     ) -> Lease:
         """:meth:`acquire` for a thread: block until the turn of slot ``key``.
 
@@ -376,15 +393,16 @@ class Throttle:
         uses it). Threads and event loops may share one throttle: a slot's
         queue is FIFO across all of them.
         """
+        tokens = None if cost is None else check_cost(cost)
         slot = self._live(key)
         make = self._lease_factory(slot, adjust)
-        lease = slot.gate.grant_now(make)
+        lease = slot.gate.grant_now(make, tokens)
         waited = 0.0
         bound = self._wait_bound(slot, max_wait)
         if lease is None:
             started = time.monotonic()
             try:
-                lease = wait_for_hold_blocking(slot.gate, make, bound)
+                lease = wait_for_hold_blocking(slot.gate, make, bound, tokens)
             except TimeoutError:
                 raise ThrottleTimeout(key, bound or 0.0) from None
             waited = time.monotonic() - started
@@ -393,14 +411,18 @@ class Throttle:
             self._fleet.take_turn_blocking(slot, lease, bound, left)
         return lease
 
-    def try_acquire(self, key: str, *, adjust: bool = True) -> Lease | None:
+    def try_acquire(
+        self, key: str, *, adjust: bool = True, cost: Cost | Mapping[str, float] | None = None
+    ) -> Lease | None:
         """A lease for slot ``key`` now if its turn is now, else None; never waits.
 
         The turn is now when nobody is queued for the slot, it is under its
-        concurrency cap, and its delay (and any pause or budget) has passed.
+        concurrency cap, its delay (and any pause or budget) has passed, and
+        ``cost`` (as for :meth:`acquire`) fits its token windows.
         """
+        tokens = None if cost is None else check_cost(cost)
         slot = self._live(key)
-        return slot.gate.grant_now(self._lease_factory(slot, adjust))
+        return slot.gate.grant_now(self._lease_factory(slot, adjust), tokens)
 
     def _lease_factory(self, slot: LiveSlot, adjust: bool) -> Callable[[float], Lease]:
         rules: Reporter = self._rules if self._fleet is None else self._fleet

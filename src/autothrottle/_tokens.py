@@ -9,8 +9,8 @@ cost fits (``docs/signals.md``, "Token budgets"):
 
 * a response's ``remaining`` is the level as the server counted it when the
   request arrived; requests granted since that request was sent are not in
-  it yet, so their costs come off (:class:`TokenBook` keeps them; a grant at
-  the very same moment is taken as later);
+  it yet, so their costs come off (:class:`TokenBook` keeps them; grants at
+  the very same moment are taken as later, but for one);
 * the window refills at ``(limit - remaining) / reset`` tokens a second, as
   the last response at least a tenth empty said (nearer full, the reset is
   mostly the server's rounding), or, until one did, at no less than its limit
@@ -31,7 +31,6 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from ._headers import RateLimit
 from ._request import Cost, tokens_of
@@ -105,37 +104,18 @@ class TokenWindow:
 class TokenBook:
     """A slot's token windows, and the grants with a cost no response has accounted for.
 
+    It belongs to one process (the slot's gate keeps it): the grants are this
+    process's, and the windows are read from the answers to them.
+
     Attributes:
         windows: The windows by unit.
         spends: ``(granted at, cost)`` of recent grants with a cost, oldest first.
+        longest: The longest a window may hold a request (the throttle's ``max_pause``).
     """
 
     windows: dict[str, TokenWindow] = field(default_factory=dict)
     spends: deque[tuple[float, Cost]] = field(default_factory=lambda: deque(maxlen=_MAX_SPENDS))
-
-    def to_dict(self, now: float) -> dict[str, Any]:
-        """JSON-ready data, each time written as seconds before ``now``."""
-        return {
-            "windows": [_window_dict(window, now) for window in self.windows.values()],
-            "spends": [[now - at, _cost_data(cost)] for at, cost in self.spends],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], now: float) -> TokenBook:
-        """A book from :meth:`to_dict`'s data, its times placed before ``now``."""
-        book = cls()
-        for item in data.get("windows", ()):
-            window = TokenWindow(str(item["unit"]), item.get("limit"))
-            for name in ("level", "rate", "spent_since"):
-                setattr(window, name, float(item.get(name, 0.0)))
-            window.measured = bool(item.get("measured", False))
-            for name in ("at", "full_at", "read_sent"):
-                ago = item.get(name)
-                setattr(window, name, -math.inf if ago is None else now - float(ago))
-            book.windows[window.unit] = window
-        for ago, cost in data.get("spends", ()):
-            book.spends.append((now - float(ago), cost if isinstance(cost, int) else tuple(cost)))
-        return book
+    longest: float = math.inf
 
 
 class TokenBudget:
@@ -157,28 +137,29 @@ class TokenBudget:
         now: float,
         sent_at: float | None,
         *,
-        cost: Cost | None = None,
         refused: bool,
     ) -> float | None:
         """Take the token windows a response read at ``now`` advertised.
 
-        ``sent_at`` and ``cost``: when its request was granted (None: unknown,
-        taken as now) and what it cost. What was granted since, or at the same
-        moment, comes off what remains: a grant at the same moment as this
-        request's may have reached the server after it. Returns how long to
-        pause the slot when a refusal says a window is spent, else None.
+        ``sent_at``: when its request was granted (None: unknown, taken as
+        now). What was granted since comes off what remains; so does what was
+        granted at the same moment, but for one grant (the smallest, taken as
+        this request's own). Returns how long to pause the slot when a refusal
+        says a window is spent, else None.
         """
+        book.longest = self.max_pause
         sent = now if sent_at is None else sent_at
-        since = [c for at, c in book.spends if at >= sent]
-        if cost and (sent, cost) in book.spends:
-            since.remove(cost)  # the server counted this request's own cost
+        since = [(at, cost) for at, cost in book.spends if at >= sent]
+        own = [item for item in since if item[0] == sent]
+        if own:
+            since.remove(min(own, key=lambda item: tokens_of(item[1], "tokens")))
         pause = None
         for advertised in windows:
             window = book.windows.get(advertised.unit)
             if window is None:
                 window = book.windows[advertised.unit] = TokenWindow(advertised.unit)
             if sent >= window.read_sent:
-                spent = sum(tokens_of(c, window.unit) for c in since)
+                spent = sum(tokens_of(cost, window.unit) for _, cost in since)
                 _reread(window, advertised, now, sent, spent)
             if refused and advertised.remaining == 0:
                 pause = max(pause or 0.0, advertised.reset)
@@ -187,7 +168,8 @@ class TokenBudget:
             book.spends.popleft()
         return pause
 
-    def spend(self, book: TokenBook, cost: Cost | None, now: float) -> None:
+    @staticmethod
+    def spend(book: TokenBook, cost: Cost | None, now: float) -> None:
         """A request of ``cost`` was granted at ``now``: its tokens are no longer there."""
         if not book.windows or not cost:
             return
@@ -198,10 +180,11 @@ class TokenBudget:
             window.spent_since += amount
         book.spends.append((now, cost))
 
-    def fits_at(self, book: TokenBook, cost: Cost | None, now: float) -> float:
+    @staticmethod
+    def fits_at(book: TokenBook, cost: Cost | None, now: float) -> float:
         """When a request of ``cost`` fits every window: ``now`` if it does now.
 
-        Never later than ``max_pause`` from ``now``.
+        Never later than ``max_pause`` (of the last :meth:`read`) from ``now``.
         """
         at = now
         for window in book.windows.values():
@@ -209,7 +192,7 @@ class TokenBudget:
             if window.limit is not None:
                 need = min(need, float(window.limit))
             at = max(at, window.fits_at(need, now))
-        return min(at, now + self.max_pause)
+        return min(at, now + book.longest)
 
 
 def _reread(
@@ -230,24 +213,3 @@ def _reread(
     window.full_at = now + advertised.reset
     window.spent_since = spent
     window.read_sent = sent
-
-
-def _window_dict(window: TokenWindow, now: float) -> dict[str, Any]:
-    def ago(at: float) -> float | None:
-        return now - at if math.isfinite(at) else None
-
-    return {
-        "unit": window.unit,
-        "limit": window.limit,
-        "level": window.level,
-        "at": ago(window.at),
-        "rate": window.rate,
-        "measured": window.measured,
-        "full_at": ago(window.full_at),
-        "spent_since": window.spent_since,
-        "read_sent": ago(window.read_sent),
-    }
-
-
-def _cost_data(cost: Cost) -> int | list[int]:
-    return cost if isinstance(cost, int) else list(cost)

@@ -419,7 +419,10 @@ class _ThrottleMiddleware:
         asked = perf_counter()
         exchange = Exchange(
             await throttle.acquire(
-                self._key(request, options), adjust=options.adjust, max_wait=options.max_wait
+                self._key(request, options),
+                adjust=options.adjust,
+                max_wait=options.max_wait,
+                cost=options.cost,
             ),
             asked,
         )

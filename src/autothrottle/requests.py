@@ -385,7 +385,7 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
         asked = perf_counter()
         try:
             lease = self._throttle.acquire_blocking(
-                key, adjust=options.adjust, max_wait=options.max_wait
+                key, adjust=options.adjust, max_wait=options.max_wait, cost=options.cost
             )
         except ThrottleTimeout as error:
             raise ThrottleWaitTimeout(error, request) from error

@@ -404,7 +404,7 @@ class AutoThrottleMiddleware:
             self._waiting.add(scope)
             try:
                 lease = await self.throttle.acquire(
-                    key, adjust=options.adjust, max_wait=options.max_wait
+                    key, adjust=options.adjust, max_wait=options.max_wait, cost=options.cost
                 )
             except ThrottleTimeout as error:
                 self._inc("autothrottle/timeouts")

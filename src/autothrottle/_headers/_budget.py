@@ -86,9 +86,15 @@ class RateLimit:
         return self.reset / self.remaining
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as JSON-ready data (its windows as a list of such dicts)."""
+        """The record as JSON-ready data (its windows as a list of such dicts).
+
+        ``unit`` is written only when it is not ``"requests"``, so a requests
+        budget reads as it did before windows had units.
+        """
         data = {part.name: getattr(self, part.name) for part in fields(self)}
         data["windows"] = [window.to_dict() for window in self.windows]
+        if self.unit == "requests":
+            del data["unit"]
         return data
 
     @classmethod

@@ -177,7 +177,9 @@ class AsyncThrottledTransport(httpx.AsyncBaseTransport):
             return await self._inner.handle_async_request(send)
         asked, (bound, pool) = perf_counter(), wait_bound(send, options)
         try:
-            lease = await self._throttle.acquire(key, adjust=options.adjust, max_wait=bound)
+            lease = await self._throttle.acquire(
+                key, adjust=options.adjust, max_wait=bound, cost=options.cost
+            )
         except ThrottleTimeout as error:
             raise timed_out(error, request, pool) from error
         exchange = Exchange(lease, asked)

@@ -172,7 +172,9 @@ class ThrottledTransport(httpx2.BaseTransport):
             return self._inner.handle_request(send)
         asked, (bound, pool) = perf_counter(), wait_bound(send, options)
         try:
-            lease = self._throttle.acquire_blocking(key, adjust=options.adjust, max_wait=bound)
+            lease = self._throttle.acquire_blocking(
+                key, adjust=options.adjust, max_wait=bound, cost=options.cost
+            )
         except ThrottleTimeout as error:
             raise timed_out(error, request, pool) from error
         exchange = Exchange(lease, asked)
