@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import socket
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from autothrottle import FixedDelayPolicy, Throttle
+from autothrottle.httpx import AsyncThrottledClient
+from autothrottle.redis import RedisStore
 from autothrottle.sim.llm import LLMLimits, LLMServer
 
 openai = pytest.importorskip("openai")
@@ -237,3 +241,43 @@ async def test_a_stream_holds_its_slot_until_it_ends(sdk: SDK) -> None:
     assert [r.stream for r in api.records] == [True, False]
     assert api.records[1].arrival - api.records[0].arrival >= 0.35  # 20 tokens at 20 ms
     assert throttle.slot(KEY).snapshot().in_flight == 0
+
+
+def _redis_up() -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", 6379)) == 0
+
+
+@pytest.mark.skipif(not _redis_up(), reason="no Redis on 127.0.0.1:6379")
+async def test_a_fleet_sharing_a_key_through_redis_pauses_together() -> None:
+    """docs/llm.md's fleet: two workers with one key, their throttles on one Redis.
+    The 429 one of them gets holds the other for its ``retry-after-ms``."""
+    prefix = f"test-llm-{uuid.uuid4().hex}"
+    limits = LLMLimits(requests=100, tokens=1000, window=1.0)
+    stores = [RedisStore("redis://127.0.0.1:6379/0", prefix=prefix) for _ in range(2)]
+    throttles = [llm_throttle(store=store) for store in stores]
+    async with LLMServer(limits) as api:
+        https = [AsyncThrottledClient(throttle=t, timeout=30.0) for t in throttles]
+        one, other = (
+            openai.AsyncOpenAI(base_url=api.url + "/v1", api_key="t", http_client=h, max_retries=0)
+            for h in https
+        )
+        messages = [{"role": "user", "content": " ".join(["word"] * 300)}]
+        try:
+            await one.chat.completions.create(model="sim", messages=messages, max_tokens=1)
+            await asyncio.sleep(0.1)
+            api.charge(requests=0, input_tokens=900)  # a third client of the key
+            with pytest.raises(openai.RateLimitError):
+                await one.chat.completions.create(model="sim", messages=messages, max_tokens=500)
+            await stores[0].flush()
+            refusal = time.monotonic()
+            await other.chat.completions.create(model="sim", messages=messages, max_tokens=500)
+            waited = time.monotonic() - refusal
+        finally:
+            for http in https:
+                await http.aclose()
+            for store in stores:
+                await store.aclose()
+    assert refused(api) == ["tokens"]
+    assert waited >= 0.5  # the 700 ms retry-after-ms, less the time it took to share it

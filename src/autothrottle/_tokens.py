@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from ._headers import RateLimit
 from ._request import Cost, tokens_of
 
-__all__ = ["TokenBook", "TokenBudget", "TokenWindow"]
+__all__ = ["TokenBook", "TokenBudget"]
 
 _FALLBACK_WINDOW = 60.0
 """Seconds a window is taken to refill its limit in until a response shows its
