@@ -6,6 +6,7 @@ estimator with plain numbers, and through a throttle on a hand-set clock.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 
@@ -13,10 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autothrottle import FixedDelayPolicy, Throttle
 from autothrottle._headers import RateLimit
 from autothrottle._request import header_value, options_from_header, options_from_mapping
 from autothrottle._tokens import TokenBook, TokenBudget
+from autothrottle.aiohttp import ThrottledSession
+from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.options import RequestOptions
+from autothrottle.requests import ThrottledSession as RequestsSession
+from autothrottle.sim.llm import LLMLimits, LLMServer
 
 # -- the cost option ------------------------------------------------------------------
 
@@ -300,3 +306,49 @@ def test_property_costs_kept_within_the_bucket_use_it_and_are_never_refused(
     allowed = limit + limit / window_s * now
     assert costs  # the run was limited by the bucket, not by the requests to send
     assert taken >= 0.95 * allowed
+
+
+# -- the cost through every adapter, against a loopback API ----------------------------
+
+
+async def _send_twice(client: str, url: str, throttle: Throttle) -> None:
+    body = {
+        "model": "sim",
+        "messages": [{"role": "user", "content": "w " * 300}],
+        "max_tokens": 500,
+    }
+    option = {"autothrottle": {"cost": 800}}
+    if client == "httpx":
+        async with AsyncThrottledClient(throttle=throttle) as http:
+            for _ in range(2):
+                (await http.post(url, json=body, extensions=option)).raise_for_status()
+    elif client == "httpx-header":
+        async with AsyncThrottledClient(throttle=throttle) as http:
+            for _ in range(2):
+                headers = {"X-AutoThrottle": "cost=800"}
+                (await http.post(url, json=body, headers=headers)).raise_for_status()
+    elif client == "aiohttp":
+        async with ThrottledSession(throttle=throttle) as session:
+            for _ in range(2):
+                async with session.post(url, json=body, trace_request_ctx=option) as response:
+                    response.raise_for_status()
+    else:
+
+        def send() -> None:
+            with RequestsSession(throttle=throttle) as session:
+                for _ in range(2):
+                    session.post(
+                        url, json=body, autothrottle=option["autothrottle"]
+                    ).raise_for_status()
+
+        await asyncio.to_thread(send)
+
+
+@pytest.mark.parametrize("client", ["httpx", "httpx-header", "aiohttp", "requests"])
+async def test_every_adapter_holds_a_request_until_its_cost_fits(client: str) -> None:
+    throttle = Throttle(policy=FixedDelayPolicy(0.0))
+    async with LLMServer(LLMLimits(requests=100, tokens=1000, window=1.0)) as api:
+        await _send_twice(client, api.url + "/v1/chat/completions", throttle)
+    assert [r.status for r in api.records] == [200, 200]  # the second was never refused
+    first, second = (r.arrival for r in api.records)
+    assert second - first >= 0.5  # 600 more tokens at 1000 a second
