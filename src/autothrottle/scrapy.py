@@ -374,6 +374,7 @@ class AutoThrottleMiddleware:
         connect = crawler.signals.connect
         connect(self._spider_opened, signal=signals.spider_opened)
         connect(self._spider_closed, signal=signals.spider_closed)
+        connect(self._downloaded, signal=signals.response_downloaded)
         connect(self._response_received, signal=signals.response_received)
         connect(self._blocked, signal=blocked)
 
@@ -425,10 +426,29 @@ class AutoThrottleMiddleware:
         return None
 
     def process_response(self, request: Request, response: Response) -> Response:
-        """Teach the slot the response, and let it go (Scrapy has the whole body)."""
+        """A response the downloader never saw (a middleware after this one made it)
+        lets the slot go and teaches it nothing; the downloader's own were
+        taken as they arrived (:meth:`_downloaded`)."""
         held = self._held.pop(request, None)
-        if held is None:
-            return response
+        if held is not None:
+            self._answered(request, response, held)
+        return response
+
+    def _downloaded(self, response: Response, request: Request, spider: Spider) -> None:
+        """Scrapy's ``response_downloaded``: the body is in, the handler done.
+
+        The slot is let go here rather than in :meth:`process_response`, which
+        comes after the downloader's and the middlewares' own work: a slot held
+        for that too would count Scrapy's processing as time in flight at the
+        host, and a policy that caps requests in flight by their latency (the
+        adaptive one) would cap them too low.
+        """
+        held = self._held.pop(request, None)
+        if held is not None:
+            self._answered(request, response, held)
+
+    def _answered(self, request: Request, response: Response, held: _Held) -> None:
+        """Teach the slot the response and let it go."""
         exchange = held.done()
         latency = request.meta.get("download_latency")
         key = exchange.lease.slot.key
@@ -445,7 +465,6 @@ class AutoThrottleMiddleware:
         request.meta[INFO_KEY] = exchange.info()
         if before is not None:
             self._log_response(key, before, response, latency)
-        return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         """A download error: the host's failure backs the slot off; anything else
