@@ -1,4 +1,5 @@
-"""Run a real Scrapy spider with AutoThrottle against one URL prefix, for adaptive.py.
+"""Run a real Scrapy spider against one URL prefix, for adaptive.py: Scrapy's AutoThrottle,
+or autothrottle's middleware in its place (``--autothrottle``).
 
 Used as a subprocess (Scrapy's reactor wants a process of its own)::
 
@@ -17,11 +18,19 @@ Scrapy's own defaults stay, except what the benchmark sets through
 ``--settings`` (AutoThrottle's settings, concurrency, jitter, retries) and
 what would add traffic or noise the other clients do not make: robots.txt,
 cookies, the telnet console, and logging below WARNING.
+
+``--autothrottle`` turns Scrapy's extension off and enables
+``autothrottle.scrapy.AutoThrottleMiddleware`` with the same settings (plus
+any ``AUTOTHROTTLE_POLICY`` given in ``--settings``); the spider then reports
+each CAPTCHA page with the middleware's ``blocked`` signal, as autothrottle's
+other clients call ``throttle.backoff``, and the delay recorded is the
+throttle's.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -32,6 +41,7 @@ import scrapy
 from scrapy.crawler import CrawlerProcess
 from scrapy.http import Response
 
+from autothrottle.scrapy import AutoThrottleMiddleware, blocked
 from autothrottle.sim import is_blocked_page
 
 BASE_SETTINGS: dict[str, Any] = {
@@ -52,6 +62,7 @@ class SimSpider(scrapy.Spider):
 
     def __init__(self, base: str, pages: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.middleware: AutoThrottleMiddleware | None = None
         self.bases = [b.rstrip("/") for b in base.split(",") if b.strip()]
         self.pages = pages
         self.t0 = time.monotonic()
@@ -60,28 +71,48 @@ class SimSpider(scrapy.Spider):
         self.events: list[tuple[float, int, float, float]] = []
 
     async def start(self) -> AsyncIterator[Any]:
+        engine = self.crawler.engine
+        assert engine is not None
+        for middleware in engine.downloader.middleware.middlewares:
+            if isinstance(middleware, AutoThrottleMiddleware):
+                self.middleware = middleware
         # Scrapy takes start requests into its scheduler eagerly, so the count
-        # is bounded by the caller to what the crawl could possibly use.
+        # is bounded by the caller to what the crawl could possibly use, and
+        # the loop is given back after each one: thousands enqueued in one go
+        # would hold up the first responses and inflate their latency.
         for i in range(self.pages):
             for base in self.bases:
                 yield scrapy.Request(f"{base}/page/{i}", dont_filter=True, callback=self.parse)
+                await asyncio.sleep(0)
 
     def parse(self, response: Response) -> None:
         status = str(response.status)
         self.statuses[status] = self.statuses.get(status, 0) + 1
         if response.status == 200 and is_blocked_page(response.body):
             self.blocked += 1
+            if self.middleware is not None:
+                self.crawler.signals.send_catch_log(blocked, response=response)
         latency = float(response.meta.get("download_latency", 0.0))
         delay = -1.0
         slot_key = response.meta.get("download_slot")
         engine = self.crawler.engine
-        if slot_key is not None and engine is not None:
+        if slot_key is not None and self.middleware is not None:
+            delay = self.middleware.throttle.slot(slot_key).delay
+        elif slot_key is not None and engine is not None:
             slot = engine.downloader.slots.get(slot_key)
             if slot is not None:
                 delay = slot.delay
         self.events.append(
             (round(time.monotonic() - self.t0, 4), response.status, round(latency, 5), delay)
         )
+
+
+def _policy_states(spider: SimSpider) -> dict[str, dict[str, float]]:
+    """Each slot's policy memory at the end (``--autothrottle``), for diagnosis."""
+    if spider.middleware is None:
+        return {}
+    throttle = spider.middleware.throttle
+    return {slot.key: dict(slot.state.policy_state) for slot in throttle.slots()}
 
 
 def main() -> None:
@@ -97,6 +128,11 @@ def main() -> None:
         "--pages", type=int, default=20_000, help="URLs to queue (/page/0 ... /page/N-1)"
     )
     parser.add_argument("--out", default="-", help="where to write the JSON (default stdout)")
+    parser.add_argument(
+        "--autothrottle",
+        action="store_true",
+        help="autothrottle's middleware in place of Scrapy's AutoThrottle extension",
+    )
     args = parser.parse_args()
     if not 1 <= args.seconds <= 600:
         parser.error("--seconds must be in [1, 600]")
@@ -106,6 +142,9 @@ def main() -> None:
     if not isinstance(overrides, dict):
         parser.error("--settings must be a JSON object")
     settings = {**BASE_SETTINGS, **overrides, "CLOSESPIDER_TIMEOUT": args.seconds}
+    if args.autothrottle:
+        settings["AUTOTHROTTLE_ENABLED"] = False
+        settings["DOWNLOADER_MIDDLEWARES"] = {"autothrottle.scrapy.AutoThrottleMiddleware": 950}
 
     process = CrawlerProcess(settings=settings)
     crawler = process.create_crawler(SimSpider)
@@ -130,6 +169,8 @@ def main() -> None:
         "downloader_exceptions": {
             k: v for k, v in stats.items() if k.startswith("downloader/exception_type_count")
         },
+        "autothrottle_stats": {k: v for k, v in stats.items() if k.startswith("autothrottle/")},
+        "policy_state": _policy_states(spider),
     }
     text = json.dumps(result, default=str)
     if args.out == "-":

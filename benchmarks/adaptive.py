@@ -34,11 +34,16 @@ Clients, all with the settings a new user would copy from Scrapy's docs
   no target and no per-host settings: the one setting every goal is judged on;
 * ``scrapy``: a real Scrapy spider with AutoThrottle and the same settings
   (``_scrapy_runner.py``, in a subprocess);
+* ``scrapy-autothrottle``: the same spider and settings with
+  ``autothrottle.scrapy.AutoThrottleMiddleware`` in place of the extension;
+* ``scrapy-adaptive``: that, with ``AUTOTHROTTLE_POLICY = "adaptive"`` and no
+  target: Scrapy's counterpart of ``one-policy``;
 * ``fixed``: plain ``aiohttp`` with a semaphore of 16, for scale.
 
 Every client requests ``/page/0``, ``/page/1``, ... of the same host from 32
 tasks (Scrapy: its scheduler); on the soft-block host autothrottle's clients
-call ``throttle.backoff(url)`` on a CAPTCHA page. Figures come from the
+call ``throttle.backoff(url)`` on a CAPTCHA page (Scrapy + autothrottle: the
+spider sends ``autothrottle.scrapy.blocked``). Figures come from the
 simulator's ground truth over ``[first arrival, first arrival + run length)``:
 goodput (200s with a real page per second) and its share of the site's
 capacity ("steady": the second half only), errors (429s and CAPTCHA pages),
@@ -140,15 +145,26 @@ LEARN_HOSTS = 20
 LEARN_PAGES = 20
 LEARN_SPEC = "rate:rate=2,burst=2,headers=false"
 
-CLIENTS = ("one-policy", "aiohttp", "httpx", "scrapy", "fixed")
+CLIENTS = (
+    "one-policy",
+    "aiohttp",
+    "httpx",
+    "scrapy",
+    "scrapy-autothrottle",
+    "scrapy-adaptive",
+    "fixed",
+)
 CLIENT_LABELS = {
     "httpx": "autothrottle httpx, AutoThrottlePolicy",
     "aiohttp": "autothrottle aiohttp, AutoThrottlePolicy",
     "one-policy": "autothrottle aiohttp, AdaptiveConcurrencyPolicy()",
     "scrapy": "Scrapy AutoThrottle",
+    "scrapy-autothrottle": "Scrapy + autothrottle, AutoThrottlePolicy",
+    "scrapy-adaptive": "Scrapy + autothrottle, AUTOTHROTTLE_POLICY=adaptive",
     "fixed": f"aiohttp, semaphore({MAX_CONCURRENCY})",
 }
 THROTTLED = ("httpx", "aiohttp", "one-policy")
+SCRAPY_CLIENTS = ("scrapy", "scrapy-autothrottle", "scrapy-adaptive")
 
 
 # -- the clients -----------------------------------------------------------------------
@@ -288,8 +304,12 @@ async def run_scrapy(
     tally: Tally,
     *,
     pages: int | None = None,
+    client: str = "scrapy",
 ) -> dict[str, Any]:
-    settings = {
+    """A Scrapy crawl: Scrapy's AutoThrottle, or autothrottle's middleware with the
+    same settings (``scrapy-autothrottle``) or with the one policy and no target
+    (``scrapy-adaptive``, as the one-policy client)."""
+    settings: dict[str, Any] = {
         "AUTOTHROTTLE_START_DELAY": START_DELAY,
         "AUTOTHROTTLE_MAX_DELAY": MAX_DELAY,
         "AUTOTHROTTLE_TARGET_CONCURRENCY": args.target or site.target,
@@ -299,6 +319,10 @@ async def run_scrapy(
         "DOWNLOAD_DELAY_JITTER": 0.0,
         "RETRY_ENABLED": False,
     }
+    middleware = client != "scrapy"
+    if client == "scrapy-adaptive":
+        del settings["AUTOTHROTTLE_TARGET_CONCURRENCY"]
+        settings["AUTOTHROTTLE_POLICY"] = "adaptive"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "scrapy.json"
         proc = await asyncio.create_subprocess_exec(
@@ -316,6 +340,7 @@ async def run_scrapy(
             json.dumps(settings),
             "--out",
             str(out),
+            *(["--autothrottle"] if middleware else []),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -336,6 +361,8 @@ async def run_scrapy(
         "finish_reason": result["finish_reason"],
         "downloader_exceptions": result["downloader_exceptions"],
         "scrapy": result["scrapy"],
+        "autothrottle_stats": result.get("autothrottle_stats", {}),
+        "policy_state": result.get("policy_state", {}),
     }
 
 
@@ -464,7 +491,7 @@ async def run_one(
         elif client == "fixed":
             await run_fixed(base, seconds, tally)
         else:
-            extra = await run_scrapy(base, seconds, site, args, tally)
+            extra = await run_scrapy(base, seconds, site, args, tally, client=client)
         wall = time.monotonic() - started
         await sim.wait_idle(http, host)
         doc = await sim.stats(http, host)
@@ -509,8 +536,10 @@ async def run_learn(sim: SimProcess, client: str, args: argparse.Namespace) -> d
         if client in THROTTLED:
             throttle = make_throttle(site, client, args)
             await _crawl_pages(client, throttle, bases, tally)
-        elif client == "scrapy":
-            await run_scrapy(",".join(bases), 120.0, site, args, tally, pages=LEARN_PAGES)
+        elif client in SCRAPY_CLIENTS:
+            await run_scrapy(
+                ",".join(bases), 120.0, site, args, tally, pages=LEARN_PAGES, client=client
+            )
         else:
             return {}
         wall = time.monotonic() - started
@@ -674,6 +703,7 @@ def goals(runs: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
                 )
             )
     rows += _scrapy_terms(runs, by)
+    rows += _scrapy_middleware_terms(runs, by)
     return rows
 
 
@@ -701,6 +731,79 @@ def _scrapy_terms(
                     f"{client}: goodput >= Scrapy's, errors <= Scrapy's",
                     f"{r['goodput']:.1f}/s vs {scrapy['goodput']:.1f}/s, "
                     f"errors {r['error_share']:.1%} vs {scrapy['error_share']:.1%}",
+                    _verdict(ok),
+                )
+            )
+    return rows
+
+
+def _host_load(r: dict[str, Any]) -> float:
+    """The host's (behind a CDN: the origin's) time-average queue."""
+    return float(r["origin"]["mean_queue"] if "origin" in r else r["mean_queue"])
+
+
+def _scrapy_middleware_terms(
+    runs: list[dict[str, Any]], by: dict[tuple[str, str], dict[str, Any]]
+) -> list[tuple[str, str, str, str]]:
+    """Scrapy + autothrottle: with AutoThrottle's settings, at least Scrapy's goodput
+    with at most its errors and host load; with the adaptive policy, within 5 %
+    of the one-policy client."""
+    rows = []
+    sites = sorted({r["behaviour"] for r in runs} - {"learn"}, key=list(SITES).index)
+    for site in sites:
+        r, scrapy = by.get((site, "scrapy-autothrottle")), by.get((site, "scrapy"))
+        if r and scrapy:
+            ok = (
+                r["goodput"] >= 0.98 * scrapy["goodput"]
+                and r["error_share"] <= scrapy["error_share"] + 0.001
+                and _host_load(r) <= _host_load(scrapy) + 0.05
+            )
+            rows.append(
+                (
+                    site,
+                    "Scrapy + autothrottle: goodput >= Scrapy's, errors and host queue <= Scrapy's",
+                    f"{r['goodput']:.1f}/s vs {scrapy['goodput']:.1f}/s, errors "
+                    f"{r['error_share']:.1%} vs {scrapy['error_share']:.1%}, queue "
+                    f"{_host_load(r):.2f} vs {_host_load(scrapy):.2f}",
+                    _verdict(ok),
+                )
+            )
+        r, one = by.get((site, "scrapy-adaptive")), by.get((site, "one-policy"))
+        if r and one:
+            ok = r["goodput"] >= 0.95 * one["goodput"] and r["error_share"] <= max(
+                1.05 * one["error_share"], one["error_share"] + 0.005
+            )
+            rows.append(
+                (
+                    site,
+                    "Scrapy + autothrottle, adaptive: within 5 % of the one-policy client",
+                    f"{r['goodput']:.1f}/s vs {one['goodput']:.1f}/s, errors "
+                    f"{r['error_share']:.1%} vs {one['error_share']:.1%}",
+                    _verdict(ok),
+                )
+            )
+    rows += _scrapy_middleware_learn_terms(by)
+    return rows
+
+
+def _scrapy_middleware_learn_terms(
+    by: dict[tuple[str, str], dict[str, Any]],
+) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for client, against in (("scrapy-autothrottle", "scrapy"), ("scrapy-adaptive", "one-policy")):
+        r, other = by.get(("learn", client)), by.get(("learn", against))
+        if r and other:
+            margin = 0.98 if against == "scrapy" else 0.95
+            ok = (
+                r["limited_share"] <= other["limited_share"] + 0.005
+                and r["allowed_share"] >= margin * other["allowed_share"]
+            )
+            rows.append(
+                (
+                    "learn",
+                    f"{CLIENT_LABELS[client]}: refusals <= {against}'s, pace >= {margin:.0%} of it",
+                    f"{r['refusals_per_host']:.2f} vs {other['refusals_per_host']:.2f} per host, "
+                    f"{r['allowed_share']:.0%} vs {other['allowed_share']:.0%} of the allowed pace",
                     _verdict(ok),
                 )
             )
