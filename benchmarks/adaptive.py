@@ -335,7 +335,7 @@ async def run_scrapy(
             "--seconds",
             f"{seconds + 3:g}",
             "--pages",
-            str(pages or int((seconds + 3) * 1000)),
+            str(pages or int((seconds + 3) * 200)),
             "--settings",
             json.dumps(settings),
             "--out",

@@ -343,7 +343,8 @@ class AutoThrottleMiddleware:
     Build it through Scrapy (``DOWNLOADER_MIDDLEWARES``, priority 950: after
     HttpCacheMiddleware, so cache hits never wait, and last before the
     downloader); the throttle is made from the crawl's settings
-    (``docs/scrapy.md``). One middleware, one throttle, per crawl.
+    (``docs/scrapy.md``). One middleware, one throttle, per crawl. Its methods
+    take the ``spider`` argument Scrapy passes before 2.14, and do without it.
 
     Raises:
         ValueError: ``AUTOTHROTTLE_ENABLED`` is on (the extension and the
@@ -384,7 +385,9 @@ class AutoThrottleMiddleware:
 
     # -- the downloader's side ------------------------------------------------------------
 
-    async def process_request(self, request: Request) -> Request | None:
+    async def process_request(
+        self, request: Request, spider: Spider | None = None
+    ) -> Request | None:
         """Wait for the slot's turn; hand the request back to the scheduler if the
         spider closes meanwhile."""
         options = self._options(request)
@@ -425,7 +428,9 @@ class AutoThrottleMiddleware:
         self._add_wait(exchange.waited)
         return None
 
-    def process_response(self, request: Request, response: Response) -> Response:
+    def process_response(
+        self, request: Request, response: Response, spider: Spider | None = None
+    ) -> Response:
         """A response the downloader never saw (a middleware after this one made it)
         lets the slot go and teaches it nothing; the downloader's own were
         taken as they arrived (:meth:`_downloaded`)."""
@@ -466,7 +471,9 @@ class AutoThrottleMiddleware:
         if before is not None:
             self._log_response(key, before, response, latency)
 
-    def process_exception(self, request: Request, exception: Exception) -> None:
+    def process_exception(
+        self, request: Request, exception: Exception, spider: Spider | None = None
+    ) -> None:
         """A download error: the host's failure backs the slot off; anything else
         only lets the slot go."""
         held = self._held.pop(request, None)
