@@ -654,6 +654,23 @@ async def test_a_slow_cache_hit_may_raise_the_delay(status: int, headers: dict[s
     assert throttle.slot(KEY).delay == 5.0
 
 
+async def test_one_slow_hit_among_fast_ones_moves_the_delay_a_tenth_of_the_way() -> None:
+    """A client that stalls once (a garbage collection, a busy event loop) reads
+    one hit as slow: the slot must not take that for the host's pace."""
+    _, throttle = fake(start_delay=0.01, target_concurrency=1.0)
+    hit = {"X-Cache": "HIT"}
+    for _ in range(20):
+        throttle.observe(KEY, latency=0.005, status=200, headers=hit)
+    fast = throttle.slot(KEY).delay
+    throttle.observe(KEY, latency=0.5, status=200, headers=hit)
+    # The averaged hit latency: 0.005 + 0.1 * (0.5 - 0.005).
+    assert throttle.slot(KEY).delay == pytest.approx(0.0545)
+    assert fast < 0.0545
+    for _ in range(20):  # hits that stay slow bring the delay up to them
+        throttle.observe(KEY, latency=0.5, status=200, headers=hit)
+    assert throttle.slot(KEY).delay > 0.4
+
+
 @pytest.mark.parametrize(("status", "headers"), CACHE_HITS[:-1], ids=repr)
 async def test_cache_hits_lower_delay_lets_them_lower_it(
     status: int, headers: dict[str, str]

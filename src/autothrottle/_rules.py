@@ -152,8 +152,11 @@ class Rules:
         by_share = cache_hit and status == 200 and not self.signals.cache_hits_lower_delay
         if by_share:
             new, reason = self._cache_hit_delay(state, old, latency, config), "cache hit"
-            slow = latency / config.target_concurrency
-            if slow > old:  # a slow hit may raise the delay, as any response may
+            # Hits that got slow may raise the delay, as any response may; one
+            # slow hit among fast ones (a client's stall) moves it a tenth of
+            # the way: the averaged hit latency, this hit counted in.
+            slow = state.cache.hit_latency / config.target_concurrency
+            if slow > old:
                 new = slow
         else:
             new = self._policy_delay(slot, latency, status, cache_hit)
