@@ -111,8 +111,9 @@ def _policy_states(spider: SimSpider) -> dict[str, dict[str, float]]:
     """Each slot's policy memory at the end (``--autothrottle``), for diagnosis."""
     if spider.middleware is None:
         return {}
-    throttle = spider.middleware.throttle
-    return {slot.key: dict(slot.state.policy_state) for slot in throttle.slots()}
+    store = spider.middleware.throttle.store
+    records = {key: store.load(key) for key in store}
+    return {key: dict(record.policy_state) for key, record in records.items() if record}
 
 
 def main() -> None:
