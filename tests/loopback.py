@@ -2,8 +2,17 @@
 
 Each :class:`LoopbackHost` listens on its own address (127.0.0.2, 127.0.0.3 …)
 so the throttle sees distinct hosts. It records, for every request, when it
-arrived (``time.monotonic()``), its path and headers, and how many requests
-were in service at once, so tests can assert pacing *at the server*.
+arrived (``time.monotonic()``, one clock for every process on the machine),
+its path and headers, and how many requests were in service at once, so tests
+can assert pacing *at the server*.
+
+The servers run in a process of their own, at a raised priority where the
+system allows it (as root). A server sharing the client's event loop, or its
+interpreter lock, stamps an arrival only when the client lets it run: with
+two busy cores that was up to 25 ms late, and the next gap read 25 ms short,
+a pacing fault that never happened on the wire. In a process of its own the
+stamp is taken when the request reaches the host, as another machine would.
+One process serves every test of a session; it leaves when the session does.
 
 Routes (all methods); on any of them, ``?wait=MS`` first waits MS milliseconds
 and ``?h.NAME=VALUE`` adds response header NAME:
@@ -20,12 +29,20 @@ and ``?h.NAME=VALUE`` adds response header NAME:
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import itertools
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
 
 from aiohttp import web
 
@@ -37,28 +54,20 @@ class Arrival:
     headers: dict[str, str]
 
 
+# -- in the server process ------------------------------------------------------------
+
+
 @dataclass
-class LoopbackHost:
+class _ServedHost:
+    """One listening address and what reached it (lives in the server process)."""
+
     address: str
     port: int = 0
     arrivals: list[Arrival] = field(default_factory=list)
     in_service: int = 0
     max_in_service: int = 0
     finished: list[float] = field(default_factory=list)
-
-    @property
-    def origin(self) -> str:
-        return f"http://{self.address}:{self.port}"
-
-    def url(self, path: str = "/") -> str:
-        return self.origin + path
-
-    def arrival_times(self) -> list[float]:
-        return [a.time for a in self.arrivals]
-
-    def gaps(self) -> list[float]:
-        times = self.arrival_times()
-        return [b - a for a, b in itertools.pairwise(times)]
+    runner: web.AppRunner | None = None
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.arrivals.append(Arrival(request.path, time.monotonic(), dict(request.headers)))
@@ -103,47 +112,200 @@ class LoopbackHost:
         return web.Response(text="ok")
 
 
-@asynccontextmanager
-async def loopback_hosts(count: int = 2, *, first: int = 2) -> AsyncIterator[list[LoopbackHost]]:
-    """Start ``count`` servers on 127.0.0.{first}, 127.0.0.{first + 1} …"""
-    hosts: list[LoopbackHost] = []
-    async with AsyncExitStack() as stack:
-        for i in range(count):
-            host = LoopbackHost(f"127.0.0.{first + i}")
+class _Server:
+    """The server process's side: starts and stops hosts, answers for their records."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[int, _ServedHost] = {}
+        self.ids = itertools.count()
+
+    async def start(self, addresses: list[str]) -> list[list[Any]]:
+        started = []
+        for address in addresses:
+            host = _ServedHost(address)
             app = web.Application()
             app.router.add_route("*", "/{tail:.*}", host._handle)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            await runner.setup()
-            stack.push_async_callback(runner.cleanup)
-            site = web.TCPSite(runner, host.address, 0)
+            host.runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await host.runner.setup()
+            site = web.TCPSite(host.runner, address, 0)
             await site.start()
             server = site._server
             assert isinstance(server, asyncio.base_events.Server)
             host.port = server.sockets[0].getsockname()[1]
-            hosts.append(host)
+            ident = next(self.ids)
+            self.hosts[ident] = host
+            started.append([ident, host.port])
+        return started
+
+    async def stop(self, idents: list[int]) -> None:
+        for ident in idents:  # the record stays: tests read it after the server stops
+            host = self.hosts[ident]
+            assert host.runner is not None
+            await host.runner.cleanup()
+            host.runner = None
+
+    async def state(self, ident: int) -> dict[str, Any]:
+        host = self.hosts[ident]
+        return {
+            "arrivals": [asdict(a) for a in host.arrivals],
+            "in_service": host.in_service,
+            "max_in_service": host.max_in_service,
+            "finished": host.finished,
+        }
+
+    async def forget(self, ident: int) -> None:
+        self.hosts[ident].arrivals.clear()
+
+    async def answer(self, line: str) -> Any:
+        command, *args = json.loads(line)
+        return await getattr(self, command)(*args)
+
+
+def _serve(commands: TextIO, replies: TextIO) -> None:
+    """The server process: answer one JSON line per command until stdin closes."""
+    with contextlib.suppress(OSError):
+        os.nice(-10)  # stamps on time even when the client's cores are busy
+    loop = asyncio.new_event_loop()
+    server = _Server()
+
+    def read() -> None:
+        for line in commands:
+            future = asyncio.run_coroutine_threadsafe(server.answer(line), loop)
+            try:
+                reply: Any = {"ok": future.result(60)}
+            except Exception as error:  # reported to the test that asked
+                reply = {"error": repr(error)}
+            replies.write(json.dumps(reply) + "\n")
+            replies.flush()
+        loop.call_soon_threadsafe(loop.stop)
+
+    threading.Thread(target=read, daemon=True).start()
+    loop.run_forever()
+
+
+# -- in the test process -----------------------------------------------------------
+
+
+class _Process:
+    """The test process's end of the server process: one per session, started on first use."""
+
+    _lock = threading.Lock()
+    _process: subprocess.Popen[str] | None = None
+
+    @classmethod
+    def ask(cls, command: str, *args: Any) -> Any:
+        with cls._lock:
+            process = cls._process
+            if process is None or process.poll() is not None:
+                process = cls._process = cls._spawn()
+            assert process.stdin is not None and process.stdout is not None
+            process.stdin.write(json.dumps([command, *args]) + "\n")
+            process.stdin.flush()
+            reply = json.loads(process.stdout.readline() or '{"error": "server process died"}')
+        if "error" in reply:
+            raise RuntimeError(f"loopback server: {command}: {reply['error']}")
+        return reply["ok"]
+
+    @classmethod
+    def _spawn(cls) -> subprocess.Popen[str]:
+        here = str(Path(__file__).resolve().parent)
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
+        }
+        code = "import sys, loopback; loopback._serve(sys.stdin, sys.stdout)"
+        process = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        atexit.register(cls._end, process)
+        return process
+
+    @staticmethod
+    def _end(process: subprocess.Popen[str]) -> None:
+        if process.stdin is not None:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@dataclass
+class LoopbackHost:
+    """A server in the server process, as the tests see it: every read is fresh."""
+
+    address: str
+    port: int
+    ident: int
+
+    @property
+    def origin(self) -> str:
+        return f"http://{self.address}:{self.port}"
+
+    def url(self, path: str = "/") -> str:
+        return self.origin + path
+
+    def _state(self) -> dict[str, Any]:
+        state: dict[str, Any] = _Process.ask("state", self.ident)
+        return state
+
+    @property
+    def arrivals(self) -> list[Arrival]:
+        return [Arrival(**a) for a in self._state()["arrivals"]]
+
+    @property
+    def in_service(self) -> int:
+        return int(self._state()["in_service"])
+
+    @property
+    def max_in_service(self) -> int:
+        return int(self._state()["max_in_service"])
+
+    @property
+    def finished(self) -> list[float]:
+        return list(self._state()["finished"])
+
+    def forget_arrivals(self) -> None:
+        """Start counting arrivals afresh (after a warm-up request, say)."""
+        _Process.ask("forget", self.ident)
+
+    def arrival_times(self) -> list[float]:
+        return [a.time for a in self.arrivals]
+
+    def gaps(self) -> list[float]:
+        times = self.arrival_times()
+        return [b - a for a, b in itertools.pairwise(times)]
+
+
+def _start(count: int, first: int) -> list[LoopbackHost]:
+    addresses = [f"127.0.0.{first + i}" for i in range(count)]
+    started = _Process.ask("start", addresses)
+    return [
+        LoopbackHost(address, port, ident)
+        for address, (ident, port) in zip(addresses, started, strict=True)
+    ]
+
+
+@asynccontextmanager
+async def loopback_hosts(count: int = 2, *, first: int = 2) -> AsyncIterator[list[LoopbackHost]]:
+    """Start ``count`` servers on 127.0.0.{first}, 127.0.0.{first + 1} …"""
+    hosts = _start(count, first)
+    try:
         yield hosts
+    finally:
+        _Process.ask("stop", [host.ident for host in hosts])
 
 
 @contextmanager
 def running_hosts(count: int, *, first: int = 2) -> Iterator[list[LoopbackHost]]:
-    """Loopback hosts served by a loop in a background thread (for threaded clients)."""
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    stop = asyncio.Event()
-    hosts: list[LoopbackHost] = []
-
-    async def serve() -> None:
-        async with loopback_hosts(count, first=first) as started:
-            hosts.extend(started)
-            ready.set()
-            await stop.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),))
-    thread.start()
-    assert ready.wait(30)
+    """:func:`loopback_hosts` for tests without an event loop of their own (threads)."""
+    hosts = _start(count, first)
     try:
         yield hosts
     finally:
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(30)
-        loop.close()
+        _Process.ask("stop", [host.ident for host in hosts])

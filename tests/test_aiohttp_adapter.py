@@ -71,7 +71,7 @@ async def warm_up(session: aiohttp.ClientSession, host: LoopbackHost) -> None:
     the first request of a test spends connecting.
     """
     await fetch(session, host.url("/warm-up"), headers={"X-AutoThrottle": "bypass"})
-    host.arrivals.clear()
+    host.forget_arrivals()
 
 
 # Arrival gaps are measured at the server, after the client's and the server's

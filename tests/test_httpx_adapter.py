@@ -85,7 +85,7 @@ async def warm_up(client: httpx.AsyncClient, *hosts: LoopbackHost) -> None:
     """
     for host in hosts:
         await client.get(host.url("/warm-up"), headers={"X-AutoThrottle": "bypass"})
-        host.arrivals.clear()
+        host.forget_arrivals()
 
 
 def closed_port(address: str) -> int:
@@ -457,7 +457,7 @@ async def test_throttled_client_keeps_environment_proxies_throttled(
         monkeypatch.setenv("HTTP_PROXY", proxy.origin)
         async with AsyncThrottledClient(throttle=throttle) as client:
             await client.get(target.url("/warm-up"), headers={"X-AutoThrottle": "bypass"})
-            proxy.arrivals.clear()
+            proxy.forget_arrivals()
             await asyncio.gather(*(client.get(target.url(f"/via/{i}")) for i in range(3)))
     # The proxy got the requests; the slot is the target host's.
     assert target.arrivals == []
