@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-__all__ = ["install_command", "missing_extra"]
+__all__ = ["install_command", "missing_extra", "missing_extra_error"]
 
 
 def _checkout() -> Path | None:
@@ -37,3 +37,8 @@ def missing_extra(what: str, modules: list[str], extras: str) -> str:
         f"{what} needs {', '.join(modules)}, which {verb} not installed "
         f"(the '{extras}' extra). Install it with:\n  {install_command(extras)}"
     )
+
+
+def missing_extra_error(what: str, module: str, extras: str) -> ImportError:
+    """The error to raise when importing ``what`` found ``module`` missing."""
+    return ImportError(missing_extra(what, [module], extras), name=module)

@@ -64,6 +64,13 @@ from time import perf_counter
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
+try:
+    import aiohttp as _needed  # noqa: F401  (the extra this module needs)
+except ImportError as _missing:  # pragma: no cover - depends on the environment
+    from ._extras import missing_extra_error
+
+    raise missing_extra_error("autothrottle.aiohttp", "aiohttp", "aiohttp") from _missing
+
 import aiohttp
 from aiohttp import (
     ClientHandlerType,

@@ -69,6 +69,13 @@ of httpx with the same API, generated from the same source.
 
 from __future__ import annotations
 
+try:
+    import httpx as _needed  # noqa: F401  (the extra this module needs)
+except ImportError as _missing:  # pragma: no cover - depends on the environment
+    from ._extras import missing_extra_error
+
+    raise missing_extra_error("autothrottle.httpx", "httpx", "httpx") from _missing
+
 from ._httpx._async import AsyncThrottledClient, AsyncThrottledTransport
 from ._httpx._common import ThrottlePoolTimeout
 from ._httpx._sync import ThrottledClient, ThrottledTransport

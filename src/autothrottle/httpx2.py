@@ -70,6 +70,13 @@ of httpx2 with the same API, generated from the same source.
 
 from __future__ import annotations
 
+try:
+    import httpx2 as _needed  # noqa: F401  (the extra this module needs)
+except ImportError as _missing:  # pragma: no cover - depends on the environment
+    from ._extras import missing_extra_error
+
+    raise missing_extra_error("autothrottle.httpx2", "httpx2", "httpx2") from _missing
+
 from ._httpx2._async import AsyncThrottledClient, AsyncThrottledTransport
 from ._httpx2._common import ThrottlePoolTimeout
 from ._httpx2._sync import ThrottledClient, ThrottledTransport

@@ -29,6 +29,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+try:
+    import opentelemetry as _needed  # noqa: F401  (the extra this module needs)
+except ImportError as _missing:  # pragma: no cover - depends on the environment
+    from ._extras import missing_extra_error
+
+    raise missing_extra_error("autothrottle.otel", "opentelemetry", "otel") from _missing
+
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 

@@ -44,6 +44,13 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+try:
+    import redis as _needed  # noqa: F401  (the extra this module needs)
+except ImportError as _missing:  # pragma: no cover - depends on the environment
+    from ._extras import missing_extra_error
+
+    raise missing_extra_error("autothrottle.redis", "redis", "redis") from _missing
+
 import redis
 import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
@@ -169,7 +176,7 @@ class RedisStore:
         prefix: Names the crawl: throttles with different prefixes share nothing.
         ttl: Seconds a slot's shared state outlives its last use (default a day).
         idle_timeout: Seconds an idle slot stays in this process (as
-            :class:`~autothrottle.MemoryStore`).
+            :class:`~autothrottle.store.MemoryStore`).
         timeout: Seconds a Redis call may take before the process paces alone.
         retry_after: Seconds between tries while Redis is down.
         fail_closed: Wait for Redis instead of pacing alone while it is down.

@@ -59,6 +59,13 @@ from collections.abc import Mapping
 from time import perf_counter
 from typing import Any
 
+try:
+    import requests as _needed  # noqa: F401  (the extra this module needs)
+except ImportError as _missing:  # pragma: no cover - depends on the environment
+    from ._extras import missing_extra_error
+
+    raise missing_extra_error("autothrottle.requests", "requests", "requests") from _missing
+
 import requests
 import requests.adapters
 import urllib3

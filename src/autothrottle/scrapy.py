@@ -47,6 +47,14 @@ from time import perf_counter
 from typing import Any, Self, cast
 
 import anyio
+
+try:
+    import scrapy as _needed  # noqa: F401  (the extra this module needs)
+except ImportError as _missing:  # pragma: no cover - depends on the environment
+    from ._extras import missing_extra_error
+
+    raise missing_extra_error("autothrottle.scrapy", "scrapy", "scrapy") from _missing
+
 from scrapy import Request, Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.exceptions import IgnoreRequest
