@@ -462,6 +462,17 @@ def test_per_host_settings_and_download_slots() -> None:
     assert api.max_concurrency == 2
 
 
+@pytest.mark.parametrize(
+    "header", ["no-adjust, slot=api, max-wait=2.5", "bypass", "cost=600", "cost=500+100"]
+)
+def test_options_from_the_header_are_kept_in_the_meta_for_retries(header: str) -> None:
+    from autothrottle._request import options_from_header, options_from_mapping
+    from autothrottle.scrapy import _as_meta
+
+    options = options_from_header(header)
+    assert options_from_mapping({"autothrottle": _as_meta(options)}) == options
+
+
 def test_the_block_statuses_back_off_as_blocks() -> None:
     throttle = build({"AUTOTHROTTLE_BLOCK_STATUSES": [403], "AUTOTHROTTLE_START_DELAY": 1.0})
     throttle.observe("a.example", latency=0.1, status=403)

@@ -317,6 +317,11 @@ def _as_meta(options: RequestOptions) -> dict[str, Any]:
         meta["slot"] = options.slot
     if options.max_wait is not None:
         meta["max_wait"] = options.max_wait
+    cost = options.cost
+    if isinstance(cost, int):
+        meta["cost"] = cost
+    elif cost is not None:
+        meta["cost"] = {"input": cost[0], "output": cost[1]}
     return meta
 
 
