@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import re
@@ -350,6 +351,38 @@ def _release_soon(loop: asyncio.AbstractEventLoop, lease: Lease) -> None:
         lease.release()
 
 
+_CLOSING: weakref.WeakKeyDictionary[Crawler, AutoThrottleMiddleware] = weakref.WeakKeyDictionary()
+"""Each crawl's middleware, told when its engine starts closing the spider."""
+
+
+def _hook_engine_close() -> None:
+    """Tell a crawl's middleware when its engine starts closing the spider.
+
+    Scrapy sends no signal then: ``spider_closed`` comes once every request
+    in progress, those waiting for their turn included, has finished. The
+    engine's close is wrapped on its class, once, before any spider opens, so
+    that callers holding the method already (Scrapy 2.13's CloseSpider keeps
+    ``engine.close_spider`` for its timeout) reach the wrapper too; engines
+    of crawls without the middleware are not affected.
+    """
+    from scrapy.core.engine import ExecutionEngine
+
+    for name in ("close_spider_async", "close_spider"):
+        original = getattr(ExecutionEngine, name, None)
+        if original is None or getattr(original, "_autothrottle", False):
+            continue
+
+        def closing(engine: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+            middleware = _CLOSING.get(engine.crawler)
+            if middleware is not None:
+                middleware._begin_closing()
+            return __original(engine, *args, **kwargs)
+
+        closing._autothrottle = True  # type: ignore[attr-defined]
+        functools.update_wrapper(closing, original)
+        setattr(ExecutionEngine, name, closing)
+
+
 class AutoThrottleMiddleware:
     """A Scrapy downloader middleware that paces every download slot with autothrottle.
 
@@ -385,8 +418,9 @@ class AutoThrottleMiddleware:
         self._closing = False
         self._refusals = self.throttle.backoff_statuses
         self.throttle.listen(self._count)
+        _hook_engine_close()
+        _CLOSING[crawler] = self
         connect = crawler.signals.connect
-        connect(self._spider_opened, signal=signals.spider_opened)
         connect(self._spider_closed, signal=signals.spider_closed)
         connect(self._downloaded, signal=signals.response_downloaded)
         connect(self._response_received, signal=signals.response_received)
@@ -547,20 +581,6 @@ class AutoThrottleMiddleware:
             self._seen[key] = (snapshot.pauses, snapshot.cache_hits)
 
     # -- signals ------------------------------------------------------------------------
-
-    def _spider_opened(self, spider: Spider) -> None:
-        """Hook the engine's spider close: the requests waiting for their turn
-        give up at once (see :meth:`_give_back`)."""
-        engine = self.crawler.engine
-        assert engine is not None
-        name = "close_spider_async" if hasattr(engine, "close_spider_async") else "close_spider"
-        close = getattr(engine, name)
-
-        def closing(*args: Any, **kwargs: Any) -> Any:
-            self._begin_closing()
-            return close(*args, **kwargs)
-
-        setattr(engine, name, closing)
 
     def _begin_closing(self) -> None:
         self._closing = True
