@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from autothrottle._limits import SUSTAINED_MARGIN, Budget, Limits
+from autothrottle._limits import Budget, Limits
 from autothrottle.store import RateLimit
 
 
@@ -47,7 +47,7 @@ def test_a_budget_holds_no_longer_than_max_pause() -> None:
 def test_the_policys_own_pace_holds_for_its_window() -> None:
     limits = Limits()
     Budget(300.0).apply(limits, RateLimit(5, 1.0, 10, window=10.0), 100.0, None, refused=False)
-    assert limits.sustained_gap == pytest.approx(1.0 * SUSTAINED_MARGIN)
+    assert limits.sustained_gap == pytest.approx(1.0)  # exactly the stated pace
     assert limits.sustained_until == pytest.approx(110.0)
 
 
@@ -61,7 +61,7 @@ def test_a_spent_budget_pauses_until_its_reset() -> None:
 def test_a_unit_spent_at_the_policys_own_pace_ends_the_window_one_gap_after_the_send() -> None:
     budget = RateLimit(0, 1.0, 10, window=1.0)  # 10 a second, t rounded up to 1 s
     wait = Budget(300.0).apply(Limits(), budget, 100.0, 99.95, refused=False)
-    assert wait == pytest.approx(0.1 * SUSTAINED_MARGIN - 0.05)
+    assert wait == pytest.approx(0.1 - 0.05)
 
 
 def test_a_refusal_pauses_for_the_whole_reset() -> None:

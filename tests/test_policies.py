@@ -39,7 +39,7 @@ from autothrottle import (
     Throttle,
 )
 from autothrottle.policy import DelayPolicy
-from helpers import FakeClock, bounded, record_of, refusal_floor, take
+from helpers import FakeClock, bounded, gate_of, record_of, refusal_floor, take
 
 KEY = "example.com"
 TOL = 1e-5  # looptime's clock ticks in microseconds
@@ -106,11 +106,13 @@ async def test_fixed_delay_backs_off_and_returns_as_the_floor_allows() -> None:
     refused_at = clock.now
     assert slot.delay == 1.0
     back_at = None
+    gap = slot.delay
     for _ in range(10_000):  # bounded: each turn moves the clock by the delay (>= 0.5 s)
         if clock.now - refused_at >= 30.0:
             break
-        clock.advance(slot.delay)
+        clock.advance(gap)
         lease = await take(throttle)
+        gap = slot.delay  # the gap this grant begins: a later fall does not shorten it
         lease.observe(latency=0.01, status=200)
         lease.release()
         elapsed = clock.now - refused_at
@@ -246,7 +248,8 @@ async def aimd_run(throttle: Throttle, clock: FakeClock, seconds: float) -> floa
     for _ in range(100_000):  # bounded: each turn moves the clock by the delay
         if clock.now - start >= seconds:
             break
-        clock.advance(slot.delay)
+        # The gap the last grant began (a delay that fell since does not shorten it).
+        clock.advance(max(0.0, gate_of(slot).send_at(clock.now) - clock.now))
         lease = await take(throttle)
         lease.observe(latency=0.001, status=200)
         lease.release()
@@ -276,7 +279,7 @@ async def test_aimd_decreases_multiplicatively_once_per_burst() -> None:
     assert 1.0 / before > 8.0
     leases = []
     for _ in range(5):
-        clock.advance(slot.delay)
+        clock.advance(max(0.0, gate_of(slot).send_at(clock.now) - clock.now))
         leases.append(await take(throttle))
     clock.advance(0.01)
     for lease in leases:

@@ -27,7 +27,14 @@ import statistics
 import anyio
 import pytest
 
-from autothrottle import FixedDelayPolicy, Lease, Slot, Throttle
+from autothrottle import (
+    AdaptiveConcurrencyPolicy,
+    AutoThrottlePolicy,
+    FixedDelayPolicy,
+    Lease,
+    Slot,
+    Throttle,
+)
 from autothrottle._gate import Ticket
 from autothrottle.store import MemoryStore
 from helpers import FakeClock, abandon, bounded, gate_of, grant_now, record_of, try_acquire
@@ -261,17 +268,41 @@ class TestSlotWakes:
 
 
 class TestSlotReevaluation:
-    def test_a_lower_delay_shortens_the_wait(self) -> None:
-        clock, throttle, slot = sans_io(start_delay=10.0)
+    def test_a_lower_delay_shortens_the_gaps_that_begin_after_it(self) -> None:
+        # Scrapy's scheduler: a gap begun at 10 s stays 10 s when a response
+        # lowers the delay; the next gap is the new delay.
+        clock, throttle, slot = sans_io(start_delay=10.0, policy=AutoThrottlePolicy())
         grant(slot, throttle)
         ticket = gate_of(slot).enqueue()
         assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(10.0)
         clock.advance(2.0)
         throttle.observe(KEY, latency=0.0, status=200)  # 10 -> 5
         assert slot.delay == 5.0
-        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(3.0)
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(8.0)
+        clock.advance(8.0)
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == 0.0
+        ticket = gate_of(slot).enqueue()
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(5.0)
+
+    def test_a_delay_set_by_hand_applies_to_the_gap_begun(self) -> None:
+        clock, throttle, slot = sans_io(start_delay=10.0, policy=AutoThrottlePolicy())
+        grant(slot, throttle)
+        ticket = gate_of(slot).enqueue()
+        clock.advance(2.0)
+        slot.delay = 3.0
+        assert try_acquire(slot, ticket, throttle.hold_timeout) == pytest.approx(1.0)
         slot.delay = 1.0  # already past: goes now
         assert try_acquire(slot, ticket, throttle.hold_timeout) == 0.0
+
+    def test_the_ramp_up_still_lets_a_held_delay_fall_within_a_gap(self) -> None:
+        # The ramp's fall is planned on time, not a response's: a slot that
+        # starts at 5 s sends its second request once t = 5 * 2 ** -t.
+        _clock, throttle, slot = sans_io(start_delay=5.0, policy=AdaptiveConcurrencyPolicy())
+        with grant(slot, throttle) as lease:
+            lease.observe(latency=0.01, status=200)
+        ticket = gate_of(slot).enqueue()
+        wait = try_acquire(slot, ticket, throttle.hold_timeout)
+        assert wait == pytest.approx(1.7, abs=0.1)
 
     def test_a_higher_delay_lengthens_the_wait(self) -> None:
         clock, throttle, slot = sans_io(start_delay=10.0)
@@ -703,7 +734,7 @@ async def test_driver_a_newcomer_queues_behind_a_woken_head() -> None:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ("observe_lower", 5.0),  # latency 0: 10 -> 5
+        ("observe_lower", 10.0),  # latency 0: 10 -> 5, the gap begun at 10 holds
         ("observe_higher", 40.0),  # latency 40: target 40 > 25
         ("set_lower", 2.0),
         ("set_below_elapsed", 1.0),  # already past: goes at once, at t0 + 1
@@ -736,7 +767,7 @@ async def test_driver_reevaluates_when_the_delay_changes(change: str, expected: 
 
 
 @looptime
-async def test_driver_a_response_lowering_the_delay_releases_the_whole_queue_sooner() -> None:
+async def test_driver_a_response_lowering_the_delay_speeds_the_gaps_after_the_one_begun() -> None:
     throttle = make(start_delay=10.0, max_concurrency=100)
     log: list[tuple[int, float]] = []
     async with bounded():
@@ -749,7 +780,8 @@ async def test_driver_a_response_lowering_the_delay_releases_the_whole_queue_soo
         for task in tasks:
             (await task).release()
     first.release()
-    assert [t - t0 for _, t in log] == pytest.approx([2.5, 5.0, 7.5], abs=TOL)
+    # The gap begun at 10 s holds (as Scrapy's scheduler holds it); the next ones are 2.5 s.
+    assert [t - t0 for _, t in log] == pytest.approx([10.0, 12.5, 15.0], abs=TOL)
 
 
 @looptime
@@ -902,13 +934,13 @@ async def test_driver_cancel_right_after_the_wake(wake: str) -> None:
         elif wake == "delay_drop":
             slot.delay = 0.0
         else:
-            throttle.observe(KEY, latency=0.0, status=200)  # 10 -> 5: head should go at 5
+            throttle.observe(KEY, latency=0.0, status=200)  # 10 -> 5: the gap begun holds
         head.cancel()
         lease = await second
         with pytest.raises(asyncio.CancelledError):
             await head
         lease.release()
-    expected = 5.0 if wake == "observe" else 1.0
+    expected = 10.0 if wake == "observe" else 1.0
     assert log == [(1, pytest.approx(t0 + expected, abs=TOL))]
     assert (slot.queued, slot.in_flight) == (0, 0)
 

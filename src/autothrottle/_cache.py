@@ -100,13 +100,26 @@ class CacheShare:
 
     @staticmethod
     def pace_origin(
-        share: float, delay: float, ask: Callable[[float], float], *, capped: bool
+        share: float,
+        delay: float,
+        ask: Callable[[float], float],
+        *,
+        capped: bool,
+        hits: float = 0.0,
     ) -> float:
         """The slot's delay when its policy paces the origin: ``ask`` (the policy)
         is handed the gap between sends that reach the origin, the delay over the
-        share and the :meth:`headroom`, and its answer is scaled back by both."""
+        share and the :meth:`headroom`, and its answer is scaled back by both.
+        ``hits``: seconds of the delay that pace the hits in flight, kept out of
+        what the policy is handed and added back (:meth:`hit_time`)."""
         headroom = CacheShare.headroom(share, capped=capped)
-        return ask(delay / (share * headroom)) * share * headroom
+        return ask(max(0.0, delay - hits) / (share * headroom)) * share * headroom + hits
+
+    @staticmethod
+    def hit_time(cache: Cache, share: float) -> float:
+        """Seconds of hits in flight per send at miss share ``share``: the hits'
+        share of the sends times their averaged latency (Little's law)."""
+        return (1.0 - share) * cache.hit_latency
 
     @staticmethod
     def cap(cache: Cache, limit: float, gap: float) -> bool:

@@ -11,7 +11,8 @@ The gate reads the slot's learned state (the pace, the limits, the cap) from
 its :class:`~autothrottle._state.SlotState` and writes none of it but the
 counters of sends (through :class:`~autothrottle._counters.Counters`). It
 keeps only what belongs to this process: the queue, the holds in flight, the
-last send, the jitter factor and the burst tokens.
+last send, the delay its gap began with, the jitter factor, the burst tokens,
+and for a strict pace the arrival guard (:mod:`autothrottle._arrivals`).
 
 This module's interface to the rest of the engine is :class:`Gate`'s public
 methods; nothing outside the engine calls it.
@@ -26,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
+from ._arrivals import ArrivalGuard
 from ._pace import RampUp
 from ._policy import SlotConfig
 from ._request import Cost
@@ -92,7 +94,10 @@ class Gate:
     """FIFO queue, concurrency cap, spacing, burst, pause and budget of one slot."""
 
     __slots__ = (
+        "_arrivals",
+        "_begun",
         "_clock",
+        "_due",
         "_factor",
         "_holds",
         "_queue",
@@ -129,7 +134,16 @@ class Gate:
         # The grant time and gap of the request that last went on the wire.
         self._wire_granted = -math.inf
         self._wire_gap = 0.0
+        # When the request that last went on the wire reached the host, at the
+        # latest; kept only while the slot's pace is strict (rule 10).
+        self._arrivals: ArrivalGuard | None = None
         self._factor = 1.0
+        # The delay in force at the last grant: a gap once begun is never
+        # shortened by a delay that fell since (rule 3).
+        self._begun = 0.0
+        # When the head was told it may go: how late it comes is the timing
+        # noise of this process (rule 10, the arrival margin).
+        self._due = -math.inf
         # Threads (the sync client, several event loops) share slots: every
         # change to the gate and to the slot's state happens under this lock.
         self.lock = threading.RLock()
@@ -176,7 +190,7 @@ class Gate:
     def send_at(self, now: float, cost: Cost | None = None) -> float:
         """The earliest time the next request (of ``cost`` tokens) may be sent,
         ignoring the cap."""
-        last = self.last_send
+        last = self._last_arrival(self.last_send)
         at = self.state.limits.pause_until
         if last is not None:
             at = max(self._spaced_at(now, last), at)
@@ -184,13 +198,24 @@ class Gate:
             at = max(at, TokenBudget.fits_at(self.token_book, cost, now))
         return at
 
+    def _last_arrival(self, last: float | None) -> float | None:
+        """Where the next gap counts from after a send at ``last``: ``last``, or
+        with a strict pace the latest the last request on the wire may have
+        reached the host, and the arrival margin on top (rule 10)."""
+        arrivals = self._arrivals
+        if arrivals is None or last is None:
+            return last
+        return arrivals.since(last, self.state.pace.delay)
+
     def _spaced_at(self, now: float, last: float) -> float:
         """When the spacing rules (delay, burst, budget, sustained pace) allow a send."""
         pace = self.state.pace
         limits = self.state.limits
         delay = pace.delay
+        if self._begun > delay:
+            delay = self._begun
         gap = delay * self._factor
-        if 0.0 < pace.ramp_to < delay:
+        if 0.0 < pace.ramp_to < pace.delay:
             # The headers' spacing below holds while the ramp-up runs too.
             at = self._ramped_at(now, last)
             gap = at - last
@@ -268,7 +293,7 @@ class Gate:
         """
         with self.lock:
             now = self._clock()
-            last = self._wire_last
+            last = self._last_arrival(self._wire_last)
             pause_until = self.state.limits.pause_until
             if last is None:
                 at = pause_until
@@ -288,6 +313,39 @@ class Gate:
             self._wire_granted = hold.sent_at
             self._wire_gap = hold.wire_gap
             return 0.0
+
+    def set_by_hand(self) -> None:
+        """The delay is being set by hand: it applies to the gap already begun."""
+        self._begun = 0.0
+
+    def answered(self, sent_at: float | None, latency: float, now: float) -> None:
+        """An answer came, ``latency`` seconds after its request (granted at
+        ``sent_at``) went on the wire: note when that request reached the host,
+        at the latest, while the slot's pace is strict (rule 10)."""
+        arrivals = self._arrivals
+        if arrivals is None:
+            if not self._strict(now):
+                return
+            arrivals = self._arrivals = ArrivalGuard()
+        last = sent_at is not None and sent_at == self._wire_granted
+        arrivals.answered(latency, self._wire_last if last else None)
+
+    def widen_margin(self, gap: float) -> bool:
+        """A refusal at the stated pace ``gap``: the arrival margin grows a step.
+        False when there is no guard or its margin is at its most: then the
+        refusal is not the host's jitter (``docs/recovery.md``)."""
+        arrivals = self._arrivals
+        return arrivals is not None and arrivals.widen(gap)
+
+    def _strict(self, now: float) -> bool:
+        """Whether the slot's gap is a pace it was told the host holds arrivals
+        to: the policy's own fixed pace, a ``min_delay``, or a pace the host
+        stated in its headers."""
+        config = self.config
+        if config.policy.strict_spacing or config.min_delay > 0.0:
+            return True
+        limits = self.state.limits
+        return now < limits.sustained_until or now < limits.budget_until
 
     # -- what the driver calls -----------------------------------------------------
 
@@ -329,11 +387,17 @@ class Gate:
         if len(self._holds) >= cap:
             self._expire(now)
             if len(self._holds) >= cap:
+                self._due = -math.inf
                 soonest = min(hold.expires_at for hold in self._holds)
                 return max(soonest - now, 0.0) if math.isfinite(soonest) else math.inf
         wait = self.send_at(now, ticket.cost) - now
         if wait > 0:
+            self._due = now + wait
             return wait
+        if self._due > -math.inf:
+            if self._arrivals is not None:
+                self._arrivals.late(now - self._due)
+            self._due = -math.inf
         self._queue.popleft()
         ticket.hold = self._grant(now, make, ticket.cost)
         self.wake()
@@ -375,9 +439,13 @@ class Gate:
         return min(float(burst), self._tokens + refill)
 
     def _grant(self, now: float, make: Callable[[float], H], cost: Cost | None = None) -> H:
-        last = self.last_send
+        last = self._last_arrival(self.last_send)
         gap = 0.0 if last is None else max(0.0, self._spaced_at(now, last) - last)
         self.last_send = now
+        pace = self.state.pace
+        # The ramp-up's fall is planned (it runs on time): only a delay a
+        # response set holds the gap it begins.
+        self._begun = 0.0 if 0.0 < pace.ramp_to < pace.delay else pace.delay
         for sends in self._window_sends:
             sends.append(now)
         if self.config.burst > 1:

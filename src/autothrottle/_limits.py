@@ -15,11 +15,7 @@ from dataclasses import dataclass
 
 from ._headers import RateLimit
 
-__all__ = ["SUSTAINED_MARGIN", "Budget", "Limits"]
-
-SUSTAINED_MARGIN = 1.02
-"""Sends at a policy's own pace are spaced this much wider: timer noise never packs
-one more request into a window than the quota allows."""
+__all__ = ["Budget", "Limits"]
 
 
 @dataclass(slots=True)
@@ -49,6 +45,13 @@ class Limits:
             return False
         self.pause_until = until
         return True
+
+    def stated_gap(self, now: float) -> float:
+        """The spacing the host's headers ask for at ``now`` (0: none in force)."""
+        gap = self.sustained_gap if now < self.sustained_until else 0.0
+        if now < self.budget_until and self.budget_gap > gap:
+            gap = self.budget_gap
+        return gap
 
     def bound(self, now: float, longest: float) -> None:
         """End every pause and budget of a loaded record within ``longest`` of ``now``.
@@ -103,7 +106,9 @@ class Budget:
         paced = budget.slowest
         sustained = paced.sustained
         if sustained is not None:
-            limits.sustained_gap = sustained * SUSTAINED_MARGIN
+            # Exactly the stated pace: the arrival guard keeps it as the host
+            # sees it (docs/scheduling.md, rule 10).
+            limits.sustained_gap = sustained
             horizon = max(budget.reset, paced.window or 0.0)
             limits.sustained_until = now + min(horizon, self.max_pause)
         return None
@@ -114,15 +119,11 @@ class Budget:
         the last unit went to a request sent at the policy's own pace."""
         wait = budget.reset
         sustained = budget.sustained
-        if (
-            not refused
-            and sustained is not None
-            and wait <= math.ceil(sustained * SUSTAINED_MARGIN)
-        ):
+        if not refused and sustained is not None and wait <= math.ceil(sustained):
             # The last unit went to a request sent at the policy's own pace,
             # and t is no later than one such gap rounded up to the second:
             # the window ends within that gap of the send, not at the
             # second t rounds to (nor one gap after the response).
             since = 0.0 if sent_at is None else max(0.0, now - sent_at)
-            wait = min(wait, max(0.0, sustained * SUSTAINED_MARGIN - since))
+            wait = min(wait, max(0.0, sustained - since))
         return wait

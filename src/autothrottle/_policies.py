@@ -45,10 +45,12 @@ class FixedDelayPolicy(DelayPolicy):
     """The same delay between sends, whatever the latency (Scrapy's DOWNLOAD_DELAY).
 
     Backoff signals still raise it; the delay returns to ``delay`` no faster
-    than the refusal floor allows.
+    than the refusal floor allows. The delay is kept as the host sees it
+    (``strict_spacing``).
     """
 
     __slots__ = ("delay",)
+    strict_spacing = True
 
     def __init__(self, delay: float) -> None:
         self.delay = check_number("delay", delay)
@@ -80,9 +82,14 @@ class FixedRatePolicy(DelayPolicy):
 
     The slot then goes at 10/s until it has sent 10,000 in the last day, and
     after that each send waits until the oldest of those is a day old.
+
+    The rate is kept as the host sees it (``strict_spacing``): a request held
+    up on its way does not let the next one arrive early
+    (``docs/scheduling.md``, rule 10).
     """
 
     __slots__ = ("burst", "per_second", "windows")
+    strict_spacing = True
 
     def __init__(
         self, per_second: float, *, burst: int = 1, windows: Iterable[tuple[int, float]] = ()

@@ -63,12 +63,18 @@ class DelayPolicy(ABC):
     refusal instead of several (see ``docs/recovery.md``). ``windows`` are
     further limits the slot keeps whatever the delay, each ``(count,
     seconds)``: never more than ``count`` sends in any ``seconds``
-    (``docs/scheduling.md``, rule 4).
+    (``docs/scheduling.md``, rule 4). ``strict_spacing`` says the delay is a
+    rate the host holds arrivals to (a fixed rate or delay): the gate then
+    keeps it as the host sees it, counting each gap from the latest moment the
+    previous request may have reached the host (``docs/scheduling.md``, rule
+    10); a pace a host stated in headers, or refused, is kept so whatever the
+    policy.
     """
 
     burst: int = 1
     ramp_up: float | None = None
     windows: tuple[tuple[int, float], ...] = ()
+    strict_spacing: bool = False
 
     def initial_delay(self, config: SlotConfig) -> float:
         """The delay of a slot that has seen no response yet."""

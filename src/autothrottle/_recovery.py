@@ -165,6 +165,13 @@ class Recovery:
             return None
         return (refusal.ok_count - 1) / span
 
+    def let_through(self, refusal: Refusal, gap: float, now: float) -> bool:
+        """Whether the host let the slot run at sends ``gap`` apart lately: the
+        success rate since the last refusal is within ``_CLOSE`` of that pace
+        (the evidence that a refusal at it is jitter, ``docs/recovery.md``)."""
+        rate = self.success_rate(refusal, now)
+        return rate is not None and rate * _CLOSE * gap >= 1.0
+
     def refused(self, refusal: Refusal, pace: float, now: float, factor: float = 2.0) -> None:
         """Remember a refusal of sends ``pace`` seconds apart, at ``now``.
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Callable, Mapping
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -124,17 +125,31 @@ class Rules:
         if self.listeners:
             self.listeners.tell(ThrottleEvent("response", slot.key, status, latency))
         cache_hit = from_cache is True
+        reason = self.signals.backoff_reason(status, fields)
+        read = None
         if self.signals.reads_headers:
             read = read_headers(status, fields, now=self._wall_clock(), from_cache=cache_hit)
             cache_hit = read.cache_hit
+        # A refusal at the pace the host was said to allow widens the margin a step.
+        edge = 0.0 if reason is None else self._edge_step(slot, read, sent_at, now)
+        if read is not None:
             said = read.retry_after is not None or read.rate_limit is not None or read.tokens
             if said or read.ignored:
-                self._apply_pacing_headers(slot, read, now, sent_at, refused=status >= 400)
+                self._apply_pacing_headers(
+                    slot, read, now, sent_at, refused=status >= 400, edge=edge
+                )
+        if status < 400:
+            # When this request reached the host, at the latest (a pace the
+            # headers just stated counts already). A refusal's latency is left
+            # out: answered without the work, it is no measure of the others.
+            slot.gate.answered(sent_at, latency, now)
         if cache_hit:
             state.counters.count_cache_hit()
-        reason = self.signals.backoff_reason(status, fields)
         if reason is not None:
-            self.backoff(slot, reason, sent_at, now, latency=latency, status=status)
+            if edge:
+                self._count_edge(slot, reason, latency, status)
+            else:
+                self.backoff(slot, reason, sent_at, now, latency=latency, status=status)
             return
         if status == 200 and not cache_hit:
             # What the host let through, adjusted or not: the lower bound of its limit.
@@ -190,7 +205,8 @@ class Rules:
         reach it (the delay over the miss share), and its answer is scaled back
         by the share, so that hits flow at the pace that keeps the origin where
         the policy wants it; a policy that caps requests in flight gets the
-        cap's headroom on top (``docs/signals.md``, "Caches", "In-flight cap").
+        cap's headroom on top, one that does not counts the hits in flight
+        against its target (``docs/signals.md``, "Caches", "In-flight cap").
         """
         state = slot.state
         config = slot.config
@@ -199,11 +215,17 @@ class Rules:
         policy = config.policy
         memory = state.pace.policy_state
         sample = Sample(latency, status, slot.gate.in_flight(), cache_hit, memory)
+        capped = policy.in_flight_limit(memory) is not None
+        # A policy with no cap of its own keeps `target_concurrency` in flight at
+        # the whole site, hits included: their share of the time in flight is
+        # added to the pace, outside what the policy is handed.
+        hits = 0.0 if capped else CacheShare.hit_time(cache, share) / config.target_concurrency
         delay = CacheShare.pace_origin(
             share,
             state.pace.delay,
             lambda gap: policy.next_delay(gap, sample, config),
-            capped=policy.in_flight_limit(memory) is not None,
+            capped=capped,
+            hits=hits,
         )
         limit = policy.in_flight_limit(memory)  # as the sample left it
         if limit is not None and CacheShare.cap(cache, limit, max(delay, config.min_delay, 1e-6)):
@@ -301,6 +323,51 @@ class Rules:
 
     # -- inside the rules ---------------------------------------------------------------
 
+    @staticmethod
+    def _stated_gap(slot: LiveSlot, now: float) -> float:
+        """The gap the slot was told its host allows (0: none): its policy's own
+        fixed pace, ``min_delay``, or the pace the host's headers stated."""
+        config = slot.config
+        policy = config.policy
+        gap = config.clamp(policy.initial_delay(config)) if policy.strict_spacing else 0.0
+        return max(gap, config.min_delay, slot.state.limits.stated_gap(now))
+
+    def _edge_step(
+        self, slot: LiveSlot, read: HeaderSignals | None, sent_at: float | None, now: float
+    ) -> float:
+        """A refusal of a request sent at the stated pace, which the host let the
+        slot keep until now: its arrival margin grows a step, and the stated gap
+        is returned; 0.0 when the refusal is a real one (``docs/recovery.md``,
+        "At the stated pace")."""
+        state = slot.state
+        if sent_at is None or not first_of_burst(sent_at, state.refusal.backoff_at):
+            return 0.0
+        gap = self._stated_gap(slot, now)
+        if gap <= 0.0 or state.pace.delay > gap:
+            return 0.0
+        if not self.recovery.let_through(state.refusal, gap, now):
+            return 0.0  # the host has not kept this pace: it is too fast
+        # A wait the host asked for longer than the gap rounded up to the
+        # second is a penalty, not the rounding of a token due within a gap.
+        longest = max(1.0, math.ceil(gap))
+        if read is not None:
+            if read.retry_after is not None and read.retry_after > longest:
+                return 0.0
+            budget = read.rate_limit
+            if budget is not None and budget.remaining <= 0 and budget.reset > longest:
+                return 0.0
+        return gap if slot.gate.widen_margin(gap) else 0.0
+
+    def _count_edge(self, slot: LiveSlot, reason: str, latency: float, status: int) -> None:
+        """Count a refusal that cost a margin step: a backoff, of a step."""
+        slot.state.counters.count_backoff(reason)
+        if self.listeners:
+            self.listeners.tell(ThrottleEvent("backoff", slot.key, reason=reason))
+        if self.debug:
+            delay = slot.state.pace.delay
+            in_flight = slot.gate.in_flight()
+            log_delay(slot.key, in_flight, delay, delay, "arrival margin", latency, status)
+
     def _apply_pacing_headers(
         self,
         slot: LiveSlot,
@@ -309,7 +376,12 @@ class Rules:
         sent_at: float | None,
         *,
         refused: bool,
+        edge: float = 0.0,
     ) -> None:
+        """Pause or space the slot as the headers say. ``edge``: the response refused
+        a request sent at this stated gap (:meth:`_edge_step`): no pause it asks
+        for lasts past one gap after that request, when the next send is due."""
+        latest = math.inf if not edge or sent_at is None else max(0.0, sent_at + edge - now)
         for problem in read.ignored:
             text = str(problem)
             # The kind is the header's name: a value that changes with every
@@ -318,14 +390,14 @@ class Rules:
             note(slot.noted, slot.key, kind, text, logging.INFO)
         signals = self.signals
         if signals.retry_after and read.retry_after is not None:
-            self.pause(slot, read.retry_after, now, reason="Retry-After")
+            self.pause(slot, min(read.retry_after, latest), now, reason="Retry-After")
         budget = read.rate_limit
         if signals.rate_limit_headers and budget is not None:
             wait = self._budget.apply(slot.state.limits, budget, now, sent_at, refused=refused)
             if wait is None:
                 slot.gate.wake()
             else:
-                self.pause(slot, wait, now, reason="rate-limit header")
+                self.pause(slot, min(wait, latest), now, reason="rate-limit header")
         if signals.rate_limit_headers and read.tokens:
             book = slot.gate.token_book
             wait = self._tokens.read(book, read.tokens, now, sent_at, refused=refused)

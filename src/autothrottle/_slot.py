@@ -154,6 +154,8 @@ class Slot:
 
         Settable within ``[min_delay, max_delay]``; outside it raises
         ``ValueError`` (a delay the policy could never reach would stall it).
+        A delay set here applies at once, to the gap already begun too (a
+        delay a response lowered shortens only the gaps after it).
         """
         return self._live.state.pace.delay
 
@@ -167,8 +169,10 @@ class Slot:
                 f"delay must be in [min_delay, max_delay] = "
                 f"[{config.min_delay:g}, {config.max_delay:g}], got {value!r}"
             )
-        if live.state.pace.set_delay(delay):
-            live.gate.wake()
+        with live.gate.lock:
+            live.gate.set_by_hand()
+            if live.state.pace.set_delay(delay):
+                live.gate.wake()
 
     @property
     def in_flight(self) -> int:

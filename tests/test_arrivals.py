@@ -1,0 +1,267 @@
+"""A strict pace kept as the host sees it: the arrival guard, and a refusal at the stated pace.
+
+The rules are docs/scheduling.md, rule 10 (the wire, and the arrival guard of a
+strict pace) and docs/recovery.md ("At the stated pace"). The guard is pure and
+tested with plain numbers; the gate and the rules with a hand-set clock: a
+lease's wire turn stands for the moment its request was written, the latency
+given to ``observe`` for what the host's answer took.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autothrottle import (
+    AdaptiveConcurrencyPolicy,
+    AutoThrottlePolicy,
+    FixedDelayPolicy,
+    FixedRatePolicy,
+    Throttle,
+)
+from autothrottle._arrivals import LATENCY_WINDOW, MARGIN_STEP, MAX_MARGIN_SHARE, ArrivalGuard
+from helpers import FakeClock, gate_of
+
+KEY = "example.com"
+
+
+def run_at_the_pace(clock: FakeClock, throttle: Throttle, n: int) -> float:
+    """``n`` requests at the slot's pace, each on the wire at once and answered 200
+    in 10 ms; the last send time."""
+    sent = -math.inf
+    for _ in range(n):
+        clock.advance(max(0.0, gate_of(throttle.slot(KEY)).send_at(clock.now) - clock.now))
+        lease = throttle.try_acquire(KEY)
+        assert lease is not None and lease.wire_wait() == 0.0
+        sent = lease.sent_at
+        lease.observe(latency=0.010, status=200)
+        lease.release()
+    return sent
+
+
+def refuse_next(clock: FakeClock, throttle: Throttle, headers: dict[str, str]) -> float:
+    clock.advance(max(0.0, gate_of(throttle.slot(KEY)).send_at(clock.now) - clock.now))
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    lease.observe(latency=0.001, status=429, headers=headers)
+    lease.release()
+    return lease.sent_at
+
+
+# -- the guard, with plain numbers ---------------------------------------------------------
+
+
+def test_the_first_answer_counts_its_whole_latency() -> None:
+    guard = ArrivalGuard()
+    guard.answered(0.030, wired_at=10.0)
+    # Nothing to compare with: all of it may have passed before the host stamped it.
+    assert guard.latest == pytest.approx(10.030)
+    assert guard.least_latency() == pytest.approx(0.030)
+
+
+def test_an_answer_slower_than_the_least_moves_the_arrival_by_the_excess() -> None:
+    guard = ArrivalGuard()
+    guard.answered(0.010, wired_at=0.0)
+    guard.answered(0.010, wired_at=0.5)
+    assert guard.latest == pytest.approx(0.010)  # no excess: unchanged
+    guard.answered(0.090, wired_at=1.0)  # held up 80 ms somewhere
+    assert guard.latest == pytest.approx(1.080)
+    assert guard.since(1.0, gap=0.5) == pytest.approx(1.080)
+
+
+def test_an_answer_faster_than_any_lately_counts_as_the_path_speeding_up() -> None:
+    guard = ArrivalGuard()
+    guard.answered(0.060, wired_at=0.0)
+    guard.answered(0.035, wired_at=0.5)  # 25 ms faster: the next may gain as much
+    assert guard.latest == pytest.approx(0.525)
+    assert guard.least_latency() == pytest.approx(0.035)
+
+
+def test_an_answer_that_came_after_the_next_request_went_teaches_no_arrival() -> None:
+    guard = ArrivalGuard()
+    guard.answered(0.010, wired_at=0.0)
+    guard.answered(0.800, wired_at=None)
+    assert guard.latest == pytest.approx(0.010)
+
+
+def test_the_least_latency_follows_a_path_that_got_slower() -> None:
+    guard = ArrivalGuard()
+    guard.answered(0.005, wired_at=None)
+    for _ in range(2 * LATENCY_WINDOW):
+        guard.answered(0.050, wired_at=None)
+    assert guard.least_latency() == pytest.approx(0.050)
+
+
+def test_the_margin_is_the_averaged_lateness_within_its_share_of_the_gap() -> None:
+    guard = ArrivalGuard()
+    assert guard.margin(0.5) == 0.0  # nothing observed: no margin at all
+    guard.late(0.002)
+    guard.late(0.004)
+    assert guard.lateness == pytest.approx(0.003)  # the plain mean of the first ones
+    assert guard.margin(0.5) == pytest.approx(0.003)
+    assert guard.since(1.0, gap=0.5) == pytest.approx(1.003)
+    guard.late(1.0)
+    assert guard.margin(0.5) == pytest.approx(MAX_MARGIN_SHARE * 0.5)
+
+
+def test_a_refusal_at_the_stated_pace_doubles_the_margin_up_to_its_share() -> None:
+    guard = ArrivalGuard()
+    gap = 0.5
+    assert guard.widen(gap)
+    assert guard.margin(gap) == pytest.approx(MARGIN_STEP)
+    margins = [MARGIN_STEP]
+    while guard.widen(gap):
+        margins.append(guard.margin(gap))
+    assert margins == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.010])
+    assert not guard.widen(gap)  # at its most: the next refusal is no jitter
+
+
+# -- the gate: a strict pace counts from the latest arrival ---------------------------------
+
+
+def strict(**kwargs: object) -> tuple[FakeClock, Throttle]:
+    clock = FakeClock()
+    return clock, Throttle(clock=clock, policy=FixedRatePolicy(2.0), **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_held_up_request_pushes_the_next_one_back_by_what_it_lost() -> None:
+    clock, throttle = strict()
+    slot = throttle.slot(KEY)
+    run_at_the_pace(clock, throttle, 3)  # the least latency: 10 ms
+    clock.advance(max(0.0, gate_of(slot).send_at(clock.now) - clock.now))
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None and lease.wire_wait() == 0.0
+    sent = clock.now
+    lease.observe(latency=0.070, status=200)  # 60 ms more than the least
+    lease.release()
+    clock.advance(0.5)
+    assert throttle.try_acquire(KEY) is None
+    assert gate_of(slot).send_at(clock.now) == pytest.approx(sent + 0.5 + 0.060)
+    clock.advance(0.060)
+    later = throttle.try_acquire(KEY)
+    assert later is not None and later.wire_wait() == 0.0  # the wire keeps it too
+
+
+def test_a_pace_nobody_stated_is_not_pushed_back() -> None:
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=AutoThrottlePolicy(), start_delay=0.5, max_delay=0.5)
+    for latency in (0.010, 0.300):
+        lease = throttle.try_acquire(KEY)
+        assert lease is not None and lease.wire_wait() == 0.0
+        lease.observe(latency=latency, status=200)
+        lease.release()
+        clock.advance(0.5)
+    assert throttle.try_acquire(KEY) is not None
+
+
+def test_a_grant_let_go_late_widens_every_gap_by_its_lateness() -> None:
+    clock, throttle = strict()
+    slot = throttle.slot(KEY)
+    gate = gate_of(slot)
+    first = throttle.try_acquire(KEY)
+    assert first is not None
+    first.observe(latency=0.010, status=200)
+    first.release()
+    ticket = gate.enqueue()
+    make = throttle._lease_factory(throttle._live(KEY), adjust=True)
+    assert gate.try_acquire(ticket, make) == pytest.approx(0.5)
+    clock.advance(0.5 + 0.004)  # the timer fired 4 ms late
+    assert gate.try_acquire(ticket, make) == 0.0
+    assert ticket.hold is not None
+    granted = clock.now
+    ticket.hold.release()  # type: ignore[attr-defined]
+    assert gate.send_at(clock.now) == pytest.approx(granted + 0.5 + 0.004)
+
+
+# -- the rules: a refusal at the stated pace -------------------------------------------------
+
+
+def test_a_refusal_at_the_stated_pace_costs_a_margin_step_not_a_retry_after_hole() -> None:
+    clock, throttle = strict()
+    slot = throttle.slot(KEY)
+    run_at_the_pace(clock, throttle, 8)
+    refused_at = refuse_next(clock, throttle, {"Retry-After": "1"})
+    snap = slot.snapshot()
+    assert slot.delay == 0.5  # no backoff: the pace is the one stated
+    assert snap.backoffs == 1 and snap.pauses == 1
+    # The host's token is due within one gap of the refused request: the
+    # whole-second Retry-After is its rounding, and no longer hole is kept.
+    assert slot.pause_until == pytest.approx(refused_at + 0.5)
+    assert gate_of(slot).send_at(clock.now) == pytest.approx(refused_at + 0.5 + MARGIN_STEP)
+
+
+def test_refusals_past_the_largest_margin_are_real_ones() -> None:
+    clock, throttle = strict()
+    slot = throttle.slot(KEY)
+    run_at_the_pace(clock, throttle, 8)
+    for _ in range(5):  # 1, 2, 4, 8, 10 ms
+        refuse_next(clock, throttle, {"Retry-After": "1"})
+        assert slot.delay == 0.5
+        run_at_the_pace(clock, throttle, 16)  # one refusal in 16 is still jitter
+    refuse_next(clock, throttle, {"Retry-After": "1"})
+    assert slot.delay == 1.0  # backed off as on any refusal
+
+
+def test_refusals_with_nothing_let_through_between_are_real_ones() -> None:
+    clock, throttle = strict()
+    slot = throttle.slot(KEY)
+    run_at_the_pace(clock, throttle, 8)
+    refuse_next(clock, throttle, {"Retry-After": "1"})
+    assert slot.delay == 0.5
+    for _ in range(3):
+        refuse_next(clock, throttle, {"Retry-After": "1"})
+    assert slot.delay > 0.5
+
+
+def test_a_long_retry_after_is_a_penalty_not_jitter() -> None:
+    clock, throttle = strict()
+    slot = throttle.slot(KEY)
+    run_at_the_pace(clock, throttle, 8)
+    refused_at = refuse_next(clock, throttle, {"Retry-After": "30"})
+    assert slot.delay == 1.0
+    assert slot.pause_until >= refused_at + 30.0
+
+
+def test_a_refusal_before_anything_was_let_through_is_a_real_one() -> None:
+    clock, throttle = strict()
+    refuse_next(clock, throttle, {"Retry-After": "1"})
+    assert throttle.slot(KEY).delay == 1.0
+
+
+def test_a_pace_the_host_never_kept_refused_is_a_real_refusal() -> None:
+    # A fixed delay of 50 ms against a host of 1/s: one success, then refused.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=FixedDelayPolicy(0.05))
+    run_at_the_pace(clock, throttle, 1)
+    refused_at = refuse_next(clock, throttle, {"Retry-After": "1"})
+    assert throttle.slot(KEY).delay == 0.1
+    assert throttle.slot(KEY).pause_until >= refused_at + 1.0
+
+
+def test_a_learned_pace_refused_backs_off() -> None:
+    # The adaptive policy's pace is its own estimate: a refusal says it is too fast.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=AdaptiveConcurrencyPolicy(), start_delay=0.5)
+    run_at_the_pace(clock, throttle, 4)
+    before = throttle.slot(KEY).delay
+    refuse_next(clock, throttle, {"Retry-After": "1"})
+    assert throttle.slot(KEY).delay > before
+
+
+def test_a_refusal_at_a_pace_the_headers_stated_costs_a_margin_step() -> None:
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=AutoThrottlePolicy(), start_delay=0.0)
+    slot = throttle.slot(KEY)
+    stated = {"RateLimit-Policy": '"default";q=5;w=1', "RateLimit": '"default";r=5;t=1'}
+    for _ in range(8):
+        clock.advance(max(0.0, gate_of(slot).send_at(clock.now) - clock.now))
+        lease = throttle.try_acquire(KEY)
+        assert lease is not None
+        lease.observe(latency=0.010, status=200, headers=stated)
+        lease.release()
+    delay = slot.delay
+    refused = {**stated, "RateLimit": '"default";r=0;t=1', "Retry-After": "1"}
+    refused_at = refuse_next(clock, throttle, refused)
+    assert slot.delay == delay
+    assert slot.pause_until == pytest.approx(refused_at + 0.2)
