@@ -23,7 +23,7 @@ import pytest
 PACKAGES = ["httpx", "httpx2"]
 
 #: Private names the tests reach, and the module of each (under ``_httpx`` or ``_httpx2``).
-PRIVATE = {"_LeaseStream": "_async"}
+PRIVATE = {"_LeaseStream": "_async", "_WireTracer": "_async"}
 
 
 def bind(names: dict[str, Any], request: pytest.FixtureRequest, monkeypatch: Any) -> str:

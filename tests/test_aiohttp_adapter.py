@@ -517,8 +517,8 @@ async def test_user_trace_configs_still_run() -> None:
     ):
         ctx = {"mine": 1, "autothrottle": {"slot": "traced"}}
         assert await fetch(session, host.url("/"), trace_request_ctx=ctx) == 200
-        assert session.trace_configs[0] is mine
-        assert len(session.trace_configs) == 2
+        # Ours are read without a TraceConfig of the throttle's: the user's is the only one.
+        assert session.trace_configs == [mine]
     assert seen == ["start 1", "connection", "end 200"]
     assert throttle.slot("traced").sent == 1
 
@@ -539,6 +539,26 @@ async def test_a_middleware_making_its_own_request_keeps_the_outer_options() -> 
     assert throttle.slot("api").sent == 1
     assert throttle.slot(key(side)).sent == 1
     assert key(api) not in throttle.snapshot()
+
+
+async def test_a_side_request_without_options_does_not_take_the_outer_ones() -> None:
+    # The session hands trace_request_ctx options to the middleware through
+    # the task's context; a request made from inside another must not see the
+    # outer request's, though it passes none of its own.
+    async def fetch_token(request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+        if request.url.path == "/api":
+            await fetch(session, side.url("/token"))
+        return await handler(request)
+
+    throttle = Throttle(start_delay=0.0)
+    async with (
+        loopback_hosts(2) as (api, side),
+        ThrottledSession(throttle=throttle, middlewares=(fetch_token,)) as session,
+    ):
+        await fetch(session, api.url("/api"), trace_request_ctx={"autothrottle": {"slot": "api"}})
+        await fetch(session, side.url("/after"))  # and nothing lingers after it
+    assert throttle.slot("api").sent == 1
+    assert throttle.slot(key(side)).sent == 2
 
 
 async def test_per_request_middlewares_replace_the_session_ones() -> None:

@@ -525,3 +525,34 @@ def test_key_for_rejects_a_bad_key_function_result(result: object) -> None:
         throttle.key_for("http://example.com/")
     assert "key" in str(info.value)
     assert repr(result) in str(info.value)
+
+
+# -- one response's values --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [
+        ("latency", math.nan),
+        ("latency", math.inf),
+        ("latency", -0.5),
+        ("latency", "0.1"),
+        ("latency", True),
+        ("status", True),
+        ("status", "200"),
+        ("status", 200.0),
+        ("headers", [("Age", "1")]),
+        ("from_cache", 1),
+    ],
+    ids=repr,
+)
+def test_each_response_is_checked_after_good_ones_too(field: str, bad: object) -> None:
+    # The good values adapters hand over take a short way through the checks;
+    # a bad one must still fail, naming the value, however many came before.
+    throttle = Throttle(start_delay=0.0)
+    good: dict[str, Any] = {"latency": 0.01, "status": 200, "headers": {"Age": "0"}}
+    for _ in range(3):
+        throttle.observe("k", **good)
+    with pytest.raises((TypeError, ValueError)) as info:
+        throttle.observe("k", **{**good, field: bad})
+    assert_names(info, field, bad)

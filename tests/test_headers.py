@@ -439,6 +439,27 @@ def test_client_header_types() -> None:
     assert cache_hit(200, proxy)
 
 
+def test_a_name_passed_over_once_does_not_hide_the_ones_read() -> None:
+    # Names the table does not read are remembered, so a response with only
+    # such names costs one check; a known one beside them must still be read.
+    for _ in range(3):
+        assert read_headers(200, {"X-Unread-Name": "1"}, now=NOW) == HeaderSignals()
+    both = {"X-Unread-Name": "1", "Retry-After": "4"}
+    assert read_headers(200, both, now=NOW).retry_after == 4.0
+    proxy = multidict.CIMultiDictProxy(multidict.CIMultiDict(both))
+    assert read_headers(200, proxy, now=NOW).retry_after == 4.0
+    assert read_headers(200, httpx.Headers(both), now=NOW).retry_after == 4.0
+
+
+def test_the_names_passed_over_are_bounded() -> None:
+    from autothrottle._headers import _names
+
+    for i in range(3 * _names._PASSED_KEPT):
+        read_headers(200, {f"X-Invented-{i}": "1"}, now=NOW)
+    assert len(_names._PASSED) <= _names._PASSED_KEPT
+    assert read_headers(200, {"X-Invented-0": "1", "Age": "5"}, now=NOW).age == 5.0
+
+
 def test_read_headers_nothing_relevant() -> None:
     assert read_headers(200, {"Content-Type": "text/html"}, now=NOW) == HeaderSignals()
     assert read_headers(304, {}, now=NOW) == HeaderSignals(cache_hit=True)

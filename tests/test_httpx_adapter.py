@@ -22,6 +22,8 @@ import pytest
 from aiohttp import web
 
 from autothrottle import AutoThrottlePolicy, Throttle
+from autothrottle._exchange import Exchange
+from autothrottle._httpx._async import _WireTracer
 from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport
 from autothrottle.store import MemoryStore
 from helpers import wait_until
@@ -205,6 +207,45 @@ async def test_users_trace_callback_still_runs() -> None:
     assert request.extensions["trace"] is trace
     latency = throttle.slot(host.address).last_latency
     assert latency is not None and latency >= 0.059
+
+
+async def test_without_a_trace_of_the_callers_httpcore_stops_tracing_once_on_the_wire(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each httpcore event costs an awaited call: the throttle's own callback
+    # takes the wire turn at the headers and then takes itself off the request.
+    seen: list[str] = []
+    call = _WireTracer.__call__
+
+    async def spy(self: Any, name: str, info: dict[str, Any]) -> None:
+        seen.append(name)
+        await call(self, name, info)
+
+    monkeypatch.setattr(_WireTracer, "__call__", spy)
+    throttle = fixed(0.2)
+    async with loopback_hosts(1) as (host,), client_for(throttle) as client:
+        for _ in range(3):
+            response = await client.get(host.url("/"))
+            assert response.status_code == 200
+            assert "trace" not in response.request.extensions
+    headers_sent = [name for name in seen if name.endswith("send_request_headers.started")]
+    assert len(headers_sent) == 3  # the wire turn was taken each time
+    assert not any("receive_response" in name or "response_closed" in name for name in seen)
+    assert all(gap >= 0.2 - 0.02 for gap in host.gaps()), host.gaps()
+    latency = throttle.slot(host.address).last_latency
+    assert latency is not None and latency < 5.0
+
+
+def test_the_wire_tracer_stays_for_a_proxy_tunnels_connect() -> None:
+    throttle = Throttle(start_delay=0.0)
+    tracer = _WireTracer(Exchange(throttle.acquire_blocking("k"), 0.0))
+    tracer.extensions = {"trace": tracer}
+    connect = type("Request", (), {"method": b"CONNECT"})()
+    get = type("Request", (), {"method": b"GET"})()
+    asyncio.run(tracer("http11.send_request_headers.started", {"request": connect}))
+    assert tracer.extensions == {"trace": tracer}  # the tunnel's CONNECT: not yet
+    asyncio.run(tracer("http11.send_request_headers.started", {"request": get}))
+    assert tracer.extensions == {}
 
 
 # -- per-request control -----------------------------------------------------

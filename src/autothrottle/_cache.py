@@ -68,6 +68,8 @@ class CacheShare:
     def miss(cache: Cache, responses: int) -> float:
         """Count a response that reached the origin (the ``responses``-th); the new share."""
         share = cache.miss_share
+        if share == 1.0:
+            return share  # no hit seen yet (most slots): a miss leaves the share at 1
         cache.miss_share = share = share + _weight(responses) * (1.0 - share)
         return share
 

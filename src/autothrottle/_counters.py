@@ -18,6 +18,9 @@ __all__ = ["LATENCY_BUCKETS", "Counters"]
 LATENCY_BUCKETS = 80
 """Quarter-octave latency buckets from 1 ms; the last starts at 2**19.75 ms."""
 
+_LAST_BUCKET = LATENCY_BUCKETS - 1
+_log2 = math.log2
+
 
 @dataclass(slots=True)
 class Counters:
@@ -62,11 +65,11 @@ class Counters:
         """A response of ``status`` arrived at ``now``, ``latency`` seconds after it was sent."""
         self.responses += 1
         self.status_counts[status] += 1
-        index = 0 if latency <= 0.001 else int(4.0 * math.log2(latency / 0.001))
+        index = 0 if latency <= 0.001 else int(4.0 * _log2(latency / 0.001))
         buckets = self.latency_buckets
         if not buckets:
             buckets.extend([0] * LATENCY_BUCKETS)
-        buckets[min(index, LATENCY_BUCKETS - 1)] += 1
+        buckets[index if index < _LAST_BUCKET else _LAST_BUCKET] += 1
         self.last_latency = latency
         self.last_activity = now
 

@@ -40,31 +40,27 @@ class ThrottleEvent:
 Listener = Callable[[ThrottleEvent], None]
 
 
-class Listeners:
-    """The listeners of one throttle, in the order they were added."""
+class Listeners(list[Listener]):
+    """The listeners of one throttle, in the order they were added.
 
-    __slots__ = ("_listeners",)
+    A list, so that ``if listeners:`` (asked for every response) costs no call.
+    """
 
-    def __init__(self) -> None:
-        self._listeners: list[Listener] = []
-
-    def __bool__(self) -> bool:
-        return bool(self._listeners)
+    __slots__ = ()
 
     def add(self, listener: Listener) -> Callable[[], None]:
         """Add ``listener``; returns a function that removes it (safe to call twice)."""
-        listeners = self._listeners
-        listeners.append(listener)
+        self.append(listener)
 
         def stop() -> None:
-            if listener in listeners:
-                listeners.remove(listener)
+            if listener in self:
+                self.remove(listener)
 
         return stop
 
     def tell(self, event: ThrottleEvent) -> None:
         """Hand ``event`` to every listener; a failing listener is logged, never raised."""
-        for listener in self._listeners:
+        for listener in self:
             try:
                 listener(event)
             except Exception:

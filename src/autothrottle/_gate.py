@@ -99,9 +99,11 @@ class Gate:
         "_clock",
         "_due",
         "_factor",
+        "_gap",
         "_holds",
         "_queue",
         "_rng",
+        "_soonest",
         "_tokens",
         "_tokens_at",
         "_window_sends",
@@ -129,6 +131,11 @@ class Gate:
         self._rng = rng
         self._queue: deque[Ticket] = deque()
         self._holds: set[Hold] = set()
+        # No hold expires before this (a lower bound): most checks for expired
+        # holds, one per response, then cost no walk over the holds.
+        self._soonest = math.inf
+        # The gap the next send keeps after the last one, as send_at found it.
+        self._gap = 0.0
         self.last_send: float | None = None
         self._wire_last: float | None = None
         # The grant time and gap of the request that last went on the wire.
@@ -163,7 +170,7 @@ class Gate:
 
     def in_flight(self) -> int:
         """Holds not yet released nor expired."""
-        if self._holds:
+        if self._holds and self._clock() >= self._soonest:
             with self.lock:
                 self._expire(self._clock())
         return len(self._holds)
@@ -189,11 +196,20 @@ class Gate:
 
     def send_at(self, now: float, cost: Cost | None = None) -> float:
         """The earliest time the next request (of ``cost`` tokens) may be sent,
-        ignoring the cap."""
+        ignoring the cap.
+
+        It also keeps the gap that time keeps after the last send, for the
+        grant that may follow at once, under the same hold of the lock.
+        """
         last = self._last_arrival(self.last_send)
         at = self.state.limits.pause_until
-        if last is not None:
-            at = max(self._spaced_at(now, last), at)
+        if last is None:
+            self._gap = 0.0
+        else:
+            spaced = self._spaced_at(now, last)
+            self._gap = spaced - last if spaced > last else 0.0
+            if spaced > at:
+                at = spaced
         if self.token_book.windows:
             at = max(at, TokenBudget.fits_at(self.token_book, cost, now))
         return at
@@ -229,9 +245,12 @@ class Gate:
             at = max(at, min(last + limits.budget_gap, limits.budget_until))
         if limits.sustained_gap > gap and now < limits.sustained_until:
             at = max(at, min(last + limits.sustained_gap, limits.sustained_until))
-        for (count, seconds), sends in zip(self.config.windows, self._window_sends, strict=True):
-            if len(sends) == count:  # the oldest of the last `count` must leave the window
-                at = max(at, sends[0] + seconds)
+        if self._window_sends:
+            for (count, seconds), sends in zip(
+                self.config.windows, self._window_sends, strict=True
+            ):
+                if len(sends) == count:  # the oldest of the last `count` must leave the window
+                    at = max(at, sends[0] + seconds)
         return at
 
     def _ramped_at(self, now: float, last: float) -> float:
@@ -291,7 +310,9 @@ class Gate:
         one step under the lock, so two requests never pass closer than the
         gap, however late either wakes up.
         """
-        with self.lock:
+        lock = self.lock
+        lock.acquire()  # not `with`: on every request, it costs twice as much
+        try:
             now = self._clock()
             last = self._last_arrival(self._wire_last)
             pause_until = self.state.limits.pause_until
@@ -313,6 +334,8 @@ class Gate:
             self._wire_granted = hold.sent_at
             self._wire_gap = hold.wire_gap
             return 0.0
+        finally:
+            lock.release()
 
     def set_by_hand(self) -> None:
         """The delay is being set by hand: it applies to the gap already begun."""
@@ -351,13 +374,17 @@ class Gate:
 
     def grant_now(self, make: Callable[[float], H], cost: Cost | None = None) -> H | None:
         """The fast path: a hold at once if nobody is queued and the gate is open."""
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             if self._queue or len(self._holds) >= self.cap():
                 return None
             now = self._clock()
             if now < self.send_at(now, cost):
                 return None
             return self._grant(now, make, cost)
+        finally:
+            lock.release()
 
     def enqueue(self, cost: Cost | None = None) -> Ticket:
         """Join the queue (with the request's cost in tokens, if it has one)."""
@@ -423,10 +450,14 @@ class Gate:
 
     def release(self, hold: Hold) -> None:
         """Stop counting ``hold`` as in flight."""
-        with self.lock:
+        lock = self.lock
+        lock.acquire()
+        try:
             self._holds.discard(hold)
             self.state.counters.touch(self._clock())
             self.wake()
+        finally:
+            lock.release()
 
     # -- inside the gate -------------------------------------------------------------
 
@@ -439,8 +470,8 @@ class Gate:
         return min(float(burst), self._tokens + refill)
 
     def _grant(self, now: float, make: Callable[[float], H], cost: Cost | None = None) -> H:
-        last = self._last_arrival(self.last_send)
-        gap = 0.0 if last is None else max(0.0, self._spaced_at(now, last) - last)
+        """Grant a hold at ``now``, right after :meth:`send_at` said it may go."""
+        gap = self._gap
         self.last_send = now
         pace = self.state.pace
         # The ramp-up's fall is planned (it runs on time): only a delay a
@@ -459,10 +490,17 @@ class Gate:
         hold = make(now)
         hold.wire_gap = gap
         self._holds.add(hold)
+        expires_at = hold.expires_at
+        if expires_at < self._soonest:
+            self._soonest = expires_at
         return hold
 
     def _expire(self, now: float) -> None:
-        expired = [hold for hold in self._holds if hold.expires_at <= now]
+        if now < self._soonest:
+            return
+        holds = self._holds
+        expired = [hold for hold in holds if hold.expires_at <= now]
         for hold in expired:
             hold.expire()
-            self._holds.discard(hold)
+            holds.discard(hold)
+        self._soonest = min((hold.expires_at for hold in holds), default=math.inf)

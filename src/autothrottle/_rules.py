@@ -31,7 +31,7 @@ from ._limits import Budget
 from ._log import log_delay, log_pause, note, seconds_text
 from ._pace import RampUp
 from ._policies import AutoThrottlePolicy
-from ._policy import Sample, SlotConfig
+from ._policy import Sample, SlotConfig, new_sample
 from ._recovery import Recovery, first_of_burst, refused_pace
 from ._settings import Signals
 from ._slot import LiveSlot
@@ -72,6 +72,7 @@ class Rules:
     __slots__ = (
         "_budget",
         "_clock",
+        "_reads_headers",
         "_tokens",
         "_wall_clock",
         "debug",
@@ -90,6 +91,7 @@ class Rules:
         debug: bool,
     ) -> None:
         self.signals = signals
+        self._reads_headers = signals.reads_headers  # frozen: read once, not per response
         self.recovery = recovery
         self.debug = debug
         self._budget = Budget(signals.max_pause)
@@ -100,7 +102,6 @@ class Rules:
 
     # -- a response ------------------------------------------------------------------
 
-    @_under_slot_lock
     def observe(
         self,
         slot: LiveSlot,
@@ -119,15 +120,39 @@ class Rules:
         the headers, since a cache further on may still have answered.
         """
         latency, status, fields = check_response(latency, status, headers, from_cache)
+        # The lock taken here, not by a decorator or a `with`: this runs for
+        # every response, and either costs as much as a good part of the rest.
+        lock = slot.gate.lock
+        lock.acquire()
+        try:
+            self._observe(slot, latency, status, fields, adjust, sent_at, from_cache)
+        finally:
+            lock.release()
+
+    def _observe(
+        self,
+        slot: LiveSlot,
+        latency: float,
+        status: int,
+        fields: Mapping[str, str],
+        adjust: bool,
+        sent_at: float | None,
+        from_cache: bool | None,
+    ) -> None:
         now = self._clock()
         state = slot.state
         state.counters.count_response(status, latency, now)
         if self.listeners:
             self.listeners.tell(ThrottleEvent("response", slot.key, status, latency))
         cache_hit = from_cache is True
-        reason = self.signals.backoff_reason(status, fields)
+        signals = self.signals
+        reason = (
+            signals.backoff_reason(status, fields)
+            if status in signals.backoff_statuses or signals.block_classifier is not None
+            else None  # the usual answer, without a call
+        )
         read = None
-        if self.signals.reads_headers:
+        if self._reads_headers:
             read = read_headers(status, fields, now=self._wall_clock(), from_cache=cache_hit)
             cache_hit = read.cache_hit
         # A refusal at the pace the host was said to allow widens the margin a step.
@@ -214,7 +239,7 @@ class Rules:
         share = cache.miss_share if cache_hit else CacheShare.miss(cache, state.counters.responses)
         policy = config.policy
         memory = state.pace.policy_state
-        sample = Sample(latency, status, slot.gate.in_flight(), cache_hit, memory)
+        sample = new_sample(latency, status, slot.gate.in_flight(), cache_hit, memory)
         capped = policy.in_flight_limit(memory) is not None
         # A policy with no cap of its own keeps `target_concurrency` in flight at
         # the whole site, hits included: their share of the time in flight is

@@ -18,6 +18,7 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ._gate import Gate
 from ._headers import RateLimit
@@ -40,9 +41,11 @@ class LiveSlot:
         gate: Who may send now.
         noted: Kinds of header problem already logged (``docs/signals.md``).
         view: The public :class:`Slot` of this key.
+        hold_maker: What makes a hold of this slot, kept by the throttle
+            that owns the slot (None until its first).
     """
 
-    __slots__ = ("config", "gate", "key", "noted", "state", "view")
+    __slots__ = ("config", "gate", "hold_maker", "key", "noted", "state", "view")
 
     def __init__(
         self,
@@ -59,6 +62,7 @@ class LiveSlot:
         self.gate = Gate(state, config, clock=clock, rng=rng)
         self.noted: set[str] = set()
         self.view = Slot(self, clock)
+        self.hold_maker: Callable[[float], Any] | None = None
 
     def configure(self, config: SlotConfig) -> None:
         """Run with new settings from now on (``Throttle.set_host``), keeping the policy:

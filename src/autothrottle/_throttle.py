@@ -362,6 +362,10 @@ class Throttle:
         slot = self._live(key)
         make = self._lease_factory(slot, adjust)
         lease = slot.gate.grant_now(make, tokens)
+        if lease is not None and self._fleet is None:
+            if max_wait is not None:
+                check_number("max_wait", max_wait)
+            return lease  # the turn is now: nothing to wait for or bound
         waited = 0.0
         bound = self._wait_bound(slot, max_wait)
         if lease is None:
@@ -425,6 +429,16 @@ class Throttle:
         return slot.gate.grant_now(self._lease_factory(slot, adjust), tokens)
 
     def _lease_factory(self, slot: LiveSlot, adjust: bool) -> Callable[[float], Lease]:
+        """What makes the slot's leases: for the usual ``adjust``, made once per
+        slot (a closure made per request cost a third of taking a turn)."""
+        if not adjust:
+            return self._make_leases(slot, False)
+        maker: Callable[[float], Lease] | None = slot.hold_maker
+        if maker is None:
+            maker = slot.hold_maker = self._make_leases(slot, True)
+        return maker
+
+    def _make_leases(self, slot: LiveSlot, adjust: bool) -> Callable[[float], Lease]:
         rules: Reporter = self._rules if self._fleet is None else self._fleet
         expiry = self._rules.signals.hold_timeout
 

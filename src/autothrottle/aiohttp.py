@@ -1,4 +1,4 @@
-"""The aiohttp adapter: a client middleware and a TraceConfig that pace every request.
+"""The aiohttp adapter: a client middleware and two hooks that pace every request.
 
 Use :func:`ThrottledSession` exactly where ``aiohttp.ClientSession(...)`` was::
 
@@ -11,7 +11,7 @@ Use :func:`ThrottledSession` exactly where ``aiohttp.ClientSession(...)`` was::
             body = await response.read()
 
 It returns a plain :class:`aiohttp.ClientSession` (aiohttp forbids subclassing
-it) with two additions, both of which you may also install yourself with
+it) with these additions, which you may also install yourself with
 :func:`throttle_middleware` and :func:`throttle_trace_config`:
 
 * A client middleware, placed *last* in the session's middlewares. aiohttp
@@ -24,11 +24,14 @@ it) with two additions, both of which you may also install yourself with
   reading from the socket until you read, so that means until read), or the
   response is released or closed, or its connection is lost. A response never
   finished stops counting after the throttle's ``hold_timeout``.
-* A TraceConfig, appended to the session's trace configs. It reads the
-  per-request options from ``trace_request_ctx``, and when the connection is
-  ready (a new connection established or a pooled one taken) it takes the
-  request's turn on the wire, so the host sees the slot's spacing however long
-  the request waited for a connection, and starts the latency clock there.
+* A hook on the session's connector: when the connection is ready (a new
+  connection established or a pooled one taken) it takes the request's turn
+  on the wire, so the host sees the slot's spacing however long the request
+  waited for a connection, and starts the latency clock there.
+* A hook on the session's ``_request`` that reads the per-request options
+  from ``trace_request_ctx``. A session you build yourself reads them with
+  :func:`throttle_trace_config` instead, at the cost of aiohttp's trace
+  machinery on every request.
 
 Per-request options, in either form (they are merged)::
 
@@ -107,7 +110,12 @@ __all__ = [
     "throttle_trace_config",
 ]
 
-_INFO: weakref.WeakKeyDictionary[ClientResponse, ThrottleInfo] = weakref.WeakKeyDictionary()
+_EXCHANGE_ATTRIBUTE = "_autothrottle_exchange"
+"""Where a throttled response keeps its exchange (its :class:`ThrottleInfo` is
+made from it when asked for): an attribute, which costs a fraction of an entry
+in a ``WeakKeyDictionary``; that is kept for response classes with no room."""
+
+_INFO: weakref.WeakKeyDictionary[ClientResponse, Exchange] = weakref.WeakKeyDictionary()
 
 
 def throttle_info(response: ClientResponse) -> ThrottleInfo | None:
@@ -120,7 +128,10 @@ def throttle_info(response: ClientResponse) -> ThrottleInfo | None:
                 info = throttle_info(response)
                 throttle.backoff(url, sent_at=info.sent_at if info else None)
     """
-    return _INFO.get(response)
+    exchange = getattr(response, _EXCHANGE_ATTRIBUTE, None)
+    if exchange is None:
+        exchange = _INFO.get(response)
+    return None if exchange is None else exchange.info()
 
 
 def throttle_of(session: ClientSession) -> Throttle | None:
@@ -153,17 +164,18 @@ def _host_failure(error: BaseException) -> bool:
 
 @dataclass(eq=False, slots=True)
 class _RequestState:
-    """What the TraceConfig learned at ``on_request_start``, for the middleware."""
+    """A request's options from ``trace_request_ctx``, for the middleware."""
 
     options: RequestOptions
     previous: _RequestState | None
     done: bool = False
 
 
-# The request being made by the current task, set by the TraceConfig from
-# on_request_start to on_request_end/on_request_exception. Requests nest
-# (a middleware may make a request of its own before calling its handler), so
-# the end restores the value seen at the start.
+# The request being made by the current task: set for the request's life by
+# the session's _request hook, or by the TraceConfig from on_request_start to
+# on_request_end/on_request_exception. Requests nest (a middleware may make a
+# request of its own before calling its handler), so the end restores the
+# value seen at the start.
 _REQUEST: contextvars.ContextVar[_RequestState | None] = contextvars.ContextVar(
     "autothrottle_aiohttp_request", default=None
 )
@@ -225,8 +237,9 @@ async def _on_connection_ready(
 def throttle_trace_config() -> TraceConfig:
     """A TraceConfig that feeds per-request options and connection timing to the middleware.
 
-    :func:`ThrottledSession` adds one for you. Add it yourself, next to
-    :func:`throttle_middleware`, when you build the session::
+    :func:`ThrottledSession` needs none: it hooks its own session and
+    connector, at a fraction of the cost of aiohttp's trace machinery. Add it
+    yourself, next to :func:`throttle_middleware`, when you build the session::
 
         session = aiohttp.ClientSession(
             middlewares=(throttle_middleware(throttle),),
@@ -238,17 +251,12 @@ def throttle_trace_config() -> TraceConfig:
     and measures latency from the moment it hands the request on, which then
     includes connecting and waiting in the connector's pool.
     """
-    return _trace_config(connection_events=True)
-
-
-def _trace_config(*, connection_events: bool) -> TraceConfig:
-    config = _AutoThrottleTraceConfig()
+    config = TraceConfig()
     config.on_request_start.append(_on_request_start)
     config.on_request_end.append(_on_request_finish)
     config.on_request_exception.append(_on_request_finish)
-    if connection_events:
-        config.on_connection_create_end.append(_on_connection_ready)
-        config.on_connection_reuseconn.append(_on_connection_ready)
+    config.on_connection_create_end.append(_on_connection_ready)
+    config.on_connection_reuseconn.append(_on_connection_ready)
     return config
 
 
@@ -263,12 +271,18 @@ def _hook_connector(connector: BaseConnector) -> None:
         return
     connect = connector.connect
 
-    async def connect_then_wire(*args: Any, **kwargs: Any) -> Connection:
-        connection = await connect(*args, **kwargs)
+    # aiohttp's signature, spelled out (its names too: it passes them as keywords);
+    # repacking *args and **kwargs costs on every request.
+    async def connect_then_wire(
+        req: ClientRequest,
+        traces: Any,
+        timeout: Any,  # noqa: ASYNC109 (aiohttp's own parameter)
+    ) -> Connection:
+        connection = await connect(req, traces, timeout)
         exchange = _EXCHANGE.get()
-        if exchange is not None:
+        if exchange is not None and (wait := exchange.wire_now()) > 0.0:
             try:
-                await exchange.on_wire()
+                await exchange.on_wire(wait)
             except BaseException:
                 connection.close()
                 raise
@@ -278,29 +292,65 @@ def _hook_connector(connector: BaseConnector) -> None:
     connector._autothrottle_hooked = True  # type: ignore[attr-defined]
 
 
-class _AutoThrottleTraceConfig(TraceConfig):
-    """Marks our trace config so :func:`ThrottledSession` never adds a second one."""
+def _hook_request_options(session: ClientSession) -> None:
+    """Read ``trace_request_ctx`` options where the session takes them, for the middleware.
+
+    What :func:`throttle_trace_config` does, without a TraceConfig: with any
+    trace config at all, aiohttp builds the parameters of, and awaits, every
+    signal of every request (about 14 µs a request, ``docs/benchmarks.md``).
+    This wraps the session's ``_request`` once instead (every request method
+    goes through it, as the connector's ``connect`` is wrapped): a request
+    without ``trace_request_ctx`` goes on untouched, unless it is made from
+    inside another (a middleware's own request), where the outer options must
+    not leak into it.
+    """
+    send = session._request
+
+    def request(*args: Any, **kwargs: Any) -> Any:
+        ctx = kwargs.get("trace_request_ctx")
+        if ctx is None and _REQUEST.get() is None:
+            return send(*args, **kwargs)
+        return _request_with_options(send, ctx, args, kwargs)
+
+    # Past aiohttp's warning about setting attributes (in its debug mode): the
+    # session is ours, made by ThrottledSession.
+    object.__setattr__(session, "_request", request)
+
+
+async def _request_with_options(
+    send: Callable[..., Awaitable[ClientResponse]],
+    ctx: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> ClientResponse:
+    state = _RequestState(_options_of(ctx), None)
+    token = _REQUEST.set(state)
+    try:
+        return await send(*args, **kwargs)
+    finally:
+        state.done = True
+        _REQUEST.reset(token)
 
 
 # -- holding the slot until the response is finished --------------------------------
 
 
-class _Hold:
+class _Hold(Hold):
     """Releases a lease when its response is finished, exactly once.
 
     aiohttp releases (or closes) a response's connection when the body has
     arrived to the end, when the response is released or closed, and when a
     never-closed response is collected; :meth:`finished` rides on that. Two
     backstops: the connection being lost mid-body (server gone, session
-    closed), and the exchange's :class:`~autothrottle._exchange.Hold`, which
-    releases a response collected without reaching its connection. The
-    throttle's ``hold_timeout`` bounds everything else.
+    closed), and the exchange's :class:`~autothrottle._exchange.Hold` (which
+    this is), which releases a response collected without reaching its
+    connection. The throttle's ``hold_timeout`` bounds everything else.
     """
 
-    __slots__ = ("_closed", "_hold")
+    __slots__ = ("_closed",)
 
-    def __init__(self, hold: Hold, closed: asyncio.Future[None] | None) -> None:
-        self._hold = hold
+    def __init__(self, lease: Lease, response: object, closed: asyncio.Future[None] | None) -> None:
+        Hold.__init__(self, lease, response)
         self._closed = closed
         if closed is not None:
             closed.add_done_callback(self._on_lost)
@@ -309,7 +359,7 @@ class _Hold:
         if self._closed is not None:
             self._closed.remove_done_callback(self._on_lost)
             self._closed = None
-        self._hold.release()
+        self.release()
 
     def _on_lost(self, closed: asyncio.Future[None]) -> None:
         if not closed.cancelled():
@@ -336,17 +386,21 @@ def _unpin(response: ClientResponse) -> None:
 
 
 class _WeakCallback:
-    """A bound method held weakly; calling it after its object died does nothing."""
+    """A bound method held weakly; calling it after its object died does nothing.
 
-    __slots__ = ("_method",)
+    ``weakref.WeakMethod`` does the same at several times the cost.
+    """
+
+    __slots__ = ("_function", "_self")
 
     def __init__(self, method: Callable[[], None]) -> None:
-        self._method = weakref.WeakMethod(method)
+        self._function: Callable[[object], None] = method.__func__  # type: ignore[attr-defined]
+        self._self = weakref.ref(method.__self__)  # type: ignore[attr-defined]
 
     def __call__(self) -> None:
-        method = self._method()
-        if method is not None:
-            method()
+        target = self._self()
+        if target is not None:
+            self._function(target)
 
 
 def _hold_until_finished(response: ClientResponse, lease: Lease) -> None:
@@ -369,7 +423,7 @@ def _hold_until_finished(response: ClientResponse, lease: Lease) -> None:
         # The connection is already gone: the body can never finish.
         lease.release()
         return
-    hold = _Hold(Hold(lease, response), closed)
+    hold = _Hold(lease, response, closed)
     connection.add_callback(hold.finished)
     _unpin(response)
 
@@ -380,7 +434,7 @@ def _hold_until_finished(response: ClientResponse, lease: Lease) -> None:
 class _ThrottleMiddleware:
     """The client middleware; see :func:`throttle_middleware`."""
 
-    __slots__ = ("_header_options", "throttle")
+    __slots__ = ("_header_options", "_header_options_seen", "throttle")
 
     def __init__(self, throttle: Throttle) -> None:
         self.throttle = throttle
@@ -390,6 +444,7 @@ class _ThrottleMiddleware:
         self._header_options: weakref.WeakKeyDictionary[ClientRequest, RequestOptions] = (
             weakref.WeakKeyDictionary()
         )
+        self._header_options_seen = False  # the dictionary's length costs a call
 
     def __repr__(self) -> str:
         return f"<autothrottle middleware for {self.throttle!r}>"
@@ -401,7 +456,8 @@ class _ThrottleMiddleware:
             del headers[CONTROL_HEADER]
             from_header = options_from_header(", ".join(values))
             self._header_options[request] = from_header
-        elif self._header_options:
+            self._header_options_seen = True
+        elif self._header_options_seen:
             from_header = self._header_options.get(request, DEFAULT_OPTIONS)
         else:
             from_header = DEFAULT_OPTIONS
@@ -441,16 +497,19 @@ class _ThrottleMiddleware:
             raise
         finally:
             _EXCHANGE.reset(token)
+        # aiohttp's own response has no from_cache (a failed getattr costs).
+        from_cache = type(response) is not ClientResponse and (
+            getattr(response, "from_cache", False) is True
+        )
         try:
-            exchange.responded(
-                response.status,
-                response.headers,
-                from_cache=getattr(response, "from_cache", False) is True,
-            )
+            exchange.responded(response.status, response.headers, from_cache=from_cache)
         except BaseException:
             response.close()
             raise
-        _INFO[response] = exchange.info()
+        try:
+            setattr(response, _EXCHANGE_ATTRIBUTE, exchange)
+        except AttributeError:  # a response class with __slots__
+            _INFO[response] = exchange
         _hold_until_finished(response, exchange.lease)
         return response
 
@@ -567,10 +626,10 @@ else:
         share its slots.
 
         The wire turn and the latency clock hook the session's connector (its
-        ``connect``), so they cost no trace signals. ``request_options=False``
-        leaves out the TraceConfig that reads ``trace_request_ctx`` options: the
-        ``X-AutoThrottle`` header still works, and each request costs about 18 µs
-        less CPU (aiohttp's trace machinery; ``docs/benchmarks.md``).
+        ``connect``), and ``trace_request_ctx`` options are read by a hook on the
+        session's ``_request``, so neither costs aiohttp's trace signals.
+        ``request_options=False`` leaves that hook out (``trace_request_ctx``
+        options are then ignored; the ``X-AutoThrottle`` header still works).
         """
 
 
@@ -588,18 +647,19 @@ def _throttled_session(
             f"its own, so requests would be throttled twice: {user_middlewares!r}"
         )
     trace_configs = list(options.pop("trace_configs", None) or ())
-    if request_options and not any(isinstance(c, _AutoThrottleTraceConfig) for c in trace_configs):
-        trace_configs.append(_trace_config(connection_events=False))
     connector = options.pop("connector", None)
     if connector is None:
         connector = aiohttp.TCPConnector()
     elif not isinstance(connector, BaseConnector):
         raise TypeError(f"connector must be an aiohttp.BaseConnector, got {connector!r}")
     _hook_connector(connector)
-    return ClientSession(
+    session = ClientSession(
         base_url,
         connector=connector,
         middlewares=(*user_middlewares, middleware),
         trace_configs=trace_configs,
         **options,
     )
+    if request_options:
+        _hook_request_options(session)
+    return session

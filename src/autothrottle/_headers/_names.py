@@ -98,20 +98,39 @@ def display(name: str) -> str:
     return _NAMES.get(name, name)
 
 
+_PASSED: set[object] = set()
+"""Header names, as responses spell them, that the table does not read: most
+responses repeat the same few, and whether all of a response's names are
+among them is one call (a set's ``issuperset``) instead of a loop."""
+
+_PASSED_KEPT = 1024
+"""Names remembered at most (a server inventing names must not grow memory)."""
+
+
 def fold(headers: Mapping[str, str], notes: list[str]) -> dict[str, str]:
     """The headers of the table, keyed by lower-case name; the first value of each wins.
 
     Headers may arrive as any ``Mapping[str, str]``: httpx and aiohttp give
     case-insensitive ones, a plain dict is not, so names are matched in lower
     case here. A value longer than :data:`~._values.MAX_FIELD` is ignored
-    unread, and noted.
+    unread, and noted. Values are read only for the names in the table.
     """
+    passed = _PASSED
+    if passed.issuperset(headers):
+        return {}  # none of the names read: most responses
     folded: dict[str, str] = {}
-    for key, value in headers.items():
-        if not isinstance(key, str) or not isinstance(value, str):
+    for key in headers:
+        if key in passed:
             continue
-        name = key.lower()
-        if name not in _NAMES or name in folded:
+        name = key.lower() if isinstance(key, str) else ""
+        if name not in _NAMES:
+            if len(passed) < _PASSED_KEPT:
+                passed.add(key)
+            continue
+        if name in folded:
+            continue
+        value = headers[key]
+        if not isinstance(value, str):
             continue
         if len(value) > MAX_FIELD:
             notes.append(f"{key}: ignored, {len(value)} characters long")

@@ -90,6 +90,35 @@ class _Tracer:
             self.end = None
 
 
+class _WireTracer:
+    """httpcore ``trace`` callback for a request with none of the caller's own.
+
+    It takes the wire turn when the request's headers are about to go out,
+    then takes itself off the request (``extensions``, the dict httpcore
+    reads): httpcore stops emitting events, each of which costs an awaited
+    call. The latency then ends when httpcore hands the response back, as it
+    does under aiohttp. Through an HTTPS proxy it stays for the tunnel's
+    ``CONNECT`` and leaves at the real request, whose sending starts the latency.
+    """
+
+    __slots__ = ("exchange", "extensions")
+
+    end = None  # never timed here: the response's return is
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self.extensions: dict[str, Any] = {}
+
+    async def __call__(self, name: str, info: dict[str, Any]) -> None:
+        if name.endswith(STARTED):
+            exchange = self.exchange
+            wait = exchange.wire_now()
+            if wait > 0.0:
+                await exchange.on_wire(wait)
+            if getattr(info.get("request"), "method", None) != b"CONNECT":
+                self.extensions.pop("trace", None)
+
+
 class _LeaseStream(httpx.AsyncByteStream):
     """A response body that releases its request's lease once finished.
 
@@ -99,14 +128,20 @@ class _LeaseStream(httpx.AsyncByteStream):
 
     def __init__(self, inner: httpx.AsyncByteStream, lease: Lease) -> None:
         self._inner = inner
-        self._hold = Hold(lease, self)
+        self._hold: Hold | None = Hold(lease, self)
+
+    def _finished(self) -> None:
+        hold = self._hold
+        if hold is not None:  # once: the end of the body, then the close
+            self._hold = None
+            hold.release()
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._inner:  # unasync: yield from self._inner
                 yield chunk  # unasync: -
         finally:
-            self._hold.release()
+            self._finished()
 
     async def aclose(self) -> None:
         try:
@@ -114,7 +149,7 @@ class _LeaseStream(httpx.AsyncByteStream):
         finally:
             # After the inner close, so the connection is back in the pool
             # before the next request of the slot may go.
-            self._hold.release()
+            self._finished()
 
 
 class AsyncThrottledTransport(httpx.AsyncBaseTransport):
@@ -183,8 +218,15 @@ class AsyncThrottledTransport(httpx.AsyncBaseTransport):
         except ThrottleTimeout as error:
             raise timed_out(error, request, pool) from error
         exchange = Exchange(lease, asked)
-        tracer = _Tracer(exchange, send.extensions.get("trace"))
-        extensions = traced(send, tracer)
+        user = send.extensions.get("trace")
+        tracer: _Tracer | _WireTracer
+        if user is None:
+            tracer = _WireTracer(exchange)
+            extensions = traced(send, tracer)
+            tracer.extensions = send.extensions
+        else:
+            tracer = _Tracer(exchange, user)
+            extensions = traced(send, tracer)
         try:
             response = await self._inner.handle_async_request(send)
         except BaseException as error:
@@ -230,12 +272,14 @@ class _PoolPerOrigin(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         now = monotonic()
-        entry = self.pools.take(request.url, now)
+        pools = self.pools
+        entry = pools.take(request.url, now)
         try:
             response: httpx.Response = await entry.pool.handle_async_request(request)
-        finally:
-            self.pools.done(entry)
-        for pool in self.pools.expired(now):
+        except BaseException:
+            pools.done(entry)
+            raise
+        for pool in pools.done(entry, now):
             try:
                 await pool.aclose()
             except Exception:  # an idle pool of another origin: not this request's error

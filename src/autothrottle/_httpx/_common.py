@@ -112,10 +112,12 @@ def prepare(
     with httpx's own error (``UnsupportedProtocol``), as a plain client would.
     """
     options = options_from_mapping(request.extensions)
-    header = request.headers.get(CONTROL_HEADER)
+    # get_list, not get: httpx's get raises and catches a KeyError when the
+    # header is absent, as it is from almost every request.
+    values = request.headers.get_list(CONTROL_HEADER)
     send = request
-    if header is not None:
-        options = options.merged(options_from_header(header))
+    if values:
+        options = options.merged(options_from_header(", ".join(values)))
         send = _without_control_header(request)
     if options.bypass:
         return send, None, options
@@ -150,10 +152,12 @@ _DEFAULT_TIMEOUT = httpx.Timeout(5.0).as_dict()
 def timeout_is_set(kwargs: Mapping[str, Any], client_timeout_set: bool) -> bool:
     """Whether a request built with ``build_request(**kwargs)`` carries a timeout
     the user chose: per request, in its extensions, or on the client."""
+    if client_timeout_set:
+        return True
     if kwargs.get("timeout", httpx.USE_CLIENT_DEFAULT) is not httpx.USE_CLIENT_DEFAULT:
         return True
     extensions = kwargs.get("extensions")
-    return client_timeout_set or (isinstance(extensions, Mapping) and "timeout" in extensions)
+    return isinstance(extensions, Mapping) and "timeout" in extensions
 
 
 def _pool_bound(extensions: Mapping[str, Any]) -> float | None:
@@ -166,11 +170,13 @@ def _pool_bound(extensions: Mapping[str, Any]) -> float | None:
     ``httpx.AsyncClient`` around a transport, a timeout equal to httpx's
     default counts as the default.
     """
+    chosen = extensions.get(POOL_TIMEOUT_SET)
+    if chosen is False:
+        return None  # a throttled client's request with httpx's default: the usual
     timeout = extensions.get("timeout")
     pool = timeout.get("pool") if isinstance(timeout, dict) else None
     if not isinstance(pool, (int, float)):
         return None
-    chosen = extensions.get(POOL_TIMEOUT_SET)
     if chosen is None:
         chosen = timeout != _DEFAULT_TIMEOUT
     return float(pool) if chosen else None
@@ -182,8 +188,10 @@ def wait_bound(
     """The bound on the wait for the turn, and the pool timeout among it:
     the request's ``max_wait`` option, or a pool timeout the user set if shorter."""
     pool = _pool_bound(request.extensions)
-    bounds = [b for b in (pool, options.max_wait) if b is not None]
-    return (min(bounds) if bounds else None), pool
+    wait = options.max_wait
+    if pool is None or wait is None:
+        return (wait if pool is None else pool), pool
+    return min(pool, wait), pool
 
 
 def timed_out(
@@ -293,7 +301,9 @@ class Pools:
     def take(self, url: httpx.URL, now: float) -> PooledOrigin:
         """The pool for ``url``'s origin, made on first use, counted as sending."""
         origin = (url.scheme, url.host, url.port)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`: on every request, it costs twice as much
+        try:
             entry = self._origins.get(origin)
             if entry is None:
                 entry = self._origins[origin] = PooledOrigin(self._make(), now)
@@ -301,31 +311,45 @@ class Pools:
                 self._origins.move_to_end(origin)
                 entry.used_at = now
             entry.sending += 1
+        finally:
+            lock.release()
         return entry
 
-    def done(self, entry: PooledOrigin) -> None:
-        with self._lock:
+    def done(self, entry: PooledOrigin, now: float | None = None) -> list[Any]:
+        """A request of ``entry``'s pool is sent; with ``now``, also :meth:`expired`
+        (one hold of the lock for both)."""
+        lock = self._lock
+        lock.acquire()
+        try:
             entry.sending -= 1
+            return [] if now is None else self._expired(now)
+        finally:
+            lock.release()
 
     def expired(self, now: float) -> list[Any]:
         """The pools idle for ``expiry`` among the oldest few, taken out of the table."""
-        cutoff = now - self.expiry
-        closing = []
         with self._lock:
-            origins = self._origins
-            for _ in range(min(self.SWEEP, len(origins))):
-                origin, entry = next(iter(origins.items()))
-                if entry.used_at > cutoff:
-                    break  # everything after it was used more recently
-                del origins[origin]
-                if entry.sending or not _idle(entry.pool):
-                    entry.used_at = now  # busy (a long download): look again later
-                    origins[origin] = entry
-                else:
-                    closing.append(entry.pool)
-            if closing and len(closing) * 2 > len(origins):
-                # A dict never shrinks by itself: after a mass closing, rebuild it.
-                self._origins = OrderedDict(origins)
+            return self._expired(now)
+
+    def _expired(self, now: float) -> list[Any]:
+        cutoff = now - self.expiry
+        origins = self._origins
+        if not origins or next(iter(origins.values())).used_at > cutoff:
+            return []  # the oldest was used lately: the usual answer, found at once
+        closing: list[Any] = []
+        for _ in range(min(self.SWEEP, len(origins))):
+            origin, entry = next(iter(origins.items()))
+            if entry.used_at > cutoff:
+                break  # everything after it was used more recently
+            del origins[origin]
+            if entry.sending or not _idle(entry.pool):
+                entry.used_at = now  # busy (a long download): look again later
+                origins[origin] = entry
+            else:
+                closing.append(entry.pool)
+        if closing and len(closing) * 2 > len(origins):
+            # A dict never shrinks by itself: after a mass closing, rebuild it.
+            self._origins = OrderedDict(origins)
         return closing
 
     def clear(self) -> list[Any]:

@@ -88,6 +88,35 @@ class _Tracer:
             self.end = None
 
 
+class _WireTracer:
+    """httpcore ``trace`` callback for a request with none of the caller's own.
+
+    It takes the wire turn when the request's headers are about to go out,
+    then takes itself off the request (``extensions``, the dict httpcore
+    reads): httpcore stops emitting events, each of which costs an awaited
+    call. The latency then ends when httpcore hands the response back, as it
+    does under aiohttp. Through an HTTPS proxy it stays for the tunnel's
+    ``CONNECT`` and leaves at the real request, whose sending starts the latency.
+    """
+
+    __slots__ = ("exchange", "extensions")
+
+    end = None  # never timed here: the response's return is
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self.extensions: dict[str, Any] = {}
+
+    def __call__(self, name: str, info: dict[str, Any]) -> None:
+        if name.endswith(STARTED):
+            exchange = self.exchange
+            wait = exchange.wire_now()
+            if wait > 0.0:
+                exchange.on_wire_blocking(wait)
+            if getattr(info.get("request"), "method", None) != b"CONNECT":
+                self.extensions.pop("trace", None)
+
+
 class _LeaseStream(httpx.SyncByteStream):
     """A response body that releases its request's lease once finished.
 
@@ -97,13 +126,19 @@ class _LeaseStream(httpx.SyncByteStream):
 
     def __init__(self, inner: httpx.SyncByteStream, lease: Lease) -> None:
         self._inner = inner
-        self._hold = Hold(lease, self)
+        self._hold: Hold | None = Hold(lease, self)
+
+    def _finished(self) -> None:
+        hold = self._hold
+        if hold is not None:  # once: the end of the body, then the close
+            self._hold = None
+            hold.release()
 
     def __iter__(self) -> Iterator[bytes]:
         try:
             yield from self._inner
         finally:
-            self._hold.release()
+            self._finished()
 
     def close(self) -> None:
         try:
@@ -111,7 +146,7 @@ class _LeaseStream(httpx.SyncByteStream):
         finally:
             # After the inner close, so the connection is back in the pool
             # before the next request of the slot may go.
-            self._hold.release()
+            self._finished()
 
 
 class ThrottledTransport(httpx.BaseTransport):
@@ -178,8 +213,15 @@ class ThrottledTransport(httpx.BaseTransport):
         except ThrottleTimeout as error:
             raise timed_out(error, request, pool) from error
         exchange = Exchange(lease, asked)
-        tracer = _Tracer(exchange, send.extensions.get("trace"))
-        extensions = traced(send, tracer)
+        user = send.extensions.get("trace")
+        tracer: _Tracer | _WireTracer
+        if user is None:
+            tracer = _WireTracer(exchange)
+            extensions = traced(send, tracer)
+            tracer.extensions = send.extensions
+        else:
+            tracer = _Tracer(exchange, user)
+            extensions = traced(send, tracer)
         try:
             response = self._inner.handle_request(send)
         except BaseException as error:
@@ -225,12 +267,14 @@ class _PoolPerOrigin(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         now = monotonic()
-        entry = self.pools.take(request.url, now)
+        pools = self.pools
+        entry = pools.take(request.url, now)
         try:
             response: httpx.Response = entry.pool.handle_request(request)
-        finally:
-            self.pools.done(entry)
-        for pool in self.pools.expired(now):
+        except BaseException:
+            pools.done(entry)
+            raise
+        for pool in pools.done(entry, now):
             try:
                 pool.close()
             except Exception:  # an idle pool of another origin: not this request's error
