@@ -573,6 +573,11 @@ def _print_goals(verdicts: list[dict[str, Any]]) -> None:
             for g in verdicts
         ],
     )
+    print(
+        "The engine alone runs in a tight loop, its code and data hot in the CPU's caches; "
+        "inside a client the same instructions cost two to three times as long, so the "
+        "adapter column over-counts. --instructions splits the added cost by instructions."
+    )
 
 
 def _print_profiles(profiles: dict[str, dict[str, float]]) -> None:
