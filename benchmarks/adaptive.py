@@ -19,12 +19,13 @@ rate-window     ``rate:...,header_style=window`` (fixed window, reset at t)    1
 rate-refill     ``rate:...,header_style=refill`` (t = time to refill)          10/s
 rate-eager      ``rate:...,header_style=eager`` (t=0 while tokens remain)      10/s
 softblock       ``softblock:rate=5`` (excess: a fast 200 CAPTCHA page)         5/s
+api             ``rate:rate=10`` (burst 1: strict; RateLimit headers)          10/s
 ==============  =============================================================  =========
 
 and ``learn``: 20 hosts at 2/s each (burst 2, no headers), 20 pages each, all
 crawled at once, for the rule "learn a host once".
 
-Clients, all with the settings a new user would copy from Scrapy's docs
+Clients, all but ``defaults`` with the settings a new user would copy from Scrapy's docs
 (``start_delay=0.5``, ``max_delay=10``, 16 per host, no jitter, no retries):
 
 * ``aiohttp``, ``httpx``: autothrottle's adapters with ``AutoThrottlePolicy``
@@ -38,6 +39,8 @@ Clients, all with the settings a new user would copy from Scrapy's docs
   ``autothrottle.scrapy.AutoThrottleMiddleware`` in place of the extension;
 * ``scrapy-adaptive``: that, with ``AUTOTHROTTLE_POLICY = "adaptive"`` and no
   target: Scrapy's counterpart of ``one-policy``;
+* ``defaults``: ``ThrottledSession`` with ``Throttle()``, nothing passed: what a
+  new user gets (judged on a fast start and a polite first contact);
 * ``fixed``: plain ``aiohttp`` with a semaphore of 16, for scale.
 
 Every client requests ``/page/0``, ``/page/1``, ... of the same host from 32
@@ -138,6 +141,7 @@ SITES: dict[str, Site] = {
             1.0,
             "token bucket 5/s, burst 1; excess gets a fast 200 CAPTCHA page",
         ),
+        Site("api", "rate:rate=10", 1.0, "10/s API, burst 1 (strict), RateLimit headers"),
     )
 }
 
@@ -152,6 +156,7 @@ CLIENTS = (
     "scrapy",
     "scrapy-autothrottle",
     "scrapy-adaptive",
+    "defaults",
     "fixed",
 )
 CLIENT_LABELS = {
@@ -162,8 +167,9 @@ CLIENT_LABELS = {
     "scrapy-autothrottle": "Scrapy + autothrottle, AutoThrottlePolicy",
     "scrapy-adaptive": "Scrapy + autothrottle, AUTOTHROTTLE_POLICY=adaptive",
     "fixed": f"aiohttp, semaphore({MAX_CONCURRENCY})",
+    "defaults": "autothrottle aiohttp, Throttle() (nothing passed)",
 }
-THROTTLED = ("httpx", "aiohttp", "one-policy")
+THROTTLED = ("httpx", "aiohttp", "one-policy", "defaults")
 SCRAPY_CLIENTS = ("scrapy", "scrapy-autothrottle", "scrapy-adaptive")
 
 
@@ -195,7 +201,10 @@ class Tally:
 
 
 def make_throttle(site: Site, client: str, args: argparse.Namespace) -> Throttle:
-    """The client's throttle: Scrapy's settings; the one-policy client gets no target."""
+    """The client's throttle: Scrapy's settings; the one-policy client gets no target,
+    the defaults client nothing at all."""
+    if client == "defaults":
+        return Throttle(**args.throttle_args)
     common: dict[str, Any] = {
         "start_delay": START_DELAY,
         "max_delay": MAX_DELAY,
@@ -404,6 +413,19 @@ def settle_time(ok_arrivals: Sequence[float], t0: float, seconds: float) -> dict
     return {"window": width, "settle": settle, "final": final, "windows": windows}
 
 
+def reach_time(
+    ok_arrivals: Sequence[float], t0: float, seconds: float, rate: float
+) -> float | None:
+    """The end of the first whole second (from the first arrival) in which at least
+    ``rate`` pages were answered, or None."""
+    bins = [0] * int(seconds)
+    for a in ok_arrivals:
+        k = int(a - t0)
+        if 0 <= k < len(bins):
+            bins[k] += 1
+    return next((float(k + 1) for k, n in enumerate(bins) if n >= rate), None)
+
+
 def measure(doc: dict[str, Any], seconds: float) -> dict[str, Any]:
     """The run's figures from one host's ground truth (the sim's JSON)."""
     series = doc["series"]
@@ -444,6 +466,7 @@ def measure(doc: dict[str, Any], seconds: float) -> dict[str, Any]:
         "mean_in_service": step_average(series["in_service"], t0, t1),
         "latency_p50": doc["latency"]["p50"],
         "settle": settle_time(ok, t0, seconds),
+        "reach_80": reach_time(ok, t0, seconds, 0.8 * capacity) if capacity else None,
     }
     origin = doc.get("origin")
     if origin:
@@ -506,6 +529,9 @@ async def run_one(
         client_events=tally.events,
         **extra,
     )
+    ok_times = sorted(e[0] for e in tally.events if e[1] == 200)
+    # From the start of the run to the tenth page answered, as the client saw it.
+    figures["tenth_ok"] = ok_times[9] if len(ok_times) >= 10 else None
     if throttle is not None:
         snap = throttle.snapshot().get(host)
         if snap is not None:
@@ -702,15 +728,66 @@ def goals(runs: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
                     _verdict(r["limited_share"] <= 0.05 and r["allowed_share"] >= 0.9),
                 )
             )
+    rows += _strict_api_terms(by)
+    rows += _defaults_terms(by)
     rows += _scrapy_terms(runs, by)
     rows += _scrapy_middleware_terms(runs, by)
+    return rows
+
+
+def _strict_api_terms(by: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """A strict host at the pace it states: at least 97 % of it, at most 0.2 % refused,
+    never more than its limit in a second (docs/scheduling.md, rule 10)."""
+    rows = []
+    for client in ("one-policy", "aiohttp", "defaults"):
+        r = by.get(("api", client))
+        if r:
+            share, lim, most = r["steady_share"], r["limited_share"], r["max_in_window"]
+            rows.append(
+                (
+                    "api",
+                    f"{client}: >= 97 % of the stated rate, <= 0.2 % refused, <= 10 in any 1 s",
+                    f"steady {share:.1%}, {lim:.2%} refused, at most {most} in 1 s",
+                    _verdict(share >= 0.97 and lim <= 0.002 and most <= 10),
+                )
+            )
+    return rows
+
+
+def _defaults_terms(by: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """``Throttle()`` with nothing passed: a fast start, a polite first contact."""
+    rows = []
+    timed = (
+        ("api", "tenth_ok", "the tenth page of a 10/s API within 1.5 s", 1.5, "{:.2f} s"),
+        ("capacity", "reach_80", "80 % of a 4-worker origin within 10 s", 10.0, "after {:.0f} s"),
+    )
+    for site, key, goal, bound, shown in timed:
+        r = by.get((site, "defaults"))
+        if r:
+            value = r[key]
+            figure = "never" if value is None else shown.format(value)
+            rows.append(
+                (site, f"defaults: {goal}", figure, _verdict(value is not None and value <= bound))
+            )
+    r = by.get(("learn", "defaults"))
+    if r:
+        rows.append(
+            (
+                "learn",
+                "defaults: <= 1 refusal per host on first contact",
+                f"{r['refusals_per_host']:.2f} per host, {r['allowed_share']:.0%} of the pace",
+                _verdict(r["refusals_per_host"] <= 1.0),
+            )
+        )
     return rows
 
 
 def _scrapy_terms(
     runs: list[dict[str, Any]], by: dict[tuple[str, str], dict[str, Any]]
 ) -> list[tuple[str, str, str, str]]:
-    """AutoThrottlePolicy with Scrapy's settings: goodput >= Scrapy's, errors no higher."""
+    """AutoThrottlePolicy with Scrapy's settings: goodput >= Scrapy's, errors no higher;
+    and never a heavier load on the host (its, or behind a CDN its origin's, mean
+    queue) than Scrapy's own rule causes."""
     rows = []
     sites = sorted({r["behaviour"] for r in runs} - {"learn"}, key=list(SITES).index)
     for site in sites:
@@ -734,6 +811,15 @@ def _scrapy_terms(
                     _verdict(ok),
                 )
             )
+            if site in ("mixed", "cdn"):
+                rows.append(
+                    (
+                        site,
+                        f"{client}: host queue <= Scrapy's (with Scrapy's settings)",
+                        f"{_host_load(r):.2f} vs {_host_load(scrapy):.2f}",
+                        _verdict(_host_load(r) <= _host_load(scrapy)),
+                    )
+                )
     return rows
 
 

@@ -24,7 +24,7 @@ import time
 import aiohttp
 from aiohttp import web
 
-from autothrottle import Throttle
+from autothrottle import AutoThrottlePolicy, Throttle
 from autothrottle.aiohttp import ThrottledSession
 
 HOSTS = {"127.0.0.2": 0.02, "127.0.0.3": 0.15}  # address -> server think time (s)
@@ -62,7 +62,15 @@ async def main() -> None:
 
     servers = [await start_server(address, think) for address, think in HOSTS.items()]
     try:
-        throttle = Throttle(start_delay=0.5, max_delay=5.0, target_concurrency=2.0, debug=True)
+        # Scrapy's rules, to show each host's delay following its latency
+        # (Throttle() alone finds each host's pace without a target).
+        throttle = Throttle(
+            policy=AutoThrottlePolicy(),
+            start_delay=0.5,
+            max_delay=5.0,
+            target_concurrency=2.0,
+            debug=True,
+        )
         urls = [f"{origin}/page/{n}" for n in range(PAGES_PER_HOST) for _, origin in servers]
         started = time.monotonic()
         async with ThrottledSession(throttle=throttle) as session:

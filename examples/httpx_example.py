@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 import httpx
 from aiohttp import web
 
-from autothrottle import Throttle
+from autothrottle import AutoThrottlePolicy, Throttle
 from autothrottle.httpx import AsyncThrottledTransport
 
 HOSTS = {"127.0.0.2": 0.02, "127.0.0.3": 0.12}  # address -> seconds per answer
@@ -60,7 +60,15 @@ async def main() -> None:
     # debug=True logs one line per adjusted response on the "autothrottle" logger.
     logging.basicConfig(stream=sys.stdout, format="%(relativeCreated)6.0fms %(name)s: %(message)s")
     logging.getLogger("autothrottle").setLevel(logging.DEBUG)
-    throttle = Throttle(start_delay=0.3, max_delay=3.0, target_concurrency=2.0, debug=True)
+    # Scrapy's rules, to show each host's delay following its latency
+    # (Throttle() alone finds each host's pace without a target).
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(),
+        start_delay=0.3,
+        max_delay=3.0,
+        target_concurrency=2.0,
+        debug=True,
+    )
 
     async with demo_servers() as origins:
         urls = [f"{origin}/page/{n}" for origin in origins for n in range(10)]

@@ -20,7 +20,7 @@ import math
 
 import pytest
 
-from autothrottle import Throttle
+from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
 
 KEY = "example.com"
 
@@ -44,6 +44,7 @@ def make(
     strict: bool = True,
 ) -> Throttle:
     return Throttle(
+        policy=AutoThrottlePolicy(),
         start_delay=start,
         min_delay=min_delay,
         max_delay=max_delay,
@@ -79,8 +80,16 @@ def test_new_slot_starts_at_max_of_start_and_min_delay(
     assert slot.in_flight == 0
 
 
-def test_default_start_delay_is_five_seconds() -> None:
-    assert Throttle().slot(KEY).delay == 5.0
+def test_scrapys_rules_start_at_scrapys_five_seconds() -> None:
+    assert Throttle(policy=AutoThrottlePolicy()).slot(KEY).delay == 5.0
+    assert Throttle(strict_scrapy=True).slot(KEY).delay == 5.0
+    assert isinstance(Throttle(strict_scrapy=True).config.policy, AutoThrottlePolicy)
+
+
+def test_the_default_policy_starts_at_one_second() -> None:
+    throttle = Throttle()
+    assert isinstance(throttle.config.policy, AdaptiveConcurrencyPolicy)
+    assert throttle.slot(KEY).delay == 1.0
 
 
 def test_each_new_slot_starts_fresh_at_the_start_delay(strict: bool) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from autothrottle import Throttle
+from autothrottle import AutoThrottlePolicy, Throttle
 from autothrottle._request import host_key, options_from_header, options_from_mapping
 from autothrottle.options import CONTROL_HEADER, RequestOptions
 from autothrottle.store import MemoryStore
@@ -35,6 +35,8 @@ NON_FINITE: list[object] = [math.nan, math.inf, -math.inf]
 @pytest.mark.parametrize("name", FLOAT_PARAMS)
 @pytest.mark.parametrize("value", BAD_TYPES, ids=repr)
 def test_number_parameters_reject_wrong_types(name: str, value: object) -> None:
+    if name == "start_delay" and value is None:
+        return  # None is the policy's own start (test_the_start_delay_none_is_the_policys)
     with pytest.raises(TypeError) as info:
         Throttle(**{name: value})
     assert_names(info, name, value)
@@ -556,3 +558,15 @@ def test_each_response_is_checked_after_good_ones_too(field: str, bad: object) -
     with pytest.raises((TypeError, ValueError)) as info:
         throttle.observe("k", **{**good, field: bad})
     assert_names(info, field, bad)
+
+
+def test_the_start_delay_none_is_the_policys() -> None:
+    assert Throttle().config.start_delay == 1.0  # the adaptive policy's
+    assert Throttle(start_delay=None, policy=AutoThrottlePolicy()).config.start_delay == 5.0
+    assert Throttle(start_delay=2.0, policy=AutoThrottlePolicy()).config.start_delay == 2.0
+    # A host given its own policy starts at that policy's start, when the
+    # throttle's was its policy's own too.
+    throttle = Throttle(hosts={"scrapy.test": {"policy": AutoThrottlePolicy()}})
+    assert throttle.config_for("scrapy.test").start_delay == 5.0
+    fixed = Throttle(start_delay=2.0, hosts={"scrapy.test": {"policy": AutoThrottlePolicy()}})
+    assert fixed.config_for("scrapy.test").start_delay == 2.0

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from autothrottle import Lease, Slot, Throttle
+from autothrottle import AutoThrottlePolicy, Lease, Slot, Throttle
 from helpers import FakeClock
 
 KEY = "api.example"
@@ -48,7 +48,13 @@ def numbers_in_order(message: str, *numbers: str) -> bool:
 
 
 def test_one_record_with_every_field(caplog_debug: pytest.LogCaptureFixture) -> None:
-    throttle = Throttle(start_delay=5.0, debug=True, max_concurrency=8, clock=FakeClock(100.0))
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(),
+        start_delay=5.0,
+        debug=True,
+        max_concurrency=8,
+        clock=FakeClock(100.0),
+    )
     slot = throttle.slot(KEY)
     leases = [take(throttle, slot)]
     slot.delay = 0.0
@@ -72,7 +78,9 @@ def test_one_record_with_every_field(caplog_debug: pytest.LogCaptureFixture) -> 
 
 
 def test_a_raise_shows_a_positive_difference(caplog_debug: pytest.LogCaptureFixture) -> None:
-    throttle = Throttle(start_delay=1.5, debug=True, clock=FakeClock(100.0))
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(), start_delay=1.5, debug=True, clock=FakeClock(100.0)
+    )
     # target 4.25 > (1.5 + 4.25) / 2: 1500 ms -> 4250 ms, +2750 ms
     throttle.observe(KEY, latency=4.25, status=200)
     logged = records(caplog_debug)
@@ -84,7 +92,13 @@ def test_a_raise_shows_a_positive_difference(caplog_debug: pytest.LogCaptureFixt
 
 
 def test_the_status_is_logged(caplog_debug: pytest.LogCaptureFixture) -> None:
-    throttle = Throttle(start_delay=2.0, debug=True, strict_scrapy=True, clock=FakeClock(100.0))
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(),
+        start_delay=2.0,
+        debug=True,
+        strict_scrapy=True,
+        clock=FakeClock(100.0),
+    )
     # a 404 may not lower: 2000 ms -> 2000 ms
     throttle.observe(KEY, latency=0.3, status=404)
     logged = records(caplog_debug)
@@ -95,7 +109,9 @@ def test_the_status_is_logged(caplog_debug: pytest.LogCaptureFixture) -> None:
 
 
 def test_one_record_per_adjusted_response(caplog_debug: pytest.LogCaptureFixture) -> None:
-    throttle = Throttle(start_delay=4.0, debug=True, clock=FakeClock(100.0))
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(), start_delay=4.0, debug=True, clock=FakeClock(100.0)
+    )
     samples = [(1.0, 200), (4.0, 200), (0.5, 200), (10.0, 200), (2.5, 200)]
     for latency, status in samples:
         throttle.observe(KEY, latency=latency, status=status)
@@ -109,7 +125,9 @@ def test_one_record_per_adjusted_response(caplog_debug: pytest.LogCaptureFixture
 def test_a_response_that_keeps_the_delay_is_logged_too(
     caplog_debug: pytest.LogCaptureFixture,
 ) -> None:
-    throttle = Throttle(start_delay=3.0, debug=True, clock=FakeClock(100.0))
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(), start_delay=3.0, debug=True, clock=FakeClock(100.0)
+    )
     throttle.observe(KEY, latency=3.0, status=200)  # steady: 3000 ms -> 3000 ms
     logged = records(caplog_debug)
     assert len(logged) == 1
@@ -119,7 +137,13 @@ def test_a_response_that_keeps_the_delay_is_logged_too(
 
 
 def test_a_small_change_is_not_rounded_away(caplog_debug: pytest.LogCaptureFixture) -> None:
-    throttle = Throttle(start_delay=0.0124, min_delay=0.0, debug=True, clock=FakeClock(100.0))
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(),
+        start_delay=0.0124,
+        min_delay=0.0,
+        debug=True,
+        clock=FakeClock(100.0),
+    )
     throttle.observe(KEY, latency=0.0108, status=200)  # 12.4 ms -> 11.6 ms
     message = records(caplog_debug)[0].getMessage()
     assert "delay=12.4ms->11.6ms (-0.80ms)" in message, message
@@ -129,7 +153,7 @@ def test_a_floor_raise_is_logged_as_the_recovery_floor(
     caplog_debug: pytest.LogCaptureFixture,
 ) -> None:
     clock = FakeClock(100.0)
-    throttle = Throttle(start_delay=1.0, debug=True, clock=clock)
+    throttle = Throttle(policy=AutoThrottlePolicy(), start_delay=1.0, debug=True, clock=clock)
     throttle.observe(KEY, latency=0.1, status=429)  # refused at a gap of 1 s
     clock.now += 0.5
     caplog_debug.clear()
@@ -138,7 +162,7 @@ def test_a_floor_raise_is_logged_as_the_recovery_floor(
 
 
 def test_nothing_logged_without_debug(caplog_debug: pytest.LogCaptureFixture) -> None:
-    throttle = Throttle(start_delay=5.0, clock=FakeClock(100.0))
+    throttle = Throttle(policy=AutoThrottlePolicy(), start_delay=5.0, clock=FakeClock(100.0))
     assert throttle.debug is False
     throttle.observe(KEY, latency=1.0, status=200)
     throttle.observe(KEY, latency=30.0, status=200)
@@ -154,7 +178,9 @@ def test_nothing_logged_without_debug(caplog_debug: pytest.LogCaptureFixture) ->
 def test_nothing_logged_for_a_no_adjust_response(
     caplog_debug: pytest.LogCaptureFixture, status: int
 ) -> None:
-    throttle = Throttle(start_delay=5.0, debug=True, clock=FakeClock(100.0))
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(), start_delay=5.0, debug=True, clock=FakeClock(100.0)
+    )
     slot = throttle.slot(KEY)
     lease = take(throttle, slot, adjust=False)
     lease.observe(latency=1.0, status=status)
@@ -166,7 +192,9 @@ def test_nothing_logged_for_a_no_adjust_response(
 
 
 def test_no_adjust_and_adjusted_responses_mixed(caplog_debug: pytest.LogCaptureFixture) -> None:
-    throttle = Throttle(start_delay=0.0, debug=True, clock=FakeClock(100.0))
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(), start_delay=0.0, debug=True, clock=FakeClock(100.0)
+    )
     slot = throttle.slot(KEY)
     quiet = take(throttle, slot, adjust=False)
     loud = take(throttle, slot)
@@ -180,7 +208,9 @@ def test_debug_records_go_to_the_autothrottle_logger_only(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    throttle = Throttle(start_delay=5.0, debug=True, clock=FakeClock(100.0))
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(), start_delay=5.0, debug=True, clock=FakeClock(100.0)
+    )
     throttle.observe(KEY, latency=1.0, status=200)
     assert [r.name for r in caplog.records] == ["autothrottle"]
 
@@ -189,6 +219,8 @@ def test_debug_records_are_not_emitted_above_debug_level(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="autothrottle")
-    throttle = Throttle(start_delay=5.0, debug=True, clock=FakeClock(100.0))
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(), start_delay=5.0, debug=True, clock=FakeClock(100.0)
+    )
     throttle.observe(KEY, latency=1.0, status=200)
     assert records(caplog) == []

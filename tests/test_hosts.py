@@ -265,6 +265,7 @@ async def crawl(
 async def test_per_host_cap_applies_to_its_slot_only() -> None:
     throttle = Throttle(
         clock=now,
+        policy=AutoThrottlePolicy(),
         start_delay=0.0,
         max_concurrency=8,
         hosts={"*.capped.test": {"max_concurrency": 2}},
@@ -283,6 +284,7 @@ async def test_per_host_cap_applies_to_its_slot_only() -> None:
 async def test_per_host_policy_applies_to_its_slot_only() -> None:
     throttle = Throttle(
         clock=now,
+        policy=AutoThrottlePolicy(),
         start_delay=1.0,
         max_concurrency=50,
         hosts={"rate.test": {"policy": FixedRatePolicy(10.0)}},
@@ -308,7 +310,11 @@ def test_per_host_max_delay_caps_backoffs() -> None:
 
 
 async def test_per_host_min_and_max_delay_bound_the_slot() -> None:
-    throttle = Throttle(start_delay=1.0, hosts={"slow.test": {"max_delay": 3.0, "min_delay": 0.5}})
+    throttle = Throttle(
+        policy=AutoThrottlePolicy(),
+        start_delay=1.0,
+        hosts={"slow.test": {"max_delay": 3.0, "min_delay": 0.5}},
+    )
     for key in ("slow.test", "fast.test"):
         for latency in (10.0, 0.0, 0.0, 0.0, 0.0, 0.0):
             throttle.observe(key, latency=latency, status=200)
@@ -323,6 +329,7 @@ async def test_per_host_min_and_max_delay_bound_the_slot() -> None:
 async def test_per_host_jitter_applies_to_its_slot() -> None:
     throttle = Throttle(
         clock=now,
+        policy=AutoThrottlePolicy(),
         start_delay=1.0,
         max_concurrency=100,
         rng=random.Random(5),

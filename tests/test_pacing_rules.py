@@ -19,7 +19,9 @@ MISS = {"X-Cache": "MISS", "Age": "0"}
 
 
 def fake(**kwargs: object) -> tuple[FakeClock, Throttle]:
+    """A throttle on a fake clock: Scrapy's rules unless a test names another policy."""
     clock = FakeClock()
+    kwargs.setdefault("policy", AutoThrottlePolicy())
     return clock, Throttle(clock=clock, wall_clock=clock.wall, **kwargs)  # type: ignore[arg-type]
 
 
@@ -229,6 +231,24 @@ def test_the_ramp_up_lowers_the_delay_as_time_passes_not_only_on_responses() -> 
     assert throttle.try_acquire("a") is None
     clock.advance(0.3)
     assert throttle.try_acquire("a") is not None
+
+
+def test_the_ramp_never_holds_a_slot_slower_than_a_pace_the_host_stated() -> None:
+    # The host says 10 a second from its first answer: there is nothing to ramp
+    # up to, and the next send goes a tenth of a second later, not after the
+    # ramp has halved the 5 s start delay a few times.
+    clock = FakeClock()
+    throttle = Throttle(policy=AdaptiveConcurrencyPolicy(), start_delay=5.0, clock=clock)
+    lease = throttle.try_acquire("api")
+    assert lease is not None
+    stated = {"RateLimit-Policy": '"p";q=10;w=1', "RateLimit": '"p";r=9;t=1'}
+    lease.observe(latency=0.01, status=200, headers=stated)
+    lease.release()
+    assert throttle.slot("api").delay == pytest.approx(0.1)
+    clock.advance(0.099)
+    assert throttle.try_acquire("api") is None
+    clock.advance(0.001)
+    assert throttle.try_acquire("api") is not None
 
 
 def test_the_headers_spacing_holds_while_the_ramp_up_runs() -> None:

@@ -45,6 +45,7 @@ TOL = 1e-5  # looptime's clock ticks in microseconds
 
 def sans_io(**kwargs: object) -> tuple[FakeClock, Throttle, Slot]:
     clock = FakeClock()
+    kwargs.setdefault("policy", AutoThrottlePolicy())  # Scrapy's rules unless named
     throttle = Throttle(clock=clock, **kwargs)  # type: ignore[arg-type]
     return clock, throttle, throttle.slot(KEY)
 
@@ -602,7 +603,8 @@ def loop_clock() -> float:
 
 
 def make(**kwargs: object) -> Throttle:
-    """A throttle whose time is the (fake) loop time."""
+    """A throttle whose time is the (fake) loop time: Scrapy's rules unless named."""
+    kwargs.setdefault("policy", AutoThrottlePolicy())
     return Throttle(clock=loop_clock, **kwargs)  # type: ignore[arg-type]
 
 

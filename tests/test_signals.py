@@ -37,7 +37,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autothrottle import Throttle
+from autothrottle import AutoThrottlePolicy, Throttle
 from autothrottle.store import RateLimit
 from helpers import WALL, FakeClock, bounded, record_of, refusal_floor, take
 
@@ -47,7 +47,9 @@ TOL = 1e-5  # looptime's clock ticks in microseconds
 
 
 def fake(**kwargs: Any) -> tuple[FakeClock, Throttle]:
+    """A throttle on a fake clock: Scrapy's rules unless a test names another policy."""
     clock = FakeClock()
+    kwargs.setdefault("policy", AutoThrottlePolicy())
     return clock, Throttle(clock=clock, wall_clock=clock.wall, **kwargs)
 
 
@@ -69,7 +71,9 @@ def now() -> float:
 
 
 def loop_throttle(**kwargs: Any) -> Throttle:
-    """A throttle on the (fake) loop time; its wall clock is WALL + loop time."""
+    """A throttle on the (fake) loop time; its wall clock is WALL + loop time.
+    Scrapy's rules unless a test names another policy."""
+    kwargs.setdefault("policy", AutoThrottlePolicy())
     return Throttle(clock=now, wall_clock=lambda: WALL + now(), **kwargs)
 
 

@@ -15,7 +15,7 @@ import aiohttp
 import httpx
 import pytest
 
-from autothrottle import Throttle
+from autothrottle import AutoThrottlePolicy, Throttle
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.sim import CDN, Capacity, RateLimited, SimServer
@@ -156,7 +156,7 @@ async def test_rate_limit_headers_keep_the_rate_within_budget() -> None:
 
 async def test_cache_hits_lower_the_delay_only_through_the_share_of_misses() -> None:
     site = CDN(hit_ratio=0.5, origin=Capacity(2, 0.05), edge_time=0.001)
-    throttle = Throttle(start_delay=0.3, max_concurrency=2)
+    throttle = Throttle(policy=AutoThrottlePolicy(), start_delay=0.3, max_concurrency=2)
     async with SimServer({"127.0.0.2": site}) as sim:
         paths = [f"/p/{i}" for i in range(200)]
         miss = next(p for p in paths if not site.is_hit(p))

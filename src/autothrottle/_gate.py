@@ -474,9 +474,10 @@ class Gate:
         gap = self._gap
         self.last_send = now
         pace = self.state.pace
-        # The ramp-up's fall is planned (it runs on time): only a delay a
-        # response set holds the gap it begins.
-        self._begun = 0.0 if 0.0 < pace.ramp_to < pace.delay else pace.delay
+        # While the ramp-up bounds how fast the delay falls (a policy with one,
+        # never refused), its fall runs on time, within a gap too (rule 3).
+        ramping = self.config.policy.ramp_up is not None and self.state.refusal.refused_gap <= 0.0
+        self._begun = 0.0 if ramping else pace.delay
         for sends in self._window_sends:
             sends.append(now)
         if self.config.burst > 1:

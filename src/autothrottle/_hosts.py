@@ -133,6 +133,9 @@ class HostTable:
         if not overrides:
             return base
         merged = {name: overrides.get(name, getattr(base, name)) for name in _FIELDS}
+        own_start = base.start_delay == base.policy.start_delay
+        if "policy" in overrides and "start_delay" not in overrides and own_start:
+            merged["start_delay"] = None  # the throttle's start was its policy's own: so is this
         try:
             return SlotConfig.build(**merged)
         except (TypeError, ValueError) as exc:

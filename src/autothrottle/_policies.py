@@ -217,6 +217,11 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
             refusal (None: no bound).
     """
 
+    start_delay = 1.0
+    """A new slot starts at 1 s (when the throttle was given no start delay): one
+    request a second to a host never heard from, doubling every second or every
+    8 sends (the ramp-up) until the host answers slower or refuses."""
+
     __slots__ = (
         "alpha",
         "base_decay",

@@ -86,7 +86,8 @@ class DelayPolicy(ABC):
     refusal instead of several (see ``docs/recovery.md``). ``windows`` are
     further limits the slot keeps whatever the delay, each ``(count,
     seconds)``: never more than ``count`` sends in any ``seconds``
-    (``docs/scheduling.md``, rule 4). ``strict_spacing`` says the delay is a
+    (``docs/scheduling.md``, rule 4). ``start_delay`` is the start a slot gets
+    when the throttle was given none. ``strict_spacing`` says the delay is a
     rate the host holds arrivals to (a fixed rate or delay): the gate then
     keeps it as the host sees it, counting each gap from the latest moment the
     previous request may have reached the host (``docs/scheduling.md``, rule
@@ -98,6 +99,9 @@ class DelayPolicy(ABC):
     ramp_up: float | None = None
     windows: tuple[tuple[int, float], ...] = ()
     strict_spacing: bool = False
+    start_delay: float = 5.0
+    """The start delay a slot gets when the throttle was given none: Scrapy's
+    ``AUTOTHROTTLE_START_DELAY`` (5 s) unless the policy says otherwise."""
 
     def initial_delay(self, config: SlotConfig) -> float:
         """The delay of a slot that has seen no response yet."""
@@ -160,7 +164,14 @@ class SlotConfig:
         policy: object,
         max_wait: object = None,
     ) -> SlotConfig:
-        """Validate every setting; raise naming the first bad one."""
+        """Validate every setting; raise naming the first bad one.
+
+        ``start_delay=None`` is the policy's own (:attr:`DelayPolicy.start_delay`).
+        """
+        if not isinstance(policy, DelayPolicy):
+            raise TypeError(f"policy must be a DelayPolicy, got {policy!r}")
+        if start_delay is None:
+            start_delay = policy.start_delay
         start = check_number("start_delay", start_delay)
         low = check_number("min_delay", min_delay)
         high = check_number("max_delay", max_delay)
@@ -174,8 +185,6 @@ class SlotConfig:
         jit = check_number("jitter", jitter)
         if jit >= 1.0:
             raise ValueError(f"jitter must be in [0, 1), got {jitter!r}")
-        if not isinstance(policy, DelayPolicy):
-            raise TypeError(f"policy must be a DelayPolicy, got {policy!r}")
         burst = _policy_burst(policy)
         wait = None if max_wait is None else check_number("max_wait", max_wait)
         windows = tuple(policy.windows)

@@ -18,8 +18,10 @@ The rules are written out in ``docs/recovery.md``; in short:
   slot's first refusal, never more than the larger of the allowed rate and
   the refused rate over the backoff factor: a token bucket's burst lets a
   client run at twice its rate for a while, and the first refusal of a host
-  must not be followed by a second one at nearly the same pace. Such a guess
-  is reached again, and probed past, in 70 % of the recovery time.
+  must not be followed by a second one at nearly the same pace. A guess
+  halved from the refused rate is reached again, and probed past, in 70 % of
+  the recovery time (it may lie far below the limit); what got through was a
+  rate the host kept, and is probed past in the whole recovery time.
 * After a refusal the delay may not fall below a floor that follows a cubic
   around the refused gap, as TCP CUBIC does around the window of its last loss:
   ``margin`` of the refused rate at once, the refused rate after ``time``
@@ -195,7 +197,9 @@ class Recovery:
                     # The first refusal: the burst may flatter. Guess low (but
                     # not below what was let through), and probe past it sooner.
                     refused_gap = guess
-                    guessed = True
+                    # Halved from the refused pace, it may lie far below the
+                    # limit: probe sooner. The allowed rate is one the host kept.
+                    guessed = guess < 1.0 / allowed
             else:
                 refused_gap = max(pace, 1.0 / allowed)
         refusal.refused_gap = refused_gap

@@ -213,6 +213,10 @@ class Rules:
         ramp = config.policy.ramp_up
         if ramp is not None and state.refusal.refused_gap <= 0.0:
             held = RampUp(ramp).hold(state.pace, new, now)
+            stated = state.limits.stated_gap(now)
+            if 0.0 < stated < held:
+                # The host stated the pace it allows: nothing to ramp up to.
+                held = max(new, stated)
             if held > new:
                 # The gate keeps lowering it toward `new` as time passes, so a
                 # slot whose next response is a long delay away is not stuck.

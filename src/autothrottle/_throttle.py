@@ -22,7 +22,7 @@ from ._events import ThrottleEvent
 from ._hosts import HostSettings
 from ._lease import Lease, Reporter
 from ._parts import KeyFunction, assemble
-from ._policies import AutoThrottlePolicy
+from ._policies import AdaptiveConcurrencyPolicy, AutoThrottlePolicy
 from ._policy import DelayPolicy, SlotConfig
 from ._recovery import Recovery
 from ._request import Cost, check_cost, host_key
@@ -40,6 +40,11 @@ def _signal(name: str, doc: str) -> Any:
     return property(lambda self: getattr(self._rules.signals, name), doc=doc)
 
 
+def _default_policy(strict_scrapy: object) -> DelayPolicy:
+    """The policy of a throttle given none: Scrapy's in strict mode, else the adaptive one."""
+    return AutoThrottlePolicy() if strict_scrapy is True else AdaptiveConcurrencyPolicy()
+
+
 class Throttle:
     """Paces requests per slot (per host by default), adapting each slot's delay.
 
@@ -54,7 +59,10 @@ class Throttle:
     Args:
         start_delay: Delay of a new slot, in seconds (Scrapy's
             ``AUTOTHROTTLE_START_DELAY``). A new slot starts at
-            ``max(start_delay, min_delay)``, bounded by ``max_delay``.
+            ``max(start_delay, min_delay)``, bounded by ``max_delay``. None
+            (the default): the policy's own, 1 s for
+            :class:`AdaptiveConcurrencyPolicy` (its ramp-up reaches a fast
+            host within seconds), 5 s (Scrapy's) for the others.
         max_delay: The delay never rises above this (``AUTOTHROTTLE_MAX_DELAY``).
         target_concurrency: Requests to keep in flight per slot on average
             (``AUTOTHROTTLE_TARGET_CONCURRENCY``); must be > 0.
@@ -68,7 +76,11 @@ class Throttle:
             with its reason (``AUTOTHROTTLE_DEBUG``).
         key: A function from URL (str) to slot key. Default: the URL's host,
             lowercase and IDNA-encoded, without the port.
-        policy: The delay policy; default :class:`AutoThrottlePolicy`.
+        policy: The delay policy. Default: :class:`AdaptiveConcurrencyPolicy`,
+            the one setting the benchmarks hold to every goal; with
+            ``strict_scrapy=True``, :class:`AutoThrottlePolicy`. Scrapy's own
+            rules are ``Throttle(policy=AutoThrottlePolicy())`` (with its 5 s
+            start).
         hosts: Per-host settings: an exact host or a glob (``*.example.com``)
             mapped to a :class:`HostSettings` or a dict of the same keys.
         backoff_statuses: Statuses that multiply the delay by
@@ -108,7 +120,7 @@ class Throttle:
     def __init__(
         self,
         *,
-        start_delay: float = 5.0,
+        start_delay: float | None = None,
         max_delay: float = 60.0,
         target_concurrency: float = 1.0,
         min_delay: float = 0.0,
@@ -143,7 +155,7 @@ class Throttle:
             target_concurrency=target_concurrency,
             max_concurrency=max_concurrency,
             jitter=jitter,
-            policy=AutoThrottlePolicy() if policy is None else policy,
+            policy=_default_policy(strict_scrapy) if policy is None else policy,
             max_wait=max_wait,
         )
         signals = Signals.build(

@@ -295,7 +295,7 @@ def _statuses(text: str) -> tuple[int, ...]:
 
 #: Throttle keyword -> (argparse type, or "bool"; what it does).
 SETTINGS: dict[str, tuple[Callable[[str], Any] | str, str]] = {
-    "start_delay": (float, "seconds between sends to a host at first"),
+    "start_delay": (float, "seconds between sends to a host at first (1; 5 for autothrottle)"),
     "max_delay": (float, "the delay never rises above this many seconds"),
     "target_concurrency": (float, "requests to keep in flight per host on average"),
     "min_delay": (float, "the delay never falls below this many seconds"),
@@ -334,6 +334,8 @@ def _default(name: str) -> object:
 
 
 def _shown(value: object) -> str:
+    if value is None:
+        return "the policy's own"
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, tuple):
@@ -351,7 +353,8 @@ def add_throttle_arguments(parser: argparse.ArgumentParser) -> None:
         type=_policy_arg,
         default=None,
         metavar="POLICY",
-        help="autothrottle (default), adaptive, aimd, or fixed-rate=N (N requests/s per host)",
+        help="adaptive (default: finds each host's pace), autothrottle (Scrapy's rules), "
+        "aimd, or fixed-rate=N (N requests/s per host)",
     )
     for name, (kind, about) in SETTINGS.items():
         flag = "--" + name.replace("_", "-")
