@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from autothrottle.sim import (
     CDN,
@@ -157,6 +159,10 @@ def test_capacity_figures() -> None:
         (lambda: SimServer.many(0, Capacity(1, 1)), ["n", "0"]),
         (lambda: SimServer.many(2, Capacity(1, 1), first="127.255.255.254"), ["n", "2"]),
         (lambda: SimServer.many(2, Capacity(1, 1), first="::1"), ["first", "::1"]),
+        (lambda: SimServer({A: Capacity(1, 1)}, address=A), ["hosts", A, "named"]),
+        (lambda: SimServer({"a_b.test": Capacity(1, 1)}, address=A), ["hosts", "a_b.test"]),
+        (lambda: SimServer({"a.test": Capacity(1, 1)}, address="10.0.0.1"), ["address"]),
+        (lambda: SimServer.many(2, Capacity(1, 1), domain="-x.test"), ["domain", "-x.test"]),
     ],
 )
 def test_bad_values_fail_at_construction_naming_parameter_and_value(
@@ -472,6 +478,64 @@ async def test_fixed_port_for_every_address(http: aiohttp.ClientSession) -> None
     async with sim:
         assert (await fetch(http, sim.url(B))).status == 200
         assert sim.host_stats(B).requests == 1 and sim.host_stats(A).requests == 0
+
+
+class _Names(AbstractResolver):
+    """Resolves every name to one loopback address, as a crawl of virtual hosts needs."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        address = self.address
+        return [
+            ResolveResult(
+                hostname=host, host=address, port=port, family=socket.AF_INET, proto=0, flags=0
+            )
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_virtual_hosts_are_told_apart_by_the_host_header() -> None:
+    sim = SimServer.many(3, RateLimited(1, burst=1), domain="Sim.Test", first=B)
+    assert sim.hosts == ("h1.sim.test", "h2.sim.test", "h3.sim.test")
+    assert sim.address("h2.sim.test") == B
+    connector = aiohttp.TCPConnector(resolver=_Names(B))
+    async with sim, aiohttp.ClientSession(connector=connector) as session:
+        assert sim.url("h2.sim.test", "/x").startswith("http://h2.sim.test:")
+        got = [(await fetch(session, sim.url(h, "/"))).status for h in ("h1.sim.test",) * 2]
+        assert got == [200, 429]  # one bucket, one host
+        assert (await fetch(session, sim.url("h2.sim.test", "/"))).status == 200
+        stranger = sim.url("h1.sim.test", "/").replace("h1.sim.test", "h9.sim.test")
+        assert (await fetch(session, stranger)).status == 421
+        async with session.get(sim.url("h3.sim.test", "/_sim/stats?all=1&series=0")) as r:
+            doc = await r.json()
+    assert {h: s["requests"] for h, s in doc["hosts"].items()} == {
+        "h1.sim.test": 2,
+        "h2.sim.test": 1,
+        "h3.sim.test": 0,
+    }
+
+
+def test_command_line_virtual_hosts(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = build_parser()
+    args = parser.parse_args(["--domain", "sim.test", "--host", "h2.sim.test=cdn"])
+    args.many = [(2, RateLimited(2))]
+    assert list(hosts_from_args(args)) == ["h2.sim.test", "h1.sim.test", "h3.sim.test"]
+    argv = ["--domain", "sim.test", "--many", "2=rate:rate=3", "--ready-json"]
+    assert main([*argv, "--first", "127.0.0.7", "--duration", "0.1"]) == 0
+    ready = next(line for line in capsys.readouterr().out.splitlines() if '"ready"' in line)
+    hosts = json.loads(ready)["hosts"]
+    assert list(hosts) == ["h1.sim.test", "h2.sim.test"]
+    assert hosts["h2.sim.test"]["address"] == "127.0.0.7"
+    assert hosts["h2.sim.test"]["url"].startswith("http://h2.sim.test:")
+    with pytest.raises(SystemExit):
+        main(["--domain", "sim.test", "--host", "127.0.0.2=cdn", "--duration", "0"])
+    assert "named" in capsys.readouterr().err
 
 
 async def test_closing_with_requests_queued_releases_all_load() -> None:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from ._behaviours import CDN, Behaviour, Capacity, RateLimited, SoftBlock, VariableLatency
-from ._server import SimServer, _addresses, _loopback
+from ._server import SimServer, _addresses, _host_name, _loopback, host_names
 
 __all__ = ["main", "parse_behaviour"]
 
@@ -128,8 +128,19 @@ def _assignment(text: str, left: Callable[[str], Any]) -> tuple[Any, Behaviour]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _host_key(text: str) -> str:
+    """A loopback address, or a host name (for ``--domain``; checked once it is known)."""
+    try:
+        return _loopback("--host", text)
+    except ValueError as not_loopback:
+        try:
+            return _host_name("--host", text)
+        except ValueError:
+            raise not_loopback from None
+
+
 def _host_arg(text: str) -> tuple[str, Behaviour]:
-    result: tuple[str, Behaviour] = _assignment(text, lambda a: _loopback("--host", a))
+    result: tuple[str, Behaviour] = _assignment(text, _host_key)
     return result
 
 
@@ -157,9 +168,9 @@ def _robots_arg(text: str) -> tuple[str, str | int]:
         address, source = "*", text
     elif address != "*":
         try:
-            address = _loopback("--robots", address.strip())
+            address = _host_key(address.strip())
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
+            raise argparse.ArgumentTypeError(str(exc).replace("--host", "--robots")) from None
     if source.startswith("status:"):
         code = source.removeprefix("status:")
         if not (code.isdigit() and 100 <= int(code) <= 599):
@@ -235,7 +246,16 @@ def _add_host_arguments(parser: argparse.ArgumentParser) -> None:
         "--first",
         default="127.0.0.2",
         metavar="ADDRESS",
-        help="first address for --many and the default hosts (default: 127.0.0.2)",
+        help="first address for --many and the default hosts; with --domain, the one "
+        "address every host is served on (default: 127.0.0.2)",
+    )
+    parser.add_argument(
+        "--domain",
+        default=None,
+        metavar="DOMAIN",
+        help="serve virtual hosts, told apart by the Host header, all on the address "
+        "--first: --many hosts are named h1.DOMAIN, h2.DOMAIN ... and --host takes names "
+        "(e.g. --domain sim.test --many 10000=rate:rate=0.05: one socket for 10,000 hosts)",
     )
     parser.add_argument(
         "--robots",
@@ -276,12 +296,14 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "--ready-json",
         action="store_true",
         help="once serving, print one JSON line for programs: "
-        '{"ready": true, "hosts": {ADDRESS: {"url": URL, "spec": SPEC}, ...}}',
+        '{"ready": true, "hosts": {HOST: {"url": URL, "spec": SPEC, "address": ADDRESS}, ...}}',
     )
 
 
 def hosts_from_args(args: argparse.Namespace) -> dict[str, Behaviour]:
     """The address-to-behaviour mapping the parsed arguments describe."""
+    if args.domain is not None:
+        _host_name("--domain", args.domain)
     hosts: dict[str, Behaviour] = {}
     for address, behaviour in args.host:
         if address in hosts:
@@ -292,7 +314,11 @@ def hosts_from_args(args: argparse.Namespace) -> dict[str, Behaviour]:
         blocks = [(1, parse_behaviour(spec)) for spec in DEFAULT_SPECS]
     wanted = sum(n for n, _ in blocks)
     if wanted:
-        free = iter(a for a in _addresses(args.first, wanted + len(hosts)) if a not in hosts)
+        if args.domain is None:
+            names = _addresses(args.first, wanted + len(hosts))
+        else:
+            names = host_names(_host_name("--domain", args.domain), wanted + len(hosts))
+        free = iter(a for a in names if a not in hosts)
         for n, behaviour in blocks:
             for _ in range(n):
                 hosts[next(free)] = behaviour
@@ -308,7 +334,10 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m autothrott
     args = parser.parse_args(argv)
     try:
         hosts = hosts_from_args(args)
-        sim = SimServer(hosts, port=args.port, seed=args.seed, robots=dict(args.robots))
+        address = None if args.domain is None else args.first
+        sim = SimServer(
+            hosts, port=args.port, seed=args.seed, robots=dict(args.robots), address=address
+        )
     except ValueError as exc:
         parser.error(str(exc))
     out = sys.stdout
@@ -343,7 +372,11 @@ async def _serve(sim: SimServer, args: argparse.Namespace, out: TextIO) -> tuple
         print(f"running until {until}", file=out, flush=True)
         if args.ready_json:
             ready = {
-                host: {"url": sim.url(host).rstrip("/"), "spec": sim.behaviour(host).spec}
+                host: {
+                    "url": sim.url(host).rstrip("/"),
+                    "spec": sim.behaviour(host).spec,
+                    "address": sim.address(host),
+                }
                 for host in sim.hosts
             }
             print(json.dumps({"ready": True, "hosts": ready}), file=out, flush=True)
@@ -370,8 +403,9 @@ async def _wait_for_stop(duration: float | None) -> None:
 
 
 def _summary(sim: SimServer) -> str:
+    width = max(16, *(len(h) + 1 for h in sim.hosts))
     head = (
-        f"{'host':<16}{'requests':>9}{'ok':>7}{'429':>6}{'blocked':>8}"
+        f"{'host':<{width}}{'requests':>9}{'ok':>7}{'429':>6}{'blocked':>8}"
         f"{'goodput/s':>10}{'capacity/s':>11}{'max/1s':>7}{'mean queue':>11}"
     )
     lines = [head]
@@ -382,7 +416,7 @@ def _summary(sim: SimServer) -> str:
         # request would read as dozens a second.
         goodput = f"{s.goodput:.1f}" if s.active >= _RATE_SAMPLE else "n/a"
         lines.append(
-            f"{address:<16}{s.requests:>9}{s.ok:>7}{s.limited:>6}{s.blocked:>8}"
+            f"{address:<{width}}{s.requests:>9}{s.ok:>7}{s.limited:>6}{s.blocked:>8}"
             f"{goodput:>10}{cap:>11}{s.max_in_window:>7}{queue:>11.2f}"
         )
     return "\n".join(lines)

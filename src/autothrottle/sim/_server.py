@@ -2,7 +2,10 @@
 
 A single application answers on every address; it tells the hosts apart by
 the local address of the connection, so 200 hosts cost 200 listening sockets
-and one dictionary lookup per request, nothing more.
+and one dictionary lookup per request, nothing more. Given one ``address``,
+it serves hosts by name instead (virtual hosts, told apart by the ``Host``
+header) on that address's one socket: ten thousand hosts cost one listening
+socket rather than ten thousand file descriptors.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import ipaddress
 import json
 import os
 import random
+import re
 import socket
 import time
 from collections.abc import Mapping
@@ -27,6 +31,8 @@ __all__ = ["SimServer"]
 
 #: Seconds ``close()`` lets requests still in progress finish before cancelling them.
 _SHUTDOWN_TIMEOUT = 1.0
+#: Pending connections the virtual hosts' one socket queues (the system may cap it).
+_VIRTUAL_BACKLOG = 4096
 
 
 def _loopback(name: str, value: object) -> str:
@@ -38,6 +44,26 @@ def _loopback(name: str, value: object) -> str:
     if not ip.is_loopback:
         raise ValueError(f"{name}: {value!r} is not a loopback address (127.x.x.x or ::1)")
     return str(ip)
+
+
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+
+
+def _host_name(name: str, value: object) -> str:
+    """The normalised host name (lower case, no final dot) if ``value`` is one.
+
+    Letters, digits and hyphens in dot-separated labels, as in DNS; an IP
+    address is not a name.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{name}: {value!r} is not a host name")
+    norm = value.strip().lower().removesuffix(".")
+    labels = norm.split(".")
+    if len(norm) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(f"{name}: {value!r} is not a host name (letters, digits, - and .)")
+    if labels[-1].isdigit():
+        raise ValueError(f"{name}: {value!r} is an address, not a host name")
+    return norm
 
 
 def _addresses(first: str, n: int) -> list[str]:
@@ -93,7 +119,14 @@ class SimServer:
 
     Args:
         hosts: Loopback address to behaviour, e.g.
-            ``{"127.0.0.2": Capacity(4, 0.05), "127.0.0.3": RateLimited(10)}``.
+            ``{"127.0.0.2": Capacity(4, 0.05), "127.0.0.3": RateLimited(10)}``;
+            with ``address``, host name to behaviour
+            (``{"a.sim.test": Capacity(4, 0.05), ...}``).
+        address: None (default): each host listens on its own address, the
+            key. A loopback address: every host is served there, on one
+            socket, and told apart by the ``Host`` header (virtual hosts); a
+            request naming no host of the server gets 421. The client must
+            resolve the names to ``address`` itself (they are not in DNS).
         port: 0 (default) gives each address its own free port; any other
             number binds every address to that port.
         seed: Seeds each host's random service-time jitter, for repeatable
@@ -106,9 +139,10 @@ class SimServer:
             the outcome ``"robots"``.
 
     Raises:
-        ValueError: an address is not a loopback IP, a behaviour is not a
-            :class:`Behaviour`, or ``port``/``seed`` is out of range; the
-            message names the parameter and the value.
+        ValueError: an address is not a loopback IP (or, with ``address``, a
+            key is not a host name), a behaviour is not a :class:`Behaviour`,
+            or ``port``/``seed`` is out of range; the message names the
+            parameter and the value.
     """
 
     def __init__(
@@ -118,6 +152,7 @@ class SimServer:
         port: int = 0,
         seed: int | None = None,
         robots: Mapping[str, str | int] | None = None,
+        address: str | None = None,
     ) -> None:
         if not isinstance(hosts, Mapping) or not hosts:
             raise ValueError(
@@ -127,13 +162,15 @@ class SimServer:
             raise ValueError(f"port must be an int in [0, 65535], got {port!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an int or None, got {seed!r}")
+        #: The one address of virtual hosts, or None: an address per host.
+        self._address = None if address is None else _loopback("address", address)
         self._hosts: dict[str, _Host] = {}
-        for address, behaviour in hosts.items():
-            norm = _loopback("hosts", address)
+        for key, behaviour in hosts.items():
+            norm = self._key("hosts", key)
             if not isinstance(behaviour, Behaviour):
-                raise ValueError(f"hosts[{address!r}] must be a Behaviour, got {behaviour!r}")
+                raise ValueError(f"hosts[{key!r}] must be a Behaviour, got {behaviour!r}")
             if norm in self._hosts:
-                raise ValueError(f"hosts: {address!r} is given twice")
+                raise ValueError(f"hosts: {key!r} is given twice")
             rng = random.Random(f"{seed}/{norm}") if seed is not None else random.Random()
             self._hosts[norm] = _Host(norm, behaviour, rng)
         self._set_robots(robots or {})
@@ -155,15 +192,23 @@ class SimServer:
                 raise ValueError(
                     f"robots[{address!r}] must be a status in [100, 599], got {answer!r}"
                 )
-            targets = (
-                self._hosts.values()
-                if address == "*"
-                else [self._host(_loopback("robots", address))]
-            )
+            if address == "*":
+                targets = list(self._hosts.values())
+            else:
+                targets = [self._host(self._key("robots", address))]
             for host in targets:
                 if address == "*" and host.address in robots:
                     continue
                 host.robots = answer
+
+    def _key(self, name: str, value: object) -> str:
+        """A host's key: its loopback address, or with one ``address``, its name."""
+        if self._address is None:
+            return _loopback(name, value)
+        try:
+            return _host_name(name, value)
+        except ValueError as exc:
+            raise ValueError(f"{exc}; with address={self._address!r} hosts are named") from None
 
     @classmethod
     def many(
@@ -174,15 +219,23 @@ class SimServer:
         first: str = "127.0.0.2",
         port: int = 0,
         seed: int | None = None,
+        domain: str | None = None,
     ) -> SimServer:
         """``n`` hosts with the same behaviour (each with its own state).
 
         Addresses run from ``first`` upwards, skipping those ending in .0 and
         .255: 127.0.0.2 … 127.0.0.254, 127.0.1.1 … . Linux routes all of
         127.0.0.0/8 to loopback; macOS needs each address aliased first.
+
+        With ``domain`` (``"sim.test"``, say) the hosts are virtual hosts
+        named ``h1.sim.test`` … ``h<n>.sim.test``, all served on the one
+        address ``first`` and told apart by the ``Host`` header.
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
+        if domain is not None:
+            names = host_names(_host_name("domain", domain), n)
+            return cls(dict.fromkeys(names, behaviour), port=port, seed=seed, address=first)
         return cls(dict.fromkeys(_addresses(first, n), behaviour), port=port, seed=seed)
 
     # ------------------------------------------------------------------ lifecycle
@@ -204,6 +257,12 @@ class SimServer:
         await runner.setup()
         self._runner = runner
         try:
+            if self._address is not None:
+                sock = _bind(self._address, self._port)
+                for host in self._hosts.values():
+                    host.port = sock.getsockname()[1]
+                await web.SockSite(runner, sock, backlog=_VIRTUAL_BACKLOG).start()
+                return
             for host in self._hosts.values():
                 sock = _bind(host.address, self._port)
                 host.port = sock.getsockname()[1]
@@ -235,8 +294,12 @@ class SimServer:
 
     @property
     def hosts(self) -> tuple[str, ...]:
-        """The addresses, in the order given."""
+        """The addresses (with one ``address``: the names), in the order given."""
         return tuple(self._hosts)
+
+    def address(self, host: str) -> str:
+        """The loopback address ``host`` listens on: its own, or the virtual hosts' one."""
+        return self._address or self._host(host).address
 
     @property
     def start_time(self) -> float:
@@ -252,7 +315,7 @@ class SimServer:
         return self._host(host).behaviour
 
     def base_url(self, host: str) -> str:
-        """``http://<address>:<port>`` of ``host``."""
+        """``http://<address>:<port>`` of ``host`` (``http://<name>:<port>`` for a virtual host)."""
         h = self._host(host)
         if h.port == 0:
             if self._port == 0:
@@ -336,11 +399,18 @@ class SimServer:
 
     # ------------------------------------------------------------------ serving
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        now = time.monotonic()
+    def _host_of(self, request: web.Request) -> _Host | None:
+        """The host a request is for: by the ``Host`` header, or by the local address."""
+        if self._address is not None:
+            name = request.headers.get("Host", "").rpartition(":")
+            return self._hosts.get((name[0] or name[2]).lower().removesuffix("."))
         transport = request.transport
         sockname = transport.get_extra_info("sockname") if transport is not None else None
-        host = self._by_socket.get(tuple(sockname[:2])) if sockname else None
+        return self._by_socket.get(tuple(sockname[:2])) if sockname else None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        now = time.monotonic()
+        host = self._host_of(request)
         if host is None:
             return web.Response(status=421, text="not a simulated host\n")
         if request.path.startswith("/_sim/"):
@@ -378,6 +448,11 @@ class SimServer:
             self.reset(None if every else host.address)
             return web.json_response({"reset": list(self._hosts) if every else [host.address]})
         return web.Response(status=404, text="unknown control endpoint\n")
+
+
+def host_names(domain: str, n: int) -> list[str]:
+    """``n`` virtual host names in ``domain``: ``h1.<domain>`` … ``h<n>.<domain>``."""
+    return [f"h{i}.{domain}" for i in range(1, n + 1)]
 
 
 def _robots(host: _Host, rec: Recorder, ticket: Ticket) -> web.Response:
