@@ -137,6 +137,41 @@ def test_every_module_is_in_the_layers_contract() -> None:
     assert not missing, f"add these modules to a layer in pyproject.toml: {missing}"
 
 
+#: The modules that may import a client library: the adapters and the tools over them.
+_CLIENT_SIDE = {
+    "autothrottle.__main__", "autothrottle.aiohttp", "autothrottle.httpx", "autothrottle.httpx2",
+    "autothrottle.requests", "autothrottle.scrapy", "autothrottle.redis", "autothrottle.otel",
+    "autothrottle.sim", "autothrottle.cli", "autothrottle.timeline", "autothrottle._httpx",
+    "autothrottle._httpx2", "autothrottle._redis_lua",
+}  # fmt: skip
+
+
+def test_every_engine_module_is_kept_from_the_client_libraries() -> None:
+    """A new engine module joins the import-linter contract that keeps the clients out."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (contract,) = [
+        c for c in config["tool"]["importlinter"]["contracts"] if c["name"].startswith("The engine")
+    ]
+    engine = {m for m in _modules() if m != "autothrottle" and m not in _CLIENT_SIDE}
+    missing = sorted(engine - set(contract["source_modules"]))
+    assert not missing, f"add these modules to the engine contract in pyproject.toml: {missing}"
+
+
+def test_no_module_imports_another_modules_underscore_names() -> None:
+    """Each module keeps its private names: what another module needs is public in it
+    (a private module's public names are the package's internals). ``from . import _x``
+    names a submodule, which is allowed. ruff's SLF001 checks attribute access likewise."""
+    borrowed = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.module is None:
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    borrowed.append(f"{path.relative_to(ROOT)}:{node.lineno} {alias.name}")
+    assert not borrowed, borrowed
+
+
 def test_no_function_in_the_package_is_longer_than_sixty_lines() -> None:
     long = []
     for path in PACKAGE.rglob("*.py"):

@@ -36,7 +36,7 @@ from autothrottle.sim import (
 )
 from autothrottle.sim._behaviours import _Bucket
 from autothrottle.sim._cli import DEFAULT_SPECS, build_parser, hosts_from_args
-from autothrottle.sim._server import _addresses
+from autothrottle.sim._server import loopback_addresses
 
 A, B = "127.0.0.2", "127.0.0.3"
 
@@ -175,7 +175,7 @@ def test_bad_values_fail_at_construction_naming_parameter_and_value(
 
 
 def test_addresses_continue_past_the_last_octet() -> None:
-    got = _addresses("127.0.0.252", 5)
+    got = loopback_addresses("127.0.0.252", 5)
     assert got == ["127.0.0.252", "127.0.0.253", "127.0.0.254", "127.0.1.1", "127.0.1.2"]
     many = SimServer.many(200, RateLimited(2))
     assert many.hosts[0] == "127.0.0.2" and many.hosts[-1] == "127.0.0.201"

@@ -260,6 +260,10 @@ def throttle_trace_config() -> TraceConfig:
     return config
 
 
+_HOOKED_CONNECTORS: weakref.WeakSet[BaseConnector] = weakref.WeakSet()
+"""Connectors whose ``connect`` is wrapped already (a connector may serve several sessions)."""
+
+
 def _hook_connector(connector: BaseConnector) -> None:
     """Take the wire turn when the connector hands over a ready connection.
 
@@ -267,7 +271,7 @@ def _hook_connector(connector: BaseConnector) -> None:
     connector, instead of aiohttp's trace machinery on every request. A
     connector shared by several sessions is wrapped once.
     """
-    if getattr(connector, "_autothrottle_hooked", False):
+    if connector in _HOOKED_CONNECTORS:
         return
     connect = connector.connect
 
@@ -289,7 +293,7 @@ def _hook_connector(connector: BaseConnector) -> None:
         return connection
 
     connector.connect = connect_then_wire  # type: ignore[method-assign]
-    connector._autothrottle_hooked = True  # type: ignore[attr-defined]
+    _HOOKED_CONNECTORS.add(connector)
 
 
 def _hook_request_options(session: ClientSession) -> None:
@@ -304,7 +308,7 @@ def _hook_request_options(session: ClientSession) -> None:
     inside another (a middleware's own request), where the outer options must
     not leak into it.
     """
-    send = session._request
+    send = session._request  # noqa: SLF001 (aiohttp's one entry of every request method)
 
     def request(*args: Any, **kwargs: Any) -> Any:
         ctx = kwargs.get("trace_request_ctx")

@@ -57,7 +57,7 @@ import warnings
 import weakref
 from collections.abc import Mapping
 from time import perf_counter
-from typing import Any
+from typing import Any, cast
 
 try:
     import requests as _needed  # noqa: F401  (the extra this module needs)
@@ -256,6 +256,10 @@ class _LeaseResponse(HTTPResponse):
 
     _autothrottle_hold: _Hold
 
+    def hold_until_finished(self, lease: Lease) -> None:
+        """Keep ``lease`` until the body is read to its end, released or closed."""
+        self._autothrottle_hold = _Hold(lease)
+
     def release_conn(self) -> None:
         try:
             super().release_conn()
@@ -282,7 +286,7 @@ def _hold_until_finished(raw: object, lease: Lease) -> None:
         lease.release()
         return
     raw.__class__ = _LeaseResponse
-    raw._autothrottle_hold = _Hold(lease)  # type: ignore[attr-defined]
+    cast("_LeaseResponse", raw).hold_until_finished(lease)
 
 
 # -- the adapter ----------------------------------------------------------------------

@@ -351,8 +351,11 @@ def _release_soon(loop: asyncio.AbstractEventLoop, lease: Lease) -> None:
         lease.release()
 
 
-_CLOSING: weakref.WeakKeyDictionary[Crawler, AutoThrottleMiddleware] = weakref.WeakKeyDictionary()
-"""Each crawl's middleware, told when its engine starts closing the spider."""
+_CLOSING: weakref.WeakKeyDictionary[Crawler, Callable[[], None]] = weakref.WeakKeyDictionary()
+"""What each crawl's middleware does when its engine starts closing the spider."""
+
+_ENGINE_WRAPPERS: set[Callable[..., Any]] = set()
+"""The engine's close methods as wrapped here, so that they are wrapped once."""
 
 
 def _hook_engine_close() -> None:
@@ -369,17 +372,17 @@ def _hook_engine_close() -> None:
 
     for name in ("close_spider_async", "close_spider"):
         original = getattr(ExecutionEngine, name, None)
-        if original is None or getattr(original, "_autothrottle", False):
+        if original is None or original in _ENGINE_WRAPPERS:
             continue
 
         def closing(engine: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
-            middleware = _CLOSING.get(engine.crawler)
-            if middleware is not None:
-                middleware._begin_closing()
+            begin_closing = _CLOSING.get(engine.crawler)
+            if begin_closing is not None:
+                begin_closing()
             return __original(engine, *args, **kwargs)
 
-        closing._autothrottle = True  # type: ignore[attr-defined]
         functools.update_wrapper(closing, original)
+        _ENGINE_WRAPPERS.add(closing)
         setattr(ExecutionEngine, name, closing)
 
 
@@ -419,7 +422,7 @@ class AutoThrottleMiddleware:
         self._refusals = self.throttle.backoff_statuses
         self.throttle.listen(self._count)
         _hook_engine_close()
-        _CLOSING[crawler] = self
+        _CLOSING[crawler] = self._begin_closing
         connect = crawler.signals.connect
         connect(self._spider_closed, signal=signals.spider_closed)
         connect(self._downloaded, signal=signals.response_downloaded)

@@ -352,7 +352,9 @@ class Behaviour:
                 parts.append(f"{f.name}={value}")
         return f"{self.kind}:{','.join(parts)}"
 
-    def _runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
+    def new_runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
+        """A fresh per-host state for a server starting at ``now``: the server
+        calls it once per host and run, so a restart begins with full buckets."""
         raise NotImplementedError
 
 
@@ -381,7 +383,7 @@ class Capacity(Behaviour):
     def capacity(self) -> float:
         return self.workers / self.service_time
 
-    def _runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
+    def new_runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
         return _CapacityRuntime(self, host, rng)
 
 
@@ -447,7 +449,7 @@ class RateLimited(Behaviour):
     def capacity(self) -> float:
         return float(self.rate)
 
-    def _runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
+    def new_runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
         return _RateRuntime(self, host, rng, now)
 
 
@@ -524,7 +526,7 @@ class SoftBlock(Behaviour):
     def capacity(self) -> float:
         return float(self.rate)
 
-    def _runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
+    def new_runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
         return _SoftBlockRuntime(self, host, rng, now)
 
 
@@ -568,7 +570,7 @@ class CDN(Behaviour):
         """Whether ``target`` (path and query) is a cache hit on this CDN."""
         return _share("cdn-hit", target) < self.hit_ratio
 
-    def _runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
+    def new_runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
         return _CDNRuntime(self, host, rng, now)
 
 
@@ -660,7 +662,7 @@ class VariableLatency(Behaviour):
         """Whether ``target`` (path and query) is one of the slow pages."""
         return _share("slow-path", target) < self.slow_ratio
 
-    def _runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
+    def new_runtime(self, host: str, rng: random.Random, now: float) -> Runtime:
         return _VariableRuntime(self, host, rng)
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from ._behaviours import CDN, Behaviour, Capacity, RateLimited, SoftBlock, VariableLatency
-from ._server import SimServer, _addresses, _host_name, _loopback, host_names
+from ._server import SimServer, host_name, host_names, loopback_address, loopback_addresses
 
 __all__ = ["main", "parse_behaviour"]
 
@@ -131,10 +131,10 @@ def _assignment(text: str, left: Callable[[str], Any]) -> tuple[Any, Behaviour]:
 def _host_key(text: str) -> str:
     """A loopback address, or a host name (for ``--domain``; checked once it is known)."""
     try:
-        return _loopback("--host", text)
+        return loopback_address("--host", text)
     except ValueError as not_loopback:
         try:
-            return _host_name("--host", text)
+            return host_name("--host", text)
         except ValueError:
             raise not_loopback from None
 
@@ -303,7 +303,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
 def hosts_from_args(args: argparse.Namespace) -> dict[str, Behaviour]:
     """The address-to-behaviour mapping the parsed arguments describe."""
     if args.domain is not None:
-        _host_name("--domain", args.domain)
+        host_name("--domain", args.domain)
     hosts: dict[str, Behaviour] = {}
     for address, behaviour in args.host:
         if address in hosts:
@@ -315,9 +315,9 @@ def hosts_from_args(args: argparse.Namespace) -> dict[str, Behaviour]:
     wanted = sum(n for n, _ in blocks)
     if wanted:
         if args.domain is None:
-            names = _addresses(args.first, wanted + len(hosts))
+            names = loopback_addresses(args.first, wanted + len(hosts))
         else:
-            names = host_names(_host_name("--domain", args.domain), wanted + len(hosts))
+            names = host_names(host_name("--domain", args.domain), wanted + len(hosts))
         free = iter(a for a in names if a not in hosts)
         for n, behaviour in blocks:
             for _ in range(n):

@@ -35,7 +35,7 @@ _SHUTDOWN_TIMEOUT = 1.0
 _VIRTUAL_BACKLOG = 4096
 
 
-def _loopback(name: str, value: object) -> str:
+def loopback_address(name: str, value: object) -> str:
     """The normalised address if ``value`` is a loopback IP address."""
     try:
         ip = ipaddress.ip_address(value)  # type: ignore[arg-type]
@@ -49,7 +49,7 @@ def _loopback(name: str, value: object) -> str:
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
-def _host_name(name: str, value: object) -> str:
+def host_name(name: str, value: object) -> str:
     """The normalised host name (lower case, no final dot) if ``value`` is one.
 
     Letters, digits and hyphens in dot-separated labels, as in DNS; an IP
@@ -66,12 +66,12 @@ def _host_name(name: str, value: object) -> str:
     return norm
 
 
-def _addresses(first: str, n: int) -> list[str]:
+def loopback_addresses(first: str, n: int) -> list[str]:
     """``n`` loopback IPv4 addresses from ``first`` on, skipping ``x.x.x.0`` and ``x.x.x.255``.
 
     127.0.0.254 is followed by 127.0.1.1, and so on through 127/8.
     """
-    start = _loopback("first", first)
+    start = loopback_address("first", first)
     ip = ipaddress.ip_address(start)
     if not isinstance(ip, ipaddress.IPv4Address):
         raise ValueError(f"first: {first!r} must be an IPv4 address (127.x.x.x)")
@@ -96,7 +96,7 @@ class _Host:
         self.port = 0
         now = time.monotonic()
         self.recorder = Recorder(now)
-        self.runtime: Runtime = behaviour._runtime(address, rng, now)
+        self.runtime: Runtime = behaviour.new_runtime(address, rng, now)
 
     @property
     def base_url(self) -> str:
@@ -163,7 +163,7 @@ class SimServer:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed must be an int or None, got {seed!r}")
         #: The one address of virtual hosts, or None: an address per host.
-        self._address = None if address is None else _loopback("address", address)
+        self._address = None if address is None else loopback_address("address", address)
         self._hosts: dict[str, _Host] = {}
         for key, behaviour in hosts.items():
             norm = self._key("hosts", key)
@@ -204,9 +204,9 @@ class SimServer:
     def _key(self, name: str, value: object) -> str:
         """A host's key: its loopback address, or with one ``address``, its name."""
         if self._address is None:
-            return _loopback(name, value)
+            return loopback_address(name, value)
         try:
-            return _host_name(name, value)
+            return host_name(name, value)
         except ValueError as exc:
             raise ValueError(f"{exc}; with address={self._address!r} hosts are named") from None
 
@@ -234,9 +234,9 @@ class SimServer:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         if domain is not None:
-            names = host_names(_host_name("domain", domain), n)
+            names = host_names(host_name("domain", domain), n)
             return cls(dict.fromkeys(names, behaviour), port=port, seed=seed, address=first)
-        return cls(dict.fromkeys(_addresses(first, n), behaviour), port=port, seed=seed)
+        return cls(dict.fromkeys(loopback_addresses(first, n), behaviour), port=port, seed=seed)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -248,7 +248,7 @@ class SimServer:
         self._t0 = now = time.monotonic()
         for host in self._hosts.values():
             host.recorder = Recorder(now)
-            host.runtime = host.behaviour._runtime(host.address, host.rng, now)
+            host.runtime = host.behaviour.new_runtime(host.address, host.rng, now)
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
         runner = web.AppRunner(

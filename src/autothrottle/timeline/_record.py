@@ -139,6 +139,17 @@ class Timeline:
             series = self._series[key] = deque(maxlen=self.max_samples)
         series.append(sample)
 
+    def _replay(self, line: dict[str, Any]) -> None:
+        """One line of a timeline file (a sample, a mark or a clear) applied as
+        recorded: the file's times are kept, not the clock's."""
+        if "mark" in line:
+            self._marks.append(Mark(float(line["t"]), str(line["key"]), str(line["mark"])))
+        elif line.get("clear"):
+            self._series.clear()
+            self._marks.clear()
+        elif "key" in line:
+            self._add(str(line["key"]), _sample_from(line))
+
     def mark(self, key: str, kind: str) -> None:
         """Record an event of slot ``key`` that the throttle cannot see, at this moment."""
         if not isinstance(key, str) or not key:
@@ -234,7 +245,19 @@ class Timeline:
             ValueError: the file is not a timeline file, or a line in it is
                 broken; the message names the file and the line.
         """
-        return _read(cls, Path(path), max_samples)
+        source = Path(path)
+        with source.open("r", encoding="utf-8") as fh:
+            head = _read_head(fh, source)
+            keep = head.get("max_samples", 36_000) if max_samples is None else max_samples
+            timeline = cls(_NoSnapshots(), float(head.get("interval", 0.1)), max_samples=keep)
+            for number, raw in enumerate(fh, start=2):
+                if not raw.endswith("\n"):
+                    break  # cut short by a recorder killed mid-write
+                try:
+                    timeline._replay(json.loads(raw))
+                except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                    raise ValueError(f"{str(source)!r} line {number}: {exc!r}") from None
+        return timeline
 
     # -- reading -------------------------------------------------------------------
 
@@ -454,32 +477,11 @@ def _sample_from(line: dict[str, Any]) -> SlotSample:
     )
 
 
-def _read(cls: type[Timeline], path: Path, max_samples: int | None) -> Timeline:
-    with path.open("r", encoding="utf-8") as fh:
-        first = fh.readline()
-        try:
-            head = json.loads(first)
-        except ValueError:
-            head = None
-        if not isinstance(head, dict) or head.get("format") != _FORMAT:
-            raise ValueError(f"{str(path)!r} is not an autothrottle timeline file (line 1)")
-        keep = head.get("max_samples", 36_000) if max_samples is None else max_samples
-        timeline = cls(_NoSnapshots(), float(head.get("interval", 0.1)), max_samples=keep)
-        for number, raw in enumerate(fh, start=2):
-            if not raw.endswith("\n"):
-                break  # cut short by a recorder killed mid-write
-            try:
-                _apply(timeline, json.loads(raw))
-            except (ValueError, TypeError, KeyError, AttributeError) as exc:
-                raise ValueError(f"{str(path)!r} line {number}: {exc!r}") from None
-    return timeline
-
-
-def _apply(timeline: Timeline, line: dict[str, Any]) -> None:
-    if "mark" in line:
-        timeline._marks.append(Mark(float(line["t"]), str(line["key"]), str(line["mark"])))
-    elif line.get("clear"):
-        timeline._series.clear()
-        timeline._marks.clear()
-    elif "key" in line:
-        timeline._add(str(line["key"]), _sample_from(line))
+def _read_head(fh: IO[str], path: Path) -> dict[str, Any]:
+    try:
+        head = json.loads(fh.readline())
+    except ValueError:
+        head = None
+    if not isinstance(head, dict) or head.get("format") != _FORMAT:
+        raise ValueError(f"{str(path)!r} is not an autothrottle timeline file (line 1)")
+    return head
