@@ -45,7 +45,7 @@ PUBLIC = {
         "ThrottleTimeout",
         "__version__",
     ],
-    "autothrottle.policy": ["DelayPolicy", "Sample", "SlotConfig"],
+    "autothrottle.policy": ["DelayPolicy", "Sample", "SlotConfig", "policy_from_text"],
     "autothrottle.store": ["MemoryStore", "RateLimit", "SlotState", "SlotStore"],
     "autothrottle.options": ["CONTROL_HEADER", "RequestOptions"],
     "autothrottle.timeline": ["Mark", "SlotSample", "Timeline"],

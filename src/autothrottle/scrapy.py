@@ -67,14 +67,8 @@ from ._errors import ThrottleTimeout
 from ._events import ThrottleEvent
 from ._exchange import Exchange, ThrottleInfo
 from ._lease import Lease
-from ._policies import (
-    AdaptiveConcurrencyPolicy,
-    AIMDPolicy,
-    AutoThrottlePolicy,
-    FixedDelayPolicy,
-    FixedRatePolicy,
-)
 from ._policy import DelayPolicy
+from ._policy_text import policy_from_text
 from ._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
 from ._store import MemoryStore, SlotStore
 from ._throttle import Throttle
@@ -117,16 +111,6 @@ class ThrottleWaitTimeout(IgnoreRequest):
 
 # -- settings ----------------------------------------------------------------------------
 
-_NAMED_POLICIES: dict[str, type[DelayPolicy]] = {
-    "autothrottle": AutoThrottlePolicy,
-    "adaptive": AdaptiveConcurrencyPolicy,
-    "aimd": AIMDPolicy,
-}
-_RATE_POLICIES: dict[str, Callable[[float], DelayPolicy]] = {
-    "fixed-rate": FixedRatePolicy,
-    "fixed-delay": FixedDelayPolicy,
-}
-
 
 def _policy_from_setting(value: object, setting: str = "AUTOTHROTTLE_POLICY") -> DelayPolicy:
     """A delay policy from its setting: a name, ``fixed-rate=N``, a dotted path, or one.
@@ -141,20 +125,11 @@ def _policy_from_setting(value: object, setting: str = "AUTOTHROTTLE_POLICY") ->
     if isinstance(value, DelayPolicy):
         return value
     if isinstance(value, str):
-        name, _, argument = value.strip().partition("=")
-        if name.lower() in _NAMED_POLICIES and not argument:
-            return _NAMED_POLICIES[name.lower()]()
-        if name.lower() in _RATE_POLICIES and argument:
+        if "." not in value or "=" in value:
             try:
-                number = float(argument)
-            except ValueError:
-                raise ValueError(f"{setting}: {name} needs a number, got {value!r}") from None
-            return _RATE_POLICIES[name.lower()](number)
-        if "." not in value:
-            raise ValueError(
-                f"{setting}: expected autothrottle, adaptive, aimd, fixed-rate=N, "
-                f"fixed-delay=S or a dotted path, got {value!r}"
-            )
+                return policy_from_text(value, name=setting)
+            except ValueError as error:
+                raise ValueError(f"{error} (or a dotted path)") from None
         value = load_object(value)
     try:
         made = value() if callable(value) else value

@@ -24,14 +24,10 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from autothrottle import (
-    AdaptiveConcurrencyPolicy,
-    AIMDPolicy,
-    AutoThrottlePolicy,
-    FixedRatePolicy,
     Throttle,
     __version__,
 )
-from autothrottle.policy import DelayPolicy
+from autothrottle.policy import DelayPolicy, policy_from_text
 
 __all__ = [
     "NOT_FLAGS",
@@ -354,7 +350,7 @@ def add_throttle_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="POLICY",
         help="adaptive (default: finds each host's pace), autothrottle (Scrapy's rules), "
-        "aimd, or fixed-rate=N (N requests/s per host)",
+        "aimd, fixed-rate=N (N requests/s per host) or fixed-delay=S (S seconds apart)",
     )
     for name, (kind, about) in SETTINGS.items():
         flag = "--" + name.replace("_", "-")
@@ -373,23 +369,7 @@ def add_throttle_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_policy(text: str) -> DelayPolicy:
     """A policy from its flag form; ValueError naming the value if it is none of them."""
-    name, _, value = text.strip().partition("=")
-    name = name.lower()
-    if name == "autothrottle" and not value:
-        return AutoThrottlePolicy()
-    if name == "adaptive" and not value:
-        return AdaptiveConcurrencyPolicy()
-    if name == "aimd" and not value:
-        return AIMDPolicy()
-    if name == "fixed-rate" and value:
-        try:
-            rate = float(value)
-        except ValueError:
-            raise ValueError(f"--policy: fixed-rate needs a number, got {value!r}") from None
-        return FixedRatePolicy(rate)
-    raise ValueError(
-        f"--policy: expected autothrottle, adaptive, aimd or fixed-rate=N, got {text!r}"
-    )
+    return policy_from_text(text, name="--policy")
 
 
 def _policy_arg(text: str) -> DelayPolicy:
