@@ -36,7 +36,8 @@ from autothrottle import (
     FixedRatePolicy,
     Throttle,
 )
-from autothrottle.scrapy import AutoThrottleMiddleware, _throttle_from_settings
+from autothrottle._scrapy_settings import throttle_from_settings
+from autothrottle.scrapy import AutoThrottleMiddleware
 from autothrottle.sim import Behaviour, Capacity, HostStats, RateLimited, SimServer, SoftBlock
 
 HERE = Path(__file__).resolve().parent
@@ -376,7 +377,7 @@ def test_a_state_file_carries_what_was_learned_to_the_next_run(tmp_path: Path) -
 
 
 def build(settings: dict[str, Any]) -> Throttle:
-    return _throttle_from_settings(Settings(settings))
+    return throttle_from_settings(Settings(settings))
 
 
 def test_the_extension_left_on_is_refused() -> None:
@@ -472,10 +473,10 @@ def test_per_host_settings_and_download_slots() -> None:
 )
 def test_options_from_the_header_are_kept_in_the_meta_for_retries(header: str) -> None:
     from autothrottle._request import options_from_header, options_from_mapping
-    from autothrottle.scrapy import _as_meta
+    from autothrottle._scrapy_parts import as_meta
 
     options = options_from_header(header)
-    assert options_from_mapping({"autothrottle": _as_meta(options)}) == options
+    assert options_from_mapping({"autothrottle": as_meta(options)}) == options
 
 
 def test_the_block_statuses_back_off_as_blocks() -> None:
@@ -487,10 +488,10 @@ def test_the_block_statuses_back_off_as_blocks() -> None:
 
 def test_randomize_download_delay_set_by_the_project_wins() -> None:
     settings = Settings({"RANDOMIZE_DOWNLOAD_DELAY": False})
-    assert _throttle_from_settings(settings).config.jitter == 0.0
+    assert throttle_from_settings(settings).config.jitter == 0.0
     settings = Settings({"DOWNLOAD_DELAY_JITTER": 0.2})
-    assert _throttle_from_settings(settings).config.jitter == 0.2
-    assert math.isclose(_throttle_from_settings(Settings()).config.jitter, 0.5)
+    assert throttle_from_settings(settings).config.jitter == 0.2
+    assert math.isclose(throttle_from_settings(Settings()).config.jitter, 0.5)
 
 
 def test_the_debug_log_says_what_each_response_did(tmp_path: Path) -> None:

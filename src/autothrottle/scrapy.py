@@ -35,17 +35,12 @@ What the throttle did lands in the crawl's stats under ``autothrottle/``.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
 import logging
-import math
 import re
 import time
 import weakref
-from collections.abc import Callable, Mapping
 from time import perf_counter
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import anyio
 
@@ -60,18 +55,15 @@ from scrapy import Request, Spider, signals
 from scrapy.crawler import Crawler
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response, TextResponse
-from scrapy.settings import BaseSettings
-from scrapy.utils.misc import load_object
 
 from ._errors import ThrottleTimeout
 from ._events import ThrottleEvent
 from ._exchange import Exchange, ThrottleInfo
 from ._lease import Lease
-from ._policy import DelayPolicy
-from ._policy_text import policy_from_text
 from ._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
-from ._store import MemoryStore, SlotStore
-from ._throttle import Throttle
+from ._scrapy_parts import CLOSING, Held, as_meta, hook_engine_close, host_failure, response_headers
+from ._scrapy_settings import throttle_from_settings
+from ._store import MemoryStore
 
 __all__ = ["INFO_KEY", "AutoThrottleMiddleware", "ThrottleWaitTimeout", "blocked"]
 
@@ -109,258 +101,6 @@ class ThrottleWaitTimeout(IgnoreRequest):
         self.waited = error.waited
 
 
-# -- settings ----------------------------------------------------------------------------
-
-
-def _policy_from_setting(value: object, setting: str = "AUTOTHROTTLE_POLICY") -> DelayPolicy:
-    """A delay policy from its setting: a name, ``fixed-rate=N``, a dotted path, or one.
-
-    ``autothrottle`` (Scrapy's rules, the default), ``adaptive``, ``aimd``,
-    ``fixed-rate=N`` (N requests a second), ``fixed-delay=S``, a policy
-    instance, or a class (or its dotted path) called with no arguments.
-
-    Raises:
-        ValueError, TypeError: naming the setting and the value.
-    """
-    if isinstance(value, DelayPolicy):
-        return value
-    if isinstance(value, str):
-        if "." not in value or "=" in value:
-            try:
-                return policy_from_text(value, name=setting)
-            except ValueError as error:
-                raise ValueError(f"{error} (or a dotted path)") from None
-        value = load_object(value)
-    try:
-        made = value() if callable(value) else value
-    except TypeError as error:
-        raise TypeError(f"{setting}: {value!r} cannot be made with no arguments: {error}") from None
-    if not isinstance(made, DelayPolicy):
-        raise TypeError(f"{setting}: {value!r} is not a DelayPolicy (made {made!r})")
-    return made
-
-
-def _jitter(settings: BaseSettings) -> float:
-    """Scrapy's spread of each delay: ``DOWNLOAD_DELAY_JITTER`` (Scrapy 2.19), or
-    ``RANDOMIZE_DOWNLOAD_DELAY`` (±50 %) where that is set with more priority."""
-    randomize = settings.getpriority("RANDOMIZE_DOWNLOAD_DELAY") or 0
-    jitter = settings.getpriority("DOWNLOAD_DELAY_JITTER")
-    if jitter is None or randomize > jitter:
-        return 0.5 if settings.getbool("RANDOMIZE_DOWNLOAD_DELAY") else 0.0
-    value = settings.getfloat("DOWNLOAD_DELAY_JITTER")
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"DOWNLOAD_DELAY_JITTER must be in [0, 1) under autothrottle, got {value}")
-    return value
-
-
-def _hosts(settings: BaseSettings) -> dict[str, Any]:
-    """``AUTOTHROTTLE_HOSTS``, over what ``DOWNLOAD_SLOTS`` says of the same slots
-    (its ``delay`` is the slot's start delay, as AutoThrottle reads it)."""
-    hosts: dict[str, Any] = {}
-    for key, slot in settings.getdict("DOWNLOAD_SLOTS").items():
-        entry: dict[str, Any] = {}
-        if isinstance(slot, Mapping) and "delay" in slot:
-            entry["start_delay"] = float(slot["delay"])
-        if isinstance(slot, Mapping) and "concurrency" in slot:
-            entry["max_concurrency"] = int(slot["concurrency"])
-        if entry:
-            hosts[key] = entry
-    for pattern, given in settings.getdict("AUTOTHROTTLE_HOSTS").items():
-        if not isinstance(given, Mapping):
-            raise TypeError(f"AUTOTHROTTLE_HOSTS[{pattern!r}] must be a dict, got {given!r}")
-        entry = dict(given)
-        if "policy" in entry and entry["policy"] is not None:
-            entry["policy"] = _policy_from_setting(
-                entry["policy"], f"AUTOTHROTTLE_HOSTS[{pattern!r}]['policy']"
-            )
-        hosts[pattern] = {**hosts.get(pattern, {}), **entry}
-    return hosts
-
-
-def _store(settings: BaseSettings, spider_name: str) -> SlotStore | None:
-    url = settings.get("AUTOTHROTTLE_REDIS_URL")
-    path = settings.get("AUTOTHROTTLE_STATE_FILE")
-    if url and path:
-        raise ValueError(
-            "AUTOTHROTTLE_REDIS_URL and AUTOTHROTTLE_STATE_FILE: choose one; "
-            "a fleet keeps what it learned in Redis"
-        )
-    if url:
-        from .redis import RedisStore  # the redis extra, only for a fleet
-
-        prefix = settings.get("AUTOTHROTTLE_REDIS_PREFIX") or f"scrapy:{spider_name}"
-        return cast(SlotStore, RedisStore(str(url), prefix=str(prefix)))
-    if path:
-        # Kept whole: a slot forgotten while idle would be missing from the file.
-        return MemoryStore.from_file(str(path), now=time.monotonic(), idle_timeout=math.inf)
-    return None
-
-
-#: Throttle keywords and the Scrapy settings they come from.
-_SETTINGS = (
-    ("start_delay", "AUTOTHROTTLE_START_DELAY"),
-    ("max_delay", "AUTOTHROTTLE_MAX_DELAY"),
-    ("target_concurrency", "AUTOTHROTTLE_TARGET_CONCURRENCY"),
-    ("min_delay", "DOWNLOAD_DELAY"),
-)
-
-
-def _throttle_from_settings(settings: BaseSettings, spider_name: str = "spider") -> Throttle:
-    """The :class:`~autothrottle.Throttle` a crawl's settings describe.
-
-    Raises:
-        ValueError, TypeError: a setting is wrong; the message names it.
-    """
-    kwargs: dict[str, Any] = {name: settings.getfloat(key) for name, key in _SETTINGS}
-    per_ip = settings.getint("CONCURRENT_REQUESTS_PER_IP")
-    kwargs["max_concurrency"] = per_ip or settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN")
-    kwargs["jitter"] = _jitter(settings)
-    kwargs["policy"] = _policy_from_setting(settings.get("AUTOTHROTTLE_POLICY") or "autothrottle")
-    kwargs["hosts"] = _hosts(settings)
-    statuses = frozenset(settings.getlist("AUTOTHROTTLE_BLOCK_STATUSES"))
-    if statuses:
-        codes = frozenset(int(status) for status in statuses)
-        kwargs["block_classifier"] = lambda status, headers: status in codes
-    kwargs["store"] = _store(settings, spider_name)
-    try:
-        return Throttle(**kwargs)
-    except (TypeError, ValueError) as error:
-        named = [key for name, key in _SETTINGS if name in str(error)]
-        if "max_concurrency" in str(error):
-            named.append("CONCURRENT_REQUESTS_PER_DOMAIN")
-        raise type(error)(f"{' / '.join(named) or 'autothrottle settings'}: {error}") from error
-
-
-# -- the middleware ------------------------------------------------------------------
-
-
-def _load_exceptions(names: tuple[str, ...]) -> tuple[type[BaseException], ...]:
-    found: list[type[BaseException]] = []
-    for name in names:
-        with contextlib.suppress(ImportError, AttributeError, NameError, ValueError):
-            found.append(load_object(name))  # absent from an older Scrapy or Twisted
-    return tuple(found)
-
-
-_HOST_FAILURES: tuple[type[BaseException], ...] = (
-    OSError,
-    *_load_exceptions(
-        (
-            "scrapy.exceptions.CannotResolveHostError",
-            "scrapy.exceptions.DownloadConnectionRefusedError",
-            "scrapy.exceptions.DownloadFailedError",
-            "scrapy.exceptions.DownloadTimeoutError",
-            "scrapy.exceptions.ResponseDataLossError",
-            "scrapy.core.downloader.handlers.http11.TunnelError",
-            "twisted.internet.error.ConnectError",
-            "twisted.internet.error.ConnectionLost",
-            "twisted.internet.error.ConnectionDone",
-            "twisted.internet.error.TimeoutError",
-            "twisted.internet.defer.TimeoutError",
-            "twisted.web.client.ResponseFailed",
-            "twisted.web.client.ResponseNeverReceived",
-        )
-    ),
-)
-
-
-def _host_failure(error: BaseException) -> bool:
-    """The host failed: refused, unreachable, timed out, cut the body short.
-
-    A cancelled download, an unsupported scheme or a middleware's own error
-    is not the host's.
-    """
-    return isinstance(error, _HOST_FAILURES)
-
-
-def _headers(response: Response) -> dict[str, str]:
-    """The response headers as the engine reads them: the first value of each."""
-    return {
-        name.decode("latin-1"): values[0].decode("latin-1")
-        for name, values in response.headers.items()
-        if values
-    }
-
-
-def _as_meta(options: RequestOptions) -> dict[str, Any]:
-    """``options`` as the ``request.meta["autothrottle"]`` dict that reads back as them."""
-    meta: dict[str, Any] = {}
-    if not options.adjust:
-        meta["adjust"] = False
-    if options.bypass:
-        meta["bypass"] = True
-    if options.slot is not None:
-        meta["slot"] = options.slot
-    if options.max_wait is not None:
-        meta["max_wait"] = options.max_wait
-    cost = options.cost
-    if isinstance(cost, int):
-        meta["cost"] = cost
-    elif cost is not None:
-        meta["cost"] = {"input": cost[0], "output": cost[1]}
-    return meta
-
-
-class _Held:
-    """A request's exchange while it is in Scrapy's downloader, with a backstop:
-    a request dropped without a response or an error releases when collected."""
-
-    __slots__ = ("exchange", "finalizer")
-
-    def __init__(self, request: Request, exchange: Exchange) -> None:
-        self.exchange = exchange
-        loop = asyncio.get_running_loop()
-        self.finalizer = weakref.finalize(request, _release_soon, loop, exchange.lease)
-        self.finalizer.atexit = False
-
-    def done(self) -> Exchange:
-        self.finalizer.detach()
-        return self.exchange
-
-
-def _release_soon(loop: asyncio.AbstractEventLoop, lease: Lease) -> None:
-    """Collection may run inside the slot's own bookkeeping: release on the loop."""
-    try:
-        loop.call_soon_threadsafe(lease.release)
-    except RuntimeError:  # the loop is closed: nothing waits any more
-        lease.release()
-
-
-_CLOSING: weakref.WeakKeyDictionary[Crawler, Callable[[], None]] = weakref.WeakKeyDictionary()
-"""What each crawl's middleware does when its engine starts closing the spider."""
-
-_ENGINE_WRAPPERS: set[Callable[..., Any]] = set()
-"""The engine's close methods as wrapped here, so that they are wrapped once."""
-
-
-def _hook_engine_close() -> None:
-    """Tell a crawl's middleware when its engine starts closing the spider.
-
-    Scrapy sends no signal then: ``spider_closed`` comes once every request
-    in progress, those waiting for their turn included, has finished. The
-    engine's close is wrapped on its class, once, before any spider opens, so
-    that callers holding the method already (Scrapy 2.13's CloseSpider keeps
-    ``engine.close_spider`` for its timeout) reach the wrapper too; engines
-    of crawls without the middleware are not affected.
-    """
-    from scrapy.core.engine import ExecutionEngine
-
-    for name in ("close_spider_async", "close_spider"):
-        original = getattr(ExecutionEngine, name, None)
-        if original is None or original in _ENGINE_WRAPPERS:
-            continue
-
-        def closing(engine: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
-            begin_closing = _CLOSING.get(engine.crawler)
-            if begin_closing is not None:
-                begin_closing()
-            return __original(engine, *args, **kwargs)
-
-        functools.update_wrapper(closing, original)
-        _ENGINE_WRAPPERS.add(closing)
-        setattr(ExecutionEngine, name, closing)
-
-
 class AutoThrottleMiddleware:
     """A Scrapy downloader middleware that paces every download slot with autothrottle.
 
@@ -383,21 +123,21 @@ class AutoThrottleMiddleware:
                 "autothrottle.scrapy.AutoThrottleMiddleware replaces: set it to False"
             )
         self.crawler = crawler
-        self.throttle = _throttle_from_settings(
+        self.throttle = throttle_from_settings(
             settings, getattr(crawler.spidercls, "name", None) or "spider"
         )
         self._debug = settings.getbool("AUTOTHROTTLE_DEBUG")
         pattern = settings.get("AUTOTHROTTLE_BLOCK_PATTERN")
         self._block_pattern = re.compile(pattern) if pattern else None
         self._state_file = settings.get("AUTOTHROTTLE_STATE_FILE")
-        self._held: weakref.WeakKeyDictionary[Request, _Held] = weakref.WeakKeyDictionary()
+        self._held: weakref.WeakKeyDictionary[Request, Held] = weakref.WeakKeyDictionary()
         self._waiting: set[anyio.CancelScope] = set()
         self._seen: dict[str, tuple[int, int]] = {}
         self._closing = False
         self._refusals = self.throttle.backoff_statuses
         self.throttle.listen(self._count)
-        _hook_engine_close()
-        _CLOSING[crawler] = self._begin_closing
+        hook_engine_close()
+        CLOSING[crawler] = self._begin_closing
         connect = crawler.signals.connect
         connect(self._spider_closed, signal=signals.spider_closed)
         connect(self._downloaded, signal=signals.response_downloaded)
@@ -448,7 +188,7 @@ class AutoThrottleMiddleware:
         except BaseException:
             lease.release()
             raise
-        self._held[request] = _Held(request, exchange)
+        self._held[request] = Held(request, exchange)
         self._inc("autothrottle/requests")
         self._add_wait(exchange.waited)
         return None
@@ -477,7 +217,7 @@ class AutoThrottleMiddleware:
         if held is not None:
             self._answered(request, response, held)
 
-    def _answered(self, request: Request, response: Response, held: _Held) -> None:
+    def _answered(self, request: Request, response: Response, held: Held) -> None:
         """Teach the slot the response and let it go."""
         exchange = held.done()
         latency = request.meta.get("download_latency")
@@ -486,7 +226,7 @@ class AutoThrottleMiddleware:
         try:
             exchange.responded(
                 response.status,
-                _headers(response),
+                response_headers(response),
                 from_cache="cached" in response.flags or latency is None,
                 latency=None if latency is None else float(latency),
             )
@@ -503,7 +243,7 @@ class AutoThrottleMiddleware:
         only lets the slot go."""
         held = self._held.pop(request, None)
         if held is not None:
-            held.done().failed(exception, _host_failure)
+            held.done().failed(exception, host_failure)
 
     # -- options and slots ----------------------------------------------------------------
 
@@ -518,7 +258,7 @@ class AutoThrottleMiddleware:
             del request.headers[CONTROL_HEADER]
             text = ", ".join(value.decode("latin-1") for value in values)
             options = options.merged(options_from_header(text))
-            request.meta["autothrottle"] = _as_meta(options)
+            request.meta["autothrottle"] = as_meta(options)
         return options
 
     def _scrapy_slot(self, request: Request) -> str:
