@@ -35,26 +35,26 @@ def test_a_refusal_close_above_what_got_through_takes_that_as_the_limit() -> Non
     assert state.recover_in == recovery.time
 
 
-def test_a_first_refusal_far_above_is_capped_at_what_got_through() -> None:
+def test_a_first_refusal_far_above_takes_what_got_through() -> None:
     # A burst of 2 let a client run at 4.4/s for a second against a 2/s host.
     recovery, state = Recovery(), Refusal()
     succeed(recovery, state, [0.05, 0.5, 0.85, 1.13])
-    recovery.refused(state, pace=0.228, now=1.35, factor=2.0)
-    # allowed (4-1)/1.3 = 2.3/s, geometric mean with 4.4/s is 3.2/s: capped to
-    # the larger of 2.3/s and 4.4/s over the factor (2.2/s)
+    recovery.refused(state, pace=0.228, now=1.35)
+    # allowed (4-1)/1.3 = 2.3/s; the geometric mean with 4.4/s (3.2/s) would be
+    # refused again once the burst refilled
     assert 1 / state.refused_gap == pytest.approx(3 / 1.3)
     # What got through is a rate the host kept: probed past in the whole time.
     assert state.recover_in == pytest.approx(recovery.time)
 
 
-def test_a_first_refusal_far_above_little_allowed_is_capped_at_the_rate_over_the_factor() -> None:
+def test_a_first_refusal_at_four_times_what_got_through_takes_what_got_through() -> None:
+    # A client whose sends fell late ramped on to 8.5/s before a 2/s host's
+    # burst ran out; halving the refused rate (4.2/s) would be refused again.
     recovery, state = Recovery(), Refusal()
-    succeed(recovery, state, [0.0, 0.667, 1.333, 2.0])
-    recovery.refused(state, pace=1 / 4.4, now=2.0, factor=2.0)
-    # allowed 1.5/s, geometric mean with 4.4/s is 2.57/s: capped to 4.4 / 2 = 2.2/s
-    assert 1 / state.refused_gap == pytest.approx(2.2)
-    # Halved from the refused rate, the guess may lie far below: probed past sooner.
-    assert state.recover_in == pytest.approx(0.7 * recovery.time)
+    succeed(recovery, state, [0.0, 1.0, 1.6, 2.0, 2.3, 2.55, 2.97])
+    recovery.refused(state, pace=0.117, now=2.97)
+    assert 1 / state.refused_gap == pytest.approx(6 / 2.97)
+    assert state.recover_in == pytest.approx(recovery.time)
 
 
 def test_only_the_latest_successes_measure_the_rate() -> None:

@@ -284,22 +284,30 @@ async def succeed_at(clock: FakeClock, throttle: Throttle, rate: float, seconds:
 
 
 @pytest.mark.parametrize(
-    ("refused_rate", "expected_limit"),
+    ("refused_before", "refused_rate", "expected_limit"),
     [
-        # Far above what got through (10/s): the limit lies between; aim at the
-        # geometric mean of the two bounds, sqrt(10 * 40) = 20/s.
-        (40.0, 20.0),
+        # Far above what got through (10/s), refused before: the limit lies
+        # between; aim at the geometric mean of the two bounds, sqrt(10 * 40) = 20/s.
+        (True, 40.0, 20.0),
+        # The same at the slot's first refusal: a burst may have hidden how far
+        # past the limit the slot ran, so what got through is the limit.
+        (False, 40.0, 9.0 / (0.9 + 1.0 / 40.0)),
         # Just above it: what got through is the limit, measured over the
         # latest successes (8 to 16 of them; here the last 10, up to the refusal).
-        (11.0, 9.0 / (0.9 + 1.0 / 11.0)),
+        (False, 11.0, 9.0 / (0.9 + 1.0 / 11.0)),
     ],
 )
 async def test_a_refusal_brackets_the_limit_with_what_got_through(
-    refused_rate: float, expected_limit: float
+    refused_before: bool, refused_rate: float, expected_limit: float
 ) -> None:
     clock, throttle = fake(start_delay=0.1)
-    await succeed_at(clock, throttle, 10.0, 5.0)
     slot = throttle.slot(KEY)
+    if refused_before:
+        lease = await take(throttle)
+        lease.observe(latency=0.0, status=429)
+        lease.release()
+        clock.advance(100.0)  # long recovered, and what got through then forgotten
+    await succeed_at(clock, throttle, 10.0, 5.0)
     slot.delay = 1.0 / refused_rate
     clock.advance(1.0 / refused_rate)
     lease = await take(throttle)

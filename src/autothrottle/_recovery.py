@@ -14,14 +14,12 @@ The rules are written out in ``docs/recovery.md``; in short:
   through at its latest rate, not at the mean of its ramp.
 * At a refusal, the host's limit lies between that rate (a lower bound) and the
   pace it refused (an upper one). Close together, the lower bound is the
-  limit. Far apart, take their geometric mean, a step of binary search; at a
-  slot's first refusal, never more than the larger of the allowed rate and
-  the refused rate over the backoff factor: a token bucket's burst lets a
-  client run at twice its rate for a while, and the first refusal of a host
-  must not be followed by a second one at nearly the same pace. A guess
-  halved from the refused rate is reached again, and probed past, in 70 % of
-  the recovery time (it may lie far below the limit); what got through was a
-  rate the host kept, and is probed past in the whole recovery time.
+  limit. Far apart, take their geometric mean, a step of binary search; but
+  at a slot's first refusal, the lower bound: a token bucket's burst hides how
+  far a ramp-up ran past the limit before the first refusal (a client ramping
+  at the same pace may be refused at twice or four times the host's rate,
+  as its timing falls), so the refused pace bounds nothing, and a guess
+  above what got through is refused a second time once the burst refills.
 * After a refusal the delay may not fall below a floor that follows a cubic
   around the refused gap, as TCP CUBIC does around the window of its last loss:
   ``margin`` of the refused rate at once, the refused rate after ``time``
@@ -49,9 +47,6 @@ _ALLOWED_MEMORY = 60.0
 
 _CLOSE = 1.25
 """A refused gap within this factor of the allowed gap is taken as the limit itself."""
-
-_GUESS_SPEEDUP = 0.7
-"""A first refusal's guessed limit is reached, and probed past, in this share of ``time``."""
 
 _BEYOND = 1.0
 """How fast the floor opens past the refused rate: by ``2 * time`` the rate has doubled."""
@@ -174,15 +169,9 @@ class Recovery:
         rate = self.success_rate(refusal, now)
         return rate is not None and rate * _CLOSE * gap >= 1.0
 
-    def refused(self, refusal: Refusal, pace: float, now: float, factor: float = 2.0) -> None:
-        """Remember a refusal of sends ``pace`` seconds apart, at ``now``.
-
-        ``factor`` is the throttle's backoff factor: at the first refusal the
-        limit is never taken as more than the refused rate over it, or the
-        allowed rate if that is more, when the bounds are far apart.
-        """
+    def refused(self, refusal: Refusal, pace: float, now: float) -> None:
+        """Remember a refusal of sends ``pace`` seconds apart, at ``now``."""
         refused_gap = pace
-        guessed = False
         allowed = self.success_rate(refusal, now) or 0.0
         if now - refusal.allowed_at < _ALLOWED_MEMORY:
             # Right after a pause few successes have been counted: keep the best lately.
@@ -190,20 +179,17 @@ class Recovery:
         if allowed > 0.0:
             refusal.allowed = allowed
             refusal.allowed_at = now
-            if 1.0 / allowed > _CLOSE * pace:
-                refused_gap = math.sqrt(pace / allowed)
-                guess = min(pace * factor, 1.0 / allowed)
-                if refusal.refused_gap <= 0.0 and guess > refused_gap:
-                    # The first refusal: the burst may flatter. Guess low (but
-                    # not below what was let through), and probe past it sooner.
-                    refused_gap = guess
-                    # Halved from the refused pace, it may lie far below the
-                    # limit: probe sooner. The allowed rate is one the host kept.
-                    guessed = guess < 1.0 / allowed
-            else:
+            if 1.0 / allowed <= _CLOSE * pace:
                 refused_gap = max(pace, 1.0 / allowed)
+            elif refusal.refused_gap <= 0.0:
+                # The first refusal: a burst may have hidden how far the ramp-up
+                # ran past the limit, so the refused pace bounds nothing. What
+                # got through is a rate the host kept.
+                refused_gap = 1.0 / allowed
+            else:
+                refused_gap = math.sqrt(pace / allowed)
         refusal.refused_gap = refused_gap
-        refusal.recover_in = self.time * (_GUESS_SPEEDUP if guessed else 1.0)
+        refusal.recover_in = self.time
         refusal.backoff_at = now
         refusal.ok_count = refusal.ok_next = 0
 

@@ -313,7 +313,7 @@ class Rules:
         new = config.clamp(
             max(config.policy.backoff_delay(pace, factor, config), old, BACKOFF_FLOOR)
         )
-        self.recovery.refused(state.refusal, pace, now, factor)
+        self.recovery.refused(state.refusal, pace, now)
         state.counters.count_backoff(reason)
         if self.listeners:
             self.listeners.tell(ThrottleEvent("backoff", slot.key, reason=reason))
