@@ -290,7 +290,11 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
                 limit = max(limit - self.step if steady else limit / 2.0, 1.0)
                 state["steady"] = 1.0
             seen, low, second = 0.0, 0.0, 0.0
-        state.update(limit=limit, base=base, seen=seen, low=low)
+        # Item by item: update(**...) builds a dict of its keywords first, per response.
+        state["limit"] = limit
+        state["base"] = base
+        state["seen"] = seen
+        state["low"] = low
         state["second"] = second if math.isfinite(second) else 0.0
         return base / limit
 

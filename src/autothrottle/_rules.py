@@ -211,7 +211,9 @@ class Rules:
             new = old
         ramp_to = 0.0
         ramp = config.policy.ramp_up
-        if ramp is not None and state.refusal.refused_gap <= 0.0:
+        # The ramp-up only ever holds a falling delay back: a delay kept or
+        # raised skips it (most responses of a steady slot).
+        if ramp is not None and new < old and state.refusal.refused_gap <= 0.0:
             held = RampUp(ramp).hold(state.pace, new, now)
             stated = state.limits.stated_gap(now)
             if 0.0 < stated < held:
@@ -240,26 +242,43 @@ class Rules:
         state = slot.state
         config = slot.config
         cache = state.cache
-        share = cache.miss_share if cache_hit else CacheShare.miss(cache, state.counters.responses)
+        share = cache.miss_share
+        if share != 1.0 and not cache_hit:  # 1.0: no hit seen yet, a miss keeps it
+            share = CacheShare.miss(cache, state.counters.responses)
         policy = config.policy
         memory = state.pace.policy_state
         sample = new_sample(latency, status, slot.gate.in_flight(), cache_hit, memory)
-        capped = policy.in_flight_limit(memory) is not None
+        if share == 1.0:
+            # No cache in front (most slots): the origin's pace is the slot's,
+            # with no headroom and no hits to add, cap or none.
+            delay = policy.next_delay(state.pace.delay, sample, config)
+        else:
+            delay = Rules._paced_behind_cache(slot, share, sample)
+        limit = policy.in_flight_limit(memory)  # as the sample left it
+        if limit is not None and CacheShare.cap(cache, limit, max(delay, config.min_delay, 1e-6)):
+            slot.gate.wake()
+        return delay
+
+    @staticmethod
+    def _paced_behind_cache(slot: LiveSlot, share: float, sample: Sample) -> float:
+        """:meth:`_policy_delay`'s delay when a cache answers a ``share`` of the sends."""
+        state = slot.state
+        config = slot.config
+        policy = config.policy
+        capped = policy.in_flight_limit(sample.state) is not None
         # A policy with no cap of its own keeps `target_concurrency` in flight at
         # the whole site, hits included: their share of the time in flight is
         # added to the pace, outside what the policy is handed.
-        hits = 0.0 if capped else CacheShare.hit_time(cache, share) / config.target_concurrency
-        delay = CacheShare.pace_origin(
+        hits = (
+            0.0 if capped else CacheShare.hit_time(state.cache, share) / config.target_concurrency
+        )
+        return CacheShare.pace_origin(
             share,
             state.pace.delay,
             lambda gap: policy.next_delay(gap, sample, config),
             capped=capped,
             hits=hits,
         )
-        limit = policy.in_flight_limit(memory)  # as the sample left it
-        if limit is not None and CacheShare.cap(cache, limit, max(delay, config.min_delay, 1e-6)):
-            slot.gate.wake()
-        return delay
 
     @staticmethod
     def _cache_hit_delay(state: SlotState, old: float, latency: float, config: SlotConfig) -> float:
