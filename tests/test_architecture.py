@@ -84,6 +84,7 @@ PUBLIC = {
         "blocked",
     ],
     "autothrottle.otel": ["Instrumentation", "instrument"],
+    "autothrottle.testing": ["VirtualClock", "Wait"],
     "autothrottle.redis": ["RedisStore"],
     "autothrottle.sim": [
         "Behaviour",

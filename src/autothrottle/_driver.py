@@ -16,6 +16,12 @@ Cancellation is safe at the one await point: the ticket is granted inside
 hold has been granted to a task that has not yet seen it. A task cancelled
 while waiting only has to leave the queue, which ``abandon`` does (and wakes
 the next head if it was the head).
+
+A throttle on a :class:`Skipping` clock (``autothrottle.testing.VirtualClock``)
+waits through :func:`wait_skipping` and :func:`wait_skipping_blocking`
+instead: the same loop, but a wait is a short real pause after which the
+clock may jump to the end of it, so a test runs through a throttle at once
+while every decision is taken on the clock as it would have been.
 """
 
 from __future__ import annotations
@@ -26,14 +32,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import anyio
 
 from ._gate import Gate, Hold, Ticket
 from ._request import Cost
 
-__all__ = ["wait_for_hold", "wait_for_hold_blocking"]
+__all__ = [
+    "Skipping",
+    "wait_for_hold",
+    "wait_for_hold_blocking",
+    "wait_skipping",
+    "wait_skipping_blocking",
+]
 
 
 class _Releasable(Hold, Protocol):
@@ -41,6 +53,29 @@ class _Releasable(Hold, Protocol):
 
 
 H = TypeVar("H", bound=_Releasable)
+
+
+@runtime_checkable
+class Skipping(Protocol):
+    """A clock that may jump to the end of a wait rather than be waited out.
+
+    The driver calls :meth:`expect` with the clock time a waiter's turn (or its
+    ``max_wait``) comes, pauses ``idle`` real seconds so that every other
+    waiter may say when its own comes, then :meth:`skip`; :meth:`done` when it
+    leaves, with the clock seconds it waited if it got its turn.
+    """
+
+    idle: float
+
+    def __call__(self) -> float: ...
+
+    def attach(self, throttle: object) -> None: ...
+
+    def expect(self, waiter: object, deadline: float) -> None: ...
+
+    def skip(self, waiter: object) -> None: ...
+
+    def done(self, waiter: object, key: str, waited: float | None) -> None: ...
 
 
 def _loop_waker(ticket: Ticket) -> Callable[[anyio.Event], None]:
@@ -125,3 +160,90 @@ def wait_for_hold_blocking(
         if granted is not None:
             cast(H, granted).release()
         raise
+
+
+async def wait_skipping(
+    gate: Gate,
+    make: Callable[[float], H],
+    clock: Skipping,
+    key: str,
+    cost: Cost | None = None,
+    bound: float | None = None,
+) -> H:
+    """:func:`wait_for_hold` on a :class:`Skipping` clock; ``bound`` on that clock.
+
+    Raises:
+        TimeoutError: not granted within ``bound`` clock seconds (nothing is held).
+    """
+    ticket = gate.enqueue(cost)
+    started = clock()
+    give_up = math.inf if bound is None else started + bound
+    waited = None
+    try:
+        arm = _loop_waker(ticket)
+        while True:
+            event = anyio.Event()
+            arm(event)
+            wait = gate.try_acquire(ticket, make)
+            if ticket.hold is not None:
+                waited = clock() - started
+                return cast(H, ticket.hold)
+            now = clock()
+            if now >= give_up:
+                raise TimeoutError
+            deadline = min(now + wait, give_up)
+            clock.expect(ticket, deadline)
+            if math.isinf(deadline):
+                await event.wait()
+                continue
+            with anyio.move_on_after(min(deadline - now, clock.idle)):
+                await event.wait()
+            if not event.is_set():
+                clock.skip(ticket)
+    except BaseException:
+        granted = gate.abandon(ticket)
+        if granted is not None:
+            cast(H, granted).release()
+        raise
+    finally:
+        clock.done(ticket, key, waited)
+
+
+def wait_skipping_blocking(
+    gate: Gate,
+    make: Callable[[float], H],
+    clock: Skipping,
+    key: str,
+    cost: Cost | None = None,
+    bound: float | None = None,
+) -> H:
+    """:func:`wait_skipping` for a thread."""
+    ticket = gate.enqueue(cost)
+    event = threading.Event()
+    ticket.wake = event.set
+    started = clock()
+    give_up = math.inf if bound is None else started + bound
+    waited = None
+    try:
+        while True:
+            event.clear()
+            wait = gate.try_acquire(ticket, make)
+            if ticket.hold is not None:
+                waited = clock() - started
+                return cast(H, ticket.hold)
+            now = clock()
+            if now >= give_up:
+                raise TimeoutError
+            deadline = min(now + wait, give_up)
+            clock.expect(ticket, deadline)
+            if math.isinf(deadline):
+                event.wait()
+            elif not event.wait(min(deadline - now, clock.idle)):
+                clock.skip(ticket)
+    except BaseException:
+        granted = gate.abandon(ticket)
+        if granted is not None:
+            cast(H, granted).release()
+        raise
+    finally:
+        clock.done(ticket, key, waited)

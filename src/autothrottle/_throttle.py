@@ -16,7 +16,13 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from ._driver import wait_for_hold, wait_for_hold_blocking
+from ._driver import (
+    Skipping,
+    wait_for_hold,
+    wait_for_hold_blocking,
+    wait_skipping,
+    wait_skipping_blocking,
+)
 from ._errors import ThrottleTimeout
 from ._events import ThrottleEvent
 from ._hosts import HostSettings
@@ -43,6 +49,15 @@ def _signal(name: str, doc: str) -> Any:
 def _default_policy(strict_scrapy: object) -> DelayPolicy:
     """The policy of a throttle given none: Scrapy's in strict mode, else the adaptive one."""
     return AutoThrottlePolicy() if strict_scrapy is True else AdaptiveConcurrencyPolicy()
+
+
+def _skipping(clock: Callable[[], float], throttle: Throttle) -> Skipping | None:
+    """The clock, if it skips waits (``autothrottle.testing``): they are then waited
+    through it, and it is told which throttle reads it."""
+    if not isinstance(clock, Skipping):
+        return None
+    clock.attach(throttle)
+    return clock
 
 
 class Throttle:
@@ -109,6 +124,7 @@ class Throttle:
             ``acquire(max_wait=...)`` and httpx's pool timeout bound one request.
         store: Where slots live; default a :class:`MemoryStore`.
         clock: Monotonic clock in seconds; inject one to test pacing.
+            An ``autothrottle.testing.VirtualClock`` also skips the waits.
         wall_clock: Epoch clock in seconds, for HTTP dates in headers.
         rng: Random source of the jitter factor; inject a seeded one to test.
 
@@ -174,6 +190,7 @@ class Throttle:
         self._key, self._clock, self._hosts, self._rules, self._table, self._fleet = assemble(
             self._config, hosts, signals, recovery, debug, key, clock, wall_clock, store, rng
         )
+        self._skipping = _skipping(clock, self)
 
     @property
     def max_wait(self) -> float | None:
@@ -382,7 +399,12 @@ class Throttle:
         bound = self._wait_bound(slot, max_wait)
         if lease is None:
             started = anyio.current_time()
-            if bound is None:
+            if self._skipping is not None:
+                try:
+                    lease = await wait_skipping(slot.gate, make, self._skipping, key, tokens, bound)
+                except TimeoutError:
+                    raise ThrottleTimeout(key, bound or 0.0) from None
+            elif bound is None:
                 lease = await wait_for_hold(slot.gate, make, tokens)
             else:
                 with anyio.move_on_after(bound):
@@ -418,7 +440,11 @@ class Throttle:
         if lease is None:
             started = time.monotonic()
             try:
-                lease = wait_for_hold_blocking(slot.gate, make, bound, tokens)
+                if self._skipping is not None:
+                    clock = self._skipping
+                    lease = wait_skipping_blocking(slot.gate, make, clock, key, tokens, bound)
+                else:
+                    lease = wait_for_hold_blocking(slot.gate, make, bound, tokens)
             except TimeoutError:
                 raise ThrottleTimeout(key, bound or 0.0) from None
             waited = time.monotonic() - started

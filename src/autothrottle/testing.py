@@ -1,0 +1,176 @@
+"""Run code through a throttle in a test without waiting out its delays.
+
+A :class:`VirtualClock` given to a :class:`~autothrottle.Throttle` as its
+clock makes the throttle skip its waits: when a request would wait for its
+turn, the clock jumps to that turn instead, so a crawl that would take
+minutes runs in milliseconds, and every decision (which request goes when,
+each delay, backoff, pause and ``Retry-After``) is taken on the clock as it
+would have been. What the throttle did is then there to assert on: the clock's
+:attr:`~VirtualClock.waits` (each turn waited for, and how long) and
+:attr:`~VirtualClock.skipped`, and the throttle's own ``stats()``::
+
+    from autothrottle import FixedDelayPolicy, Throttle
+    from autothrottle.httpx import AsyncThrottledClient
+    from autothrottle.testing import VirtualClock
+
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(1.0), clock=clock)
+    async with AsyncThrottledClient(throttle=throttle) as client:
+        await asyncio.gather(*(client.get(url) for url in urls))   # 10 URLs of one host
+    assert clock.waited() == pytest.approx(9.0, abs=0.1)         # 9 gaps of 1 s
+    assert throttle.stats().totals.sent == 10
+
+It works with every client (httpx async and sync, aiohttp, requests), under
+asyncio, trio and threads, against a loopback server or a mock (respx,
+aioresponses). The rules of the jump:
+
+- the clock is the real monotonic clock plus the time skipped: the time the
+  code really takes (a response's latency included) still counts;
+- the clock jumps only when no request of the throttle is on the wire (so a
+  response's latency is never stretched by a jump) and only to the soonest
+  turn of all the requests waiting (so no host's turn is passed over); each
+  waiter first gives the others ``idle`` real seconds to say when theirs is;
+- a ``max_wait`` (the throttle's, a request's, httpx's pool timeout) is
+  counted on the clock too: a request that would have timed out still does.
+
+Time that is not the throttle's is not skipped: your own ``asyncio.sleep``,
+a client's timeouts, a Redis store's turns, and the short wait some requests
+take for their turn on the wire after a connection was set up (milliseconds).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._throttle import Throttle
+
+__all__ = ["VirtualClock", "Wait"]
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """One request's wait for its turn, as the throttle took it.
+
+    Attributes:
+        slot: The slot key (by default the host).
+        seconds: Clock seconds from asking for the turn to getting it.
+        at: The clock time the turn came.
+    """
+
+    slot: str
+    seconds: float
+    at: float
+
+
+class VirtualClock:
+    """A monotonic clock that skips a throttle's waits instead of sleeping them.
+
+    Pass it as ``Throttle(clock=VirtualClock())``; one clock serves one
+    throttle or several (they then share its time). Thread-safe.
+
+    Args:
+        idle: Real seconds a waiting request lets pass before the clock may
+            jump to its turn: time for the other tasks and threads to run
+            and ask for theirs. Raise it if your code does real work between
+            requests (a jump before that work asks for its turn sends it late).
+    """
+
+    def __init__(self, *, idle: float = 0.001) -> None:
+        if isinstance(idle, bool) or not isinstance(idle, (int, float)):
+            raise TypeError(f"idle must be a number of seconds, got {idle!r}")
+        if not 0.0 <= idle <= 1.0 or math.isnan(idle):
+            raise ValueError(f"idle must be within [0, 1] seconds, got {idle!r}")
+        self.idle = float(idle)
+        self._lock = threading.Lock()
+        self._skipped = 0.0
+        self._deadlines: dict[int, float] = {}
+        self._waits: list[Wait] = []
+        self._throttles: list[Throttle] = []
+
+    def __call__(self) -> float:
+        """Now: the real monotonic time plus every second skipped so far."""
+        return time.monotonic() + self._skipped
+
+    def __repr__(self) -> str:
+        return f"VirtualClock(skipped={self._skipped:.3f}, waits={len(self._waits)})"
+
+    @property
+    def skipped(self) -> float:
+        """Seconds the clock jumped over in all: the time the throttle saved the test."""
+        return self._skipped
+
+    @property
+    def waits(self) -> list[Wait]:
+        """Every request that waited for its turn, in the order the turns came.
+
+        A request whose turn was free at once is not listed (the throttle's
+        ``stats()`` counts every request sent).
+        """
+        with self._lock:
+            return list(self._waits)
+
+    def waited(self, slot: str | None = None) -> float:
+        """Clock seconds the requests waited for their turns, in all or for ``slot``."""
+        return math.fsum(w.seconds for w in self.waits if slot is None or w.slot == slot)
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock on by hand: let a pause or an idle spell pass.
+
+        Raises:
+            ValueError: ``seconds`` is negative or not finite.
+        """
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+            raise TypeError(f"seconds must be a number, got {seconds!r}")
+        if not 0.0 <= seconds < math.inf:
+            raise ValueError(f"seconds must be >= 0 and finite, got {seconds!r}")
+        with self._lock:
+            self._skipped += seconds
+
+    # -- what the throttle calls ---------------------------------------------------------
+
+    def attach(self, throttle: object) -> None:
+        """A throttle reads this clock: its requests on the wire hold the jumps back."""
+        from ._throttle import Throttle
+
+        if not isinstance(throttle, Throttle):
+            raise TypeError(f"throttle must be a Throttle, got {throttle!r}")
+        with self._lock:
+            self._throttles.append(throttle)
+
+    def expect(self, waiter: object, deadline: float) -> None:
+        """``waiter``'s turn comes at ``deadline`` (clock time; inf: when woken)."""
+        with self._lock:
+            if math.isinf(deadline):
+                self._deadlines.pop(id(waiter), None)
+            else:
+                self._deadlines[id(waiter)] = deadline
+
+    def skip(self, waiter: object) -> None:
+        """Jump to ``waiter``'s turn if it is the soonest and nothing is on the wire."""
+        if self._on_the_wire():
+            return
+        with self._lock:
+            deadline = self._deadlines.get(id(waiter))
+            if deadline is None or deadline > min(self._deadlines.values()):
+                return
+            now = self()
+            if deadline > now:
+                self._skipped += deadline - now
+
+    def done(self, waiter: object, key: str, waited: float | None) -> None:
+        """``waiter`` leaves: with its turn after ``waited`` seconds, or without one (None)."""
+        with self._lock:
+            self._deadlines.pop(id(waiter), None)
+            if waited is not None:
+                self._waits.append(Wait(key, waited, self()))
+
+    def _on_the_wire(self) -> bool:
+        """Whether any request of the throttles reading this clock is in flight."""
+        with self._lock:
+            throttles = list(self._throttles)
+        return any(throttle.stats().totals.in_flight for throttle in throttles)

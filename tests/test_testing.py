@@ -1,0 +1,227 @@
+"""autothrottle.testing: a throttle on a VirtualClock skips its waits and still decides
+every turn on the clock as it would have.
+
+Each test runs a crawl whose delays would take seconds; the clock says what was
+waited and the throttle's stats what was sent, while the servers (loopback, or
+a mock) see the requests come at once. Wall-time bounds are one-sided and half
+the time the crawl would really take, at least: they show the waits were
+skipped, not how fast a machine is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import aiohttp
+import anyio
+import httpx
+import pytest
+import respx
+
+from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
+from autothrottle.aiohttp import ThrottledSession
+from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
+from autothrottle.requests import ThrottledSession as RequestsSession
+from autothrottle.testing import VirtualClock, Wait
+from loopback import loopback_hosts, running_hosts
+
+
+def _turn_gaps(waits: list[Wait], slot: str) -> list[float]:
+    times = [w.at for w in waits if w.slot == slot]
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+async def test_a_crawl_of_ten_pages_at_one_second_runs_at_once_and_says_it_waited_nine() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(1.0), clock=clock)
+    async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as client:
+        started = time.monotonic()
+        for i in range(10):
+            assert (await client.get(host.url(f"/{i}"))).status_code == 200
+        wall = time.monotonic() - started
+        server_span = host.arrival_times()[-1] - host.arrival_times()[0]
+    assert wall < 4.5  # the real crawl takes 9 s
+    assert server_span < 4.5  # the server saw them come at once
+    assert len(clock.waits) == 9
+    assert clock.waited() == pytest.approx(9.0, abs=0.5)
+    assert clock.waited(host.address) == clock.waited()
+    assert clock.skipped == pytest.approx(9.0, abs=0.5)
+    assert all(w.seconds == pytest.approx(1.0, abs=0.1) for w in clock.waits)
+    stats = throttle.stats()
+    assert (stats.totals.sent, stats.totals.responses, stats.totals.statuses) == (10, 10, {200: 10})
+
+
+async def test_gathered_requests_under_aiohttp_take_their_turns_a_delay_apart() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(1.0), clock=clock)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+
+        async def fetch(i: int) -> int:
+            async with session.get(host.url(f"/{i}")) as response:
+                await response.read()
+                return response.status
+
+        started = time.monotonic()
+        statuses = await asyncio.gather(*(fetch(i) for i in range(10)))
+        wall = time.monotonic() - started
+    assert statuses == [200] * 10
+    assert wall < 4.5
+    assert clock.skipped == pytest.approx(9.0, abs=0.5)
+    # Each waited from the start for its turn: the last one 9 s, the turns 1 s apart.
+    assert max(w.seconds for w in clock.waits) == pytest.approx(9.0, abs=0.5)
+    assert _turn_gaps(clock.waits, host.address) == pytest.approx([1.0] * 8, abs=0.1)
+    assert throttle.stats().totals.sent == 10
+
+
+def test_threads_of_the_sync_httpx_client_skip_their_waits() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(1.0), clock=clock)
+    with running_hosts(1) as (host,), ThrottledClient(throttle=throttle) as client:
+        urls = [host.url(f"/{i}") for i in range(10)]
+        started = time.monotonic()
+        with ThreadPoolExecutor(4) as pool:
+            statuses = [r.status_code for r in pool.map(client.get, urls)]
+        wall = time.monotonic() - started
+    assert statuses == [200] * 10
+    assert wall < 4.5
+    assert clock.skipped == pytest.approx(9.0, abs=0.5)
+    assert _turn_gaps(clock.waits, host.address) == pytest.approx([1.0] * 8, abs=0.1)
+    assert throttle.stats().totals.sent == 10
+
+
+def test_threads_of_requests_skip_their_waits() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(1.0), clock=clock)
+    with running_hosts(1) as (host,), RequestsSession(throttle=throttle) as session:
+        urls = [host.url(f"/{i}") for i in range(10)]
+        started = time.monotonic()
+        with ThreadPoolExecutor(4) as pool:
+            statuses = [r.status_code for r in pool.map(session.get, urls)]
+        wall = time.monotonic() - started
+    assert statuses == [200] * 10
+    assert wall < 4.5
+    assert clock.skipped == pytest.approx(9.0, abs=0.5)
+    assert throttle.stats().totals.sent == 10
+
+
+async def test_a_retry_after_from_a_mock_is_obeyed_on_the_clock() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(0.0), clock=clock)
+    with respx.mock(using="httpx") as mock:
+        route = mock.get("http://api.example/")
+        route.side_effect = [
+            httpx.Response(429, headers={"Retry-After": "30"}),
+            httpx.Response(200),
+        ]
+        async with AsyncThrottledClient(throttle=throttle) as client:
+            assert (await client.get("http://api.example/")).status_code == 429
+            started = time.monotonic()
+            assert (await client.get("http://api.example/")).status_code == 200
+            wall = time.monotonic() - started
+    assert wall < 15.0
+    assert clock.waits[-1].seconds == pytest.approx(30.0, abs=0.5)
+    stats = throttle.stats().slots[0]
+    assert (stats.statuses, stats.pauses) == ({429: 1, 200: 1}, 1)
+
+
+async def test_max_wait_is_counted_on_the_clock() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(10.0), max_wait=2.0, clock=clock)
+    with respx.mock(using="httpx") as mock:
+        mock.get("http://api.example/").respond(200)
+        async with AsyncThrottledClient(throttle=throttle) as client:
+            await client.get("http://api.example/")
+            started = time.monotonic()
+            with pytest.raises(ThrottleTimeout):  # its turn is 10 s away: 2 s, then it fails
+                await client.get("http://api.example/")
+            assert time.monotonic() - started < 1.0  # the 2 s are skipped too
+    assert clock.skipped == pytest.approx(2.0, abs=0.2)
+    assert clock.waits == []  # no turn came
+    assert throttle.stats().totals.sent == 1
+
+
+def test_max_wait_of_a_thread_is_counted_on_the_clock() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(10.0), clock=clock)
+    throttle.acquire_blocking("api.example").release()
+    with pytest.raises(ThrottleTimeout):
+        throttle.acquire_blocking("api.example", max_wait=3.0)
+    assert clock.skipped == pytest.approx(3.0, abs=0.2)
+
+
+async def test_no_host_s_turn_is_passed_over_by_another_host_s_jump() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(
+        policy=FixedDelayPolicy(1.0), hosts={"127.0.0.3": {"min_delay": 0.3}}, clock=clock
+    )
+    async with loopback_hosts(2) as (slow, fast), AsyncThrottledClient(throttle=throttle) as http:
+
+        async def crawl(host_url: str, pages: int) -> None:
+            for i in range(pages):
+                await http.get(f"{host_url}/{i}")
+
+        await asyncio.gather(crawl(slow.origin, 4), crawl(fast.origin, 10))
+    assert _turn_gaps(clock.waits, slow.address) == pytest.approx([1.0] * 2, abs=0.1)
+    assert _turn_gaps(clock.waits, fast.address) == pytest.approx([1.0] * 8, abs=0.1)
+    assert clock.skipped == pytest.approx(9.0, abs=0.5)  # 1 s apart: the slot's policy
+
+
+async def test_the_clock_never_jumps_while_a_response_is_on_its_way() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(1.0), clock=clock)
+    async with loopback_hosts(2) as (slow, other), AsyncThrottledClient(throttle=throttle) as http:
+        await http.get(other.url("/"))
+
+        async def next_turn() -> None:
+            await asyncio.sleep(0.05)  # after the slow request is on its way
+            await http.get(other.url("/"))
+
+        # The slow response takes 0.4 s of real time: the jump to the other
+        # host's turn waits for it, so less than 1 s is skipped.
+        await asyncio.gather(http.get(slow.url("/delay/400")), next_turn())
+    assert clock.waits[-1].seconds == pytest.approx(0.95, abs=0.1)
+    assert clock.skipped <= 0.6 + 0.05
+
+
+def test_under_trio_the_waits_are_skipped_too() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(1.0), clock=clock)
+
+    async def crawl() -> None:
+        for _ in range(5):
+            (await throttle.acquire("k")).release()
+
+    anyio.run(crawl, backend="trio")
+    assert clock.skipped == pytest.approx(4.0, abs=0.3)
+    assert len(clock.waits) == 4
+
+
+def test_time_moves_by_hand_and_bad_settings_name_themselves() -> None:
+    clock = VirtualClock()
+    before = clock()
+    clock.advance(5.0)
+    assert clock() - before >= 5.0
+    assert clock.skipped == 5.0
+    with pytest.raises(ValueError, match="idle"):
+        VirtualClock(idle=-1)
+    with pytest.raises(TypeError, match="idle"):
+        VirtualClock(idle="fast")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="seconds"):
+        clock.advance(-1.0)
+
+
+async def test_a_session_with_aiohttp_s_own_timeout_is_not_fooled_by_the_jumps() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(60.0), clock=clock)
+    timeout = aiohttp.ClientTimeout(total=5.0)  # real seconds: the 60 s turns are skipped
+    async with (
+        loopback_hosts(1) as (host,),
+        ThrottledSession(throttle=throttle, timeout=timeout) as session,
+    ):
+        for i in range(3):
+            async with session.get(host.url(f"/{i}")) as response:
+                assert response.status == 200
+    assert clock.skipped == pytest.approx(120.0, abs=0.5)
