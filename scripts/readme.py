@@ -88,10 +88,11 @@ def main() -> int:
         if args.write:
             paste(outputs[0])
             return 0
-        bad = [f for f in found if any(f != s for s in shown.values())]
+        bad = [i for i, f in enumerate(found) if any(f != s for s in shown.values())]
         matched += not bad
-        for f in bad:
-            print(f"run {run}: the sample says {shown['README.md']}, a demo now says {f}")
+        for i in bad:
+            print(f"run {run}: a demo's verdicts differ from the sample's:")
+            print("\n".join("    " + line for line in block(outputs[i], False).splitlines()[:5]))
         if not bad:
             print(f"run {run}: all {args.together} demos give the sample's verdicts")
     print(f"{matched} of {args.runs} runs ({args.together} demos at once) match the sample")
