@@ -162,6 +162,13 @@ def wait_for_hold_blocking(
         raise
 
 
+def _turn_at(gate: Gate, now: float, wait: float) -> float:
+    """When a turn ``wait`` seconds away comes, on a skipping clock: never, while
+    the slot is at its cap (the turn waits for a release, not for a time; the
+    wait the gate gives is the soonest hold's expiry, a time never to jump to)."""
+    return math.inf if gate.in_flight() >= gate.cap() else now + wait
+
+
 async def wait_skipping(
     gate: Gate,
     make: Callable[[float], H],
@@ -191,7 +198,7 @@ async def wait_skipping(
             now = clock()
             if now >= give_up:
                 raise TimeoutError
-            deadline = min(now + wait, give_up)
+            deadline = min(_turn_at(gate, now, wait), give_up)
             clock.expect(ticket, deadline)
             if math.isinf(deadline):
                 await event.wait()
@@ -234,7 +241,7 @@ def wait_skipping_blocking(
             now = clock()
             if now >= give_up:
                 raise TimeoutError
-            deadline = min(now + wait, give_up)
+            deadline = min(_turn_at(gate, now, wait), give_up)
             clock.expect(ticket, deadline)
             if math.isinf(deadline):
                 event.wait()
