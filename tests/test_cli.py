@@ -248,6 +248,56 @@ def test_verdicts_say_what_happened() -> None:
     assert _verdict(cdn, goodput=99.0, origin=busy).startswith("pushed too hard")
 
 
+def test_a_verdict_judges_the_second_half_of_the_crawl_by_the_site_s_own_records() -> None:
+    from autothrottle.cli._demo import Figures
+    from autothrottle.sim import RequestRecord
+
+    # 20 s at a 5/s wall: the first 10 s slow (1/s) with a CAPTCHA page, then 4.5/s.
+    early = [RequestRecord(t, t, t + 0.01, 200, "ok") for t in range(10)]
+    early.append(RequestRecord(5.5, 5.5, 5.51, 200, "blocked"))
+    late = [
+        RequestRecord(10 + i / 4.5, 10 + i / 4.5, 10.01 + i / 4.5, 200, "ok") for i in range(45)
+    ]
+    records = tuple(sorted(early + late, key=lambda r: r.finish))
+    whole = _stats(
+        goodput=len(records) / 20.0,
+        completed=len(records),
+        blocked=1,
+        first_arrival=0.0,
+        last_finish=records[-1].finish,
+        records=records,
+        queued_series=((0.0, 0), (12.0, 2), (13.0, 0)),
+    )
+    judged = Figures.judged(whole)
+    assert judged.goodput == pytest.approx(4.5, abs=0.3)
+    assert (judged.answered, judged.blocked) == (45, 0)
+    assert judged.mean_queued == pytest.approx(2.0 / (records[-1].finish - 10.0), abs=0.01)
+    soft = SoftBlock(rate=5)
+    from autothrottle.cli._demo import Outcome, Site, Tally
+
+    site = Site("127.0.0.9", "x", "x", soft, "httpx")
+    verdict = Outcome(site, Tally(), whole, 0.2).verdict()
+    assert verdict.startswith("found the pace: 4.5/s of 5/s allowed, 0.0 % CAPTCHA pages")
+
+
+def test_the_demo_s_sites_serve_from_a_process_of_their_own() -> None:
+    from autothrottle.cli._demo import _Sites
+
+    async def visit() -> tuple[int, dict[str, HostStats]]:
+        async with _Sites({"127.0.0.2": Capacity(workers=2, service_time=0.01)}, 1) as sites:
+            url = sites.base_url("127.0.0.2")
+            reader, writer = await asyncio.open_connection("127.0.0.2", int(url.rsplit(":")[-1]))
+            writer.write(b"GET /page/1 HTTP/1.1\r\nHost: 127.0.0.2\r\nConnection: close\r\n\r\n")
+            status = int((await reader.readline()).split()[1])
+            await reader.read()
+            writer.close()
+            return status, await sites.stats()
+
+    status, stats = asyncio.run(visit())
+    assert status == 200
+    assert stats["127.0.0.2"].requests == 1  # counted by the child, read back across the pipe
+
+
 def test_every_verdict_word_is_defined() -> None:
     from autothrottle.cli._demo import VERDICT_WORDS
 

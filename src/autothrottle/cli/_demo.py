@@ -1,11 +1,17 @@
 """``autothrottle demo``: watch the throttle find the pace of five simulated sites.
 
-Everything runs in this process and on loopback: an :class:`autothrottle.sim.SimServer`
-serves five hosts of different behaviours (127.0.0.2 … 127.0.0.6), and a few
-workers per host fetch pages from them through ONE :class:`~autothrottle.Throttle`,
-some hosts with httpx and some with aiohttp, until the time is up. The site's
-ground truth (what arrived, the busiest second, its queue) is what the summary
-judges the throttle by, not the throttle's own view.
+Everything runs on loopback: an :class:`autothrottle.sim.SimServer`, in a
+process of its own, serves five hosts of different behaviours (127.0.0.2 …
+127.0.0.6), and a few workers per host fetch pages from them through ONE
+:class:`~autothrottle.Throttle`, some hosts with httpx and some with aiohttp,
+until the time is up. The site's ground truth (what arrived, the busiest
+second, its queue) is what the summary judges the throttle by, not the
+throttle's own view.
+
+The sites get a process of their own as a real site has a machine of its own:
+sharing the crawler's event loop, a site answered only when the crawler let
+it run, so on a busy machine the crawler's own work read as the site's
+latency, and the throttle slowed down for a load the site never had.
 """
 
 from __future__ import annotations
@@ -16,14 +22,17 @@ import io
 import itertools
 import math
 import os
+import pickle
 import random
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TextIO, cast
+from types import TracebackType
+from typing import BinaryIO, Literal, TextIO, cast
 
 import aiohttp
 import httpx
@@ -122,6 +131,105 @@ def build_throttle(demo_sites: list[Site], *, seed: int | None = None) -> Thrott
         hosts={s.address: s.settings for s in demo_sites if s.settings is not None},
         rng=random.Random(seed),
     )
+
+
+# -- the sites, in a process of their own ------------------------------------------------
+
+
+def _write(stream: BinaryIO, message: object) -> None:
+    """One message on a pipe: its pickle, after its length."""
+    data = pickle.dumps(message)
+    stream.write(len(data).to_bytes(8, "big") + data)
+    stream.flush()
+
+
+def _read(stream: BinaryIO) -> object:
+    """One message from a pipe (``EOFError``: the pipe closed)."""
+    head = stream.read(8)
+    if len(head) < 8:
+        raise EOFError
+    return pickle.loads(stream.read(int.from_bytes(head, "big")))
+
+
+def _serve_sites() -> None:
+    """The child process (``python -c``): read the behaviours and seed from stdin,
+    serve the sites, write their URLs; on "stats", their ground truth; on
+    "stop", or stdin closed (the parent gone), end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the crawl, which ends us
+    ask, tell = sys.stdin.buffer, sys.stdout.buffer
+    behaviours, seed = cast(tuple[dict[str, Behaviour], int | None], _read(ask))
+
+    async def serve() -> None:
+        async with SimServer(behaviours, seed=seed) as server:
+            _write(tell, {address: server.base_url(address) for address in behaviours})
+            while True:
+                try:
+                    command = await asyncio.to_thread(_read, ask)
+                except EOFError:
+                    return
+                if command != "stats":
+                    return
+                _write(tell, server.stats())
+
+    asyncio.run(serve())
+
+
+class _Sites:
+    """The simulated sites, served by a child process; :class:`SimServer`'s
+    ``base_url`` and ``stats``, asked across its pipes."""
+
+    def __init__(self, behaviours: Mapping[str, Behaviour], seed: int | None) -> None:
+        self._behaviours = dict(behaviours)
+        self._seed = seed
+        self._urls: dict[str, str] = {}
+        self._process: asyncio.subprocess.Process | None = None
+
+    async def _send(self, message: object) -> None:
+        assert self._process is not None and self._process.stdin is not None
+        data = pickle.dumps(message)
+        self._process.stdin.write(len(data).to_bytes(8, "big") + data)
+        await self._process.stdin.drain()
+
+    async def _receive(self) -> object:
+        assert self._process is not None and self._process.stdout is not None
+        try:
+            head = await self._process.stdout.readexactly(8)
+            return pickle.loads(await self._process.stdout.readexactly(int.from_bytes(head, "big")))
+        except asyncio.IncompleteReadError:
+            raise RuntimeError("the simulated sites' process ended") from None
+
+    async def __aenter__(self) -> _Sites:
+        code = "from autothrottle.cli._demo import _serve_sites; _serve_sites()"
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        await self._send((self._behaviours, self._seed))
+        self._urls = cast(dict[str, str], await self._receive())
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        process = self._process
+        if process is None:
+            return
+        with contextlib.suppress(OSError, ConnectionError):
+            await self._send("stop")
+        try:
+            await asyncio.wait_for(process.wait(), 10.0)
+        except TimeoutError:  # pragma: no cover - a stuck child
+            process.kill()
+            await process.wait()
+
+    def base_url(self, address: str) -> str:
+        return self._urls[address]
+
+    async def stats(self) -> dict[str, HostStats]:
+        await self._send("stats")
+        return cast(dict[str, HostStats], await self._receive())
 
 
 # -- the crawl -------------------------------------------------------------------------
@@ -360,6 +468,62 @@ def _intro(demo_sites: list[Site], hosts: list[_Host], duration: float, width: i
     return Group(head, table, hint)
 
 
+JUDGED = 0.5
+"""The verdicts judge the last half of each host's crawl: the pace found. The
+first half includes finding it (the ramp up from the start delay, a first
+refusal), which the summary table's whole-run figures show."""
+
+
+@dataclass(frozen=True)
+class Figures:
+    """A host's own counts over the judged part of its crawl (see :data:`JUDGED`)."""
+
+    goodput: float
+    answered: int
+    limited: int
+    blocked: int
+    mean_queued: float
+    wait_mean: float
+
+    @classmethod
+    def judged(cls, stats: HostStats) -> Figures:
+        """``stats`` over the last :data:`JUDGED` of the host's active period (the
+        whole of it when the stats keep no history)."""
+        first, last = stats.first_arrival, stats.last_finish
+        if first is None or last is None or last <= first or not stats.records:
+            waits = stats.wait_mean
+            return cls(
+                stats.goodput,
+                stats.completed,
+                stats.limited,
+                stats.blocked,
+                stats.mean_queued,
+                waits,
+            )
+        start = last - JUDGED * (last - first)
+        inside = [r for r in stats.records if start <= r.finish <= last and r.outcome != "aborted"]
+        span = last - start
+        count = {o: sum(r.outcome == o for r in inside) for o in ("ok", "limited", "blocked")}
+        return cls(
+            goodput=count["ok"] / span,
+            answered=len(inside),
+            limited=count["limited"],
+            blocked=count["blocked"],
+            mean_queued=_mean_of_steps(stats.queued_series, start, last),
+            wait_mean=sum(r.wait for r in inside) / len(inside) if inside else 0.0,
+        )
+
+
+def _mean_of_steps(series: tuple[tuple[float, int], ...], start: float, end: float) -> float:
+    """The time average over ``[start, end]`` of a count that holds from each step to the next."""
+    total = 0.0
+    for (at, count), (after, _) in zip(series, (*series[1:], (end, 0)), strict=True):
+        overlap = min(after, end) - max(at, start)
+        if overlap > 0.0:
+            total += count * overlap
+    return total / (end - start)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """One host's result: the crawler's tally, the site's truth, the throttle's state."""
@@ -374,37 +538,36 @@ class Outcome:
         return self.site.behaviour.capacity
 
     def verdict(self) -> str:
-        """One sentence a newcomer understands."""
-        s = self.truth
+        """One sentence a newcomer understands, on the judged part of the crawl."""
+        f = Figures.judged(self.truth)
         b = self.site.behaviour
-        good = s.goodput
-        answered = max(s.completed, 1)
+        good = f.goodput
+        answered = max(f.answered, 1)
         if isinstance(b, RateLimited):
-            return _bucket_verdict(good, b.rate, s.limited / answered, 0.03, "refused", "with 429")
+            return _bucket_verdict(good, b.rate, f.limited / answered, 0.03, "refused", "with 429")
         if isinstance(b, SoftBlock):
-            return _bucket_verdict(good, b.rate, s.blocked / answered, 0.05, "CAPTCHA pages", "")
+            return _bucket_verdict(good, b.rate, f.blocked / answered, 0.05, "CAPTCHA pages", "")
         if isinstance(b, CDN):
-            return self._cdn_verdict()
+            return self._cdn_verdict(good)
         # A host bound by its workers (Capacity, VariableLatency): busy, without a pile-up.
         workers = b.workers if isinstance(b, (Capacity, VariableLatency)) else 1
-        head = _load_word(good, self.capacity, s.mean_queued, workers)
+        head = _load_word(good, self.capacity, f.mean_queued, workers)
         return (
             f"{head}: {good:.1f}/s of the {self.capacity:.0f}/s it can serve, "
-            f"{_ms(s.wait_mean)} average wait for a worker there"
+            f"{_ms(f.wait_mean)} average wait for a worker there"
         )
 
-    def _cdn_verdict(self) -> str:
+    def _cdn_verdict(self, good: float) -> str:
         """A CDN is judged by its origin: misses against what the origin serves."""
-        s = self.truth
         b = self.site.behaviour
         assert isinstance(b, CDN)
-        origin = s.origin
-        if origin is None:  # pragma: no cover - a CDN host always has one
-            return f"{s.goodput:.1f}/s"
+        if self.truth.origin is None:  # pragma: no cover - a CDN host always has one
+            return f"{good:.1f}/s"
+        origin = Figures.judged(self.truth.origin)
         head = _load_word(origin.goodput, b.origin.capacity, origin.mean_queued, b.origin.workers)
         return (
             f"{head}: {origin.goodput:.1f} misses/s of the {b.origin.capacity:g}/s its origin "
-            f"serves ({s.goodput:.0f}/s in all), {origin.mean_queued:.1f} waiting there on average"
+            f"serves ({good:.0f}/s in all), {origin.mean_queued:.1f} waiting there on average"
         )
 
 
@@ -412,7 +575,11 @@ FOUND = 0.75
 """The share of what a site allows that "found the pace" needs."""
 
 VERDICT_WORDS = (
-    ("found the pace", f"at least {FOUND:.0%} of what the site allows, within its refusal bound"),
+    (
+        "found the pace",
+        f"at least {FOUND:.0%} of what the site allows, within its refusal bound, "
+        "over the second half of the crawl (the first half finds the pace)",
+    ),
     ("too cautious", f"under {FOUND:.0%} of what the site allows"),
     ("too fast", "more refusals (429s, CAPTCHA pages) than the site's bound (3 %, 5 %)"),
     ("pushed too hard", "more waiting at the host (behind a cache: its origin) than workers"),
@@ -524,9 +691,8 @@ async def _crawl(
     """Serve the sites, crawl them until the time is up; the outcomes, timeline, seconds."""
     demo_sites = sites()
     throttle = build_throttle(demo_sites, seed=seed)
-    server = SimServer({s.address: s.behaviour for s in demo_sites}, seed=seed)
     timeline = Timeline(throttle, interval=0.1)
-    async with server:
+    async with _Sites({s.address: s.behaviour for s in demo_sites}, seed) as server:
         hosts = [_Host(s, server.base_url(s.address)) for s in demo_sites]
         console.print(_intro(demo_sites, hosts, duration, console.width))
         crawl = _Crawl(hosts, throttle, timeline)
@@ -569,7 +735,7 @@ async def _crawl(
                     task.cancel()
                 await asyncio.gather(*pending, return_exceptions=True)
                 await timeline.stop()
-        truth = server.stats()
+        truth = await server.stats()
     snapshot = throttle.snapshot()
     outcomes = [
         Outcome(h.site, h.tally, truth[h.site.address], snapshot[h.site.address].delay)
