@@ -170,6 +170,11 @@ class SimProcess:
             raise
 
     @property
+    def pid(self) -> int:
+        """The simulator's process id (to read its CPU time, say)."""
+        return self._proc.pid
+
+    @property
     def control_url(self) -> str:
         return next(iter(self.hosts.values()))
 
