@@ -13,8 +13,17 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    none), within the asker's ``min_delay`` .. ``max_delay``, times
    :data:`SPACING_MARGIN`: sends of different processes reach the host each
    with its own process's lateness, and a host that allows exactly the rate
-   refuses the one that arrives early. A send is never reserved more than the
-   asker's gap after the latest reserved one. The fleet holds at most
+   refuses the one that arrives early; the asker's own lateness lately (how
+   long after its reserved time its sends left) is added to the gap after its
+   send, so a late process costs the fleet its lateness, not a refusal. A
+   slot that was idle sends first at its own phase point: a fraction of
+   the gap (of a second, if the gap is longer) that the slot's name sets, so
+   a crawl that starts many hosts at once does not send every host's turns
+   at the same instants ever after (a burst of hundreds leaves late, and the
+   next process's punctual send reaches the host early). That first wait is
+   half a gap on average, never more than one gap or a second.
+   A send is never reserved more than the asker's gap after the next free
+   time it would have had with that gap. The fleet holds at most
    ``max_concurrency`` leases per slot, reserved or in flight, each expiring
    ``hold_timeout`` after its send, so a crashed process's share comes back.
    At the cap nothing is reserved: the asker asks again within 50 ms.
@@ -72,7 +81,18 @@ from ._rules import Rules
 from ._slot import LiveSlot
 from ._state import SlotState
 
-__all__ = ["SPACING_MARGIN", "Fleet", "SharedTurn", "SharedTurns", "TurnAsk"]
+__all__ = ["SPACING_MARGIN", "Fleet", "Lateness", "SharedTurn", "SharedTurns", "TurnAsk"]
+
+LATE_SAMPLES = 200
+"""Sends :class:`Lateness` remembers."""
+
+LATE_MOST = 0.05
+"""Seconds: a send later than this (and than the room the fleet left) is a
+stall; its turn is handed back rather than sent (:meth:`Fleet._done`)."""
+
+LATE_SHARE = 0.03
+"""The most of a gap a process's lateness adds after its sends: with the
+:data:`SPACING_MARGIN`, a fleet keeps at least 95 % of the pace."""
 
 SPACING_MARGIN = 1.02
 """Turns are reserved this much wider than the gap (rule 1): 10 ms of lateness per
@@ -82,7 +102,12 @@ and 65 were refused; with it none, and 0 refused."""
 
 
 class TurnAsk(NamedTuple):
-    """What a process asks the fleet for a turn with: its own pace and bounds (rule 1)."""
+    """What a process asks the fleet for a turn with: its own pace and bounds (rule 1).
+
+    ``late`` is how late this process's sends left after their reserved
+    times lately (:class:`Lateness`); ``phase`` the slot's point in its gap,
+    in [0, 1).
+    """
 
     gap: float
     min_gap: float
@@ -91,6 +116,8 @@ class TurnAsk(NamedTuple):
     hold: float
     max_pause: float
     margin: float = 1.0
+    late: float = 0.0
+    phase: float = 0.0
 
 
 class SharedTurn(NamedTuple):
@@ -102,12 +129,46 @@ class SharedTurn(NamedTuple):
         lease: The shared lease to hand back when the request is finished.
         delay: The fleet's delay for the slot, if one is shared.
         pause: Seconds the fleet's pause of the slot still runs (0: none).
+        due: When the reserved send is due, on ``time.monotonic``'s clock
+            (None: not known; ``wait`` from now).
     """
 
     wait: float
     lease: str | None
     delay: float | None
     pause: float
+    due: float | None = None
+
+
+class Lateness:
+    """How late this process's reserved sends left, lately (rule 1).
+
+    A send reserved at ``t`` leaves when the process gets to it: later when
+    its event loop or its CPU is busy. The figure is the 90th percentile of
+    the last :data:`LATE_SAMPLES` sends, at most :data:`LATE_MOST`: the
+    typical lateness widens the gap after this process's sends, and a send
+    later than that is not sent at its turn (:meth:`Fleet._done`).
+    """
+
+    __slots__ = ("_samples", "_seen", "value")
+
+    def __init__(self) -> None:
+        self._samples: list[float] = []
+        self._seen = 0
+        self.value = 0.0
+        """Seconds: the typical lateness (0 until 20 sends have shown it)."""
+
+    def add(self, late: float) -> None:
+        late = min(max(late, 0.0), LATE_MOST)
+        samples = self._samples
+        if len(samples) < LATE_SAMPLES:
+            samples.append(late)
+        else:
+            samples[self._seen % LATE_SAMPLES] = late
+        self._seen += 1
+        if self._seen % 20 == 0:  # sorting each time would cost more than it tells
+            ordered = sorted(samples)
+            self.value = ordered[len(ordered) * 9 // 10]
 
 
 @runtime_checkable
@@ -144,12 +205,13 @@ class Fleet:
     request's send time (rule 5).
     """
 
-    __slots__ = ("_clock", "_rules", "store")
+    __slots__ = ("_clock", "_rules", "late", "store")
 
     def __init__(self, store: SharedTurns, rules: Rules, clock: Callable[[], float]) -> None:
         self.store = store
         self._rules = rules
         self._clock = clock
+        self.late = Lateness()
 
     # -- turns (rules 1-4) ------------------------------------------------------------
 
@@ -162,14 +224,17 @@ class Fleet:
         left of it. On any failure, cancellation or timeout the lease is released.
         """
         deadline = anyio.current_time() + left
+        skipped = False  # a late turn is handed back once per request, not forever
         try:
             while True:
-                turn = await self.store.take_turn(slot.key, self._ask(slot), self._clock())
+                ask = self._ask(slot)
+                turn = await self.store.take_turn(slot.key, ask, self._clock())
                 wait = self._settle(slot, lease, turn, bound, deadline - anyio.current_time())
                 if wait > 0.0:
                     await anyio.sleep(wait)
-                if self._done(slot, lease, turn):
+                if self._done(slot, lease, turn, ask, skipped):
                     return
+                skipped = skipped or turn.lease is not None
         except BaseException:
             lease.release()
             raise
@@ -179,26 +244,45 @@ class Fleet:
     ) -> None:
         """:meth:`take_turn` for a thread."""
         deadline = time.monotonic() + left
+        skipped = False
         try:
             while True:
-                turn = self.store.take_turn_blocking(slot.key, self._ask(slot), self._clock())
+                ask = self._ask(slot)
+                turn = self.store.take_turn_blocking(slot.key, ask, self._clock())
                 wait = self._settle(slot, lease, turn, bound, deadline - time.monotonic())
                 if wait > 0.0:
                     time.sleep(wait)
-                if self._done(slot, lease, turn):
+                if self._done(slot, lease, turn, ask, skipped):
                     return
+                skipped = skipped or turn.lease is not None
         except BaseException:
             lease.release()
             raise
 
-    def _done(self, slot: LiveSlot, lease: Lease, turn: SharedTurn) -> bool:
+    def _done(
+        self, slot: LiveSlot, lease: Lease, turn: SharedTurn, ask: TurnAsk, skipped: bool
+    ) -> bool:
         """Whether the request may go now: its reserved turn came (or the store is
         down: it paces alone). A pause that began while it waited for its turn
         voids the turn (rule 2): it is handed back and a new one asked for, so
-        the turns reserved before a pause do not all leave together at its end."""
+        the turns reserved before a pause do not all leave together at its end.
+        So does a turn this process reached after a stall, later than the fleet
+        left room for (rule 1): sent, it would reach the host too close to the
+        next process's send; unsent, it costs the host one gap unused (once per
+        request: a process stalled every time still sends)."""
         if turn.lease is None:
             return turn.wait <= 0.0
-        if slot.state.pause_until <= self._clock():
+        on_time = True
+        if turn.due is not None:
+            late = time.monotonic() - turn.due
+            self.late.add(late)
+            gap = min(max(ask.gap if turn.delay is None else turn.delay, ask.min_gap), ask.max_gap)
+            # A stall: later than the room the fleet left after this send (the
+            # margin and this process's usual lateness) and the next sender's
+            # usual lateness (taken as this process's), and than LATE_MOST.
+            room = max(gap * (ask.margin - 1.0) + 2.0 * ask.late, LATE_MOST)
+            on_time = skipped or late <= room
+        if on_time and slot.state.pause_until <= self._clock():
             # The fleet spaced this send from the last one, whichever process
             # sent it: the wire keeps no gap of this process's own on top, which
             # would hold it past its turn into the next one's.
@@ -219,6 +303,7 @@ class Fleet:
             signals.hold_timeout,
             signals.max_pause,
             SPACING_MARGIN,
+            min(self.late.value, slot.state.delay * LATE_SHARE),
         )
 
     def _settle(
@@ -231,6 +316,8 @@ class Fleet:
             lease.on_release = functools.partial(self.store.released, slot.key, turn.lease)
         if bound is not None and turn.wait > left:
             raise ThrottleTimeout(slot.key, bound)
+        if turn.due is not None:  # the time since the answer came counts
+            return turn.due - time.monotonic()
         return turn.wait
 
     # -- reports (rule 5): the lease's reporter ------------------------------------------

@@ -10,7 +10,7 @@ on the server's clock by the script. Keys of one slot share a hash tag
 (``{prefix:slot}``), so a Redis Cluster keeps them on one shard.
 
 Hash ``{prefix:slot}:s`` fields: ``tat`` (the next free send time), ``last``
-(the latest reserved send), ``delay`` (the fleet's delay, µs), ``pause``
+(``tat`` less the gap it was reserved with), ``delay`` (the fleet's delay, µs), ``pause``
 (paused until), ``backoff_at`` (the fleet's last counted backoff), ``record``
 (the last shared ``SlotState`` as JSON) and ``version``. Sorted set
 ``{prefix:slot}:l``: the leases in flight, scored by their expiry;
@@ -32,7 +32,8 @@ TURN = (
     + """
 -- ARGV: gap, min gap, max gap (µs), cap, hold (µs), lease id, ttl (ms), process id,
 --       max pause (µs), the end of the pause the asker already waited out ('' none),
---       the spacing margin (a factor >= 1)
+--       the spacing margin (a factor >= 1), the asker's lateness (µs), the slot's
+--       phase (a fraction of the gap, in [0, 1))
 redis.call('ZADD', KEYS[3], now, ARGV[8])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - 60000000)
 redis.call('PEXPIRE', KEYS[3], ARGV[7])
@@ -54,14 +55,22 @@ if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
   return {us(wait), '', shown_delay, '0', processes, '', us(now)}
 end
 -- Rule 1: the next send, one gap (the fleet's, within the asker's bounds) after the
--- latest, and never later than the asker's own gap after the latest reserved send.
+-- latest, and never later than the asker's own gap after the next free time less
+-- the gap it was reserved with ('last'). After this send the next is free one gap
+-- plus the asker's lateness later. A slot that was idle starts at its phase point.
 local gap = tonumber(state[3]) or tonumber(ARGV[1])
 gap = math.min(math.max(gap, tonumber(ARGV[2])), tonumber(ARGV[3])) * tonumber(ARGV[11])
 local at = tonumber(state[1]) or 0
 local last = tonumber(state[2])
 if last then at = math.min(at, last + gap) end
+if at < now and gap > 0 then
+  -- an idle slot starts at its own phase: within a gap (at most a second)
+  local spread = math.min(gap, 1000000)
+  at = now + (tonumber(ARGV[13]) * spread - now) % spread
+end
 at = math.max(at, now)
-redis.call('HSET', KEYS[1], 'tat', us(at + gap), 'last', us(at))
+local free = at + gap + tonumber(ARGV[12])
+redis.call('HSET', KEYS[1], 'tat', us(free), 'last', us(free - gap))
 local hold = tonumber(ARGV[5])
 redis.call('ZADD', KEYS[2], at + hold, ARGV[6])
 redis.call('PEXPIRE', KEYS[1], ARGV[7])

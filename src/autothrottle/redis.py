@@ -41,8 +41,9 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
+import zlib
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
 try:
     import redis as _needed  # noqa: F401  (the extra this module needs)
@@ -82,10 +83,18 @@ _CLOCK_WINDOW = 10.0
 _FIRST = 4.0
 """A first call (connecting, loading the scripts) may take this many times ``timeout``."""
 
+_CALIBRATE = 5
+"""``TIME`` calls that first set Redis's clock offset (:class:`_ServerClock`)."""
+
+_SLICES = 5
+"""A Redis call's ``timeout`` is waited in this many slices (:func:`_within`)."""
+
 _LINGER = 0.02
 """Seconds finished leases and changes wait for a turn to carry them before they go
 on their own: a crawl's turns come often, so most ride along and a request costs
 one round trip, not two."""
+
+_T = TypeVar("_T")
 
 AsyncClient = aioredis.Redis | aiocluster.RedisCluster
 SyncClient = redis.Redis | redis.cluster.RedisCluster
@@ -154,14 +163,24 @@ class _ServerClock:
         self._best = self._previous = math.inf
         self._since = -math.inf
 
-    def wait(self, server: float, wait: float) -> float:
-        received = time.monotonic()
+    def seen(self, server: float, received: float) -> float:
+        """An answer stamped ``server`` on Redis's clock came at ``received``:
+        return how much later than the fastest answer lately it came."""
         if received - self._since > _CLOCK_WINDOW:  # let clock drift in
             self._previous, self._best, self._since = self._best, math.inf, received
         offset = received - server
         self._best = min(self._best, offset)
-        late = offset - min(self._best, self._previous)
-        return max(0.0, wait - late)
+        return offset - min(self._best, self._previous)
+
+    def wait(self, server: float, wait: float, received: float) -> float:
+        return max(0.0, wait - self.seen(server, received))
+
+    def calibrate(self, answers: list[tuple[Any, float]]) -> None:
+        """Redis's ``TIME`` answers and when each came: the offset from the
+        first moment, before a crawl's first big pipelines (whose answers come
+        late) could set it tens of milliseconds wrong."""
+        for (seconds, micros), received in answers:
+            self.seen(int(seconds) + int(micros) / 1e6, received)
 
 
 class RedisStore:
@@ -391,6 +410,8 @@ class RedisStore:
             _us(max_pause),
             paused,
             f"{ask.margin:.6f}",
+            _us(ask.late),
+            f"{_phase(key):.6f}",
         ]
         return _Ask(key, args, lease, done)
 
@@ -492,9 +513,9 @@ class RedisStore:
         try:
             client = self._async_client()
             if not self._ready_async:  # connecting and loading the scripts: more time
-                await asyncio.wait_for(self._load_async(client), self.timeout * _FIRST)
+                await _within(self._load_async(client), self.timeout * _FIRST)
                 self._ready_async = True
-            results = await asyncio.wait_for(self._run_async(client, commands), self.timeout)
+            results = await _within(self._run_async(client, commands), self.timeout)
         except (TimeoutError, RedisError, OSError) as error:
             with self._lock:
                 stranded, self._turns = self._turns, []
@@ -511,6 +532,10 @@ class RedisStore:
     async def _load_async(self, client: AsyncClient) -> None:
         for text, _ in self._scripts.values():
             await client.script_load(text)
+        answers = []
+        for _ in range(_CALIBRATE):
+            answers.append((await client.time(), time.monotonic()))
+        self._server_clock.calibrate(answers)
 
     async def _run_async(
         self, client: AsyncClient, commands: list[tuple[str, tuple[Any, ...]]]
@@ -555,6 +580,9 @@ class RedisStore:
         if not self._ready_sync:
             for text, _ in self._scripts.values():
                 self._sync.script_load(text)
+            self._server_clock.calibrate(
+                [(self._sync.time(), time.monotonic()) for _ in range(_CALIBRATE)]
+            )
             self._ready_sync = True
         return self._sync
 
@@ -760,7 +788,8 @@ class RedisStore:
 
     def _answer(self, key: str, ask: TurnAsk, reply: list[Any], now: float) -> SharedTurn:
         waited, lease, delay, pause, processes, paused, server = (_text(p) for p in reply)
-        wait = self._server_clock.wait(float(server) / 1e6, float(waited) / 1e6)
+        received = time.monotonic()
+        wait = self._server_clock.wait(float(server) / 1e6, float(waited) / 1e6, received)
         if not lease:  # not a turn but "ask again then": never 0, which would mean "go alone"
             wait = max(wait, _ASK_AGAIN)
         shared = float(delay) / 1e6 if delay else None
@@ -777,7 +806,36 @@ class RedisStore:
         if again:
             logger.warning("autothrottle: Redis store %r: slot %r shared again", self.prefix, key)
         self.turns += 1
-        return SharedTurn(wait, lease or None, shared, float(pause) / 1e6)
+        due = received + wait if lease else None
+        return SharedTurn(wait, lease or None, shared, float(pause) / 1e6, due)
+
+
+async def _within(work: Coroutine[Any, Any, _T], timeout: float) -> _T:  # noqa: ASYNC109
+    """``work``'s result, or TimeoutError once Redis took ``timeout`` to answer.
+
+    Only the time this process was running counts: the bound is waited in
+    :data:`_SLICES` slices, and a slice that took much longer (the process
+    had no CPU, or its event loop was busy) counts as one slice. An answer
+    that came while the process stood still is read, not taken for a Redis
+    too slow to share with (which would send the process alone, above its
+    share of the pace).
+    """
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(work)
+    step = timeout / _SLICES
+    spent = 0.0
+    try:
+        while spent < timeout:
+            started = loop.time()
+            done, _ = await asyncio.wait((task,), timeout=step)
+            if done:
+                return task.result()
+            spent += min(loop.time() - started, 2.0 * step)
+    except BaseException:
+        task.cancel()
+        raise
+    task.cancel()
+    raise TimeoutError(f"no answer from Redis within {timeout:g}s")
 
 
 def _deliver(ask: _Ask, result: Any) -> bool:
@@ -790,6 +848,11 @@ def _deliver(ask: _Ask, result: Any) -> bool:
     else:
         future.set_result(result)
     return True
+
+
+def _phase(key: str) -> float:
+    """The slot's point in its gap, in [0, 1): the same in every process (rule 1)."""
+    return zlib.crc32(key.encode()) / 4_294_967_296.0
 
 
 def _us(seconds: float) -> int:
