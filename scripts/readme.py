@@ -5,7 +5,8 @@ twice at the same time (two demos sharing the machine's cores, as a busy
 machine would), and checks that the sample pasted in README.md and
 docs/cli.md gives the same verdict word for every site ("found the pace",
 "too cautious", ...) in both; it fails with the difference otherwise.
-``--runs N`` repeats that N times and says how many runs matched;
+``--runs N`` repeats that N times and says how many runs matched (each demo's
+verdict lines are printed, with their figures);
 ``--together 1`` runs one demo alone. ``--write`` pastes the first demo's
 verdict lines (and the summary table, in docs/cli.md) in place of the old ones.
 """
@@ -90,11 +91,10 @@ def main() -> int:
             return 0
         bad = [i for i, f in enumerate(found) if any(f != s for s in shown.values())]
         matched += not bad
-        for i in bad:
-            print(f"run {run}: a demo's verdicts differ from the sample's:")
-            print("\n".join("    " + line for line in block(outputs[i], False).splitlines()[:5]))
-        if not bad:
-            print(f"run {run}: all {args.together} demos give the sample's verdicts")
+        for i, output in enumerate(outputs):
+            differs = "differ from" if i in bad else "match"
+            print(f"run {run}, demo {i + 1}: its verdicts {differs} the sample's")
+            print("\n".join("    " + line for line in block(output, False).splitlines()[:5]))
     print(f"{matched} of {args.runs} runs ({args.together} demos at once) match the sample")
     return 0 if matched == args.runs else 1
 

@@ -21,8 +21,10 @@ would have been. What the throttle did is then there to assert on: the clock's
     assert throttle.stats().totals.sent == 10
 
 It works with every client (httpx async and sync, aiohttp, requests), under
-asyncio, trio and threads, against a loopback server or a mock (respx,
-aioresponses). The rules of the jump:
+asyncio, trio and threads, against a loopback server (``autothrottle.sim``,
+an ``aiohttp.web`` test server) or respx. Not aioresponses: it replaces
+aiohttp's request outside the session's middlewares, so nothing it mocks
+reaches the throttle (``docs/compose.md``). The rules of the jump:
 
 - the clock is the real monotonic clock plus the time skipped: the time the
   code really takes (a response's latency included) still counts;
