@@ -225,3 +225,24 @@ async def test_a_session_with_aiohttp_s_own_timeout_is_not_fooled_by_the_jumps()
             async with session.get(host.url(f"/{i}")) as response:
                 assert response.status == 200
     assert clock.skipped == pytest.approx(120.0, abs=0.5)
+
+
+async def test_a_hold_never_released_still_expires_and_the_next_turn_comes() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(
+        policy=FixedDelayPolicy(0.0), max_concurrency=1, hold_timeout=0.3, clock=clock
+    )
+    await throttle.acquire("k")  # never released: the slot is at its cap until it expires
+    with anyio.fail_after(10.0):  # the turn comes at the expiry, never a hang
+        (await throttle.acquire("k")).release()
+    assert clock.skipped == 0.0  # a release, not a time, was waited for: nothing to skip
+
+
+def test_a_thread_s_hold_never_released_still_expires_and_the_next_turn_comes() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(
+        policy=FixedDelayPolicy(0.0), max_concurrency=1, hold_timeout=0.3, clock=clock
+    )
+    throttle.acquire_blocking("k")
+    throttle.acquire_blocking("k", max_wait=10.0).release()
+    assert clock.skipped == 0.0

@@ -186,6 +186,7 @@ async def wait_skipping(
     started = clock()
     give_up = math.inf if bound is None else started + bound
     waited = None
+    idled = False  # the last pause ran out: jump, by a deadline asked afresh
     try:
         arm = _loop_waker(ticket)
         while True:
@@ -200,13 +201,17 @@ async def wait_skipping(
                 raise TimeoutError
             deadline = min(_turn_at(gate, now, wait), give_up)
             clock.expect(ticket, deadline)
-            if math.isinf(deadline):
-                await event.wait()
+            if idled:
+                idled = False
+                clock.skip(ticket)
+                continue
+            if math.isinf(deadline):  # woken, or at the soonest hold's expiry, in real time
+                with anyio.move_on_after(wait):
+                    await event.wait()
                 continue
             with anyio.move_on_after(min(deadline - now, clock.idle)):
                 await event.wait()
-            if not event.is_set():
-                clock.skip(ticket)
+            idled = not event.is_set()
     except BaseException:
         granted = gate.abandon(ticket)
         if granted is not None:
@@ -231,6 +236,7 @@ def wait_skipping_blocking(
     started = clock()
     give_up = math.inf if bound is None else started + bound
     waited = None
+    idled = False
     try:
         while True:
             event.clear()
@@ -243,10 +249,13 @@ def wait_skipping_blocking(
                 raise TimeoutError
             deadline = min(_turn_at(gate, now, wait), give_up)
             clock.expect(ticket, deadline)
-            if math.isinf(deadline):
-                event.wait()
-            elif not event.wait(min(deadline - now, clock.idle)):
+            if idled:
+                idled = False
                 clock.skip(ticket)
+            elif math.isinf(deadline):  # woken, or at the soonest hold's expiry, in real time
+                event.wait(None if math.isinf(wait) else wait)
+            else:
+                idled = not event.wait(min(deadline - now, clock.idle))
     except BaseException:
         granted = gate.abandon(ticket)
         if granted is not None:
