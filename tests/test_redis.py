@@ -521,3 +521,22 @@ async def test_turns_are_reserved_the_spacing_margin_wider_than_the_gap() -> Non
     assert second.wait - first.wait == pytest.approx(0.5 * SPACING_MARGIN, abs=0.005)
     assert SPACING_MARGIN > 1.0
     await store.aclose()
+
+
+async def test_a_process_that_stood_still_is_not_taken_for_a_slow_redis(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A loaded machine: the process gets no CPU for longer than the timeout
+    # while Redis answers at once. Taken for a slow Redis, it would go on alone
+    # and add its pace to the fleet's (the host above its limit).
+    store = RedisStore(REDIS, prefix=prefix(), timeout=0.1)
+    await store.take_turn("warm", ask(0.0), time.monotonic())  # connected, scripts loaded
+    loop = asyncio.get_running_loop()
+    for _ in range(3):
+        loop.call_later(0.0005, time.sleep, 0.4)  # the process stands still meanwhile
+        with caplog.at_level(logging.WARNING, logger="autothrottle"):
+            turn = await store.take_turn("host", ask(0.1), time.monotonic())
+        assert turn.lease is not None  # shared, not alone
+    assert "unreachable" not in caplog.text
+    await store.aclose()
+
