@@ -540,3 +540,10 @@ async def test_a_process_that_stood_still_is_not_taken_for_a_slow_redis(
     assert "unreachable" not in caplog.text
     await store.aclose()
 
+
+def test_try_acquire_refuses_to_bypass_the_fleet() -> None:
+    # A lease taken without the fleet's turn would add this process's pace to
+    # the fleet's; the fleet's turn needs a round trip, which try_acquire never waits for.
+    throttle = Throttle(store=RedisStore(REDIS, prefix=prefix()))
+    with pytest.raises(TypeError, match="try_acquire"):
+        throttle.try_acquire("host")

@@ -461,7 +461,19 @@ class Throttle:
         The turn is now when nobody is queued for the slot, it is under its
         concurrency cap, its delay (and any pause or budget) has passed, and
         ``cost`` (as for :meth:`acquire`) fits its token windows.
+
+        Raises:
+            TypeError: the throttle's store is shared (a fleet,
+                :class:`~autothrottle.redis.RedisStore`): the fleet's turn is
+                only known after a round trip to the store, so it cannot be
+                taken without waiting; use :meth:`acquire` or
+                :meth:`acquire_blocking`.
         """
+        if self._fleet is not None:
+            raise TypeError(
+                "try_acquire cannot take a fleet's turn without waiting for the shared "
+                "store; use acquire() or acquire_blocking()"
+            )
         tokens = None if cost is None else check_cost(cost)
         slot = self._live(key)
         return slot.gate.grant_now(self._lease_factory(slot, adjust), tokens)
