@@ -16,12 +16,12 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    refuses the one that arrives early; the asker's own lateness lately (how
    long after its reserved time its sends left) is added to the gap after its
    send, so a late process costs the fleet its lateness, not a refusal. A
-   slot that was idle sends first at its own phase point: a fraction of
-   the gap (of a second, if the gap is longer) that the slot's name sets, so
-   a crawl that starts many hosts at once does not send every host's turns
-   at the same instants ever after (a burst of hundreds leaves late, and the
-   next process's punctual send reaches the host early). That first wait is
-   half a gap on average, never more than one gap or a second.
+   new slot (or one idle for a minute) sends first at its own phase point: a
+   fraction of the gap (of a second, if the gap is longer) that the slot's
+   name sets, so a crawl that starts many hosts at once does not send every
+   host's turns at the same instants ever after (a burst of hundreds leaves
+   late, and the next process's punctual send reaches the host early). That
+   first wait is half a gap on average, never more than one gap or a second.
    A send is never reserved more than the asker's gap after the next free
    time it would have had with that gap. The fleet holds at most
    ``max_concurrency`` leases per slot, reserved or in flight, each expiring

@@ -57,14 +57,15 @@ end
 -- Rule 1: the next send, one gap (the fleet's, within the asker's bounds) after the
 -- latest, and never later than the asker's own gap after the next free time less
 -- the gap it was reserved with ('last'). After this send the next is free one gap
--- plus the asker's lateness later. A slot that was idle starts at its phase point.
+-- plus the asker's lateness later. A new slot starts at its phase point.
 local gap = tonumber(state[3]) or tonumber(ARGV[1])
 gap = math.min(math.max(gap, tonumber(ARGV[2])), tonumber(ARGV[3])) * tonumber(ARGV[11])
 local at = tonumber(state[1]) or 0
 local last = tonumber(state[2])
 if last then at = math.min(at, last + gap) end
-if at < now and gap > 0 then
-  -- an idle slot starts at its own phase: within a gap (at most a second)
+if at < now - 60000000 and gap > 0 then
+  -- a new slot, or one idle for a minute, starts at its own phase: within a gap
+  -- (at most a second)
   local spread = math.min(gap, 1000000)
   at = now + (tonumber(ARGV[13]) * spread - now) % spread
 end
