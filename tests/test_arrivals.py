@@ -117,6 +117,21 @@ def test_a_refusal_at_the_stated_pace_doubles_the_margin_up_to_its_share() -> No
     assert not guard.widen(gap)  # at its most: the next refusal is no jitter
 
 
+def test_a_busy_clients_lateness_leaves_the_host_its_refusal_steps() -> None:
+    # Timers 30 ms late fill the margin before any refusal; the host's refusals
+    # at the pace are still jitter, each a step, as many as on an idle machine.
+    guard = ArrivalGuard()
+    gap = 0.5
+    for _ in range(5):
+        guard.late(0.030)
+    assert guard.margin(gap) == pytest.approx(MAX_MARGIN_SHARE * gap)
+    steps = 0
+    while guard.widen(gap):
+        steps += 1
+    assert steps == 5  # 1, 2, 4, 8, 10 ms
+    assert guard.margin(gap) == pytest.approx(MAX_MARGIN_SHARE * gap)
+
+
 # -- the gate: a strict pace counts from the latest arrival ---------------------------------
 
 
@@ -189,6 +204,17 @@ def test_a_refusal_at_the_stated_pace_costs_a_margin_step_not_a_retry_after_hole
     # whole-second Retry-After is its rounding, and no longer hole is kept.
     assert slot.pause_until == pytest.approx(refused_at + 0.5)
     assert gate_of(slot).send_at(clock.now) == pytest.approx(refused_at + 0.5 + MARGIN_STEP)
+
+
+def test_a_refusal_at_the_stated_pace_early_on_costs_a_margin_step_too() -> None:
+    # Three requests let through at the pace, the fourth arrives 2 ms early: the
+    # host kept the pace for three gaps, and the fourth gap is the refused one's.
+    clock, throttle = strict()
+    slot = throttle.slot(KEY)
+    run_at_the_pace(clock, throttle, 3)
+    refused_at = refuse_next(clock, throttle, {"Retry-After": "1"})
+    assert slot.delay == 0.5
+    assert slot.pause_until == pytest.approx(refused_at + 0.5)
 
 
 def test_refusals_past_the_largest_margin_are_real_ones() -> None:

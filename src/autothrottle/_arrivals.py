@@ -32,10 +32,11 @@ it, from what the client can observe (``docs/scheduling.md``, rule 10):
   ``MARGIN_STEP``), and nothing else changes (the rules decide which refusal
   is one: ``docs/recovery.md``, "At the stated pace").
 
-The margin is never more than ``MAX_MARGIN_SHARE`` of the gap: a refusal it
-does not stop is no longer jitter. The guard is pure: it is given wire times,
-latencies and lateness, on whatever clock the caller keeps, and holds no clock
-of its own. The gate owns one per slot whose pace is strict.
+The margin is never more than ``MAX_MARGIN_SHARE`` of the gap: a refusal that
+the refusals' own margin at its most does not stop is no longer jitter. The
+guard is pure: it is given wire times, latencies and lateness, on whatever
+clock the caller keeps, and holds no clock of its own. The gate owns one per
+slot whose pace is strict.
 """
 
 from __future__ import annotations
@@ -118,10 +119,16 @@ class ArrivalGuard:
         return (latest if latest > last else last) + self.margin(gap)
 
     def widen(self, gap: float) -> bool:
-        """A refusal at the stated pace ``gap``: the margin doubles; False when it is
-        already at its most (the refusal is then no jitter)."""
+        """A refusal at the stated pace ``gap``: the refusals' margin doubles; False
+        when the refusals alone have taken it to its most (the refusal is then
+        no jitter).
+
+        The client's own lateness does not count towards that most: on a busy
+        machine it fills the margin before any refusal, and the jitter it
+        stands for is then what the refusal is.
+        """
         most = MAX_MARGIN_SHARE * gap
-        if self.margin(gap) >= most:
+        if self.refused_margin >= most:
             return False
-        self.refused_margin = min(max(2.0 * self.margin(gap), MARGIN_STEP), most)
+        self.refused_margin = min(max(2.0 * self.refused_margin, MARGIN_STEP), most)
         return True

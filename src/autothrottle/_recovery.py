@@ -163,11 +163,21 @@ class Recovery:
         return (refusal.ok_count - 1) / span
 
     def let_through(self, refusal: Refusal, gap: float, now: float) -> bool:
-        """Whether the host let the slot run at sends ``gap`` apart lately: the
-        success rate since the last refusal is within ``_CLOSE`` of that pace
-        (the evidence that a refusal at it is jitter, ``docs/recovery.md``)."""
-        rate = self.success_rate(refusal, now)
-        return rate is not None and rate * _CLOSE * gap >= 1.0
+        """Whether the host let the slot run at sends ``gap`` apart lately, as a
+        refusal answered at ``now`` sees it: the successes since the last refusal
+        came within ``_CLOSE`` of that pace (the evidence that a refusal at it is
+        jitter, ``docs/recovery.md``).
+
+        The span from the first success to the refusal holds one gap per
+        success, the refused request's own included: ``n`` successes at the
+        pace span ``n`` gaps. (The success rate counts one less, for the limit;
+        here that would read a slot three successes in at two thirds of its
+        pace, and back off on the jitter of its fourth request.)
+        """
+        span = now - refusal.ok_first
+        if refusal.ok_count < _MIN_SPAN or span <= 0.0:
+            return False
+        return refusal.ok_count * _CLOSE * gap >= span
 
     def refused(self, refusal: Refusal, pace: float, now: float) -> None:
         """Remember a refusal of sends ``pace`` seconds apart, at ``now``."""
