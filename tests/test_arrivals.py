@@ -207,11 +207,11 @@ def test_a_refusal_at_the_stated_pace_costs_a_margin_step_not_a_retry_after_hole
 
 
 def test_a_refusal_at_the_stated_pace_early_on_costs_a_margin_step_too() -> None:
-    # Three requests let through at the pace, the fourth arrives 2 ms early: the
-    # host kept the pace for three gaps, and the fourth gap is the refused one's.
+    # Two requests let through at the pace, the third arrives 2 ms early: the
+    # host kept the pace for one gap, and the second gap is the refused one's.
     clock, throttle = strict()
     slot = throttle.slot(KEY)
-    run_at_the_pace(clock, throttle, 3)
+    run_at_the_pace(clock, throttle, 2)
     refused_at = refuse_next(clock, throttle, {"Retry-After": "1"})
     assert slot.delay == 0.5
     assert slot.pause_until == pytest.approx(refused_at + 0.5)

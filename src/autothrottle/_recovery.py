@@ -39,6 +39,9 @@ __all__ = ["RECENT_SUCCESSES", "Recovery", "Refusal", "first_of_burst", "refused
 _MIN_SPAN = 3
 """Successes since the last refusal before their rate is an estimate at all."""
 
+_KEPT = 2
+"""Successes since the last refusal before a refusal at the stated pace may be jitter."""
+
 RECENT_SUCCESSES = 8
 """Successes a rate is measured over at least (and at most twice as many)."""
 
@@ -172,10 +175,13 @@ class Recovery:
         success, the refused request's own included: ``n`` successes at the
         pace span ``n`` gaps. (The success rate counts one less, for the limit;
         here that would read a slot three successes in at two thirds of its
-        pace, and back off on the jitter of its fourth request.)
+        pace, and back off on the jitter of its fourth request.) Two successes
+        will do: a host that holds the slot below the pace refuses its second
+        request already, or with a burst a later one, after which the
+        successes come too slowly to count.
         """
         span = now - refusal.ok_first
-        if refusal.ok_count < _MIN_SPAN or span <= 0.0:
+        if refusal.ok_count < _KEPT or span <= 0.0:
             return False
         return refusal.ok_count * _CLOSE * gap >= span
 
