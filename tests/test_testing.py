@@ -14,6 +14,8 @@ import asyncio
 import itertools
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import anyio
@@ -246,3 +248,18 @@ def test_a_thread_s_hold_never_released_still_expires_and_the_next_turn_comes() 
     throttle.acquire_blocking("k")
     throttle.acquire_blocking("k", max_wait=10.0).release()
     assert clock.skipped == 0.0
+
+
+GUIDE = (Path(__file__).resolve().parent.parent / "docs" / "guide.md").read_text()
+
+
+async def test_the_guide_s_example_runs_as_written() -> None:
+    """docs/guide.md's "Testing your code" example, run against a loopback host."""
+    section = GUIDE.split("## Testing your code", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, Any] = {}
+    exec(compile(code, "docs/guide.md", "exec"), scope)
+    async with loopback_hosts(1) as (host,):
+        started = time.monotonic()
+        await scope["test_my_crawler_is_polite"](host.origin)
+        assert time.monotonic() - started < 4.5
