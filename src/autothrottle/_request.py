@@ -110,7 +110,8 @@ def options_from_mapping(container: object) -> RequestOptions:
     Raises TypeError/ValueError naming the option when it is malformed: a typo
     in an option should fail loudly, not silently throttle the wrong way.
     """
-    if not isinstance(container, Mapping):
+    # A dict (httpx's extensions, on every request) skips the ABC's isinstance, a call.
+    if type(container) is not dict and not isinstance(container, Mapping):
         return DEFAULT_OPTIONS
     raw = container.get(_CONTROL_KEY)
     if raw is None:

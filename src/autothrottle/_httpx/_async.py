@@ -130,18 +130,15 @@ class _LeaseStream(httpx.AsyncByteStream):
         self._inner = inner
         self._hold: Hold | None = Hold(lease, self)
 
-    def _finished(self) -> None:
+    def finished(self) -> None:
         hold = self._hold
         if hold is not None:  # once: the end of the body, then the close
             self._hold = None
             hold.release()
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._inner:  # unasync: yield from self._inner
-                yield chunk  # unasync: -
-        finally:
-            self._finished()
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        chunks = self._inner.__aiter__()  # unasync: chunks = iter(self._inner)
+        return _LeaseChunks(self, chunks)
 
     async def aclose(self) -> None:
         try:
@@ -149,7 +146,30 @@ class _LeaseStream(httpx.AsyncByteStream):
         finally:
             # After the inner close, so the connection is back in the pool
             # before the next request of the slot may go.
-            self._finished()
+            self.finished()
+
+
+class _LeaseChunks:
+    """The chunks of a :class:`_LeaseStream`, which is finished at their end or
+    when one fails. An iterator object rather than a generator: an async
+    generator costs asyncio's hooks (a weak set's add, then its removal) on
+    every response."""
+
+    __slots__ = ("_chunks", "_stream")
+
+    def __init__(self, stream: _LeaseStream, chunks: AsyncIterator[bytes]) -> None:
+        self._stream = stream
+        self._chunks = chunks
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:  # unasync: def __next__(self) -> bytes:
+        try:
+            return await self._chunks.__anext__()  # unasync: return next(self._chunks)
+        except BaseException:  # the end, a failure, a cancellation
+            self._stream.finished()
+            raise
 
 
 class AsyncThrottledTransport(httpx.AsyncBaseTransport):

@@ -157,7 +157,8 @@ def timeout_is_set(kwargs: Mapping[str, Any], client_timeout_set: bool) -> bool:
     if kwargs.get("timeout", httpx.USE_CLIENT_DEFAULT) is not httpx.USE_CLIENT_DEFAULT:
         return True
     extensions = kwargs.get("extensions")
-    return isinstance(extensions, Mapping) and "timeout" in extensions
+    # None first: an ABC's isinstance is a call, and most requests have none.
+    return extensions is not None and isinstance(extensions, Mapping) and "timeout" in extensions
 
 
 def _pool_bound(extensions: Mapping[str, Any]) -> float | None:
@@ -209,6 +210,8 @@ def _from_cache(extensions: Mapping[str, Any]) -> bool:
     if extensions.get("from_cache") is True:
         return True
     caching = extensions.get("caching")
+    if caching is None:  # no hishel (an ABC's isinstance is a call)
+        return False
     return isinstance(caching, Mapping) and caching.get("from_cache") is True
 
 

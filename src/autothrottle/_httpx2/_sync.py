@@ -128,17 +128,15 @@ class _LeaseStream(httpx2.SyncByteStream):
         self._inner = inner
         self._hold: Hold | None = Hold(lease, self)
 
-    def _finished(self) -> None:
+    def finished(self) -> None:
         hold = self._hold
         if hold is not None:  # once: the end of the body, then the close
             self._hold = None
             hold.release()
 
     def __iter__(self) -> Iterator[bytes]:
-        try:
-            yield from self._inner
-        finally:
-            self._finished()
+        chunks = iter(self._inner)
+        return _LeaseChunks(self, chunks)
 
     def close(self) -> None:
         try:
@@ -146,7 +144,30 @@ class _LeaseStream(httpx2.SyncByteStream):
         finally:
             # After the inner close, so the connection is back in the pool
             # before the next request of the slot may go.
-            self._finished()
+            self.finished()
+
+
+class _LeaseChunks:
+    """The chunks of a :class:`_LeaseStream`, which is finished at their end or
+    when one fails. An iterator object rather than a generator: an async
+    generator costs asyncio's hooks (a weak set's add, then its removal) on
+    every response."""
+
+    __slots__ = ("_chunks", "_stream")
+
+    def __init__(self, stream: _LeaseStream, chunks: Iterator[bytes]) -> None:
+        self._stream = stream
+        self._chunks = chunks
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._chunks)
+        except BaseException:  # the end, a failure, a cancellation
+            self._stream.finished()
+            raise
 
 
 class ThrottledTransport(httpx2.BaseTransport):
