@@ -210,8 +210,13 @@ async def _crawl_with(client: str, policy: str, crawl: _Crawl, rate: float) -> d
     else:
         from autothrottle.aiohttp import ThrottledSession
 
+        # "aiohttp-unlimited": no cap on the connector's connections, so that no
+        # request waits in aiohttp's connector (it wakes its waiters in O(hosts)).
+        connector = aiohttp.TCPConnector(limit=0) if client == "aiohttp-unlimited" else None
         session: aiohttp.ClientSession = (
-            aiohttp.ClientSession() if client == "raw" else ThrottledSession(throttle=throttle)
+            aiohttp.ClientSession()
+            if client == "raw"
+            else ThrottledSession(throttle=throttle, connector=connector)
         )
         crawl.connector = session.connector
         async with session:
@@ -310,7 +315,7 @@ async def one_run(
     sim: SimProcess, args: argparse.Namespace, client: str, policy: str
 ) -> dict[str, Any]:
     urls = list(sim.hosts.values())
-    profile = str(RESULTS_DIR / f"crawl_10k-{client}-{policy}.prof") if args.profile else None
+    profile = str(RESULTS_DIR / f"{args.name}-{client}-{policy}.prof") if args.profile else None
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     async with control_session() as http:
         await sim.wait_idle(http)
@@ -453,7 +458,8 @@ def main() -> None:
     parser.add_argument(
         "--client",
         default="both",
-        help="aiohttp, httpx, raw (aiohttp, unthrottled), a comma-separated list of them, "
+        help="aiohttp, httpx, raw (aiohttp, unthrottled), aiohttp-unlimited "
+        "(TCPConnector(limit=0)), a comma-separated list of them, "
         "both (default: aiohttp and httpx) or all (raw, aiohttp and httpx)",
     )
     parser.add_argument(
@@ -463,6 +469,9 @@ def main() -> None:
         help="fixed: FixedRatePolicy(rate); adaptive: Throttle()'s default; both (default)",
     )
     parser.add_argument("--profile", action="store_true", help="cProfile each crawl")
+    parser.add_argument(
+        "--name", default="crawl_10k", help="results file: benchmarks/results/NAME.json"
+    )
     args = parser.parse_args()
     if args.quick:
         args.seconds = 40.0
@@ -473,7 +482,7 @@ def main() -> None:
     args.clients = {"both": ["aiohttp", "httpx"], "all": ["raw", "aiohttp", "httpx"]}.get(
         args.client, args.client.split(",")
     )
-    if not set(args.clients) <= {"aiohttp", "httpx", "raw"}:
+    if not set(args.clients) <= {"aiohttp", "httpx", "raw", "aiohttp-unlimited"}:
         parser.error(f"--client: expected aiohttp, httpx, raw, both or all, got {args.client!r}")
     args.policies = ["fixed", "adaptive"] if args.policy == "both" else [args.policy]
 
@@ -488,7 +497,7 @@ def main() -> None:
         sim.stop()
     goals = report(runs, args)
     path = write_results(
-        "crawl_10k",
+        args.name,
         {
             "settings": {
                 "hosts": args.hosts,
