@@ -8,6 +8,7 @@ throttle, slot or clock.
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -55,12 +56,35 @@ def test_the_hit_latency_is_averaged_from_the_first_hit() -> None:
     assert cache.hit_latency == pytest.approx(0.011)
 
 
-@pytest.mark.parametrize(("share", "capped", "headroom"), [(0.1, True, 0.55), (1.0, True, 1.0)])
-def test_a_capped_pace_gets_headroom_for_the_hits(
+@pytest.mark.parametrize(
+    ("share", "capped", "headroom"),
+    [(0.1, True, 0.55), (1.0, True, 1.0), (0.1, False, 2 / 1.1), (1.0, False, 1.0)],
+)
+def test_a_capped_pace_gets_headroom_and_an_uncapped_one_scrapys_lag(
     share: float, capped: bool, headroom: float
 ) -> None:
     assert CacheShare.headroom(share, capped=capped) == pytest.approx(headroom)
-    assert CacheShare.headroom(share, capped=False) == 1.0
+
+
+def test_scrapys_rule_keeps_about_half_its_target_at_a_cached_origin() -> None:
+    # Scrapy's rule run response by response: 10 % misses of 200 ms, hits of
+    # 5 ms, target 4. The origin's share of the sends over the sum of the
+    # delays in force at each send is what it holds in flight (Little's law).
+    rng = random.Random(7)
+    delay, total, misses = 0.5, 0.0, 0
+    for _ in range(200_000):
+        miss = rng.random() < 0.1
+        total += delay
+        misses += miss
+        target = (0.2 if miss else 0.005) / 4
+        delay = max(target, (delay + target) / 2)
+    at_origin = misses / total * 0.2
+    # Our pace without a cap: the origin's gap (0.2 / 4) through the headroom,
+    # and the hits' time in flight (0.9 x 5 ms over the target) on top.
+    hits = CacheShare.hit_time(Cache(hit_latency=0.005), 0.1) / 4
+    ours = CacheShare.pace_origin(0.1, 0.01, lambda gap: 0.2 / 4, capped=False, hits=hits)
+    assert at_origin == pytest.approx(0.1 / ours * 0.2, rel=0.05)
+    assert at_origin < 4 * (1 + 0.1) / 2  # about half the target, not the target
 
 
 def test_the_cap_is_the_origins_limit_plus_the_hits_in_flight() -> None:
@@ -88,7 +112,8 @@ def test_the_policy_paces_the_origin_and_its_answer_is_scaled_back() -> None:
         return 0.2  # the origin's gap the policy wants
 
     # One send in ten reaches the origin: a 20 ms delay is a 200 ms origin gap.
-    assert CacheShare.pace_origin(0.1, 0.02, policy, capped=False) == pytest.approx(0.02)
-    assert asked == [pytest.approx(0.2)]
+    # Without a cap, the origin as Scrapy's rule holds it: 2 / (1 + 0.1) slower.
+    assert CacheShare.pace_origin(0.1, 0.02, policy, capped=False) == pytest.approx(0.02 * 2 / 1.1)
+    assert asked == [pytest.approx(0.2 * 1.1 / 2)]
     # A capped policy gets headroom (1 + 0.1) / 2 on top: up to twice the rate.
     assert CacheShare.pace_origin(0.1, 0.02, policy, capped=True) == pytest.approx(0.011)

@@ -91,14 +91,24 @@ class CacheShare:
 
     @staticmethod
     def headroom(share: float, *, capped: bool) -> float:
-        """The pace's headroom behind a cache: up to twice the origin's rate when a cap holds it.
+        """The pace's headroom behind a cache: the factor on the rate that holds the
+        origin at the policy's aim (``docs/signals.md``, "Caches", "In-flight cap").
 
         Misses come at random among the sends: paced at exactly the origin's
         mean, a run of hits leaves it idle and a run of misses crowds it. A
         policy that caps requests in flight holds the origin to its limit, so
-        its pace gets headroom for the hits' share.
+        its pace gets headroom for the hits' share, up to twice the rate.
+
+        A policy without a cap (Scrapy's AutoThrottle rule) gets the opposite:
+        the origin held where that rule, response by response, holds it. A miss
+        sets the delay to its latency over the target, and the hits after it
+        halve it toward theirs: a run of hits sums to twice the miss's delay
+        less the run's last halving, ``2 / (1 + share)`` of it on average. So
+        Scrapy's own rule keeps ``target * (1 + share) / 2`` in flight at the
+        origin (a half of the target at 90 % hits), not the target, and a pace
+        that kept the whole target there loaded the origin past it.
         """
-        return (1.0 + share) / 2.0 if capped else 1.0
+        return (1.0 + share) / 2.0 if capped else 2.0 / (1.0 + share)
 
     @staticmethod
     def pace_origin(
