@@ -1189,6 +1189,31 @@ class TestWireTurn:
             went.append(clock())
         assert [b - a for a, b in itertools.pairwise(went)] == [pytest.approx(0.5)] * 2
 
+    def test_a_grant_is_made_early_by_its_usual_way_to_the_wire(self) -> None:
+        # Connections that get ready 20 ms after the grant (a pool's locks on a
+        # busy event loop) would cost those 20 ms every gap, counted once from
+        # the previous request's wire turn and again on the way to the next
+        # one's: the grant comes that much early, and the wire keeps the gap.
+        clock = FakeClock()
+        throttle = Throttle(policy=FixedDelayPolicy(0.5), clock=clock, wall_clock=clock.wall)
+        went = []
+        for i in range(40):
+            while (lease := throttle.try_acquire("a")) is None:
+                clock.advance(0.001)
+            clock.advance(0.02)  # on its way to a connection
+            while (wait := lease.wire_wait()) > 0.0:
+                clock.advance(wait)
+            went.append(clock())
+            # The next gap counts from this request's arrival (rule 10): its
+            # wire turn, and its latency's excess over the least.
+            latency = 0.010 + 0.001 * (i % 2)
+            clock.advance(latency)
+            lease.observe(latency=latency, status=200)
+            lease.release()
+        gaps = [b - a for a, b in itertools.pairwise(went)]
+        assert min(gaps) >= 0.5 - 1e-9  # never closer on the wire
+        assert statistics.fmean(gaps[-10:]) < 0.505  # and the 20 ms are not lost
+
     def test_a_pause_that_began_after_the_grant_holds_the_wire(self) -> None:
         clock = FakeClock()
         throttle = Throttle(start_delay=0.0, clock=clock)
