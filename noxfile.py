@@ -84,6 +84,7 @@ def bench(session: nox.Session) -> None:
     names = session.posargs or [
         "overhead",
         "many_hosts",
+        "crawl_10k",
         "adaptive",
         "scale",
         "wire_gap",
