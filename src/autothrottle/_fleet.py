@@ -39,7 +39,11 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    the fleet lasts at most ``max_pause``.
 4. **Adoption.** At each turn the process takes the fleet's delay (within
    its ``min_delay`` .. ``max_delay``) and pause (within ``max_pause``), so a
-   new process starts where the fleet is.
+   new process starts where the fleet is, and how many processes took a turn
+   on the slot lately (``LiveSlot.senders``): it sees that share of the
+   host's answers, and the pacing rules judge the pace the host let through
+   from its own successes times that (a refusal at the configured pace is
+   then jitter, a margin step, not a backoff of the whole fleet).
 5. **Merge.** Each response, failure and backoff is shared, coalesced per
    slot. Only the first signal of a burst counts (``docs/recovery.md``, "One
    backoff per burst", the rule the engine applies to one process): a
@@ -131,6 +135,7 @@ class SharedTurn(NamedTuple):
         pause: Seconds the fleet's pause of the slot still runs (0: none).
         due: When the reserved send is due, on ``time.monotonic``'s clock
             (None: not known; ``wait`` from now).
+        senders: The processes that took a turn on the slot lately.
     """
 
     wait: float
@@ -138,6 +143,7 @@ class SharedTurn(NamedTuple):
     delay: float | None
     pause: float
     due: float | None = None
+    senders: int = 1
 
 
 class Lateness:
@@ -312,6 +318,7 @@ class Fleet:
         """Adopt what the fleet said (rule 4) and return the wait, within the bounds (rule 3)."""
         pause = min(turn.pause, self._rules.signals.max_pause)
         self._rules.adopt(slot, turn.delay, pause, self._clock())
+        slot.senders = max(1, turn.senders)
         if turn.lease is not None:
             lease.on_release = functools.partial(self.store.released, slot.key, turn.lease)
         if bound is not None and turn.wait > left:

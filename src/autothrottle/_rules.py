@@ -393,7 +393,8 @@ class Rules:
         gap = self._stated_gap(slot, now)
         if gap <= 0.0 or state.pace.delay > gap:
             return 0.0
-        if not self.recovery.let_through(state.refusal, gap, now):
+        # In a fleet this process sees its share of the successes the host let through.
+        if not self.recovery.let_through(state.refusal, gap * slot.senders, now):
             return 0.0  # the host has not kept this pace: it is too fast
         # A wait the host asked for longer than the gap rounded up to the
         # second is a penalty, not the rounding of a token due within a gap.

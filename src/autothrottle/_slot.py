@@ -43,9 +43,12 @@ class LiveSlot:
         view: The public :class:`Slot` of this key.
         hold_maker: What makes a hold of this slot, kept by the throttle
             that owns the slot (None until its first).
+        senders: The processes sending to the slot's host, this one among
+            them (a fleet's, ``docs/fleet.md``; 1 alone): this process sees
+            that share of the host's answers.
     """
 
-    __slots__ = ("config", "gate", "hold_maker", "key", "noted", "state", "view")
+    __slots__ = ("config", "gate", "hold_maker", "key", "noted", "senders", "state", "view")
 
     def __init__(
         self,
@@ -62,6 +65,7 @@ class LiveSlot:
         self.gate = Gate(state, config, clock=clock, rng=rng)
         self.noted: set[str] = set()
         self.view = Slot(self, clock)
+        self.senders = 1
         self.hold_maker: Callable[[float], Any] | None = None
 
     def configure(self, config: SlotConfig) -> None:

@@ -807,7 +807,7 @@ class RedisStore:
             logger.warning("autothrottle: Redis store %r: slot %r shared again", self.prefix, key)
         self.turns += 1
         due = received + wait if lease else None
-        return SharedTurn(wait, lease or None, shared, float(pause) / 1e6, due)
+        return SharedTurn(wait, lease or None, shared, float(pause) / 1e6, due, int(processes))
 
 
 async def _within(work: Coroutine[Any, Any, _T], timeout: float) -> _T:  # noqa: ASYNC109
