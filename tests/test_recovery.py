@@ -57,6 +57,26 @@ def test_a_first_refusal_at_four_times_what_got_through_takes_what_got_through()
     assert state.recover_in == pytest.approx(recovery.time)
 
 
+def test_without_a_ramp_a_first_refusal_far_above_is_capped_at_the_rate_over_the_factor() -> None:
+    # Scrapy's rule halves its delay with each fast response: the successes
+    # measured mostly its start. Bracketed, never past 4.4 / 2 = 2.2/s.
+    recovery, state = Recovery(), Refusal()
+    succeed(recovery, state, [0.0, 0.667, 1.333, 2.0])
+    recovery.refused(state, pace=1 / 4.4, now=2.0, ramped=False, factor=2.0)
+    # allowed 1.5/s, geometric mean with 4.4/s is 2.57/s: capped to 2.2/s
+    assert 1 / state.refused_gap == pytest.approx(2.2)
+    # Halved from the refused rate, the guess may lie far below: probed past sooner.
+    assert state.recover_in == pytest.approx(0.7 * recovery.time)
+
+
+def test_without_a_ramp_a_first_refusal_very_far_above_takes_the_geometric_mean() -> None:
+    # 5/s got through a 10/s bucket's slow start; refused at 66/s.
+    recovery, state = Recovery(), Refusal()
+    succeed(recovery, state, [0.0, 0.5, 0.75, 0.875, 0.94, 0.98])
+    recovery.refused(state, pace=0.015, now=1.0, ramped=False, factor=2.0)
+    assert 1 / state.refused_gap == pytest.approx(math.sqrt(5.0 / 0.015))
+
+
 def test_only_the_latest_successes_measure_the_rate() -> None:
     # A slot that ramped from 1/s to 10/s: the rate it was let through lately is
     # 10/s, not the mean of its ramp.

@@ -37,7 +37,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autothrottle import AutoThrottlePolicy, Throttle
+from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
+from autothrottle.policy import DelayPolicy
 from autothrottle.store import RateLimit
 from helpers import WALL, FakeClock, bounded, record_of, refusal_floor, take
 
@@ -284,23 +285,26 @@ async def succeed_at(clock: FakeClock, throttle: Throttle, rate: float, seconds:
 
 
 @pytest.mark.parametrize(
-    ("refused_before", "refused_rate", "expected_limit"),
+    ("policy", "refused_before", "refused_rate", "expected_limit"),
     [
-        # Far above what got through (10/s), refused before: the limit lies
-        # between; aim at the geometric mean of the two bounds, sqrt(10 * 40) = 20/s.
-        (True, 40.0, 20.0),
-        # The same at the slot's first refusal: a burst may have hidden how far
-        # past the limit the slot ran, so what got through is the limit.
-        (False, 40.0, 9.0 / (0.9 + 1.0 / 40.0)),
+        # Far above what got through (10/s): the limit lies between; aim at the
+        # geometric mean of the two bounds, sqrt(10 * 40) = 20/s (Scrapy's rule,
+        # no ramp-up: at a first refusal too, as the refused rate over 2 is no less).
+        (AutoThrottlePolicy(), True, 40.0, 20.0),
+        (AutoThrottlePolicy(), False, 40.0, 20.0),
+        # A slot that ramped up to the refused pace, at its first refusal: a
+        # burst may have hidden how far past the limit it ran, so what got
+        # through is the limit.
+        (AdaptiveConcurrencyPolicy(), False, 40.0, 9.0 / (0.9 + 1.0 / 40.0)),
         # Just above it: what got through is the limit, measured over the
         # latest successes (8 to 16 of them; here the last 10, up to the refusal).
-        (False, 11.0, 9.0 / (0.9 + 1.0 / 11.0)),
+        (AutoThrottlePolicy(), False, 11.0, 9.0 / (0.9 + 1.0 / 11.0)),
     ],
 )
 async def test_a_refusal_brackets_the_limit_with_what_got_through(
-    refused_before: bool, refused_rate: float, expected_limit: float
+    policy: DelayPolicy, refused_before: bool, refused_rate: float, expected_limit: float
 ) -> None:
-    clock, throttle = fake(start_delay=0.1)
+    clock, throttle = fake(start_delay=0.1, policy=policy)
     slot = throttle.slot(KEY)
     if refused_before:
         lease = await take(throttle)

@@ -15,11 +15,13 @@ The rules are written out in ``docs/recovery.md``; in short:
 * At a refusal, the host's limit lies between that rate (a lower bound) and the
   pace it refused (an upper one). Close together, the lower bound is the
   limit. Far apart, take their geometric mean, a step of binary search; but
-  at a slot's first refusal, the lower bound: a token bucket's burst hides how
-  far a ramp-up ran past the limit before the first refusal (a client ramping
-  at the same pace may be refused at twice or four times the host's rate,
-  as its timing falls), so the refused pace bounds nothing, and a guess
-  above what got through is refused a second time once the burst refills.
+  at a slot's first refusal after a ramp-up, the lower bound: a token bucket's
+  burst hides how far a ramp ran past the limit before the first refusal, so
+  the refused pace bounds nothing, and a guess above what got through is
+  refused a second time once the burst refills. Without a ramp the successes
+  measured mostly the slot's start: the first refusal is bracketed, never
+  past the larger of what got through and the refused rate over the backoff
+  factor (a guess probed past sooner).
 * After a refusal the delay may not fall below a floor that follows a cubic
   around the refused gap, as TCP CUBIC does around the window of its last loss:
   ``margin`` of the refused rate at once, the refused rate after ``time``
@@ -50,6 +52,10 @@ _ALLOWED_MEMORY = 60.0
 
 _CLOSE = 1.25
 """A refused gap within this factor of the allowed gap is taken as the limit itself."""
+
+_GUESS_SPEEDUP = 0.7
+"""A first refusal's guessed limit (no ramp-up) is reached, and probed past, in this
+share of ``time``: halved from the refused rate, it may lie far below the limit."""
 
 _BEYOND = 1.0
 """How fast the floor opens past the refused rate: by ``2 * time`` the rate has doubled."""
@@ -185,9 +191,27 @@ class Recovery:
             return False
         return refusal.ok_count * _CLOSE * gap >= span
 
-    def refused(self, refusal: Refusal, pace: float, now: float) -> None:
-        """Remember a refusal of sends ``pace`` seconds apart, at ``now``."""
+    def refused(
+        self,
+        refusal: Refusal,
+        pace: float,
+        now: float,
+        *,
+        ramped: bool = True,
+        factor: float = 2.0,
+    ) -> None:
+        """Remember a refusal of sends ``pace`` seconds apart, at ``now``.
+
+        ``ramped``: the slot came to that pace by a ramp-up (its policy's), so
+        the successes before a first refusal were measured near the host's
+        limit. Without one (Scrapy's rule halves its delay with each fast
+        response) they measured mostly the slot's start, and a first refusal
+        far above them is bracketed instead: never past the larger of what got
+        through and the refused rate over ``factor``, the throttle's backoff
+        factor, and probed past sooner when that is the guess.
+        """
         refused_gap = pace
+        guessed = False
         allowed = self.success_rate(refusal, now) or 0.0
         if now - refusal.allowed_at < _ALLOWED_MEMORY:
             # Right after a pause few successes have been counted: keep the best lately.
@@ -197,15 +221,21 @@ class Recovery:
             refusal.allowed_at = now
             if 1.0 / allowed <= _CLOSE * pace:
                 refused_gap = max(pace, 1.0 / allowed)
-            elif refusal.refused_gap <= 0.0:
-                # The first refusal: a burst may have hidden how far the ramp-up
-                # ran past the limit, so the refused pace bounds nothing. What
-                # got through is a rate the host kept.
+            elif refusal.refused_gap > 0.0:
+                refused_gap = math.sqrt(pace / allowed)
+            elif ramped:
+                # A first refusal after a ramp-up: a burst may have hidden how far
+                # the ramp ran past the limit, so the refused pace bounds nothing.
+                # What got through is a rate the host kept.
                 refused_gap = 1.0 / allowed
             else:
                 refused_gap = math.sqrt(pace / allowed)
+                guess = min(pace * factor, 1.0 / allowed)
+                if guess > refused_gap:
+                    refused_gap = guess
+                    guessed = guess < 1.0 / allowed
         refusal.refused_gap = refused_gap
-        refusal.recover_in = self.time
+        refusal.recover_in = self.time * (_GUESS_SPEEDUP if guessed else 1.0)
         refusal.backoff_at = now
         refusal.ok_count = refusal.ok_next = 0
 

@@ -332,7 +332,8 @@ class Rules:
         new = config.clamp(
             max(config.policy.backoff_delay(pace, factor, config), old, BACKOFF_FLOOR)
         )
-        self.recovery.refused(state.refusal, pace, now)
+        ramped = config.policy.ramp_up is not None
+        self.recovery.refused(state.refusal, pace, now, ramped=ramped, factor=factor)
         state.counters.count_backoff(reason)
         if self.listeners:
             self.listeners.tell(ThrottleEvent("backoff", slot.key, reason=reason))
