@@ -456,7 +456,7 @@ def test_the_names_passed_over_are_bounded() -> None:
 
     for i in range(3 * _names._PASSED_KEPT):
         read_headers(200, {f"X-Invented-{i}": "1"}, now=NOW)
-    assert len(_names._PASSED) <= _names._PASSED_KEPT
+    assert len(_names.PASSED) <= _names._PASSED_KEPT
     assert read_headers(200, {"X-Invented-0": "1", "Age": "5"}, now=NOW).age == 5.0
 
 

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from math import isfinite
 
 from . import _ietf, _llm, _vendors
 from ._budget import RateLimit, combine
 from ._cache import age, served_by_cache
 from ._fields import read_family
-from ._names import fold
+from ._names import PASSED, fold
 from ._retry_after import retry_after
 from ._values import check_now
 
@@ -94,7 +95,11 @@ def read_headers(
     answered: the response is then a cache hit exactly as if a header said so,
     and its stored rate-limit budget is dropped as stale.
     """
-    check_now(now)
+    if type(now) is not float or not isfinite(now):
+        check_now(now)  # raises
+    if PASSED.issuperset(headers):
+        # None of the names read (most responses): what fold would find, without the call.
+        return _NOT_MODIFIED if status == 304 or from_cache else _NOTHING
     notes: list[str] = []
     folded = fold(headers, notes)
     if not folded and not notes:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from ._values import MAX_FIELD
 
-__all__ = ["display", "fold"]
+__all__ = ["PASSED", "display", "fold"]
 
 _TABLE = (
     # _retry_after
@@ -98,7 +98,7 @@ def display(name: str) -> str:
     return _NAMES.get(name, name)
 
 
-_PASSED: set[object] = set()
+PASSED: set[object] = set()
 """Header names, as responses spell them, that the table does not read: most
 responses repeat the same few, and whether all of a response's names are
 among them is one call (a set's ``issuperset``) instead of a loop."""
@@ -115,7 +115,7 @@ def fold(headers: Mapping[str, str], notes: list[str]) -> dict[str, str]:
     case here. A value longer than :data:`~._values.MAX_FIELD` is ignored
     unread, and noted. Values are read only for the names in the table.
     """
-    passed = _PASSED
+    passed = PASSED
     if passed.issuperset(headers):
         return {}  # none of the names read: most responses
     folded: dict[str, str] = {}
