@@ -446,7 +446,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> list[tuple[s
     return goals
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="crawl time (default 60)")
     parser.add_argument("--quick", action="store_true", help="40-second crawls")
@@ -485,6 +485,11 @@ def main() -> None:
     if not set(args.clients) <= {"aiohttp", "httpx", "raw", "aiohttp-unlimited"}:
         parser.error(f"--client: expected aiohttp, httpx, raw, both or all, got {args.client!r}")
     args.policies = ["fixed", "adaptive"] if args.policy == "both" else [args.policy]
+    return args
+
+
+def main() -> None:
+    args = parse_args()
 
     spec = f"rate:rate={args.rate:g},burst={args.burst},headers=false"
     sim = SimProcess(
