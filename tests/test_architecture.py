@@ -143,7 +143,8 @@ _CLIENT_SIDE = {
     "autothrottle.__main__", "autothrottle.aiohttp", "autothrottle.httpx", "autothrottle.httpx2",
     "autothrottle.requests", "autothrottle.scrapy", "autothrottle.redis", "autothrottle.otel",
     "autothrottle.sim", "autothrottle.cli", "autothrottle.timeline", "autothrottle._httpx",
-    "autothrottle._httpx2", "autothrottle._redis_lua", "autothrottle._scrapy_settings",
+    "autothrottle._httpx2", "autothrottle._redis_lua", "autothrottle._redis_parts",
+    "autothrottle._scrapy_settings",
     "autothrottle._scrapy_parts",
 }  # fmt: skip
 

@@ -34,16 +34,14 @@ both, or the client of the kind you use (a ``RedisCluster`` too).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import math
 import threading
 import time
 import uuid
-import zlib
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 try:
     import redis as _needed  # noqa: F401  (the extra this module needs)
@@ -60,6 +58,27 @@ from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from ._fleet import SharedTurn, TurnAsk
 from ._redis_lua import MERGE, TURN
+from ._redis_parts import (
+    ALONE,
+    ASK_AGAIN,
+    CALIBRATE,
+    DOWN,
+    FIRST,
+    LINGER,
+    MAX_PENDING,
+    Alone,
+    Ask,
+    AsyncClient,
+    Change,
+    ServerClock,
+    SyncClient,
+    as_text,
+    deliver,
+    phase,
+    sha,
+    us,
+    within,
+)
 from ._state import SlotState
 from ._store import MemoryStore
 from ._validate import check_bool, check_number, check_positive
@@ -67,120 +86,6 @@ from ._validate import check_bool, check_number, check_positive
 __all__ = ["RedisStore"]
 
 logger = logging.getLogger("autothrottle")
-
-_ALONE = SharedTurn(0.0, None, None, 0.0)
-"""Go on local pacing alone (rule 6)."""
-
-_MAX_PENDING = 100_000
-"""Finished leases kept for resending while Redis is down; older ones expire on their own."""
-
-_ASK_AGAIN = 0.001
-"""The least wait before asking again (a pause ending, the fleet at its cap)."""
-
-_CLOCK_WINDOW = 10.0
-"""Seconds over which the fastest answer sets Redis's clock offset (two windows)."""
-
-_FIRST = 4.0
-"""A first call (connecting, loading the scripts) may take this many times ``timeout``."""
-
-_CALIBRATE = 5
-"""``TIME`` calls that first set Redis's clock offset (:class:`_ServerClock`)."""
-
-_SLICES = 5
-"""A Redis call's ``timeout`` is waited in this many slices (:func:`_within`)."""
-
-_LINGER = 0.02
-"""Seconds finished leases and changes wait for a turn to carry them before they go
-on their own: a crawl's turns come often, so most ride along and a request costs
-one round trip, not two."""
-
-_T = TypeVar("_T")
-
-AsyncClient = aioredis.Redis | aiocluster.RedisCluster
-SyncClient = redis.Redis | redis.cluster.RedisCluster
-
-
-class _Down:
-    """The answer to a turn when Redis is unreachable or slow: it goes alone (rule 6)."""
-
-
-_DOWN = _Down()
-
-
-class _Ask:
-    """One turn waiting to be sent, and, once sent, its reply."""
-
-    __slots__ = ("args", "done", "key", "lease", "reply")
-
-    def __init__(self, key: str, args: list[str | int], lease: str, done: Any) -> None:
-        self.key = key
-        self.args = args
-        self.lease = lease
-        self.done = done  # an asyncio.Future, or a threading.Event
-        self.reply: list[Any] | BaseException | _Down | None = None
-
-
-class _Change:
-    __slots__ = ("backed_off", "now", "sent_at", "state")
-
-    def __init__(self, state: SlotState, now: float, sent_at: float, backed_off: bool) -> None:
-        self.state, self.now, self.sent_at, self.backed_off = state, now, sent_at, backed_off
-
-
-class _Alone:
-    """What this process keeps of one slot for the fleet: its share of the fleet's
-    pace (to pace alone), the pause it waited out, and a data error."""
-
-    __slots__ = ("bad", "gap", "next", "paused", "paused_until", "until")
-
-    def __init__(self) -> None:
-        # The fleet's pause this process waits for (its end on Redis's clock, µs),
-        # waited out from paused_until on (the throttle's clock).
-        self.paused = ""
-        self.paused_until = math.inf
-        self.gap = 0.0
-        self.next = -math.inf
-        self.bad = False  # a data error was logged and the slot went alone
-        self.until = -math.inf  # when to try Redis again after it (monotonic)
-
-
-class _ServerClock:
-    """Redis's clock as this process sees it, so a send goes at its reserved time.
-
-    A turn's wait is counted from when the script ran; its answer reaches the
-    process later, by as much as the rest of the pipeline, the transfer and the
-    event loop take (tens of milliseconds in a busy crawl). Sleeping the wait
-    from the answer would send late, and the next process's send, on time,
-    would reach the host early. The offset from Redis's clock to this
-    process's is the least ``received - server time`` seen lately (the
-    fastest answer); a wait is shortened by how much later than that its
-    answer came.
-    """
-
-    __slots__ = ("_best", "_previous", "_since")
-
-    def __init__(self) -> None:
-        self._best = self._previous = math.inf
-        self._since = -math.inf
-
-    def seen(self, server: float, received: float) -> float:
-        """An answer stamped ``server`` on Redis's clock came at ``received``:
-        return how much later than the fastest answer lately it came."""
-        if received - self._since > _CLOCK_WINDOW:  # let clock drift in
-            self._previous, self._best, self._since = self._best, math.inf, received
-        offset = received - server
-        self._best = min(self._best, offset)
-        return offset - min(self._best, self._previous)
-
-    def wait(self, server: float, wait: float, received: float) -> float:
-        return max(0.0, wait - self.seen(server, received))
-
-    def calibrate(self, answers: list[tuple[Any, float]]) -> None:
-        """Redis's ``TIME`` answers and when each came: the offset from the
-        first moment, before a crawl's first big pipelines (whose answers come
-        late) could set it tens of milliseconds wrong."""
-        for (seconds, micros), received in answers:
-            self.seen(int(seconds) + int(micros) / 1e6, received)
 
 
 class RedisStore:
@@ -237,14 +142,14 @@ class RedisStore:
         self.fail_closed = check_bool("fail_closed", fail_closed)
         self._local = MemoryStore(idle_timeout)
         self._scripts = {
-            name: (text, _sha(text)) for name, text in (("turn", TURN), ("merge", MERGE))
+            name: (text, sha(text)) for name, text in (("turn", TURN), ("merge", MERGE))
         }
         self._lock = threading.Lock()
-        self._turns: list[_Ask] = []
-        self._sync_turns: list[_Ask] = []
+        self._turns: list[Ask] = []
+        self._sync_turns: list[Ask] = []
         self._releases: list[tuple[str, str]] = []
-        self._changes: dict[str, _Change] = {}
-        self._alone: dict[str, _Alone] = {}
+        self._changes: dict[str, Change] = {}
+        self._alone: dict[str, Alone] = {}
         self._sender: asyncio.Task[None] | None = None
         self._lingering: asyncio.TimerHandle | None = None
         self._sync_sender = threading.Lock()
@@ -252,7 +157,7 @@ class RedisStore:
         self._wake_flusher = threading.Condition(self._lock)
         self._closed = False
         self._ready_async = self._ready_sync = False
-        self._server_clock = _ServerClock()
+        self._server_clock = ServerClock()
         self._processes = 1  # the most processes seen sharing a slot
         self._down_until = -math.inf
         self._warned = False
@@ -306,7 +211,7 @@ class RedisStore:
             reply = await request.done
         except ResponseError as error:
             return self._data_error(key, ask, error, now)
-        if reply is _DOWN:
+        if reply is DOWN:
             return self._while_down(key, ask, now)
         return self._answer(key, ask, reply, now)
 
@@ -322,7 +227,7 @@ class RedisStore:
             if not request.done.is_set():
                 self._send_blocking()
         reply = request.reply
-        if reply is _DOWN:
+        if reply is DOWN:
             return self._while_down(key, ask, now)
         if isinstance(reply, ResponseError):
             return self._data_error(key, ask, reply, now)
@@ -337,14 +242,14 @@ class RedisStore:
             previous = self._changes.get(key)
             if previous is not None and previous.backed_off and not backed_off:
                 sent_at, backed_off = previous.sent_at, True  # the backoff still counts
-            self._changes[key] = _Change(state, now, sent_at, backed_off)
+            self._changes[key] = Change(state, now, sent_at, backed_off)
         self._flush_soon()
 
     def released(self, key: str, lease: str) -> None:
         """Hand a finished request's shared lease back (with the next message)."""
         with self._lock:
             self._releases.append((key, lease))
-            del self._releases[:-_MAX_PENDING]
+            del self._releases[:-MAX_PENDING]
         self._flush_soon()
 
     async def flush(self) -> None:
@@ -383,7 +288,7 @@ class RedisStore:
     async def shared_record(self, key: str) -> dict[str, Any] | None:
         """The fleet's last shared record of slot ``key`` (``SlotState.to_dict`` data)."""
         raw = await self._async_client().hget(self._keys(key)[0], "record")
-        return None if raw is None else dict(json.loads(_text(raw)))
+        return None if raw is None else dict(json.loads(as_text(raw)))
 
     # -- what goes to Redis ---------------------------------------------------------
 
@@ -391,7 +296,7 @@ class RedisStore:
         tag = f"{{{self.prefix}:{key}}}"
         return f"{tag}:s", f"{tag}:l", f"{tag}:p"
 
-    def _ask(self, key: str, ask: TurnAsk, now: float, done: Any) -> _Ask:
+    def _ask(self, key: str, ask: TurnAsk, now: float, done: Any) -> Ask:
         lease = uuid.uuid4().hex
         hold = ask.hold if math.isfinite(ask.hold) else 3_600.0
         with self._lock:
@@ -399,39 +304,39 @@ class RedisStore:
             paused = "" if memo is None or now < memo.paused_until else memo.paused
         max_pause = ask.max_pause if math.isfinite(ask.max_pause) else 1e9
         args: list[str | int] = [
-            _us(ask.gap),
-            _us(ask.min_gap),
-            _us(ask.max_gap if math.isfinite(ask.max_gap) else 1e9),
+            us(ask.gap),
+            us(ask.min_gap),
+            us(ask.max_gap if math.isfinite(ask.max_gap) else 1e9),
             ask.cap,
-            _us(hold),
+            us(hold),
             lease,
             round(self.ttl * 1000),
             self._process,
-            _us(max_pause),
+            us(max_pause),
             paused,
             f"{ask.margin:.6f}",
-            _us(ask.late),
-            f"{_phase(key):.6f}",
+            us(ask.late),
+            f"{phase(key):.6f}",
         ]
-        return _Ask(key, args, lease, done)
+        return Ask(key, args, lease, done)
 
-    def _take_batch(self) -> tuple[list[tuple[str, str]], dict[str, _Change]]:
+    def _take_batch(self) -> tuple[list[tuple[str, str]], dict[str, Change]]:
         """The finished leases and changes waiting to go, taken under the lock."""
         with self._lock:
             releases, self._releases = self._releases, []
             changes, self._changes = self._changes, {}
         return releases, changes
 
-    def _keep(self, releases: list[tuple[str, str]], changes: dict[str, _Change]) -> None:
+    def _keep(self, releases: list[tuple[str, str]], changes: dict[str, Change]) -> None:
         """Put back what could not be sent, to go with the next message (rule 7)."""
         with self._lock:
             self._releases[:0] = releases
-            del self._releases[:-_MAX_PENDING]
+            del self._releases[:-MAX_PENDING]
             for key, change in changes.items():
                 self._changes.setdefault(key, change)
 
     def _commands(
-        self, turns: list[_Ask], releases: list[tuple[str, str]], changes: dict[str, _Change]
+        self, turns: list[Ask], releases: list[tuple[str, str]], changes: dict[str, Change]
     ) -> list[tuple[str, tuple[Any, ...]]]:
         """The pipeline: leases handed back first (so turns see them free), changes, turns."""
         commands: list[tuple[str, tuple[Any, ...]]] = []
@@ -443,7 +348,7 @@ class RedisStore:
             commands.append(("turn", (3, *self._keys(ask.key), *ask.args)))
         return commands
 
-    def _merge_args(self, change: _Change) -> list[str | int]:
+    def _merge_args(self, change: Change) -> list[str | int]:
         state, now = change.state, change.now
         pause = state.pause_until - now if math.isfinite(state.pause_until) else 0.0
         try:
@@ -451,10 +356,10 @@ class RedisStore:
         except RuntimeError:  # changed by another thread meanwhile: sent with the next change
             record = ""
         return [
-            _us(state.delay),
+            us(state.delay),
             "1" if change.backed_off else "0",
-            _us(now - change.sent_at) if math.isfinite(change.sent_at) else "",
-            _us(max(0.0, pause)),
+            us(now - change.sent_at) if math.isfinite(change.sent_at) else "",
+            us(max(0.0, pause)),
             record,
             round(self.ttl * 1000),
         ]
@@ -479,9 +384,9 @@ class RedisStore:
             self._sender = loop.create_task(self._send_loop(everything))
 
     def _linger(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Send finished leases and changes within ``_LINGER``, with a turn if one comes."""
+        """Send finished leases and changes within ``LINGER``, with a turn if one comes."""
         if self._lingering is None:
-            self._lingering = loop.call_later(_LINGER, self._kick_async, loop, True)
+            self._lingering = loop.call_later(LINGER, self._kick_async, loop, True)
 
     async def _send_loop(self, everything: bool) -> None:
         try:
@@ -491,7 +396,7 @@ class RedisStore:
             with self._lock:
                 stranded, self._turns = self._turns, []
             for ask in stranded:
-                _deliver(ask, _DOWN)
+                deliver(ask, DOWN)
             raise
 
     async def _send_async(self, everything: bool = True) -> bool:
@@ -507,25 +412,25 @@ class RedisStore:
         if time.monotonic() < self._down_until:
             self._keep(releases, changes)
             for ask in turns:
-                _deliver(ask, _DOWN)
+                deliver(ask, DOWN)
             return False
         commands = self._commands(turns, releases, changes)
         try:
             client = self._async_client()
             if not self._ready_async:  # connecting and loading the scripts: more time
-                await _within(self._load_async(client), self.timeout * _FIRST)
+                await within(self._load_async(client), self.timeout * FIRST)
                 self._ready_async = True
-            results = await _within(self._run_async(client, commands), self.timeout)
+            results = await within(self._run_async(client, commands), self.timeout)
         except (TimeoutError, RedisError, OSError) as error:
             with self._lock:
                 stranded, self._turns = self._turns, []
             self._failed(error, turns, releases, changes)
             for ask in turns + stranded:
-                _deliver(ask, _DOWN)
+                deliver(ask, DOWN)
             return False
         self._settle(commands, results, turns)
         for ask, result in zip(turns, results[len(results) - len(turns) :], strict=True):
-            if not _deliver(ask, result) and isinstance(result, list) and result[1]:
+            if not deliver(ask, result) and isinstance(result, list) and result[1]:
                 self.released(ask.key, ask.lease)  # its asker gave up meanwhile
         return True
 
@@ -533,7 +438,7 @@ class RedisStore:
         for text, _ in self._scripts.values():
             await client.script_load(text)
         answers = []
-        for _ in range(_CALIBRATE):
+        for _ in range(CALIBRATE):
             answers.append((await client.time(), time.monotonic()))
         self._server_clock.calibrate(answers)
 
@@ -575,13 +480,13 @@ class RedisStore:
             self._sync = redis.Redis.from_url(
                 self._url,
                 socket_timeout=self.timeout,
-                socket_connect_timeout=self.timeout * _FIRST,
+                socket_connect_timeout=self.timeout * FIRST,
             )
         if not self._ready_sync:
             for text, _ in self._scripts.values():
                 self._sync.script_load(text)
             self._server_clock.calibrate(
-                [(self._sync.time(), time.monotonic()) for _ in range(_CALIBRATE)]
+                [(self._sync.time(), time.monotonic()) for _ in range(CALIBRATE)]
             )
             self._ready_sync = True
         return self._sync
@@ -595,7 +500,7 @@ class RedisStore:
         replies: list[Any]
         if time.monotonic() < self._down_until:
             self._keep(releases, changes)
-            replies = [_DOWN] * len(turns)
+            replies = [DOWN] * len(turns)
         else:
             commands = self._commands(turns, releases, changes)
             try:
@@ -603,7 +508,7 @@ class RedisStore:
             except (RedisError, OSError) as error:
                 self._failed(error, turns, releases, changes)
                 self._flush_soon()  # the background sender tries again
-                replies = [_DOWN] * len(commands)
+                replies = [DOWN] * len(commands)
             else:
                 self._settle(commands, replies, turns)
         for ask, reply in zip(turns, replies[len(replies) - len(turns) :], strict=True):
@@ -638,7 +543,7 @@ class RedisStore:
 
     def _flusher_loop(self) -> None:
         """The sync side's background sender: finished leases and changes that no turn
-        carried within ``_LINGER`` go on their own; while Redis is down, every
+        carried within ``LINGER`` go on their own; while Redis is down, every
         ``retry_after``."""
         while True:
             with self._lock:
@@ -646,7 +551,7 @@ class RedisStore:
                     self._wake_flusher.wait()
                 if self._closed:
                     return
-            time.sleep(max(_LINGER, self._down_until - time.monotonic()))
+            time.sleep(max(LINGER, self._down_until - time.monotonic()))
             self._flush_blocking()
 
     def _flush_soon(self) -> None:
@@ -674,9 +579,9 @@ class RedisStore:
     def _failed(
         self,
         error: BaseException,
-        turns: list[_Ask],
+        turns: list[Ask],
         releases: list[tuple[str, str]],
-        changes: dict[str, _Change],
+        changes: dict[str, Change],
     ) -> None:
         """Redis did not answer: keep what was not sent, to send again (rule 7).
 
@@ -712,7 +617,7 @@ class RedisStore:
             logger.warning("autothrottle: Redis store %r reachable again; sharing", self.prefix)
 
     def _settle(
-        self, commands: list[tuple[str, tuple[Any, ...]]], results: list[Any], turns: list[_Ask]
+        self, commands: list[tuple[str, tuple[Any, ...]]], results: list[Any], turns: list[Ask]
     ) -> None:
         """Redis answered. A data error (a key of the wrong type) concerns its slot
         only; any other error (out of memory, read-only, loading) is the store's:
@@ -731,7 +636,7 @@ class RedisStore:
             self._went_down(failure)
             for index in range(len(results) - len(turns), len(results)):
                 if isinstance(results[index], ResponseError):
-                    results[index] = _DOWN
+                    results[index] = DOWN
             return
         self._came_back()
         for (script, args), result in zip(commands, results, strict=True):
@@ -746,7 +651,7 @@ class RedisStore:
     def _data_error(self, key: str, ask: TurnAsk, error: ResponseError, now: float) -> SharedTurn:
         """A key of this slot holds something else: only this slot goes alone (rule 6)."""
         with self._lock:
-            alone = self._alone.setdefault(key, _Alone())
+            alone = self._alone.setdefault(key, Alone())
             first, alone.bad = not alone.bad, True
             alone.until = time.monotonic() + self.retry_after
         if first:
@@ -779,25 +684,25 @@ class RedisStore:
         processes that shared it; a slot never shared here yet, its own gap times
         the most processes seen on any slot."""
         with self._lock:
-            alone = self._alone.setdefault(key, _Alone())
+            alone = self._alone.setdefault(key, Alone())
             if alone.next > now:
                 return SharedTurn(alone.next - now, None, None, 0.0)  # asks again then, and goes
             gap = alone.gap or ask.gap * ask.margin * self._processes
             alone.next = now + gap
-        return _ALONE
+        return ALONE
 
     def _answer(self, key: str, ask: TurnAsk, reply: list[Any], now: float) -> SharedTurn:
-        waited, lease, delay, pause, processes, paused, server = (_text(p) for p in reply)
+        waited, lease, delay, pause, processes, paused, server = (as_text(p) for p in reply)
         received = time.monotonic()
         wait = self._server_clock.wait(float(server) / 1e6, float(waited) / 1e6, received)
         if not lease:  # not a turn but "ask again then": never 0, which would mean "go alone"
-            wait = max(wait, _ASK_AGAIN)
+            wait = max(wait, ASK_AGAIN)
         shared = float(delay) / 1e6 if delay else None
         gap = min(max(shared if shared is not None else ask.gap, ask.min_gap), ask.max_gap)
         with self._lock:
             alone = self._alone.get(key)
             if alone is None:
-                alone = self._alone[key] = _Alone()
+                alone = self._alone[key] = Alone()
             alone.gap = gap * ask.margin * max(1, int(processes))
             self._processes = max(self._processes, int(processes))
             if paused and paused != alone.paused:
@@ -808,60 +713,3 @@ class RedisStore:
         self.turns += 1
         due = received + wait if lease else None
         return SharedTurn(wait, lease or None, shared, float(pause) / 1e6, due, int(processes))
-
-
-async def _within(work: Coroutine[Any, Any, _T], timeout: float) -> _T:  # noqa: ASYNC109
-    """``work``'s result, or TimeoutError once Redis took ``timeout`` to answer.
-
-    Only the time this process was running counts: the bound is waited in
-    :data:`_SLICES` slices, and a slice that took much longer (the process
-    had no CPU, or its event loop was busy) counts as one slice. An answer
-    that came while the process stood still is read, not taken for a Redis
-    too slow to share with (which would send the process alone, above its
-    share of the pace).
-    """
-    loop = asyncio.get_running_loop()
-    task = loop.create_task(work)
-    step = timeout / _SLICES
-    spent = 0.0
-    try:
-        while spent < timeout:
-            started = loop.time()
-            done, _ = await asyncio.wait((task,), timeout=step)
-            if done:
-                return task.result()
-            spent += min(loop.time() - started, 2.0 * step)
-    except BaseException:
-        task.cancel()
-        raise
-    task.cancel()
-    raise TimeoutError(f"no answer from Redis within {timeout:g}s")
-
-
-def _deliver(ask: _Ask, result: Any) -> bool:
-    """Answer an async asker; False if it gave up (cancelled) meanwhile."""
-    future: asyncio.Future[Any] = ask.done
-    if future.done():
-        return False
-    if isinstance(result, BaseException):
-        future.set_exception(result)
-    else:
-        future.set_result(result)
-    return True
-
-
-def _phase(key: str) -> float:
-    """The slot's point in its gap, in [0, 1): the same in every process (rule 1)."""
-    return zlib.crc32(key.encode()) / 4_294_967_296.0
-
-
-def _us(seconds: float) -> int:
-    return round(seconds * 1e6)
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

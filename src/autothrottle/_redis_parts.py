@@ -1,0 +1,213 @@
+"""The parts of :class:`~autothrottle.redis.RedisStore` that hold no connection: the
+turns and changes waiting for a pipeline, what a process keeps of a slot to pace
+alone, Redis's clock as the process sees it, and a call's bounded wait."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import zlib
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio as aioredis
+import redis.asyncio.cluster as aiocluster
+import redis.cluster
+
+from ._fleet import SharedTurn
+from ._state import SlotState
+
+__all__ = [
+    "ALONE",
+    "ASK_AGAIN",
+    "Alone",
+    "Ask",
+    "AsyncClient",
+    "CALIBRATE",
+    "Change",
+    "DOWN",
+    "FIRST",
+    "LINGER",
+    "MAX_PENDING",
+    "ServerClock",
+    "SyncClient",
+    "deliver",
+    "phase",
+    "sha",
+    "as_text",
+    "us",
+    "within",
+]
+
+ALONE = SharedTurn(0.0, None, None, 0.0)
+"""Go on local pacing alone (rule 6)."""
+
+MAX_PENDING = 100_000
+"""Finished leases kept for resending while Redis is down; older ones expire on their own."""
+
+ASK_AGAIN = 0.001
+"""The least wait before asking again (a pause ending, the fleet at its cap)."""
+
+CLOCK_WINDOW = 10.0
+"""Seconds over which the fastest answer sets Redis's clock offset (two windows)."""
+
+FIRST = 4.0
+"""A first call (connecting, loading the scripts) may take this many times ``timeout``."""
+
+CALIBRATE = 5
+"""``TIME`` calls that first set Redis's clock offset (:class:`ServerClock`)."""
+
+SLICES = 5
+"""A Redis call's ``timeout`` is waited in this many slices (:func:`within`)."""
+
+LINGER = 0.02
+"""Seconds finished leases and changes wait for a turn to carry them before they go
+on their own: a crawl's turns come often, so most ride along and a request costs
+one round trip, not two."""
+
+_T = TypeVar("_T")
+
+AsyncClient = aioredis.Redis | aiocluster.RedisCluster
+SyncClient = redis.Redis | redis.cluster.RedisCluster
+
+
+class Down:
+    """The answer to a turn when Redis is unreachable or slow: it goes alone (rule 6)."""
+
+
+DOWN = Down()
+
+
+class Ask:
+    """One turn waiting to be sent, and, once sent, its reply."""
+
+    __slots__ = ("args", "done", "key", "lease", "reply")
+
+    def __init__(self, key: str, args: list[str | int], lease: str, done: Any) -> None:
+        self.key = key
+        self.args = args
+        self.lease = lease
+        self.done = done  # an asyncio.Future, or a threading.Event
+        self.reply: list[Any] | BaseException | Down | None = None
+
+
+class Change:
+    __slots__ = ("backed_off", "now", "sent_at", "state")
+
+    def __init__(self, state: SlotState, now: float, sent_at: float, backed_off: bool) -> None:
+        self.state, self.now, self.sent_at, self.backed_off = state, now, sent_at, backed_off
+
+
+class Alone:
+    """What this process keeps of one slot for the fleet: its share of the fleet's
+    pace (to pace alone), the pause it waited out, and a data error."""
+
+    __slots__ = ("bad", "gap", "next", "paused", "paused_until", "until")
+
+    def __init__(self) -> None:
+        # The fleet's pause this process waits for (its end on Redis's clock, µs),
+        # waited out from paused_until on (the throttle's clock).
+        self.paused = ""
+        self.paused_until = math.inf
+        self.gap = 0.0
+        self.next = -math.inf
+        self.bad = False  # a data error was logged and the slot went alone
+        self.until = -math.inf  # when to try Redis again after it (monotonic)
+
+
+class ServerClock:
+    """Redis's clock as this process sees it, so a send goes at its reserved time.
+
+    A turn's wait is counted from when the script ran; its answer reaches the
+    process later, by as much as the rest of the pipeline, the transfer and the
+    event loop take (tens of milliseconds in a busy crawl). Sleeping the wait
+    from the answer would send late, and the next process's send, on time,
+    would reach the host early. The offset from Redis's clock to this
+    process's is the least ``received - server time`` seen lately (the
+    fastest answer); a wait is shortened by how much later than that its
+    answer came.
+    """
+
+    __slots__ = ("_best", "_previous", "_since")
+
+    def __init__(self) -> None:
+        self._best = self._previous = math.inf
+        self._since = -math.inf
+
+    def seen(self, server: float, received: float) -> float:
+        """An answer stamped ``server`` on Redis's clock came at ``received``:
+        return how much later than the fastest answer lately it came."""
+        if received - self._since > CLOCK_WINDOW:  # let clock drift in
+            self._previous, self._best, self._since = self._best, math.inf, received
+        offset = received - server
+        self._best = min(self._best, offset)
+        return offset - min(self._best, self._previous)
+
+    def wait(self, server: float, wait: float, received: float) -> float:
+        return max(0.0, wait - self.seen(server, received))
+
+    def calibrate(self, answers: list[tuple[Any, float]]) -> None:
+        """Redis's ``TIME`` answers and when each came: the offset from the
+        first moment, before a crawl's first big pipelines (whose answers come
+        late) could set it tens of milliseconds wrong."""
+        for (seconds, micros), received in answers:
+            self.seen(int(seconds) + int(micros) / 1e6, received)
+
+
+async def within(work: Coroutine[Any, Any, _T], timeout: float) -> _T:  # noqa: ASYNC109
+    """``work``'s result, or TimeoutError once Redis took ``timeout`` to answer.
+
+    Only the time this process was running counts: the bound is waited in
+    :data:`SLICES` slices, and a slice that took much longer (the process
+    had no CPU, or its event loop was busy) counts as one slice. An answer
+    that came while the process stood still is read, not taken for a Redis
+    too slow to share with (which would send the process alone, above its
+    share of the pace).
+    """
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(work)
+    step = timeout / SLICES
+    spent = 0.0
+    try:
+        while spent < timeout:
+            started = loop.time()
+            done, _ = await asyncio.wait((task,), timeout=step)
+            if done:
+                return task.result()
+            spent += min(loop.time() - started, 2.0 * step)
+    except BaseException:
+        task.cancel()
+        raise
+    task.cancel()
+    raise TimeoutError(f"no answer from Redis within {timeout:g}s")
+
+
+def deliver(ask: Ask, result: Any) -> bool:
+    """Answer an async asker; False if it gave up (cancelled) meanwhile."""
+    future: asyncio.Future[Any] = ask.done
+    if future.done():
+        return False
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+    return True
+
+
+def phase(key: str) -> float:
+    """The slot's point in its gap, in [0, 1): the same in every process (rule 1)."""
+    return zlib.crc32(key.encode()) / 4_294_967_296.0
+
+
+def us(seconds: float) -> int:
+    return round(seconds * 1e6)
+
+
+def sha(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def as_text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
