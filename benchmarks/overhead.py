@@ -21,10 +21,15 @@ site's latency would hide the adapter's cost. The variants:
   and ``trace_request_ctx`` options are not read).
 
 The throttle is ``Throttle(start_delay=0, min_delay=0, max_delay=0,
-max_concurrency=10**6)``: zero delay (``max_delay=0`` clamps whatever the
-default policy computes, so every response still runs the whole observe path:
-header reading, the policy, the clamp) and a cap never reached. Every request
-still passes the throttle's gate, takes and releases a lease, and is timed.
+max_concurrency=10**6, policy=AutoThrottlePolicy())``: zero delay
+(``max_delay=0`` clamps whatever the policy computes, so every response still
+runs the whole observe path: header reading, the policy, the clamp) and a cap
+never reached. Every request still passes the throttle's gate, takes and
+releases a lease, and is timed. ``--policy adaptive`` measures ``Throttle()``'s
+default policy instead, which caps requests in flight at a limit of its own:
+against a zero-work server the concurrent tasks then queue in the gate, which
+is its pacing at work, not overhead (one request at a time, as
+``--instructions`` sends them, never queues).
 
 Rounds interleave the variants of one client in mirrored order (A B C C B A,
 reversed every other round), so background load and drift hit all alike. The
@@ -94,7 +99,7 @@ import aiohttp
 import httpx
 from _common import print_table, write_results
 
-from autothrottle import Throttle
+from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
 from autothrottle.aiohttp import ThrottledSession, throttle_middleware
 from autothrottle.httpx import AsyncThrottledClient
 
@@ -165,8 +170,23 @@ class ServerProcess:
 # -- the clients -------------------------------------------------------------------------
 
 
+POLICIES = {"autothrottle": AutoThrottlePolicy, "adaptive": AdaptiveConcurrencyPolicy}
+"""``--policy``: AutoThrottle's rule keeps the cap out of reach; the adaptive
+policy (``Throttle()``'s default) caps requests in flight at its own limit,
+and against a zero-work server 8 tasks then wait in the gate's queue."""
+
+POLICY = ["autothrottle"]
+"""The policy of this run's throttles (set from ``--policy``)."""
+
+
 def _throttle() -> Throttle:
-    return Throttle(start_delay=0.0, min_delay=0.0, max_delay=0.0, max_concurrency=10**6)
+    return Throttle(
+        start_delay=0.0,
+        min_delay=0.0,
+        max_delay=0.0,
+        max_concurrency=10**6,
+        policy=POLICIES[POLICY[0]](),
+    )
 
 
 Fetch = Callable[[], Awaitable[None]]
@@ -486,6 +506,13 @@ def _parse() -> argparse.Namespace:
         action="store_true",
         help="count instructions per request under valgrind instead (independent of load)",
     )
+    parser.add_argument(
+        "--policy",
+        choices=sorted(POLICIES),
+        default="autothrottle",
+        help="the throttle's policy (default autothrottle: no cap of its own; adaptive, "
+        "Throttle()'s default, caps requests in flight, so concurrent tasks queue)",
+    )
     parser.add_argument("--count", nargs=4, help=argparse.SUPPRESS)  # one run under valgrind
     args = parser.parse_args()
     if args.quick:
@@ -632,6 +659,8 @@ def _instructions(client: str, kind: str, n: int, url: str) -> int:
         "--callgrind-out-file=/dev/null",
         sys.executable,
         __file__,
+        "--policy",
+        POLICY[0],
         "--count",
         client,
         kind,
@@ -684,11 +713,13 @@ def instructions_main(args: argparse.Namespace) -> None:
         ["client", "raw", "throttled", "added", "engine alone", "adapter", "raw/throttled"],
         rows,
     )
-    print(f"results: {write_results('overhead_instructions', {'per_request': counts})}")
+    doc = {"per_request": counts, "policy": args.policy}
+    print(f"results: {write_results('overhead_instructions', doc)}")
 
 
 def main() -> None:
     args = _parse()
+    POLICY[0] = args.policy
     if args.count:
         client, kind, n, url = args.count
         asyncio.run(_count_requests(client, kind, int(n), url))
@@ -717,6 +748,7 @@ def main() -> None:
         "seconds_per_variant_per_round": args.seconds,
         "concurrency": args.concurrency,
         "throttle": "Throttle(start_delay=0, min_delay=0, max_delay=0, max_concurrency=10**6)",
+        "policy": args.policy,
         "sniffio": SNIFFIO,
         "server_delay_ms": args.server_delay,
         "load_average_end": os.getloadavg(),
