@@ -165,7 +165,10 @@ def wait_for_hold_blocking(
 def _turn_at(gate: Gate, now: float, wait: float) -> float:
     """When a turn ``wait`` seconds away comes, on a skipping clock: never, while
     the slot is at its cap (the turn waits for a release, not for a time; the
-    wait the gate gives is the soonest hold's expiry, a time never to jump to)."""
+    wait the gate gives is the soonest hold's expiry, a time never to jump to).
+    Nor is ``max_wait`` jumped to then: a slot at its cap has a request in
+    flight, which holds every jump back, and once that hold expires the turn
+    is free; a jump decided before it expired would pass over the free turn."""
     return math.inf if gate.in_flight() >= gate.cap() else now + wait
 
 
@@ -199,15 +202,18 @@ async def wait_skipping(
             now = clock()
             if now >= give_up:
                 raise TimeoutError
-            deadline = min(_turn_at(gate, now, wait), give_up)
+            turn = _turn_at(gate, now, wait)
+            if math.isinf(turn):  # woken, or at the soonest hold's expiry, in real time
+                clock.expect(ticket, math.inf)
+                idled = False
+                with anyio.move_on_after(min(wait, give_up - now)):
+                    await event.wait()
+                continue
+            deadline = min(turn, give_up)
             clock.expect(ticket, deadline)
             if idled:
                 idled = False
                 clock.skip(ticket)
-                continue
-            if math.isinf(deadline):  # woken, or at the soonest hold's expiry, in real time
-                with anyio.move_on_after(wait):
-                    await event.wait()
                 continue
             with anyio.move_on_after(min(deadline - now, clock.idle)):
                 await event.wait()
@@ -247,13 +253,18 @@ def wait_skipping_blocking(
             now = clock()
             if now >= give_up:
                 raise TimeoutError
-            deadline = min(_turn_at(gate, now, wait), give_up)
+            turn = _turn_at(gate, now, wait)
+            if math.isinf(turn):  # woken, or at the soonest hold's expiry, in real time
+                clock.expect(ticket, math.inf)
+                idled = False
+                timeout = min(wait, give_up - now)
+                event.wait(None if math.isinf(timeout) else timeout)
+                continue
+            deadline = min(turn, give_up)
             clock.expect(ticket, deadline)
             if idled:
                 idled = False
                 clock.skip(ticket)
-            elif math.isinf(deadline):  # woken, or at the soonest hold's expiry, in real time
-                event.wait(None if math.isinf(wait) else wait)
             else:
                 idled = not event.wait(min(deadline - now, clock.idle))
     except BaseException:
