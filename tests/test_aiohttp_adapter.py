@@ -27,9 +27,9 @@ import pytest
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
 
 from autothrottle import AutoThrottlePolicy, Throttle
+from autothrottle._aiohttp_parts import hold_until_finished
 from autothrottle.aiohttp import (
     ThrottledSession,
-    _hold_until_finished,
     throttle_middleware,
     throttle_trace_config,
 )
@@ -421,7 +421,7 @@ async def test_the_finalizer_backstop_releases_a_collected_response(cycle: bool)
     closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     connection = _FakeConnection(closed)
     response = _FakeResponse(connection)
-    _hold_until_finished(response, lease)  # type: ignore[arg-type]
+    hold_until_finished(response, lease)  # type: ignore[arg-type]
     if cycle:
         response.__dict__["cycle"] = response
     del response

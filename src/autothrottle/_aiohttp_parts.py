@@ -1,0 +1,288 @@
+"""What the aiohttp adapter hooks into a session: the options a request carries, the
+wire turn on the connector's ready connection, the trace signals, and holding the
+slot until a response's body is finished."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from aiohttp import (
+    ClientRequest,
+    ClientResponse,
+    ClientSession,
+    TraceConnectionCreateEndParams,
+    TraceConnectionReuseconnParams,
+    TraceRequestEndParams,
+    TraceRequestExceptionParams,
+    TraceRequestStartParams,
+)
+from aiohttp.connector import BaseConnector, Connection
+
+from ._exchange import Exchange, Hold
+from ._lease import Lease
+from ._request import (
+    DEFAULT_OPTIONS,
+    RequestOptions,
+    options_from_mapping,
+)
+
+__all__ = [
+    "EXCHANGE",
+    "REQUEST",
+    "hold_until_finished",
+    "hook_connector",
+    "hook_request_options",
+    "on_connection_ready",
+    "on_request_finish",
+    "on_request_start",
+]
+
+
+@dataclass(eq=False, slots=True)
+class _RequestState:
+    """A request's options from ``trace_request_ctx``, for the middleware."""
+
+    options: RequestOptions
+    previous: _RequestState | None
+    done: bool = False
+
+
+# The request being made by the current task: set for the request's life by
+# the session's _request hook, or by the TraceConfig from on_request_start to
+# on_request_end/on_request_exception. Requests nest (a middleware may make a
+# request of its own before calling its handler), so the end restores the
+# value seen at the start.
+REQUEST: contextvars.ContextVar[_RequestState | None] = contextvars.ContextVar(
+    "autothrottle_aiohttp_request", default=None
+)
+
+# The exchange the middleware is sending now. The connector sends the
+# connection signals from inside the handler, in the same task, so they find it.
+EXCHANGE: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar(
+    "autothrottle_aiohttp_exchange", default=None
+)
+
+
+# -- trace config ------------------------------------------------------------------
+
+
+def _options_of(trace_request_ctx: object) -> RequestOptions:
+    """Options from ``trace_request_ctx``: a mapping's ``"autothrottle"`` key, or
+    an object's ``autothrottle`` attribute (other tracers share the context)."""
+    if trace_request_ctx is None or isinstance(trace_request_ctx, Mapping):
+        return options_from_mapping(trace_request_ctx)
+    found = getattr(trace_request_ctx, "autothrottle", None)
+    return DEFAULT_OPTIONS if found is None else options_from_mapping({"autothrottle": found})
+
+
+async def on_request_start(
+    session: ClientSession, ctx: SimpleNamespace, params: TraceRequestStartParams
+) -> None:
+    options = _options_of(getattr(ctx, "trace_request_ctx", None))
+    state = _RequestState(options, REQUEST.get())
+    ctx.autothrottle_state = state
+    REQUEST.set(state)
+
+
+async def on_request_finish(
+    session: ClientSession,
+    ctx: SimpleNamespace,
+    params: TraceRequestEndParams | TraceRequestExceptionParams,
+) -> None:
+    state: _RequestState | None = getattr(ctx, "autothrottle_state", None)
+    if state is None:
+        return
+    state.done = True
+    if REQUEST.get() is state:
+        previous = state.previous
+        while previous is not None and previous.done:
+            previous = previous.previous
+        REQUEST.set(previous)
+
+
+async def on_connection_ready(
+    session: ClientSession,
+    ctx: SimpleNamespace,
+    params: TraceConnectionCreateEndParams | TraceConnectionReuseconnParams,
+) -> None:
+    exchange = EXCHANGE.get()
+    if exchange is not None:
+        await exchange.on_wire()
+
+
+_HOOKED_CONNECTORS: weakref.WeakSet[BaseConnector] = weakref.WeakSet()
+"""Connectors whose ``connect`` is wrapped already (a connector may serve several sessions)."""
+
+
+def hook_connector(connector: BaseConnector) -> None:
+    """Take the wire turn when the connector hands over a ready connection.
+
+    Cheaper than trace signals: one wrapper around ``connect`` per session's
+    connector, instead of aiohttp's trace machinery on every request. A
+    connector shared by several sessions is wrapped once.
+    """
+    if connector in _HOOKED_CONNECTORS:
+        return
+    connect = connector.connect
+
+    # aiohttp's signature, spelled out (its names too: it passes them as keywords);
+    # repacking *args and **kwargs costs on every request.
+    async def connect_then_wire(
+        req: ClientRequest,
+        traces: Any,
+        timeout: Any,  # noqa: ASYNC109 (aiohttp's own parameter)
+    ) -> Connection:
+        connection = await connect(req, traces, timeout)
+        exchange = EXCHANGE.get()
+        if exchange is not None and (wait := exchange.wire_now()) > 0.0:
+            try:
+                await exchange.on_wire(wait)
+            except BaseException:
+                connection.close()
+                raise
+        return connection
+
+    connector.connect = connect_then_wire  # type: ignore[method-assign]
+    _HOOKED_CONNECTORS.add(connector)
+
+
+def hook_request_options(session: ClientSession) -> None:
+    """Read ``trace_request_ctx`` options where the session takes them, for the middleware.
+
+    What :func:`throttle_trace_config` does, without a TraceConfig: with any
+    trace config at all, aiohttp builds the parameters of, and awaits, every
+    signal of every request (about 14 µs a request, ``docs/benchmarks.md``).
+    This wraps the session's ``_request`` once instead (every request method
+    goes through it, as the connector's ``connect`` is wrapped): a request
+    without ``trace_request_ctx`` goes on untouched, unless it is made from
+    inside another (a middleware's own request), where the outer options must
+    not leak into it.
+    """
+    send = session._request  # noqa: SLF001 (aiohttp's one entry of every request method)
+
+    def request(*args: Any, **kwargs: Any) -> Any:
+        ctx = kwargs.get("trace_request_ctx")
+        if ctx is None and REQUEST.get() is None:
+            return send(*args, **kwargs)
+        return _request_with_options(send, ctx, args, kwargs)
+
+    # Past aiohttp's warning about setting attributes (in its debug mode): the
+    # session is ours, made by ThrottledSession.
+    object.__setattr__(session, "_request", request)
+
+
+async def _request_with_options(
+    send: Callable[..., Awaitable[ClientResponse]],
+    ctx: object,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> ClientResponse:
+    state = _RequestState(_options_of(ctx), None)
+    token = REQUEST.set(state)
+    try:
+        return await send(*args, **kwargs)
+    finally:
+        state.done = True
+        REQUEST.reset(token)
+
+
+# -- holding the slot until the response is finished --------------------------------
+
+
+class _Hold(Hold):
+    """Releases a lease when its response is finished, exactly once.
+
+    aiohttp releases (or closes) a response's connection when the body has
+    arrived to the end, when the response is released or closed, and when a
+    never-closed response is collected; :meth:`finished` rides on that. Two
+    backstops: the connection being lost mid-body (server gone, session
+    closed), and the exchange's :class:`~autothrottle._exchange.Hold` (which
+    this is), which releases a response collected without reaching its
+    connection. The throttle's ``hold_timeout`` bounds everything else.
+    """
+
+    __slots__ = ("_closed",)
+
+    def __init__(self, lease: Lease, response: object, closed: asyncio.Future[None] | None) -> None:
+        Hold.__init__(self, lease, response)
+        self._closed = closed
+        if closed is not None:
+            closed.add_done_callback(self._on_lost)
+
+    def finished(self) -> None:
+        if self._closed is not None:
+            self._closed.remove_done_callback(self._on_lost)
+            self._closed = None
+        self.release()
+
+    def _on_lost(self, closed: asyncio.Future[None]) -> None:
+        if not closed.cancelled():
+            closed.exception()  # seen here; keeps asyncio from logging it
+        self.finished()
+
+
+def _unpin(response: ClientResponse) -> None:
+    """Let a response that its caller dropped unread be collected.
+
+    aiohttp registers the response's own end-of-body callback on its body
+    stream, which the connection keeps alive, so a dropped response lives as
+    long as its stalled connection and its lease until ``hold_timeout``.
+    Holding that callback weakly lets the response be collected; aiohttp then
+    releases its connection, which finishes the hold. If aiohttp's internals
+    differ from what is expected here, nothing changes.
+    """
+    callbacks = getattr(getattr(response, "content", None), "_eof_callbacks", None)
+    if not isinstance(callbacks, list):
+        return
+    for index, callback in enumerate(callbacks):
+        if getattr(callback, "__self__", None) is response:
+            callbacks[index] = _WeakCallback(callback)
+
+
+class _WeakCallback:
+    """A bound method held weakly; calling it after its object died does nothing.
+
+    ``weakref.WeakMethod`` does the same at several times the cost.
+    """
+
+    __slots__ = ("_function", "_self")
+
+    def __init__(self, method: Callable[[], None]) -> None:
+        self._function: Callable[[object], None] = method.__func__  # type: ignore[attr-defined]
+        self._self = weakref.ref(method.__self__)  # type: ignore[attr-defined]
+
+    def __call__(self) -> None:
+        target = self._self()
+        if target is not None:
+            self._function(target)
+
+
+def hold_until_finished(response: ClientResponse, lease: Lease) -> None:
+    connection = response.connection
+    if connection is None or response.status == 101:
+        # No connection: the body came with the headers (or there is none).
+        # 101: an upgraded connection (WebSocket) lives on its own terms; the
+        # request itself is over once the upgrade is answered.
+        lease.release()
+        return
+    protocol = connection.protocol
+    # ResponseHandler.closed came after aiohttp 3.12.0: without it, a
+    # connection lost mid-body releases when the response is read or closed.
+    closed: asyncio.Future[None] | None = getattr(protocol, "closed", None)
+    if (
+        protocol is None
+        or getattr(protocol, "transport", True) is None
+        or (closed is not None and closed.done())
+    ):
+        # The connection is already gone: the body can never finish.
+        lease.release()
+        return
+    hold = _Hold(lease, response, closed)
+    connection.add_callback(hold.finished)
+    _unpin(response)
