@@ -145,6 +145,7 @@ _CLIENT_SIDE = {
     "autothrottle.sim", "autothrottle.cli", "autothrottle.timeline", "autothrottle._httpx",
     "autothrottle._httpx2", "autothrottle._redis_lua", "autothrottle._redis_parts",
     "autothrottle._scrapy_settings", "autothrottle._scrapy_parts", "autothrottle._aiohttp_parts",
+    "autothrottle._requests_parts",
 }  # fmt: skip
 
 

@@ -50,14 +50,11 @@ How the adapter behaves (``docs/adapters.md`` has the whole lifecycle):
 
 from __future__ import annotations
 
-import contextvars
-import io
-import threading
 import warnings
 import weakref
 from collections.abc import Mapping
 from time import perf_counter
-from typing import Any, cast
+from typing import Any
 
 try:
     import requests as _needed  # noqa: F401  (the extra this module needs)
@@ -79,17 +76,21 @@ from requests.exceptions import (
     RetryError,
 )
 from urllib3.poolmanager import ProxyManager
-from urllib3.response import HTTPResponse
 
 from ._errors import ThrottleTimeout
 from ._exchange import Exchange, ThrottleInfo
-from ._lease import Lease
 from ._request import (
     CONTROL_HEADER,
     RequestOptions,
     header_value,
     options_from_header,
     options_from_mapping,
+)
+from ._requests_parts import (
+    POOL_CLASSES,
+    SENDING,
+    Timing,
+    hold_until_finished,
 )
 from ._throttle import Throttle
 
@@ -145,148 +146,6 @@ def _host_failure(error: BaseException) -> bool:
             (requests.ConnectionError, requests.Timeout, RetryError, ChunkedEncodingError),
         )
     return isinstance(error, (OSError, urllib3.exceptions.HTTPError))
-
-
-# -- the wire turn and the latency clock, inside urllib3 -----------------------------
-
-
-class _Timing:
-    """One request's exchange and when its response headers were parsed."""
-
-    __slots__ = ("end", "exchange")
-
-    def __init__(self, exchange: Exchange) -> None:
-        self.exchange = exchange
-        self.end: float | None = None
-
-
-# The request this thread is sending: set by the adapter around urllib3's
-# ``urlopen``, read by the connection when it writes the request.
-_SENDING: contextvars.ContextVar[_Timing | None] = contextvars.ContextVar(
-    "autothrottle_requests_sending", default=None
-)
-
-
-class _WireTurn:
-    """A urllib3 connection that takes the wire turn once it is ready.
-
-    ``request`` is where urllib3 writes a request on a connection, new or
-    pooled; a new one connects first (as http.client would a moment later), so
-    the turn and the latency clock start on a ready connection. urllib3
-    retrying on a fresh connection calls it again: the turn is taken once, the
-    last attempt is timed.
-    """
-
-    sock: Any
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        timing = _SENDING.get()
-        if timing is not None:
-            if self.sock is None:
-                self.connect()  # type: ignore[attr-defined]
-            timing.exchange.on_wire_blocking()
-            timing.end = None
-        super().request(*args, **kwargs)  # type: ignore[misc]
-
-    def getresponse(self) -> HTTPResponse:
-        response: HTTPResponse = super().getresponse()  # type: ignore[misc]
-        timing = _SENDING.get()
-        if timing is not None:
-            timing.end = perf_counter()
-        return response
-
-
-class _HTTPConnection(_WireTurn, urllib3.connection.HTTPConnection):  # type: ignore[misc]
-    pass
-
-
-class _HTTPSConnection(_WireTurn, urllib3.connection.HTTPSConnection):  # type: ignore[misc]
-    pass
-
-
-class _HTTPConnectionPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _HTTPConnection
-
-
-class _HTTPSConnectionPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _HTTPSConnection
-
-
-_POOL_CLASSES: dict[str, type[urllib3.HTTPConnectionPool]] = {
-    "http": _HTTPConnectionPool,
-    "https": _HTTPSConnectionPool,
-}
-
-
-# -- holding the slot until the body is finished --------------------------------------
-
-
-class _Hold:
-    """Releases a lease once, when its response is finished or collected."""
-
-    __slots__ = ("collected", "lease")
-
-    def __init__(self, lease: Lease) -> None:
-        self.lease = lease
-        self.collected = False
-
-    def finish(self) -> None:
-        lease = self.lease
-        if lease.released:
-            return
-        if not self.collected:
-            lease.release()
-            return
-        # Garbage collection may run inside the slot's own bookkeeping, on this
-        # very thread: release from another thread, which waits its turn for
-        # the slot's lock.
-        try:
-            threading.Thread(target=lease.release, name="autothrottle-release").start()
-        except RuntimeError:  # the interpreter is shutting down
-            lease.release()
-
-
-class _LeaseResponse(HTTPResponse):
-    """urllib3's response, releasing its request's lease once the body is finished.
-
-    urllib3 calls ``release_conn`` when the body has been read to the end (and
-    requests calls it when the response is closed); ``close`` covers a body
-    abandoned half-read, and collection a response dropped unread.
-    """
-
-    _autothrottle_hold: _Hold
-
-    def hold_until_finished(self, lease: Lease) -> None:
-        """Keep ``lease`` until the body is read to its end, released or closed."""
-        self._autothrottle_hold = _Hold(lease)
-
-    def release_conn(self) -> None:
-        try:
-            super().release_conn()
-        finally:
-            self._autothrottle_hold.finish()
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._autothrottle_hold.finish()
-
-    def __del__(self) -> None:
-        hold: _Hold | None = self.__dict__.get("_autothrottle_hold")
-        if hold is not None:
-            hold.collected = True
-        io.IOBase.__del__(self)
-
-
-def _hold_until_finished(raw: object, lease: Lease) -> None:
-    if type(raw) is not HTTPResponse or raw.closed:
-        # Not urllib3's own response (a custom adapter below this one): there is
-        # no finish to wait for, so the request is over once it was answered.
-        lease.release()
-        return
-    raw.__class__ = _LeaseResponse
-    cast("_LeaseResponse", raw).hold_until_finished(lease)
 
 
 # -- the adapter ----------------------------------------------------------------------
@@ -364,12 +223,12 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
         self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
     ) -> None:
         super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
-        self.poolmanager.pool_classes_by_scheme = _POOL_CLASSES
+        self.poolmanager.pool_classes_by_scheme = POOL_CLASSES
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
         if type(manager) is ProxyManager:  # not SOCKS, whose pools are its own
-            manager.pool_classes_by_scheme = _POOL_CLASSES
+            manager.pool_classes_by_scheme = POOL_CLASSES
         return manager
 
     def send(
@@ -401,15 +260,15 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
         except ThrottleTimeout as error:
             raise ThrottleWaitTimeout(error, request) from error
         exchange = Exchange(lease, asked)
-        timing = _Timing(exchange)
-        token = _SENDING.set(timing)
+        timing = Timing(exchange)
+        token = SENDING.set(timing)
         try:
             response = super().send(send, **kwargs)
         except BaseException as error:
             exchange.failed(error, _host_failure)
             raise
         finally:
-            _SENDING.reset(token)
+            SENDING.reset(token)
         try:
             exchange.responded(
                 response.status_code,
@@ -421,7 +280,7 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
             response.close()
             raise
         _INFO[response] = exchange.info()
-        _hold_until_finished(response.raw, lease)
+        hold_until_finished(response.raw, lease)
         return response
 
 

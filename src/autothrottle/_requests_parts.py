@@ -1,0 +1,161 @@
+"""What the requests adapter puts inside urllib3: the wire turn and the latency clock
+on its connections, and the response that holds the slot until its body is finished."""
+
+from __future__ import annotations
+
+import contextvars
+import io
+import threading
+from time import perf_counter
+from typing import Any, cast
+
+import urllib3
+import urllib3.connection
+from urllib3.response import HTTPResponse
+
+from ._exchange import Exchange
+from ._lease import Lease
+
+__all__ = ["POOL_CLASSES", "SENDING", "Timing", "hold_until_finished"]
+
+
+# -- the wire turn and the latency clock, inside urllib3 -----------------------------
+
+
+class Timing:
+    """One request's exchange and when its response headers were parsed."""
+
+    __slots__ = ("end", "exchange")
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self.end: float | None = None
+
+
+# The request this thread is sending: set by the adapter around urllib3's
+# ``urlopen``, read by the connection when it writes the request.
+SENDING: contextvars.ContextVar[Timing | None] = contextvars.ContextVar(
+    "autothrottle_requests_sending", default=None
+)
+
+
+class _WireTurn:
+    """A urllib3 connection that takes the wire turn once it is ready.
+
+    ``request`` is where urllib3 writes a request on a connection, new or
+    pooled; a new one connects first (as http.client would a moment later), so
+    the turn and the latency clock start on a ready connection. urllib3
+    retrying on a fresh connection calls it again: the turn is taken once, the
+    last attempt is timed.
+    """
+
+    sock: Any
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        timing = SENDING.get()
+        if timing is not None:
+            if self.sock is None:
+                self.connect()  # type: ignore[attr-defined]
+            timing.exchange.on_wire_blocking()
+            timing.end = None
+        super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def getresponse(self) -> HTTPResponse:
+        response: HTTPResponse = super().getresponse()  # type: ignore[misc]
+        timing = SENDING.get()
+        if timing is not None:
+            timing.end = perf_counter()
+        return response
+
+
+class _HTTPConnection(_WireTurn, urllib3.connection.HTTPConnection):  # type: ignore[misc]
+    pass
+
+
+class _HTTPSConnection(_WireTurn, urllib3.connection.HTTPSConnection):  # type: ignore[misc]
+    pass
+
+
+class _HTTPConnectionPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _HTTPConnection
+
+
+class _HTTPSConnectionPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _HTTPSConnection
+
+
+POOL_CLASSES: dict[str, type[urllib3.HTTPConnectionPool]] = {
+    "http": _HTTPConnectionPool,
+    "https": _HTTPSConnectionPool,
+}
+
+
+# -- holding the slot until the body is finished --------------------------------------
+
+
+class _Hold:
+    """Releases a lease once, when its response is finished or collected."""
+
+    __slots__ = ("collected", "lease")
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.collected = False
+
+    def finish(self) -> None:
+        lease = self.lease
+        if lease.released:
+            return
+        if not self.collected:
+            lease.release()
+            return
+        # Garbage collection may run inside the slot's own bookkeeping, on this
+        # very thread: release from another thread, which waits its turn for
+        # the slot's lock.
+        try:
+            threading.Thread(target=lease.release, name="autothrottle-release").start()
+        except RuntimeError:  # the interpreter is shutting down
+            lease.release()
+
+
+class _LeaseResponse(HTTPResponse):
+    """urllib3's response, releasing its request's lease once the body is finished.
+
+    urllib3 calls ``release_conn`` when the body has been read to the end (and
+    requests calls it when the response is closed); ``close`` covers a body
+    abandoned half-read, and collection a response dropped unread.
+    """
+
+    _autothrottle_hold: _Hold
+
+    def hold_until_finished(self, lease: Lease) -> None:
+        """Keep ``lease`` until the body is read to its end, released or closed."""
+        self._autothrottle_hold = _Hold(lease)
+
+    def release_conn(self) -> None:
+        try:
+            super().release_conn()
+        finally:
+            self._autothrottle_hold.finish()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._autothrottle_hold.finish()
+
+    def __del__(self) -> None:
+        hold: _Hold | None = self.__dict__.get("_autothrottle_hold")
+        if hold is not None:
+            hold.collected = True
+        io.IOBase.__del__(self)
+
+
+def hold_until_finished(raw: object, lease: Lease) -> None:
+    if type(raw) is not HTTPResponse or raw.closed:
+        # Not urllib3's own response (a custom adapter below this one): there is
+        # no finish to wait for, so the request is over once it was answered.
+        lease.release()
+        return
+    raw.__class__ = _LeaseResponse
+    cast("_LeaseResponse", raw).hold_until_finished(lease)
