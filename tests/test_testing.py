@@ -139,7 +139,7 @@ async def test_max_wait_is_counted_on_the_clock() -> None:
             started = time.monotonic()
             with pytest.raises(ThrottleTimeout):  # its turn is 10 s away: 2 s, then it fails
                 await client.get("http://api.example/")
-            assert time.monotonic() - started < 1.0  # the 2 s are skipped too
+            assert time.monotonic() - started < 2.0  # the 2 s are skipped, not waited
     assert clock.skipped == pytest.approx(2.0, abs=0.2)
     assert clock.waits == []  # no turn came
     assert throttle.stats().totals.sent == 1
