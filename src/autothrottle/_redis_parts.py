@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 import zlib
 from collections.abc import Coroutine
@@ -34,6 +35,8 @@ __all__ = [
     "ServerClock",
     "SyncClient",
     "deliver",
+    "keys",
+    "merge_args",
     "phase",
     "sha",
     "as_text",
@@ -194,6 +197,30 @@ def deliver(ask: Ask, result: Any) -> bool:
     else:
         future.set_result(result)
     return True
+
+
+def keys(prefix: str, key: str) -> tuple[str, str, str]:
+    """The Redis keys of slot ``key``: its hash, its leases, its processes (one hash tag)."""
+    tag = f"{{{prefix}:{key}}}"
+    return f"{tag}:s", f"{tag}:l", f"{tag}:p"
+
+
+def merge_args(change: Change, ttl: float) -> list[str | int]:
+    """The merge script's arguments for a slot's change (rule 5)."""
+    state, now = change.state, change.now
+    pause = state.pause_until - now if math.isfinite(state.pause_until) else 0.0
+    try:
+        record = json.dumps(state.to_dict(now))
+    except RuntimeError:  # changed by another thread meanwhile: sent with the next change
+        record = ""
+    return [
+        us(state.delay),
+        "1" if change.backed_off else "0",
+        us(now - change.sent_at) if math.isfinite(change.sent_at) else "",
+        us(max(0.0, pause)),
+        record,
+        round(ttl * 1000),
+    ]
 
 
 def phase(key: str) -> float:

@@ -1,0 +1,438 @@
+"""What :class:`~autothrottle.redis.RedisStore` sends, and how: one pipeline at a time.
+
+Everything a process has to say goes in one pipeline: the turns asked for at
+the same moment (of any slots), the finished leases and what responses taught,
+so a request costs at most one round trip, and less when requests come
+together. Finished leases and changes wait up to :data:`LINGER` for a turn to
+carry them.
+
+Async throttles send from one task on their event loop (``redis.asyncio``);
+sync throttles send from the thread that holds the sender lock, for every
+thread waiting, and a background thread sends what no turn carried
+(``redis``'s sync client). When a call fails or is slow, :class:`Sender` tells
+the :class:`~autothrottle._redis_outage.Outage`, keeps what was not sent to
+send again (rule 7) and answers the turns waiting with :data:`DOWN`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+from redis.exceptions import NoScriptError, RedisError, ResponseError
+
+from ._redis_lua import MERGE, TURN
+from ._redis_outage import Outage
+from ._redis_parts import (
+    CALIBRATE,
+    DOWN,
+    FIRST,
+    LINGER,
+    MAX_PENDING,
+    Ask,
+    AsyncClient,
+    Change,
+    ServerClock,
+    SyncClient,
+    deliver,
+    keys,
+    merge_args,
+    sha,
+    within,
+)
+
+__all__ = ["Sender"]
+
+logger = logging.getLogger("autothrottle")
+
+Commands = list[tuple[str, tuple[Any, ...]]]
+
+
+class Sender:
+    """The queues of what waits to go to Redis, the clients, and the pipelines.
+
+    ``url``, ``async_client`` and ``sync_client`` as given to ``RedisStore``;
+    ``ttl`` and ``timeout`` its settings.
+    """
+
+    def __init__(
+        self,
+        outage: Outage,
+        *,
+        prefix: str,
+        url: str | None,
+        async_client: AsyncClient | None,
+        sync_client: SyncClient | None,
+        ttl: float,
+        timeout: float,
+    ) -> None:
+        self.outage = outage
+        self.prefix = prefix
+        self.url = url
+        self.async_client: AsyncClient | None = async_client
+        self.sync_client: SyncClient | None = sync_client
+        self.ttl = ttl
+        self.timeout = timeout
+        self.server_clock = ServerClock()
+        self.round_trips = 0
+        self._scripts = {
+            name: (text, sha(text)) for name, text in (("turn", TURN), ("merge", MERGE))
+        }
+        self._lock = threading.Lock()
+        self._turns: list[Ask] = []
+        self._sync_turns: list[Ask] = []
+        self._releases: list[tuple[str, str]] = []
+        self._changes: dict[str, Change] = {}
+        self._sender: asyncio.Task[None] | None = None
+        self._lingering: asyncio.TimerHandle | None = None
+        self._sync_sender = threading.Lock()
+        self._flusher: threading.Thread | None = None
+        self._wake_flusher = threading.Condition(self._lock)
+        self._closed = False
+        self._ready_async = self._ready_sync = False
+
+    # -- what waits to go -------------------------------------------------------------
+
+    def turn(self, ask: Ask, loop: asyncio.AbstractEventLoop) -> None:
+        """Send an async turn with the next pipeline (one starts now if none is under way)."""
+        with self._lock:
+            self._turns.append(ask)
+        self._kick_async(loop)
+
+    def turn_blocking(self, ask: Ask) -> None:
+        """Send a sync turn; on return its reply is in ``ask.reply``."""
+        with self._lock:
+            self._sync_turns.append(ask)
+        with self._sync_sender:  # whoever holds it sends every turn waiting
+            if not ask.done.is_set():
+                self._send_blocking()
+
+    def changed(self, key: str, change: Change) -> None:
+        """Share the slot's record soon (coalesced per slot; a backoff still counts)."""
+        with self._lock:
+            previous = self._changes.get(key)
+            if previous is not None and previous.backed_off and not change.backed_off:
+                change.sent_at, change.backed_off = previous.sent_at, True
+            self._changes[key] = change
+        self._flush_soon()
+
+    def released(self, key: str, lease: str) -> None:
+        with self._lock:
+            self._releases.append((key, lease))
+            del self._releases[:-MAX_PENDING]
+        self._flush_soon()
+
+    async def flush(self) -> None:
+        if self._sender is not None and not self._sender.done():
+            await asyncio.gather(self._sender, return_exceptions=True)
+        if self.async_client is not None or self.url is not None:
+            await self._send_async()
+        else:
+            await asyncio.to_thread(self.flush_blocking)
+
+    def flush_blocking(self) -> None:
+        with self._sync_sender:
+            self._send_blocking()
+
+    def close(self) -> None:
+        """Flush what the sync client has to send, stop its sender, close the sync client."""
+        if self._closed:
+            return
+        if self.sync_client is not None:
+            self.flush_blocking()
+        with self._lock:
+            self._closed = True
+            self._wake_flusher.notify_all()
+        if self.sync_client is not None:
+            self.sync_client.close()
+
+    def _take_batch(self) -> tuple[list[tuple[str, str]], dict[str, Change]]:
+        """The finished leases and changes waiting to go, taken under the lock."""
+        with self._lock:
+            releases, self._releases = self._releases, []
+            changes, self._changes = self._changes, {}
+        return releases, changes
+
+    def _keep(self, releases: list[tuple[str, str]], changes: dict[str, Change]) -> None:
+        """Put back what could not be sent, to go with the next message (rule 7)."""
+        with self._lock:
+            self._releases[:0] = releases
+            del self._releases[:-MAX_PENDING]
+            for key, change in changes.items():
+                self._changes.setdefault(key, change)
+
+    def _commands(
+        self, turns: list[Ask], releases: list[tuple[str, str]], changes: dict[str, Change]
+    ) -> Commands:
+        """The pipeline: leases handed back first (so turns see them free), changes, turns."""
+        commands: Commands = []
+        for key, lease in releases:
+            commands.append(("", ("ZREM", keys(self.prefix, key)[1], lease)))
+        for key, change in changes.items():
+            commands.append(
+                ("merge", (1, keys(self.prefix, key)[0], *merge_args(change, self.ttl)))
+            )
+        for ask in turns:
+            commands.append(("turn", (3, *keys(self.prefix, ask.key), *ask.args)))
+        return commands
+
+    # -- the async sender: one pipeline at a time, carrying whatever is waiting ----------
+
+    def async_redis(self) -> AsyncClient:
+        if self.async_client is None:
+            if self.url is None:
+                raise TypeError(
+                    "RedisStore was given a sync redis client: async throttles need a "
+                    "redis.asyncio client (or pass a URL)"
+                )
+            self.async_client = aioredis.Redis.from_url(self.url)
+        return self.async_client
+
+    def _kick_async(self, loop: asyncio.AbstractEventLoop, everything: bool = False) -> None:
+        """Start the sender: for the turns waiting, or (``everything``) for all."""
+        if everything:
+            self._lingering = None
+        if self._sender is None or self._sender.done():
+            self._sender = loop.create_task(self._send_loop(everything))
+
+    def _linger(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Send finished leases and changes within ``LINGER``, with a turn if one comes."""
+        if self._lingering is None:
+            self._lingering = loop.call_later(LINGER, self._kick_async, loop, True)
+
+    async def _send_loop(self, everything: bool) -> None:
+        try:
+            while await self._send_async(everything):
+                everything = False
+        except BaseException:
+            with self._lock:
+                stranded, self._turns = self._turns, []
+            for ask in stranded:
+                deliver(ask, DOWN)
+            raise
+
+    async def _send_async(self, everything: bool = True) -> bool:
+        """Send one pipeline of what is waiting (without turns, only if ``everything``);
+        False when there is nothing more to send."""
+        with self._lock:
+            turns, self._turns = self._turns, []
+        if not (turns or everything):
+            return False
+        releases, changes = self._take_batch()
+        if not (turns or releases or changes):
+            return False
+        if self.outage.down():
+            self._keep(releases, changes)
+            for ask in turns:
+                deliver(ask, DOWN)
+            return False
+        commands = self._commands(turns, releases, changes)
+        try:
+            client = self.async_redis()
+            if not self._ready_async:  # connecting and loading the scripts: more time
+                await within(self._load_async(client), self.timeout * FIRST)
+                self._ready_async = True
+            results = await within(self._run_async(client, commands), self.timeout)
+        except (TimeoutError, RedisError, OSError) as error:
+            with self._lock:
+                stranded, self._turns = self._turns, []
+            self._failed(error, turns, releases, changes)
+            for ask in turns + stranded:
+                deliver(ask, DOWN)
+            return False
+        self._settle(commands, results, turns)
+        for ask, result in zip(turns, results[len(results) - len(turns) :], strict=True):
+            if not deliver(ask, result) and isinstance(result, list) and result[1]:
+                self.released(ask.key, ask.lease)  # its asker gave up meanwhile
+        return True
+
+    async def _load_async(self, client: AsyncClient) -> None:
+        for text, _ in self._scripts.values():
+            await client.script_load(text)
+        answers = []
+        for _ in range(CALIBRATE):
+            answers.append((await client.time(), time.monotonic()))
+        self.server_clock.calibrate(answers)
+
+    async def _run_async(self, client: AsyncClient, commands: Commands) -> list[Any]:
+        self.round_trips += 1
+        results = await self._pipeline_async(client, commands)
+        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:  # a restarted or flushed Redis forgot the scripts: load them, send again
+            for text, _ in self._scripts.values():
+                await client.script_load(text)
+            self.round_trips += 1
+            again = await self._pipeline_async(client, [commands[i] for i in missing])
+            for i, result in zip(missing, again, strict=True):
+                results[i] = result
+        return results
+
+    async def _pipeline_async(self, client: AsyncClient, commands: Commands) -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for script, args in commands:
+            if script:
+                pipe.execute_command("EVALSHA", self._scripts[script][1], *args)
+            else:
+                pipe.execute_command(*args)
+        return list(await pipe.execute(raise_on_error=False))
+
+    # -- the sync sender: the thread holding the lock sends for every thread waiting ------
+
+    def _sync_redis(self) -> SyncClient:
+        if self.sync_client is None:
+            if self.url is None:
+                raise TypeError(
+                    "RedisStore was given a redis.asyncio client: acquire_blocking needs "
+                    "a sync redis client (or pass a URL)"
+                )
+            self.sync_client = redis.Redis.from_url(
+                self.url,
+                socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout * FIRST,
+            )
+        if not self._ready_sync:
+            for text, _ in self._scripts.values():
+                self.sync_client.script_load(text)
+            self.server_clock.calibrate(
+                [(self.sync_client.time(), time.monotonic()) for _ in range(CALIBRATE)]
+            )
+            self._ready_sync = True
+        return self.sync_client
+
+    def _send_blocking(self) -> None:
+        with self._lock:
+            turns, self._sync_turns = self._sync_turns, []
+        releases, changes = self._take_batch()
+        if not (turns or releases or changes):
+            return
+        replies: list[Any]
+        if self.outage.down():
+            self._keep(releases, changes)
+            replies = [DOWN] * len(turns)
+        else:
+            commands = self._commands(turns, releases, changes)
+            try:
+                replies = self._run_blocking(self._sync_redis(), commands)
+            except (RedisError, OSError) as error:
+                self._failed(error, turns, releases, changes)
+                self._flush_soon()  # the background sender tries again
+                replies = [DOWN] * len(commands)
+            else:
+                self._settle(commands, replies, turns)
+        for ask, reply in zip(turns, replies[len(replies) - len(turns) :], strict=True):
+            ask.reply = reply
+            ask.done.set()
+
+    def _run_blocking(self, client: SyncClient, commands: Commands) -> list[Any]:
+        def run(batch: Commands) -> list[Any]:
+            self.round_trips += 1
+            pipe = client.pipeline(transaction=False)
+            for script, args in batch:
+                if script:
+                    pipe.execute_command("EVALSHA", self._scripts[script][1], *args)
+                else:
+                    pipe.execute_command(*args)
+            return list(pipe.execute(raise_on_error=False))
+
+        results = run(commands)
+        missing = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+        if missing:
+            for text, _ in self._scripts.values():
+                client.script_load(text)
+            for i, result in zip(missing, run([commands[i] for i in missing]), strict=True):
+                results[i] = result
+        return results
+
+    def _flusher_loop(self) -> None:
+        """The sync side's background sender: finished leases and changes that no turn
+        carried within ``LINGER`` go on their own; while Redis is down, every
+        ``retry_after``."""
+        while True:
+            with self._lock:
+                while not self._closed and not (self._releases or self._changes):
+                    self._wake_flusher.wait()
+                if self._closed:
+                    return
+            time.sleep(max(LINGER, self.outage.down_until - time.monotonic()))
+            self.flush_blocking()
+
+    def _flush_soon(self) -> None:
+        """Send soon: with the async sender on this thread's event loop, else from
+        the background thread of the sync client."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None and (self.async_client is not None or self.url is not None):
+            self._linger(loop)
+            return
+        if self.sync_client is None and self.url is None:
+            return  # an async client and no loop here: it goes with the next turn
+        with self._lock:
+            if self._flusher is None and not self._closed:
+                self._flusher = threading.Thread(
+                    target=self._flusher_loop, name="autothrottle-redis", daemon=True
+                )
+                self._flusher.start()
+            self._wake_flusher.notify()
+
+    # -- failures (rules 6 and 7) -------------------------------------------------------
+
+    def _failed(
+        self,
+        error: BaseException,
+        turns: list[Ask],
+        releases: list[tuple[str, str]],
+        changes: dict[str, Change],
+    ) -> None:
+        """Redis did not answer: keep what was not sent, to send again (rule 7).
+
+        A turn whose answer was lost may have been reserved: its lease is
+        handed back too.
+        """
+        self._keep(releases + [(ask.key, ask.lease) for ask in turns], changes)
+        self._went_down(error)
+
+    def _went_down(self, error: BaseException) -> None:
+        """Pace alone, and try Redis again in ``retry_after`` (the async side)."""
+        self.outage.went_down(error)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        loop.call_later(self.outage.retry_after, self._kick_async, loop, True)
+
+    def _settle(self, commands: Commands, results: list[Any], turns: list[Ask]) -> None:
+        """Redis answered. A data error (a key of the wrong type) concerns its slot
+        only; any other error (out of memory, read-only, loading) is the store's:
+        the process goes alone (rule 6) and keeps the unsent leases (rule 7)."""
+        failure = next(
+            (r for r in results if isinstance(r, ResponseError) and type(r) is not ResponseError),
+            None,
+        )
+        if failure is not None:
+            unsent = [
+                (args[1], args[2])
+                for (script, args), result in zip(commands, results, strict=True)
+                if not script and isinstance(result, ResponseError)
+            ]
+            self._keep(unsent, {})
+            self._went_down(failure)
+            for index in range(len(results) - len(turns), len(results)):
+                if isinstance(results[index], ResponseError):
+                    results[index] = DOWN
+            return
+        self.outage.came_back()
+        for (script, args), result in zip(commands, results, strict=True):
+            if script != "turn" and isinstance(result, ResponseError):
+                logger.warning(
+                    "autothrottle: Redis store %r: data error at key %r (%s); not shared",
+                    self.prefix,
+                    args[1],
+                    result,
+                )
