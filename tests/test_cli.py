@@ -179,7 +179,7 @@ def test_python_dash_m_autothrottle() -> None:
 def test_demo_short_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from autothrottle.cli._demo import sites
+    from autothrottle.cli._demo_sites import sites
 
     for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
         monkeypatch.delenv(name, raising=False)
@@ -215,7 +215,9 @@ def _stats(**values: Any) -> HostStats:
 
 
 def _verdict(behaviour: Any, **values: Any) -> str:
-    from autothrottle.cli._demo import Outcome, Site, Tally
+    from autothrottle.cli._demo_crawl import Tally
+    from autothrottle.cli._demo_judge import Outcome
+    from autothrottle.cli._demo_sites import Site
 
     site = Site("127.0.0.9", "x", "x", behaviour, "httpx")
     stats = _stats(capacity=behaviour.capacity, **values)
@@ -249,7 +251,7 @@ def test_verdicts_say_what_happened() -> None:
 
 
 def test_a_verdict_judges_the_second_half_of_the_crawl_by_the_site_s_own_records() -> None:
-    from autothrottle.cli._demo import Figures
+    from autothrottle.cli._demo_judge import Figures
     from autothrottle.sim import RequestRecord
 
     # 20 s at a 5/s wall: the first 10 s slow (1/s) with a CAPTCHA page, then 4.5/s.
@@ -273,7 +275,9 @@ def test_a_verdict_judges_the_second_half_of_the_crawl_by_the_site_s_own_records
     assert (judged.answered, judged.blocked) == (45, 0)
     assert judged.mean_queued == pytest.approx(2.0 / (records[-1].finish - 10.0), abs=0.01)
     soft = SoftBlock(rate=5)
-    from autothrottle.cli._demo import Outcome, Site, Tally
+    from autothrottle.cli._demo_crawl import Tally
+    from autothrottle.cli._demo_judge import Outcome
+    from autothrottle.cli._demo_sites import Site
 
     site = Site("127.0.0.9", "x", "x", soft, "httpx")
     verdict = Outcome(site, Tally(), whole, 0.2).verdict()
@@ -281,10 +285,10 @@ def test_a_verdict_judges_the_second_half_of_the_crawl_by_the_site_s_own_records
 
 
 def test_the_demo_s_sites_serve_from_a_process_of_their_own() -> None:
-    from autothrottle.cli._demo import _Sites
+    from autothrottle.cli._demo_sites import Sites
 
     async def visit() -> tuple[int, dict[str, HostStats]]:
-        async with _Sites({"127.0.0.2": Capacity(workers=2, service_time=0.01)}, 1) as sites:
+        async with Sites({"127.0.0.2": Capacity(workers=2, service_time=0.01)}, 1) as sites:
             url = sites.base_url("127.0.0.2")
             reader, writer = await asyncio.open_connection("127.0.0.2", int(url.rsplit(":")[-1]))
             writer.write(b"GET /page/1 HTTP/1.1\r\nHost: 127.0.0.2\r\nConnection: close\r\n\r\n")
@@ -299,7 +303,7 @@ def test_the_demo_s_sites_serve_from_a_process_of_their_own() -> None:
 
 
 def test_every_verdict_word_is_defined() -> None:
-    from autothrottle.cli._demo import VERDICT_WORDS
+    from autothrottle.cli._demo_judge import VERDICT_WORDS
 
     words = [word for word, _ in VERDICT_WORDS]
     assert words == ["found the pace", "too cautious", "too fast", "pushed too hard"]
@@ -502,7 +506,10 @@ def test_demo_out_into_a_missing_directory_is_an_error_naming_it(
 def test_the_demo_reads_at_80_columns_without_cutting_a_column_or_a_url() -> None:
     from rich.console import Console
 
-    from autothrottle.cli._demo import Outcome, Site, Tally, _summary_table
+    from autothrottle.cli._demo_crawl import Tally
+    from autothrottle.cli._demo_judge import Outcome
+    from autothrottle.cli._demo_sites import Site
+    from autothrottle.cli._demo_view import summary_table
 
     outcomes = [
         Outcome(
@@ -515,7 +522,7 @@ def test_the_demo_reads_at_80_columns_without_cutting_a_column_or_a_url() -> Non
     ]
     for width in (80, 120):
         console = Console(width=width, record=True, file=io.StringIO())
-        console.print(_summary_table(outcomes, 30.0, width))
+        console.print(summary_table(outcomes, 30.0, width))
         text = console.export_text()
         assert "…" not in text
         assert all(len(line) <= width for line in text.splitlines())

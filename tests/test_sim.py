@@ -34,7 +34,7 @@ from autothrottle.sim import (
     max_in_window,
     parse_behaviour,
 )
-from autothrottle.sim._behaviours import _Bucket
+from autothrottle.sim._buckets import Bucket
 from autothrottle.sim._cli import DEFAULT_SPECS, build_parser, hosts_from_args
 from autothrottle.sim._server import loopback_addresses
 
@@ -87,7 +87,7 @@ def test_max_in_window_on_synthetic_arrivals() -> None:
 
 
 def test_token_bucket_retry_after_and_headers() -> None:
-    bucket = _Bucket(rate=10, burst=2, now=0.0)
+    bucket = Bucket(rate=10, burst=2, now=0.0)
     assert bucket.take(0.0) and bucket.take(0.0)
     assert not bucket.take(0.01)
     assert bucket.retry_after() == 1  # 0.09 s rounds up to the minimum of 1
@@ -99,7 +99,7 @@ def test_token_bucket_retry_after_and_headers() -> None:
     assert bucket.headers()["RateLimit"] == '"default";r=10;t=1'
     assert bucket.take(0.11)  # a token came back after 0.1 s
 
-    slow = _Bucket(rate=0.25, burst=1, now=0.0)
+    slow = Bucket(rate=0.25, burst=1, now=0.0)
     assert slow.take(0.0)
     assert not slow.take(0.5)
     assert slow.retry_after() == 4  # 3.5 s, rounded up

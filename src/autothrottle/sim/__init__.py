@@ -47,18 +47,13 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         missing_extra("autothrottle.sim", ["aiohttp"], "sim"), name="aiohttp"
     ) from exc
 
-from ._behaviours import (
-    CDN,
-    Behaviour,
-    Capacity,
-    RateLimited,
-    SoftBlock,
-    VariableLatency,
-    is_blocked_page,
-)
+from ._behaviours import Behaviour
+from ._buckets import RateLimited, SoftBlock
 from ._cli import main, parse_behaviour
+from ._pages import is_blocked_page
 from ._server import SimServer
 from ._stats import HostStats, RequestRecord, max_in_window
+from ._workers import CDN, Capacity, VariableLatency
 
 __all__ = [
     "CDN",

@@ -17,8 +17,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from ._behaviours import CDN, Behaviour, Capacity, RateLimited, SoftBlock, VariableLatency
+from ._behaviours import Behaviour
+from ._buckets import RateLimited, SoftBlock
 from ._server import SimServer, host_name, host_names, loopback_address, loopback_addresses
+from ._workers import CDN, Capacity, VariableLatency
 
 __all__ = ["main", "parse_behaviour"]
 
