@@ -25,13 +25,16 @@ from .._throttle import Throttle
 from ._common import (
     COMPLETE,
     POOL_TIMEOUT_SET,
+    SLOT,
     STARTED,
     ClientOptions,
+    Openings,
     Pools,
     cache_outside,
     check_pool_per_host,
     check_throttle,
     host_failure,
+    opens_connection,
     pools_for,
     prepare,
     responded,
@@ -285,13 +288,24 @@ class _PoolPerOrigin(httpx2.BaseTransport):
 
     def __init__(self, pools: Pools) -> None:
         self.pools = pools
+        self.openings = Openings()
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         now = monotonic()
         pools = self.pools
-        entry = pools.take(request.url, now)
+        slot = request.extensions.get(SLOT)  # its pace says how long to keep the pool
+        entry = pools.take(request.url, now, 0.0 if slot is None else slot.delay)
+        response: httpx2.Response
         try:
-            response: httpx2.Response = entry.pool.handle_request(request)
+            if opens_connection(entry.pool):
+                openings = self.openings
+                openings.enter_blocking(request)
+                try:
+                    response = entry.pool.handle_request(request)
+                finally:
+                    openings.leave_blocking()
+            else:
+                response = entry.pool.handle_request(request)
         except BaseException:
             pools.done(entry)
             raise

@@ -1,0 +1,273 @@
+"""The throttled httpx clients' pool per origin: how long an idle origin's
+connection is kept, and that it is closed and forgotten after.
+
+The table is tested with a hand-moved time; the clients against real
+loopback servers that record the connection each request came on, with the
+pools' and the throttle's clocks moved on by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+
+from autothrottle import Throttle
+from autothrottle.httpx import AsyncThrottledClient
+from autothrottle.store import MemoryStore
+from httpx_packages import PACKAGES, bind
+
+
+@pytest.fixture(autouse=True, params=PACKAGES)
+def package(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    return bind(globals(), request, monkeypatch)
+
+
+def pools_module(package: str) -> Any:
+    return __import__(f"autothrottle._{package}._common", fromlist=["Pools"])
+
+
+def table(package: str, expiry: float = 5.0, longest: float | None = 60.0) -> Any:
+    """A pools table whose pools are plain objects (nothing to close)."""
+    return pools_module(package).Pools(object, expiry, longest)
+
+
+URL = "http://a.test/"
+
+
+# -- the table, on a hand-moved time ----------------------------------------------------
+
+
+def test_a_host_paced_faster_than_the_expiry_is_kept_for_the_expiry(package: str) -> None:
+    pools = table(package)
+    assert pools.keep_for(0.0) == 5.0
+    assert pools.keep_for(3.0) == 5.0  # 4.5 s: within the expiry
+
+
+def test_a_host_paced_slower_is_kept_for_its_pace_up_to_the_longest(package: str) -> None:
+    pools = table(package)
+    assert pools.keep_for(20.0) == pytest.approx(20.0 * pools.PACE_MARGIN)
+    assert pools.keep_for(600.0) == 60.0
+    assert table(package, longest=None).keep_for(20.0) == 5.0  # limits the user set
+
+
+def test_an_origin_kept_for_its_pace_outlives_the_expiry_and_then_closes(package: str) -> None:
+    pools = table(package)
+    first = pools.take(httpx.URL(URL), 0.0, pace=20.0)
+    pools.done(first)
+    assert pools.expired(29.0) == []  # 20 s pace: kept for 30 s
+    assert pools.take(httpx.URL(URL), 20.0, pace=20.0) is first  # the next turn finds it
+    pools.done(first)
+    assert pools.expired(49.0) == []
+    assert pools.expired(50.5) == [first.pool]
+    assert len(pools) == 0
+
+
+def test_a_short_keep_behind_a_long_one_closes_once_the_long_one_does(package: str) -> None:
+    pools = table(package)
+    slow = pools.take(httpx.URL("http://slow.test/"), 0.0, pace=30.0)  # kept 45 s
+    fast = pools.take(httpx.URL("http://fast.test/"), 1.0)  # kept 5 s
+    pools.done(slow)
+    pools.done(fast)
+    assert pools.expired(10.0) == []  # the oldest is kept: the sweep stops there
+    assert pools.expired(46.0) == [slow.pool, fast.pool]  # at most the longest late
+
+
+def test_a_pool_still_sending_is_kept_past_its_keep_alive(package: str) -> None:
+    pools = table(package)
+    entry = pools.take(httpx.URL(URL), 0.0, pace=20.0)
+    assert pools.expired(100.0) == []  # its request is not done
+    pools.done(entry)
+    assert pools.expired(100.0 + 30.0) == [entry.pool]
+
+
+# -- the client, against loopback servers ------------------------------------------------
+
+
+@asynccontextmanager
+async def servers(addresses: list[str]) -> AsyncIterator[tuple[list[str], list[tuple[str, int]]]]:
+    """A server per address; each request's host and connection (the client's port)."""
+    peers: list[tuple[str, int]] = []
+
+    async def ok(request: web.Request) -> web.Response:
+        assert request.transport is not None
+        host = request.transport.get_extra_info("sockname")[0]
+        peers.append((host, request.transport.get_extra_info("peername")[1]))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", ok)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        urls = []
+        for address in addresses:
+            site = web.TCPSite(runner, address, 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            urls.append(f"http://{address}:{port}/")
+        yield urls, peers
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def shift(package: str, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Seconds the pools' clock (and a throttle made with :func:`later`) is ahead."""
+    moved = [0.0]
+    monkeypatch.setattr(
+        f"autothrottle._{package}._async.monotonic", lambda: time.monotonic() + moved[0]
+    )
+    return moved
+
+
+def paced(every: float, shift: list[float]) -> Throttle:
+    """A throttle that sends every ``every`` seconds of the moved clock."""
+    return Throttle(
+        start_delay=every,
+        min_delay=every,
+        max_delay=every,
+        clock=lambda: time.monotonic() + shift[0],
+        store=MemoryStore(idle_timeout=600.0),
+    )
+
+
+async def test_a_host_paced_slower_than_the_keep_alive_keeps_its_connection(
+    shift: list[float],
+) -> None:
+    throttle = paced(20.0, shift)
+    async with (
+        servers(["127.0.0.2", "127.0.0.3"]) as (urls, peers),
+        AsyncThrottledClient(throttle=throttle) as client,
+    ):
+        await client.get(urls[0])
+        await client.get(urls[1])
+        shift[0] = 20.0  # the next turn of each, well past httpx's 5 s expiry
+        await client.get(urls[1])  # looks at the pools idle past their keep-alive
+        await client.get(urls[0])
+        assert len(client._transport.inner.pools) == 2  # type: ignore[attr-defined]
+    assert len(peers) == 4 and len(set(peers)) == 2, peers  # one connection per host
+
+
+async def test_limits_you_set_keep_their_expiry(shift: list[float]) -> None:
+    throttle = paced(20.0, shift)
+    limits = httpx.Limits(max_connections=50)  # httpx's 5 s keep-alive, set by the user
+    async with (
+        servers(["127.0.0.2", "127.0.0.3"]) as (urls, peers),
+        AsyncThrottledClient(throttle=throttle, limits=limits) as client,
+    ):
+        await client.get(urls[0])
+        await client.get(urls[1])
+        shift[0] = 20.0
+        await client.get(urls[1])  # closes the first host's pool, idle past 5 s
+        await client.get(urls[0])
+    first = [peer for peer in peers if peer[0] == "127.0.0.2"]
+    assert len(first) == 2 and len(set(first)) == 2, peers  # a new connection
+
+
+async def test_a_pool_kept_for_its_pace_is_closed_after_the_longest_keep(
+    package: str, shift: list[float]
+) -> None:
+    throttle = paced(600.0, shift)
+    longest = pools_module(package).LONGEST_KEEP_ALIVE
+    async with (
+        servers(["127.0.0.2", "127.0.0.3"]) as (urls, _),
+        AsyncThrottledClient(throttle=throttle) as client,
+    ):
+        pools = client._transport.inner.pools  # type: ignore[attr-defined]
+        await client.get(urls[0])
+        first = next(iter(pools._origins.values())).pool
+        shift[0] = longest + 1.0
+        await client.get(urls[1])  # the first host's pool: idle past the longest keep
+        assert len(pools) == 1
+        assert first._pool.connections == []  # closed, its connection with it
+
+
+# -- opening connections: a few at a time ------------------------------------------------
+
+
+@asynccontextmanager
+async def slow_servers(
+    addresses: list[str], seconds: float
+) -> AsyncIterator[tuple[list[str], list[int]]]:
+    """A server per address answering after ``seconds``; the most requests in service at once."""
+    busy = [0]
+    most = [0]
+
+    async def slow(request: web.Request) -> web.Response:
+        busy[0] += 1
+        most[0] = max(most[0], busy[0])
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            busy[0] -= 1
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", slow)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        urls = []
+        for address in addresses:
+            site = web.TCPSite(runner, address, 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            urls.append(f"http://{address}:{port}/")
+        yield urls, most
+    finally:
+        await runner.cleanup()
+
+
+def opening_limit(package: str, monkeypatch: pytest.MonkeyPatch, limit: int) -> None:
+    monkeypatch.setattr(pools_module(package).Openings, "LIMIT", limit)
+
+
+async def test_new_hosts_open_connections_a_few_at_a_time(
+    package: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opening_limit(package, monkeypatch, 2)
+    addresses = [f"127.0.0.{i}" for i in range(2, 8)]
+    async with (
+        slow_servers(addresses, 0.2) as (urls, most),
+        AsyncThrottledClient(throttle=Throttle(start_delay=0.0)) as client,
+    ):
+        responses = await asyncio.gather(*(client.get(url) for url in urls))
+    assert [r.status_code for r in responses] == [200] * len(urls)  # late, not lost
+    assert most[0] == 2
+
+
+async def test_a_request_on_a_kept_connection_does_not_wait_to_open_one(
+    package: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opening_limit(package, monkeypatch, 1)
+    async with (
+        slow_servers(["127.0.0.2", "127.0.0.3"], 0.2) as (urls, most),
+        AsyncThrottledClient(throttle=Throttle(start_delay=0.0)) as client,
+    ):
+        await client.get(urls[0])  # its connection is kept
+        await asyncio.gather(client.get(urls[0]), client.get(urls[1]))
+    assert most[0] == 2  # the first host's request went beside the second's opening
+
+
+async def test_a_pool_timeout_you_set_bounds_the_wait_to_open(
+    package: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opening_limit(package, monkeypatch, 1)
+    async with (
+        slow_servers(["127.0.0.2", "127.0.0.3"], 1.0) as (urls, _),
+        AsyncThrottledClient(
+            throttle=Throttle(start_delay=0.0), timeout=httpx.Timeout(5.0, pool=0.1)
+        ) as client,
+    ):
+        first = asyncio.ensure_future(client.get(urls[0]))
+        await asyncio.sleep(0.3)  # its connection is being opened (and its answer awaited)
+        with pytest.raises(httpx.PoolTimeout):
+            await client.get(urls[1])
+        assert (await first).status_code == 200
