@@ -179,7 +179,7 @@ def test_a_grant_let_go_late_widens_every_gap_by_its_lateness() -> None:
     first.observe(latency=0.010, status=200)
     first.release()
     ticket = gate.enqueue()
-    make = throttle._lease_factory(throttle._live(KEY), adjust=True)
+    make = throttle._turns.maker(throttle._live(KEY), adjust=True)
     assert gate.try_acquire(ticket, make) == pytest.approx(0.5)
     clock.advance(0.5 + 0.004)  # the timer fired 4 ms late
     assert gate.try_acquire(ticket, make) == 0.0

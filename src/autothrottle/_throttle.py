@@ -13,17 +13,6 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
-import anyio
-import anyio.lowlevel
-
-from ._driver import (
-    Skipping,
-    wait_for_hold,
-    wait_for_hold_blocking,
-    wait_skipping,
-    wait_skipping_blocking,
-)
-from ._errors import ThrottleTimeout
 from ._events import ThrottleEvent
 from ._hosts import HostSettings
 from ._lease import Lease, Reporter
@@ -36,6 +25,7 @@ from ._settings import BlockClassifier, Signals
 from ._slot import LiveSlot, Slot, SlotSnapshot
 from ._stats import Collector, ThrottleStats, collect, in_chunks
 from ._store import SlotStore
+from ._turns import Turns
 from ._validate import check_int, check_number
 
 __all__ = ["Throttle"]
@@ -49,15 +39,6 @@ def _signal(name: str, doc: str) -> Any:
 def _default_policy(strict_scrapy: object) -> DelayPolicy:
     """The policy of a throttle given none: Scrapy's in strict mode, else the adaptive one."""
     return AutoThrottlePolicy() if strict_scrapy is True else AdaptiveConcurrencyPolicy()
-
-
-def _skipping(clock: Callable[[], float], throttle: Throttle) -> Skipping | None:
-    """The clock, if it skips waits (``autothrottle.testing``): they are then waited
-    through it, and it is told which throttle reads it."""
-    if not isinstance(clock, Skipping):
-        return None
-    clock.attach(throttle)
-    return clock
 
 
 class Throttle:
@@ -190,21 +171,12 @@ class Throttle:
         self._key, self._clock, self._hosts, self._rules, self._table, self._fleet = assemble(
             self._config, hosts, signals, recovery, debug, key, clock, wall_clock, store, rng
         )
-        self._skipping = _skipping(clock, self)
+        self._turns = Turns(self._rules, self._fleet, self._clock, self)
 
     @property
     def max_wait(self) -> float | None:
         """The longest a request waits for its turn, or None for no bound."""
         return self._config.max_wait
-
-    @staticmethod
-    def _wait_bound(slot: LiveSlot, max_wait: float | None) -> float | None:
-        """The shorter of the request's bound and its slot's (per-host) one."""
-        own = slot.config.max_wait
-        if max_wait is None:
-            return own
-        bound = check_number("max_wait", max_wait)
-        return bound if own is None else min(bound, own)
 
     def __repr__(self) -> str:
         c = self._config
@@ -389,33 +361,14 @@ class Throttle:
         """
         tokens = None if cost is None else check_cost(cost)
         slot = self._live(key)
-        make = self._lease_factory(slot, adjust)
+        turns = self._turns
+        make = turns.maker(slot, adjust)
         lease = slot.gate.grant_now(make, tokens)
         if lease is not None and self._fleet is None:
             if max_wait is not None:
                 check_number("max_wait", max_wait)
             return lease  # the turn is now: nothing to wait for or bound
-        waited = 0.0
-        bound = self._wait_bound(slot, max_wait)
-        if lease is None:
-            started = anyio.current_time()
-            if self._skipping is not None:
-                try:
-                    lease = await wait_skipping(slot.gate, make, self._skipping, key, tokens, bound)
-                except TimeoutError:
-                    raise ThrottleTimeout(key, bound or 0.0) from None
-            elif bound is None:
-                lease = await wait_for_hold(slot.gate, make, tokens)
-            else:
-                with anyio.move_on_after(bound):
-                    lease = await wait_for_hold(slot.gate, make, tokens)
-                if lease is None:
-                    raise ThrottleTimeout(key, bound)
-            waited = anyio.current_time() - started
-        if self._fleet is not None:
-            left = math.inf if bound is None else bound - waited
-            await self._fleet.take_turn(slot, lease, bound, left)
-        return lease
+        return await turns.take(slot, make, tokens, lease, max_wait)
 
     def acquire_blocking(
         self,
@@ -433,25 +386,14 @@ class Throttle:
         """
         tokens = None if cost is None else check_cost(cost)
         slot = self._live(key)
-        make = self._lease_factory(slot, adjust)
+        turns = self._turns
+        make = turns.maker(slot, adjust)
         lease = slot.gate.grant_now(make, tokens)
-        waited = 0.0
-        bound = self._wait_bound(slot, max_wait)
-        if lease is None:
-            started = time.monotonic()
-            try:
-                if self._skipping is not None:
-                    clock = self._skipping
-                    lease = wait_skipping_blocking(slot.gate, make, clock, key, tokens, bound)
-                else:
-                    lease = wait_for_hold_blocking(slot.gate, make, bound, tokens)
-            except TimeoutError:
-                raise ThrottleTimeout(key, bound or 0.0) from None
-            waited = time.monotonic() - started
-        if self._fleet is not None:
-            left = math.inf if bound is None else bound - waited
-            self._fleet.take_turn_blocking(slot, lease, bound, left)
-        return lease
+        if lease is not None and self._fleet is None:
+            if max_wait is not None:
+                check_number("max_wait", max_wait)
+            return lease  # the turn is now: nothing to wait for or bound
+        return turns.take_blocking(slot, make, tokens, lease, max_wait)
 
     def try_acquire(
         self, key: str, *, adjust: bool = True, cost: Cost | Mapping[str, float] | None = None
@@ -476,26 +418,7 @@ class Throttle:
             )
         tokens = None if cost is None else check_cost(cost)
         slot = self._live(key)
-        return slot.gate.grant_now(self._lease_factory(slot, adjust), tokens)
-
-    def _lease_factory(self, slot: LiveSlot, adjust: bool) -> Callable[[float], Lease]:
-        """What makes the slot's leases: for the usual ``adjust``, made once per
-        slot (a closure made per request cost a third of taking a turn)."""
-        if not adjust:
-            return self._make_leases(slot, False)
-        maker: Callable[[float], Lease] | None = slot.hold_maker
-        if maker is None:
-            maker = slot.hold_maker = self._make_leases(slot, True)
-        return maker
-
-    def _make_leases(self, slot: LiveSlot, adjust: bool) -> Callable[[float], Lease]:
-        rules: Reporter = self._rules if self._fleet is None else self._fleet
-        expiry = self._rules.signals.hold_timeout
-
-        def make(now: float) -> Lease:
-            return Lease(slot, rules, now, now + expiry, adjust)
-
-        return make
+        return slot.gate.grant_now(self._turns.maker(slot, adjust), tokens)
 
     # -- learning ----------------------------------------------------------------------
 

@@ -1,0 +1,156 @@
+"""A request's turn past the gate's fast path: its bound, the wait, and its lease.
+
+The throttle takes a turn at once when the slot's gate is open
+(``Gate.grant_now``) and nothing else is to be asked. Everything after that is
+here: how long a request may wait (its own ``max_wait`` and its slot's, the
+shorter), the wait itself (the driver's, or through a clock that skips waits:
+``autothrottle.testing``), the fleet's turn on top of the gate's when the
+store is shared (:mod:`autothrottle._fleet`), and what makes a slot's leases
+(reporting to the rules, or to the fleet in between).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import anyio
+
+from ._driver import (
+    Skipping,
+    wait_for_hold,
+    wait_for_hold_blocking,
+    wait_skipping,
+    wait_skipping_blocking,
+)
+from ._errors import ThrottleTimeout
+from ._fleet import Fleet
+from ._lease import Lease, Reporter
+from ._request import Cost
+from ._rules import Rules
+from ._slot import LiveSlot
+from ._validate import check_number
+
+__all__ = ["Turns"]
+
+Maker = Callable[[float], Lease]
+
+
+class Turns:
+    """The turns of one throttle's requests, once the gate's fast path said no
+    (or a fleet's turn is still to be taken)."""
+
+    __slots__ = ("_fleet", "_hold_timeout", "_reporter", "_skipping")
+
+    def __init__(
+        self, rules: Rules, fleet: Fleet | None, clock: Callable[[], float], owner: object
+    ) -> None:
+        self._reporter: Reporter = rules if fleet is None else fleet
+        self._hold_timeout = rules.signals.hold_timeout
+        self._fleet = fleet
+        # A clock that skips waits (``autothrottle.testing``): they are then
+        # waited through it, and it is told which throttle (``owner``) reads it.
+        self._skipping: Skipping | None = None
+        if isinstance(clock, Skipping):
+            clock.attach(owner)
+            self._skipping = clock
+
+    def maker(self, slot: LiveSlot, adjust: bool) -> Maker:
+        """What makes the slot's leases: for the usual ``adjust``, made once per
+        slot (a closure made per request cost a third of taking a turn)."""
+        if not adjust:
+            return self._make_leases(slot, False)
+        maker: Maker | None = slot.hold_maker
+        if maker is None:
+            maker = slot.hold_maker = self._make_leases(slot, True)
+        return maker
+
+    def _make_leases(self, slot: LiveSlot, adjust: bool) -> Maker:
+        reporter = self._reporter
+        expiry = self._hold_timeout
+
+        def make(now: float) -> Lease:
+            return Lease(slot, reporter, now, now + expiry, adjust)
+
+        return make
+
+    @staticmethod
+    def bound(slot: LiveSlot, max_wait: float | None) -> float | None:
+        """The shorter of the request's bound and its slot's (per-host) one."""
+        own = slot.config.max_wait
+        if max_wait is None:
+            return own
+        bound = check_number("max_wait", max_wait)
+        return bound if own is None else min(bound, own)
+
+    async def take(
+        self,
+        slot: LiveSlot,
+        make: Maker,
+        tokens: Cost | None,
+        lease: Lease | None,
+        max_wait: float | None,
+    ) -> Lease:
+        """Wait for the slot's turn (unless ``lease`` holds it already), then the
+        fleet's, within the bound.
+
+        Raises:
+            ThrottleTimeout: the turn did not come within the bound.
+        """
+        waited = 0.0
+        bound = self.bound(slot, max_wait)
+        if lease is None:
+            started = anyio.current_time()
+            lease = await self._wait(slot, make, tokens, bound)
+            waited = anyio.current_time() - started
+        if self._fleet is not None:
+            left = math.inf if bound is None else bound - waited
+            await self._fleet.take_turn(slot, lease, bound, left)
+        return lease
+
+    async def _wait(
+        self, slot: LiveSlot, make: Maker, tokens: Cost | None, bound: float | None
+    ) -> Lease:
+        key = slot.key
+        if self._skipping is not None:
+            try:
+                return await wait_skipping(slot.gate, make, self._skipping, key, tokens, bound)
+            except TimeoutError:
+                raise ThrottleTimeout(key, bound or 0.0) from None
+        if bound is None:
+            return await wait_for_hold(slot.gate, make, tokens)
+        lease = None
+        with anyio.move_on_after(bound):
+            lease = await wait_for_hold(slot.gate, make, tokens)
+        if lease is None:
+            raise ThrottleTimeout(key, bound)
+        return lease
+
+    def take_blocking(
+        self,
+        slot: LiveSlot,
+        make: Maker,
+        tokens: Cost | None,
+        lease: Lease | None,
+        max_wait: float | None,
+    ) -> Lease:
+        """:meth:`take` for a thread: block until the turn."""
+        waited = 0.0
+        bound = self.bound(slot, max_wait)
+        if lease is None:
+            key = slot.key
+            started = time.monotonic()
+            try:
+                if self._skipping is not None:
+                    clock = self._skipping
+                    lease = wait_skipping_blocking(slot.gate, make, clock, key, tokens, bound)
+                else:
+                    lease = wait_for_hold_blocking(slot.gate, make, bound, tokens)
+            except TimeoutError:
+                raise ThrottleTimeout(key, bound or 0.0) from None
+            waited = time.monotonic() - started
+        if self._fleet is not None:
+            left = math.inf if bound is None else bound - waited
+            self._fleet.take_turn_blocking(slot, lease, bound, left)
+        return lease
