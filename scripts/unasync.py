@@ -46,6 +46,7 @@ SYNC_RULES = [
     (r"\b_AsyncClientOptions\b", "_SyncClientOptions"),
     (r"\.acquire\(", ".acquire_blocking("),
     (r"\.on_wire\(", ".on_wire_blocking("),
+    (r"\bpaced\b", "paced_blocking"),
     (r"Wait for the slot's turn", "Block for the slot's turn"),
     (r"\ban (\S*?)Async([A-Z])", r"a \1\2"),
     (r"\bAsync([A-Z]\w*)", r"\1"),

@@ -22,6 +22,12 @@ rules are written down in ``docs/adapters.md`` ("The request lifecycle"):
 5. **Release.** When the body is finished or the response closed, its
    connection lost, or the response dropped unread (:class:`Hold`);
    ``hold_timeout`` bounds anything else.
+
+That order is written once, in :func:`paced` (and :func:`paced_blocking` for
+a thread): turn, wire, send, failure or response, hold. An adapter plugs in
+only what differs between clients (a :class:`Plug`): how the wire turn finds
+the request being sent, which errors are the host's, how a response is read,
+closed and held until its body is finished.
 """
 
 from __future__ import annotations
@@ -31,16 +37,27 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 import anyio
 
+from ._errors import ThrottleTimeout
 from ._lease import Lease
+from ._request import RequestOptions
+from ._throttle import Throttle
 
-__all__ = ["Exchange", "Hold", "HostFailure", "ThrottleInfo"]
+__all__ = [
+    "Exchange",
+    "Hold",
+    "HostFailure",
+    "Plug",
+    "ThrottleInfo",
+    "paced",
+    "paced_blocking",
+]
 
 HostFailure = Callable[[BaseException], bool]
 """Says whether an error from the client means the host failed (rule 3)."""
@@ -200,6 +217,136 @@ class Exchange:
         except BaseException:
             self.lease.release()
             raise
+
+
+Request = TypeVar("Request")
+Response = TypeVar("Response")
+Wiring = TypeVar("Wiring")
+
+
+class Plug(Generic[Request, Response, Wiring]):
+    """What one adapter plugs into the request skeleton (:func:`paced`).
+
+    The skeleton decides the order; a plug says how its client does each
+    step. One plug serves every request of its adapter (it keeps no state of
+    a request: what a request needs between steps is its ``Wiring``).
+    """
+
+    __slots__ = ()
+
+    def host_failure(self, error: BaseException) -> bool:
+        """Whether ``error`` from sending means the host failed (rule 3)."""
+        raise NotImplementedError
+
+    def timed_out(self, error: ThrottleTimeout, request: Request) -> BaseException:
+        """The error to raise when the turn did not come in time: ``error`` itself,
+        or the client's own kind of timeout made from it."""
+        return error
+
+    def wire(self, exchange: Exchange, request: Request) -> Wiring:
+        """Just before sending: let the client's connection hook find ``exchange``
+        (rule 2); what is returned is handed to :meth:`unwire` and :meth:`observe`."""
+        raise NotImplementedError
+
+    def unwire(self, request: Request, wiring: Wiring) -> None:
+        """Sending is over (answered, failed or cancelled): undo :meth:`wire`."""
+        raise NotImplementedError
+
+    def observe(self, exchange: Exchange, response: Response, wiring: Wiring) -> None:
+        """Read ``response`` into :meth:`Exchange.responded` (rule 4)."""
+        raise NotImplementedError
+
+    async def aclose(self, response: Response) -> None:
+        """Close ``response`` (observing it failed; the caller will never see it)."""
+        self.close(response)
+
+    def close(self, response: Response) -> None:
+        """:meth:`aclose` for a thread."""
+        raise NotImplementedError
+
+    def hold(self, exchange: Exchange, response: Response) -> Response:
+        """Hold the lease until the body of ``response`` is finished (rule 5);
+        return the response to hand to the caller."""
+        raise NotImplementedError
+
+
+async def paced(
+    plug: Plug[Request, Response, Any],
+    throttle: Throttle,
+    key: str,
+    options: RequestOptions,
+    bound: float | None,
+    send: Callable[[Request], Awaitable[Response]],
+    request: Request,
+) -> Response:
+    """The request skeleton: wait for the turn of slot ``key`` (at most
+    ``bound`` seconds), send ``request`` with ``send``, observe the response
+    and hold the lease until its body is finished. Whatever fails or is
+    cancelled on the way releases the lease (``docs/adapters.md``)."""
+    asked = perf_counter()
+    try:
+        lease = await throttle.acquire(
+            key, adjust=options.adjust, max_wait=bound, cost=options.cost
+        )
+    except ThrottleTimeout as error:
+        raised = plug.timed_out(error, request)
+        if raised is error:
+            raise
+        raise raised from error
+    exchange = Exchange(lease, asked)
+    wiring = plug.wire(exchange, request)
+    try:
+        response = await send(request)
+    except BaseException as error:
+        exchange.failed(error, plug.host_failure)
+        raise
+    finally:
+        plug.unwire(request, wiring)
+    try:
+        plug.observe(exchange, response, wiring)
+    except BaseException:
+        exchange.lease.release()  # released already if observing raised
+        await plug.aclose(response)
+        raise
+    return plug.hold(exchange, response)
+
+
+def paced_blocking(
+    plug: Plug[Request, Response, Any],
+    throttle: Throttle,
+    key: str,
+    options: RequestOptions,
+    bound: float | None,
+    send: Callable[[Request], Response],
+    request: Request,
+) -> Response:
+    """:func:`paced` for a thread: the same steps in the same order."""
+    asked = perf_counter()
+    try:
+        lease = throttle.acquire_blocking(
+            key, adjust=options.adjust, max_wait=bound, cost=options.cost
+        )
+    except ThrottleTimeout as error:
+        raised = plug.timed_out(error, request)
+        if raised is error:
+            raise
+        raise raised from error
+    exchange = Exchange(lease, asked)
+    wiring = plug.wire(exchange, request)
+    try:
+        response = send(request)
+    except BaseException as error:
+        exchange.failed(error, plug.host_failure)
+        raise
+    finally:
+        plug.unwire(request, wiring)
+    try:
+        plug.observe(exchange, response, wiring)
+    except BaseException:
+        exchange.lease.release()  # released already if observing raised
+        plug.close(response)
+        raise
+    return plug.hold(exchange, response)
 
 
 _Schedule = Callable[[Callable[[], None]], object]

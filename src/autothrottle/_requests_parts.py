@@ -23,9 +23,12 @@ __all__ = ["POOL_CLASSES", "SENDING", "Timing", "hold_until_finished"]
 
 
 class Timing:
-    """One request's exchange and when its response headers were parsed."""
+    """One request's exchange, when its response headers were parsed, and the
+    token that takes it off :data:`SENDING` once sent."""
 
-    __slots__ = ("end", "exchange")
+    __slots__ = ("end", "exchange", "token")
+
+    token: contextvars.Token[Timing | None]
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange

@@ -59,10 +59,10 @@ The ``X-AutoThrottle`` header is removed before the request goes on the wire.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from time import perf_counter
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 try:
     import aiohttp as _needed  # noqa: F401  (the extra this module needs)
@@ -93,7 +93,7 @@ from ._aiohttp_parts import (
     on_request_finish,
     on_request_start,
 )
-from ._exchange import Exchange, ThrottleInfo
+from ._exchange import Exchange, Plug, ThrottleInfo, paced
 from ._request import (
     CONTROL_HEADER,
     DEFAULT_OPTIONS,
@@ -234,44 +234,54 @@ class _ThrottleMiddleware:
         url = request.url
         return self.throttle.key_for(url, host=url.raw_host or "")
 
-    async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+    def __call__(
+        self, request: ClientRequest, handler: ClientHandlerType
+    ) -> Coroutine[Any, Any, ClientResponse]:
+        # Not a coroutine of its own: the skeleton's is what aiohttp awaits.
         options = self._options(request)
         if options.bypass:
-            return await handler(request)
-        throttle = self.throttle
-        asked = perf_counter()
-        exchange = Exchange(
-            await throttle.acquire(
-                self._key(request, options),
-                adjust=options.adjust,
-                max_wait=options.max_wait,
-                cost=options.cost,
-            ),
-            asked,
-        )
-        token = EXCHANGE.set(exchange)
-        try:
-            response = await handler(request)
-        except BaseException as error:
-            exchange.failed(error, _host_failure)
-            raise
-        finally:
-            EXCHANGE.reset(token)
+            return cast("Coroutine[Any, Any, ClientResponse]", handler(request))
+        key = self._key(request, options)
+        return paced(_PLUG, self.throttle, key, options, options.max_wait, handler, request)
+
+
+class _AiohttpPlug(Plug[ClientRequest, ClientResponse, "contextvars.Token[Exchange | None]"]):
+    """How aiohttp sends and reads, for the request skeleton (``_exchange.paced``)."""
+
+    __slots__ = ()
+
+    def host_failure(self, error: BaseException) -> bool:
+        return _host_failure(error)
+
+    def wire(
+        self, exchange: Exchange, request: ClientRequest
+    ) -> contextvars.Token[Exchange | None]:
+        # The connector's hook finds the exchange there, in this same task.
+        return EXCHANGE.set(exchange)
+
+    def unwire(self, request: ClientRequest, wiring: contextvars.Token[Exchange | None]) -> None:
+        EXCHANGE.reset(wiring)
+
+    def observe(self, exchange: Exchange, response: ClientResponse, wiring: object) -> None:
         # aiohttp's own response has no from_cache (a failed getattr costs).
         from_cache = type(response) is not ClientResponse and (
             getattr(response, "from_cache", False) is True
         )
-        try:
-            exchange.responded(response.status, response.headers, from_cache=from_cache)
-        except BaseException:
-            response.close()
-            raise
+        exchange.responded(response.status, response.headers, from_cache=from_cache)
+
+    def close(self, response: ClientResponse) -> None:
+        response.close()
+
+    def hold(self, exchange: Exchange, response: ClientResponse) -> ClientResponse:
         try:
             setattr(response, _EXCHANGE_ATTRIBUTE, exchange)
         except AttributeError:  # a response class with __slots__
             _INFO[response] = exchange
         hold_until_finished(response, exchange.lease)
         return response
+
+
+_PLUG = _AiohttpPlug()
 
 
 def throttle_middleware(throttle: Throttle) -> ClientMiddlewareType:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Mapping
-from time import perf_counter
+from functools import partial
 from typing import Any
 
 try:
@@ -78,7 +78,7 @@ from requests.exceptions import (
 from urllib3.poolmanager import ProxyManager
 
 from ._errors import ThrottleTimeout
-from ._exchange import Exchange, ThrottleInfo
+from ._exchange import Exchange, Plug, ThrottleInfo, paced_blocking
 from ._request import (
     CONTROL_HEADER,
     RequestOptions,
@@ -252,36 +252,48 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
         }
         if key is None:
             return super().send(send, **kwargs)
-        asked = perf_counter()
-        try:
-            lease = self._throttle.acquire_blocking(
-                key, adjust=options.adjust, max_wait=options.max_wait, cost=options.cost
-            )
-        except ThrottleTimeout as error:
-            raise ThrottleWaitTimeout(error, request) from error
-        exchange = Exchange(lease, asked)
+        sender = partial(super().send, **kwargs)
+        return paced_blocking(_PLUG, self._throttle, key, options, options.max_wait, sender, send)
+
+
+class _RequestsPlug(Plug[requests.PreparedRequest, requests.Response, Timing]):
+    """How requests sends and reads, for the request skeleton (``_exchange.paced_blocking``)."""
+
+    __slots__ = ()
+
+    def host_failure(self, error: BaseException) -> bool:
+        return _host_failure(error)
+
+    def timed_out(self, error: ThrottleTimeout, request: requests.PreparedRequest) -> BaseException:
+        return ThrottleWaitTimeout(error, request)
+
+    def wire(self, exchange: Exchange, request: requests.PreparedRequest) -> Timing:
+        # urllib3's connection finds it there, on this same thread.
         timing = Timing(exchange)
-        token = SENDING.set(timing)
-        try:
-            response = super().send(send, **kwargs)
-        except BaseException as error:
-            exchange.failed(error, _host_failure)
-            raise
-        finally:
-            SENDING.reset(token)
-        try:
-            exchange.responded(
-                response.status_code,
-                response.headers,
-                timing.end,
-                from_cache=getattr(response, "from_cache", False) is True,
-            )
-        except BaseException:
-            response.close()
-            raise
+        timing.token = SENDING.set(timing)
+        return timing
+
+    def unwire(self, request: requests.PreparedRequest, wiring: Timing) -> None:
+        SENDING.reset(wiring.token)
+
+    def observe(self, exchange: Exchange, response: requests.Response, wiring: Timing) -> None:
+        exchange.responded(
+            response.status_code,
+            response.headers,
+            wiring.end,
+            from_cache=getattr(response, "from_cache", False) is True,
+        )
+
+    def close(self, response: requests.Response) -> None:
+        response.close()
+
+    def hold(self, exchange: Exchange, response: requests.Response) -> requests.Response:
         _INFO[response] = exchange.info()
-        hold_until_finished(response.raw, lease)
+        hold_until_finished(response.raw, exchange.lease)
         return response
+
+
+_PLUG = _RequestsPlug()
 
 
 # -- the session ----------------------------------------------------------------------

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import inspect  # unasync: -
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Coroutine,  # unasync: -
+    Mapping,
+)
 from time import monotonic, perf_counter
 from types import TracebackType
 from typing import Any, Self, Unpack, cast
@@ -19,7 +24,7 @@ import httpx
 from httpx._types import TimeoutTypes
 
 from .._errors import ThrottleTimeout
-from .._exchange import Exchange, Hold
+from .._exchange import Exchange, Hold, Plug, paced
 from .._lease import Lease
 from .._throttle import Throttle
 from ._common import (
@@ -74,12 +79,13 @@ class _Tracer:
     timed; the wire turn is taken once, at the first.
     """
 
-    __slots__ = ("end", "exchange", "user")
+    __slots__ = ("end", "exchange", "saved", "user")
 
     def __init__(self, exchange: Exchange, user: object) -> None:
         self.exchange = exchange
         self.user = user
         self.end: float | None = None
+        self.saved: dict[str, Any] = {}
 
     async def __call__(self, name: str, info: dict[str, Any]) -> None:
         if name.endswith(COMPLETE):
@@ -104,13 +110,14 @@ class _WireTracer:
     ``CONNECT`` and leaves at the real request, whose sending starts the latency.
     """
 
-    __slots__ = ("exchange", "extensions")
+    __slots__ = ("exchange", "extensions", "saved")
 
     end = None  # never timed here: the response's return is
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
         self.extensions: dict[str, Any] = {}
+        self.saved: dict[str, Any] = {}
 
     async def __call__(self, name: str, info: dict[str, Any]) -> None:
         if name.endswith(STARTED):
@@ -175,6 +182,47 @@ class _LeaseChunks:
             raise
 
 
+class _HttpxPlug(Plug[httpx.Request, httpx.Response, "_Tracer | _WireTracer"]):
+    """How httpx sends and reads, for the request skeleton (``_exchange.paced``)."""
+
+    __slots__ = ()
+
+    def host_failure(self, error: BaseException) -> bool:
+        return host_failure(error)
+
+    def timed_out(self, error: ThrottleTimeout, request: httpx.Request) -> BaseException:
+        return timed_out(error, request)
+
+    def wire(self, exchange: Exchange, request: httpx.Request) -> _Tracer | _WireTracer:
+        user = request.extensions.get("trace")
+        tracer: _Tracer | _WireTracer
+        if user is None:
+            tracer = _WireTracer(exchange)
+            tracer.saved = traced(request, tracer)
+            tracer.extensions = request.extensions
+        else:
+            tracer = _Tracer(exchange, user)
+            tracer.saved = traced(request, tracer)
+        return tracer
+
+    def unwire(self, request: httpx.Request, wiring: _Tracer | _WireTracer) -> None:
+        request.extensions = wiring.saved
+
+    def observe(
+        self, exchange: Exchange, response: httpx.Response, wiring: _Tracer | _WireTracer
+    ) -> None:
+        responded(exchange, response, wiring.end)
+
+    async def aclose(self, response: httpx.Response) -> None:
+        await response.aclose()
+
+    def hold(self, exchange: Exchange, response: httpx.Response) -> httpx.Response:
+        return tracked(response, exchange, _LeaseStream)
+
+
+_PLUG = _HttpxPlug()
+
+
 class AsyncThrottledTransport(httpx.AsyncBaseTransport):
     """An httpx transport that paces the requests of ``inner`` with ``throttle``.
 
@@ -228,41 +276,17 @@ class AsyncThrottledTransport(httpx.AsyncBaseTransport):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._inner!r}, throttle={self._throttle!r})"
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    def handle_async_request(
+        self, request: httpx.Request
+    ) -> Coroutine[Any, Any, httpx.Response]:  # unasync: ) -> httpx.Response:
         """Wait for the slot's turn, send through ``inner``, and track the response."""
+        # Not a coroutine of its own: the skeleton's is what httpx awaits.  # unasync: -
         send, key, options = prepare(self._throttle, request)
         if key is None:
-            return await self._inner.handle_async_request(send)
-        asked, (bound, pool) = perf_counter(), wait_bound(send, options)
-        try:
-            lease = await self._throttle.acquire(
-                key, adjust=options.adjust, max_wait=bound, cost=options.cost
-            )
-        except ThrottleTimeout as error:
-            raise timed_out(error, request, pool) from error
-        exchange = Exchange(lease, asked)
-        user = send.extensions.get("trace")
-        tracer: _Tracer | _WireTracer
-        if user is None:
-            tracer = _WireTracer(exchange)
-            extensions = traced(send, tracer)
-            tracer.extensions = send.extensions
-        else:
-            tracer = _Tracer(exchange, user)
-            extensions = traced(send, tracer)
-        try:
-            response = await self._inner.handle_async_request(send)
-        except BaseException as error:
-            exchange.failed(error, host_failure)
-            raise
-        finally:
-            send.extensions = extensions
-        try:
-            responded(exchange, response, tracer.end)
-        except BaseException:
-            await response.aclose()
-            raise
-        return tracked(response, exchange, _LeaseStream)
+            return self._inner.handle_async_request(send)
+        bound = wait_bound(send, options)
+        inner = self._inner.handle_async_request
+        return paced(_PLUG, self._throttle, key, options, bound, inner, send)
 
     async def aclose(self) -> None:
         """Close the inner transport."""

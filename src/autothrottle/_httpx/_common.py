@@ -184,22 +184,19 @@ def _pool_bound(extensions: Mapping[str, Any]) -> float | None:
     return float(pool) if chosen else None
 
 
-def wait_bound(
-    request: httpx.Request, options: RequestOptions
-) -> tuple[float | None, float | None]:
-    """The bound on the wait for the turn, and the pool timeout among it:
-    the request's ``max_wait`` option, or a pool timeout the user set if shorter."""
+def wait_bound(request: httpx.Request, options: RequestOptions) -> float | None:
+    """The bound on the wait for the turn: the request's ``max_wait`` option,
+    or a pool timeout the user set if shorter."""
     pool = _pool_bound(request.extensions)
     wait = options.max_wait
     if pool is None or wait is None:
-        return (wait if pool is None else pool), pool
-    return min(pool, wait), pool
+        return wait if pool is None else pool
+    return min(pool, wait)
 
 
-def timed_out(
-    error: ThrottleTimeout, request: httpx.Request, pool: float | None
-) -> ThrottlePoolTimeout:
+def timed_out(error: ThrottleTimeout, request: httpx.Request) -> ThrottlePoolTimeout:
     """The error to raise for a turn that did not come, naming the bound reached."""
+    pool = _pool_bound(request.extensions)
     if pool is not None and error.waited == pool:
         error = ThrottleTimeout(error.slot, error.waited, "httpx pool timeout")
     return ThrottlePoolTimeout(error, request)

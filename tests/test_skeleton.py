@@ -1,0 +1,157 @@
+"""The request skeleton (``_exchange.paced``): the order every adapter's request
+goes through, and that whatever fails or is cancelled on the way releases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from autothrottle import Throttle, ThrottleTimeout
+from autothrottle._exchange import Exchange, Plug, paced, paced_blocking
+from autothrottle._request import RequestOptions
+
+
+class HostDown(OSError):
+    """Stands for a client's connection error: the host's failure."""
+
+
+class Answer:
+    """Stands for a client's response."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.closed = False
+
+
+class Recording(Plug[str, Answer, str]):
+    """A plug that writes down each step it is asked for."""
+
+    __slots__ = ("observe_raises", "steps")
+
+    def __init__(self, observe_raises: bool = False) -> None:
+        self.steps: list[str] = []
+        self.observe_raises = observe_raises
+
+    def host_failure(self, error: BaseException) -> bool:
+        return isinstance(error, HostDown)
+
+    def timed_out(self, error: ThrottleTimeout, request: str) -> BaseException:
+        self.steps.append("timed out")
+        return TimeoutError(f"{request}: {error}")
+
+    def wire(self, exchange: Exchange, request: str) -> str:
+        self.steps.append("wire")
+        return "wiring"
+
+    def unwire(self, request: str, wiring: str) -> None:
+        assert wiring == "wiring"
+        self.steps.append("unwire")
+
+    def observe(self, exchange: Exchange, response: Answer, wiring: str) -> None:
+        self.steps.append("observe")
+        if self.observe_raises:
+            raise ValueError("a classifier of the user's raised")
+        exchange.responded(response.status, {})
+
+    def close(self, response: Answer) -> None:
+        self.steps.append("close")
+        response.closed = True
+
+    def hold(self, exchange: Exchange, response: Answer) -> Answer:
+        self.steps.append("hold")
+        exchange.lease.release()  # as if the body were finished at once
+        return response
+
+
+OPTIONS = RequestOptions()
+
+
+def _sender(plug: Recording, outcome: Answer | BaseException) -> Callable[[str], Any]:
+    def send(request: str) -> Answer:
+        plug.steps.append("send")
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    return send
+
+
+def _async(send: Callable[[str], Answer]) -> Callable[[str], Any]:
+    async def sending(request: str) -> Answer:
+        return send(request)
+
+    return sending
+
+
+async def test_the_steps_come_in_order_and_the_response_teaches_the_slot() -> None:
+    throttle, plug = Throttle(start_delay=0.0), Recording()
+    answer = Answer()
+    got = await paced(plug, throttle, "k", OPTIONS, None, _async(_sender(plug, answer)), "r")
+    assert got is answer
+    assert plug.steps == ["wire", "send", "unwire", "observe", "hold"]
+    slot = throttle.slot("k")
+    assert (slot.in_flight, slot.snapshot().responses, slot.snapshot().failures) == (0, 1, 0)
+
+
+def test_the_blocking_skeleton_takes_the_same_steps() -> None:
+    throttle, plug = Throttle(start_delay=0.0), Recording()
+    paced_blocking(plug, throttle, "k", OPTIONS, None, _sender(plug, Answer()), "r")
+    assert plug.steps == ["wire", "send", "unwire", "observe", "hold"]
+    assert throttle.slot("k").snapshot().responses == 1
+
+
+@pytest.mark.parametrize(
+    ("error", "failures"), [(HostDown("refused"), 1), (ValueError("bad URL"), 0)]
+)
+def test_a_failed_send_releases_and_counts_only_the_hosts_failure(
+    error: BaseException, failures: int
+) -> None:
+    throttle, plug = Throttle(start_delay=0.0), Recording()
+    with pytest.raises(type(error)):
+        paced_blocking(plug, throttle, "k", OPTIONS, None, _sender(plug, error), "r")
+    assert plug.steps == ["wire", "send", "unwire"]
+    snapshot = throttle.slot("k").snapshot()
+    assert (snapshot.in_flight, snapshot.failures, snapshot.responses) == (0, failures, 0)
+
+
+async def test_a_failed_observation_closes_the_response_and_releases() -> None:
+    throttle, plug = Throttle(start_delay=0.0), Recording(observe_raises=True)
+    answer = Answer()
+    with pytest.raises(ValueError, match="classifier"):
+        await paced(plug, throttle, "k", OPTIONS, None, _async(_sender(plug, answer)), "r")
+    assert plug.steps == ["wire", "send", "unwire", "observe", "close"]
+    assert answer.closed
+    assert throttle.slot("k").in_flight == 0
+
+
+async def test_a_request_cancelled_while_sending_releases_without_a_failure() -> None:
+    throttle, plug = Throttle(start_delay=0.0), Recording()
+    started = anyio.Event()
+
+    async def send(request: str) -> Answer:
+        started.set()
+        await anyio.sleep_forever()
+        raise AssertionError("never")
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(paced, plug, throttle, "k", OPTIONS, None, send, "r")
+        await started.wait()
+        assert throttle.slot("k").in_flight == 1
+        tasks.cancel_scope.cancel()
+    assert plug.steps == ["wire", "unwire"]
+    snapshot = throttle.slot("k").snapshot()
+    assert (snapshot.in_flight, snapshot.failures) == (0, 0)
+
+
+async def test_a_turn_not_come_in_time_raises_the_plugs_error_and_sends_nothing() -> None:
+    throttle, plug = Throttle(start_delay=0.0, max_concurrency=1), Recording()
+    held = await throttle.acquire("k")
+    with pytest.raises(TimeoutError, match="r: ") as caught:
+        await paced(plug, throttle, "k", OPTIONS, 0.05, _async(_sender(plug, Answer())), "r")
+    assert isinstance(caught.value.__cause__, ThrottleTimeout)
+    assert plug.steps == ["timed out"]
+    held.release()
+    assert throttle.slot("k").in_flight == 0
