@@ -56,9 +56,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import io
 import itertools
 import multiprocessing
 import os
+import pstats
 import statistics
 import sys
 import time
@@ -66,7 +69,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
-from _common import SimProcess, control_session, print_table, write_results
+from _common import RESULTS_DIR, SimProcess, control_session, print_table, write_results
 
 from autothrottle import AdaptiveConcurrencyPolicy, FixedRatePolicy, Throttle
 from autothrottle.policy import DelayPolicy
@@ -328,14 +331,27 @@ async def run_once(sim: SimProcess, args: argparse.Namespace, client: str) -> di
     async with control_session() as http:
         await sim.wait_idle(http)
         await sim.reset(http)
+        # CPU time, not the wall clock: on shared cores a wall-clock profile
+        # blames whatever ran when the process was descheduled.
+        profiler = cProfile.Profile(time.process_time) if args.profile else None
         cpu0, t0 = time.process_time(), time.monotonic()
+        if profiler is not None:
+            profiler.enable()
         counts = await crawl(
             list(sim.hosts.values()), throttle, client, args.seconds, args.per_host
         )
+        if profiler is not None:
+            profiler.disable()
         wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
         await sim.wait_idle(http)
         doc = await sim.stats(http)
     summary = summarize(doc, RATE)
+    if profiler is not None:
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        profiler.dump_stats(RESULTS_DIR / f"many_hosts-{client}-{args.policy}.prof")
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(30)
+        print(out.getvalue())
     snaps = throttle.snapshot().values()
     summary.update(
         label=f"{client}, {policy!r}".replace("AdaptiveConcurrencyPolicy", "Adaptive"),
@@ -408,6 +424,11 @@ def main() -> None:
     parser.add_argument("--headers", action="store_true", help="hosts also send rate-limit headers")
     parser.add_argument(
         "--burst", type=int, default=1, help="each host's bucket size (default 1: strict)"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="cProfile each crawl (CPU time); the profile in benchmarks/results/",
     )
     parser.add_argument(
         "--new-hosts",

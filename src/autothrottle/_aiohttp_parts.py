@@ -9,6 +9,7 @@ import contextvars
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from time import perf_counter
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,7 +23,7 @@ from aiohttp import (
     TraceRequestExceptionParams,
     TraceRequestStartParams,
 )
-from aiohttp.connector import BaseConnector, Connection
+from aiohttp.connector import BaseConnector, Connection, TCPConnector
 
 from ._exchange import Exchange, Hold
 from ._lease import Lease
@@ -35,6 +36,7 @@ from ._request import (
 __all__ = [
     "EXCHANGE",
     "REQUEST",
+    "default_connector",
     "hold_until_finished",
     "hook_connector",
     "hook_request_options",
@@ -116,6 +118,36 @@ async def on_connection_ready(
         await exchange.on_wire()
 
 
+def default_connector() -> TCPConnector:
+    """The connector of a throttled session given none: aiohttp's own, with a
+    ``limit`` of half the process's file descriptors (at least aiohttp's 100).
+
+    aiohttp's default ``limit=100`` caps the requests of all hosts together
+    that hold a connection. A broad crawl of thousands of hosts, each paced
+    by its slot (which bounds the host's own requests), reaches it whenever
+    the machine slows the client, and aiohttp then wakes each waiting request
+    in time proportional to the hosts waiting: on 10,000 hosts most of the
+    client's CPU went there (``docs/benchmarks.md``, "crawl_10k"). The cap
+    left is the one it stands for: the file descriptors a process may open.
+    A connector you give keeps its own limit.
+    """
+    descriptors = _descriptors()
+    return TCPConnector(limit=0 if descriptors is None else max(_AIOHTTP_LIMIT, descriptors // 2))
+
+
+def _descriptors() -> int | None:
+    """The process's soft limit of open file descriptors, or None where there is none."""
+    try:
+        import resource  # not on Windows
+    except ImportError:  # pragma: no cover
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY or soft <= 0 else soft
+
+
+_AIOHTTP_LIMIT = 100
+
+
 _HOOKED_CONNECTORS: weakref.WeakSet[BaseConnector] = weakref.WeakSet()
 """Connectors whose ``connect`` is wrapped already (a connector may serve several sessions)."""
 
@@ -141,6 +173,10 @@ def hook_connector(connector: BaseConnector) -> None:
         connection = await connect(req, traces, timeout)
         exchange = EXCHANGE.get()
         if exchange is not None and (wait := exchange.wire_now()) > 0.0:
+            if wait > HOLD_FOR_WIRE:
+                connection, wait = await _wire_without_holding(
+                    exchange, connection, wait, lambda: connect(req, traces, timeout)
+                )
             try:
                 await exchange.on_wire(wait)
             except BaseException:
@@ -150,6 +186,37 @@ def hook_connector(connector: BaseConnector) -> None:
 
     connector.connect = connect_then_wire  # type: ignore[method-assign]
     _HOOKED_CONNECTORS.add(connector)
+
+
+#: The longest wait for the wire turn a request makes holding its connection.
+HOLD_FOR_WIRE = 0.05
+
+
+async def _wire_without_holding(
+    exchange: Exchange,
+    connection: Connection,
+    wait: float,
+    connect: Callable[[], Awaitable[Connection]],
+) -> tuple[Connection, float]:
+    """Wait out a long wire turn with the connection handed back to the connector.
+
+    A turn granted before a pause (a ``Retry-After`` of another request of the
+    slot) or far ahead may wait seconds for the wire. Holding the connection
+    meanwhile holds one of the connector's ``limit`` connections (100 by
+    default): a crawl of thousands of hosts then fills it with requests that
+    are only waiting, and aiohttp wakes the ones waiting for a connection in
+    time proportional to the hosts waiting. Handed back, the connection stays
+    in the connector's pool, idle, and is usually taken again at once.
+    Returns the connection to send on and the wait still left (short).
+    """
+    while wait > HOLD_FOR_WIRE:
+        connection.release()
+        started = perf_counter()
+        await asyncio.sleep(wait)
+        exchange.waited += perf_counter() - started
+        connection = await connect()
+        wait = exchange.wire_now()
+    return connection, wait
 
 
 def hook_request_options(session: ClientSession) -> None:

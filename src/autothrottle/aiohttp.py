@@ -86,6 +86,7 @@ from yarl import URL
 from ._aiohttp_parts import (
     EXCHANGE,
     REQUEST,
+    default_connector,
     hold_until_finished,
     hook_connector,
     hook_request_options,
@@ -419,7 +420,7 @@ def _throttled_session(
     trace_configs = list(options.pop("trace_configs", None) or ())
     connector = options.pop("connector", None)
     if connector is None:
-        connector = aiohttp.TCPConnector()
+        connector = default_connector()
     elif not isinstance(connector, BaseConnector):
         raise TypeError(f"connector must be an aiohttp.BaseConnector, got {connector!r}")
     hook_connector(connector)

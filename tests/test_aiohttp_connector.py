@@ -1,0 +1,64 @@
+"""The aiohttp adapter and the session's connector: a request waiting a long
+time for its wire turn does not hold one of the connector's connections.
+
+Against real loopback servers; the wait is a ``Retry-After`` pause that
+begins after the request was granted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+
+import aiohttp
+
+from autothrottle import Throttle
+from autothrottle.aiohttp import ThrottledSession
+from helpers import wait_until
+from loopback import loopback_hosts
+
+
+async def test_a_long_wire_wait_hands_the_connection_back_to_the_connector() -> None:
+    throttle = Throttle(start_delay=0.0)
+    connector = aiohttp.TCPConnector(limit=1)  # one connection for every host
+    async with (
+        loopback_hosts(2) as (a, b),
+        ThrottledSession(throttle=throttle, connector=connector) as session,
+    ):
+
+        async def get(url: str) -> int:
+            async with session.get(url) as response:
+                await response.read()
+                return response.status
+
+        # Both granted at once; the second waits for the connector's one
+        # connection, which it gets after the first's 429 paused the host.
+        refused = asyncio.ensure_future(get(a.url("/status/429?h.Retry-After=3")))
+        paused = asyncio.ensure_future(get(a.url("/")))
+        assert await refused == 429
+        await asyncio.sleep(0.2)  # the second has the connection and finds the pause
+        await wait_until(lambda: not connector._acquired)  # waiting, holding nothing
+        started = asyncio.get_running_loop().time()
+        assert await get(b.url("/")) == 200  # another host's request is not held back
+        assert asyncio.get_running_loop().time() - started < 2.0
+        assert not paused.done()
+        assert await paused == 200
+    times = [arrival.time for arrival in a.arrivals]
+    assert len(times) == 2 and times[1] - times[0] >= 2.9  # the pause still holds at the host
+
+
+async def test_a_session_given_no_connector_is_not_capped_at_aiohttps_100() -> None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    async with ThrottledSession(throttle=Throttle()) as session:
+        limit = session.connector.limit  # type: ignore[union-attr]
+    if soft == resource.RLIM_INFINITY:
+        assert limit == 0  # no cap
+    else:
+        assert limit == max(100, soft // 2)  # half the file descriptors
+
+
+async def test_a_connector_you_give_keeps_its_limit() -> None:
+    connector = aiohttp.TCPConnector(limit=7)
+    async with ThrottledSession(throttle=Throttle(), connector=connector) as session:
+        assert session.connector is connector
+        assert connector.limit == 7
