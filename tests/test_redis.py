@@ -26,7 +26,7 @@ import redis
 from aiohttp import web
 
 from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
-from autothrottle._fleet import SPACING_MARGIN, TurnAsk
+from autothrottle._fleet import FRESH_MOST, FRESH_ROOM, SPACING_MARGIN, TurnAsk
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
@@ -312,15 +312,16 @@ async def test_alone_each_process_keeps_its_share_of_the_fleets_pace() -> None:
     with own_redis(port) as server:
         name = prefix()
         stores = [RedisStore(url, prefix=name, timeout=0.2, retry_after=30) for _ in "ab"]
-        for _ in range(2):
-            for store in stores:
-                turn = await store.take_turn("host", ask(0.1, 8, 5.0), time.monotonic())
-                assert turn.lease is not None
+        for store in stores:  # one turn each: no run reserved ahead (rule 8)
+            turn = await store.take_turn("host", ask(0.1, 8, 5.0), time.monotonic())
+            assert turn.lease is not None
+        await asyncio.sleep(0.3)  # both turns are due: none is waited for
         server.kill()
         server.wait()
-        first = await stores[0].take_turn("host", ask(0.1, 8, 5.0), time.monotonic())
+        # The second process was told two processes share the slot.
+        first = await stores[1].take_turn("host", ask(0.1, 8, 5.0), time.monotonic())
         assert (first.lease, first.wait) == (None, 0.0)  # down: go, alone
-        second = await stores[0].take_turn("host", ask(0.1, 8, 5.0), time.monotonic())
+        second = await stores[1].take_turn("host", ask(0.1, 8, 5.0), time.monotonic())
         assert second.lease is None
         assert second.wait == pytest.approx(0.2, abs=0.05)  # 0.1 s times 2 processes
 
@@ -401,9 +402,11 @@ async def test_a_fleet_delay_above_the_local_max_delay_spaces_sends_by_max_delay
 
 async def test_a_reserved_turn_further_than_max_wait_fails_at_once_and_is_handed_back() -> None:
     name = prefix()
-    store = RedisStore(REDIS, prefix=name)
-    for _ in range(4):  # another process reserved the next four sends, a second apart
+    others = [RedisStore(REDIS, prefix=name) for _ in range(4)]
+    for store in others:  # four other processes reserved the next four sends, a second apart
         assert (await store.take_turn("host", ask(1.0), time.monotonic())).lease is not None
+    admin = redis.Redis.from_url(REDIS)
+    assert admin.zcard(f"{{{name}:host}}:l") == 4
     throttle = Throttle(
         policy=FixedRatePolicy(1), max_wait=1.0, store=RedisStore(REDIS, prefix=name)
     )
@@ -412,9 +415,9 @@ async def test_a_reserved_turn_further_than_max_wait_fails_at_once_and_is_handed
         await asyncio.wait_for(throttle.acquire("host"), 3.0)
     assert time.monotonic() - started < 0.8  # known at once: no waiting for the bound
     await throttle.store.flush()  # type: ignore[attr-defined]
-    admin = redis.Redis.from_url(REDIS)
     assert admin.zcard(f"{{{name}:host}}:l") == 4  # its lease went back
-    await store.aclose()
+    for store in others:
+        await store.aclose()
 
 
 async def test_a_key_of_the_wrong_type_sends_only_its_slot_alone(
@@ -516,14 +519,19 @@ async def test_a_pause_that_begins_while_a_turn_waits_voids_the_turn() -> None:
 
 
 async def test_turns_are_reserved_the_spacing_margin_wider_than_the_gap() -> None:
-    store = RedisStore(REDIS, prefix=prefix())
+    name = prefix()
+    stores = [RedisStore(REDIS, prefix=name) for _ in "ab"]  # two processes
     margin = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0, SPACING_MARGIN)
-    first = await store.take_turn("host", margin, time.monotonic())
-    second = await store.take_turn("host", margin, time.monotonic())
+    first = await stores[0].take_turn("host", margin, time.monotonic())
+    second = await stores[1].take_turn("host", margin, time.monotonic())
     assert 0.0 <= first.wait <= 0.5 + 0.005  # the slot's phase point: at most a gap
-    assert second.wait - first.wait == pytest.approx(0.5 * SPACING_MARGIN, abs=0.005)
+    assert first.due is not None and second.due is not None
+    # The first process's first turn of the slot: room for a new connection after it.
+    fresh = min(FRESH_ROOM * 0.5, FRESH_MOST)
+    assert second.due - first.due == pytest.approx(0.5 * SPACING_MARGIN + fresh, abs=0.003)
     assert SPACING_MARGIN > 1.0
-    await store.aclose()
+    for store in stores:
+        await store.aclose()
 
 
 async def test_a_process_that_stood_still_is_not_taken_for_a_slow_redis(
@@ -535,10 +543,10 @@ async def test_a_process_that_stood_still_is_not_taken_for_a_slow_redis(
     store = RedisStore(REDIS, prefix=prefix(), timeout=0.1)
     await store.take_turn("warm", ask(0.0), time.monotonic())  # connected, scripts loaded
     loop = asyncio.get_running_loop()
-    for _ in range(3):
+    for host in ("a", "b", "c"):  # a slot each: no turn of its own to wait for (rule 8)
         loop.call_later(0.0005, time.sleep, 0.4)  # the process stands still meanwhile
         with caplog.at_level(logging.WARNING, logger="autothrottle"):
-            turn = await store.take_turn("host", ask(0.1), time.monotonic())
+            turn = await store.take_turn(host, ask(0.1), time.monotonic())
         assert turn.lease is not None  # shared, not alone
     assert "unreachable" not in caplog.text
     await store.aclose()

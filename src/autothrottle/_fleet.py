@@ -49,9 +49,18 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    backoff per burst", the rule the engine applies to one process): a
    backoff for a request sent before the fleet's last backoff changes
    nothing, and a response to such a request never lowers the fleet's delay.
-   A counted backoff dates the fleet's backoff and never lowers the delay;
-   otherwise the process's delay becomes the fleet's. Of two pauses the later
-   end wins. The last record is kept (``RedisStore.shared_record``).
+   A backoff at a strict pace (the policy's own, as ``FixedRatePolicy``'s)
+   that the fleet kept is the host's jitter, judged on the fleet's successes
+   as one process judges its own (``docs/recovery.md``, "At the stated
+   pace"): at least two since the fleet's last counted backoff, coming
+   within 1.25 gaps each. Each process sees only its share of them, so one
+   process alone would take the refusal for a real one: the fleet's delay
+   stays, and the pause the refusal asked for lasts at most one gap. Any
+   other backoff is counted: it dates the fleet's backoff, starts the
+   successes' count again, and never lowers the delay. Otherwise the
+   process's delay becomes the fleet's, but a strict pace rises only by a
+   counted backoff. Of two pauses the later end wins. The last record is
+   kept (``RedisStore.shared_record``).
 6. **Alone.** When the store is unreachable or slow, the process paces on its
    own, from what it learned last, and keeps its share of the fleet's last
    pace: the fleet's gap times the processes that took a turn on the slot in
@@ -63,6 +72,29 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    message to the store; one that could not be sent is kept and sent again
    (handing back is idempotent), so a slow moment never leaves a lease that
    blocks the slot until ``hold_timeout``.
+8. **Runs.** A process whose requests to a slot come faster than the fleet
+   gives it turns takes a run of consecutive turns in one round trip
+   (:class:`Run`): the next request takes the next turn of the run without
+   asking the store. A turn of the run goes no sooner than one run's gap
+   after this process let the run's previous turn go, so a send that left
+   late delays the next of the run instead of letting it arrive early; only
+   where the run ends and another
+   process's begins do two processes' lateness meet, and that junction gets
+   the room of this process's lateness for every turn of the run. A run is
+   one turn long at first and doubles, up to :data:`RUN_MOST`, each time
+   a request of the process took a turn of the last run or waited for it; a
+   turn of the run that no request took in time is handed back, and so is
+   the rest of the run when no request of the process is left for the slot
+   (its time comes back to the fleet when no other process reserved after
+   it); the next run is then one turn long again. A run takes at most half of the slot's free leases
+   (each turn is a lease, rule 1), so the other processes still get turns.
+   A process keeps one reservation of a slot waiting at a time: a request
+   that finds its process's last reserved turn not yet due waits for it,
+   then asks (so a run, not a queue of single turns, serves its requests).
+   A process's first turn of a slot in :data:`FRESH_AFTER` seconds may leave
+   on a new connection, late by its setup, which the process cannot see
+   coming: the turn after it is reserved :data:`FRESH_ROOM` of a gap (at
+   most :data:`FRESH_MOST`) later.
 
 A time crossing the seam is on the throttle's clock: the store turns it into
 "seconds before now" before it leaves the process (``docs/architecture.md``,
@@ -74,6 +106,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, Protocol, runtime_checkable
 
@@ -85,7 +118,19 @@ from ._rules import Rules
 from ._slot import LiveSlot
 from ._state import SlotState
 
-__all__ = ["SPACING_MARGIN", "Fleet", "Lateness", "SharedTurn", "SharedTurns", "TurnAsk"]
+__all__ = [
+    "FRESH_AFTER",
+    "FRESH_MOST",
+    "FRESH_ROOM",
+    "RUN_MOST",
+    "SPACING_MARGIN",
+    "Fleet",
+    "Lateness",
+    "Run",
+    "SharedTurn",
+    "SharedTurns",
+    "TurnAsk",
+]
 
 LATE_SAMPLES = 200
 """Sends :class:`Lateness` remembers."""
@@ -97,6 +142,19 @@ stall; its turn is handed back rather than sent (:meth:`Fleet._done`)."""
 LATE_SHARE = 0.03
 """The most of a gap a process's lateness adds after its sends: with the
 :data:`SPACING_MARGIN`, a fleet keeps at least 95 % of the pace."""
+
+RUN_MOST = 4
+"""The most turns of a slot one process reserves in one round trip (rule 8)."""
+
+FRESH_AFTER = 15.0
+"""Seconds after its last turn of a slot that a process's next send may go on a
+new connection (aiohttp keeps an idle one 15 s) (rule 8)."""
+
+FRESH_ROOM = 0.25
+"""The share of a gap left after a process's first turn of a slot (rule 8)."""
+
+FRESH_MOST = 0.1
+"""Seconds: the most room left after a process's first turn of a slot (rule 8)."""
 
 SPACING_MARGIN = 1.02
 """Turns are reserved this much wider than the gap (rule 1): 10 ms of lateness per
@@ -136,6 +194,10 @@ class SharedTurn(NamedTuple):
         due: When the reserved send is due, on ``time.monotonic``'s clock
             (None: not known; ``wait`` from now).
         senders: The processes that took a turn on the slot lately.
+        joined: The turn follows this process's own previous turn of a run
+            (rule 8): it goes no sooner than a gap after that one went.
+        closes: The last turn of its run: the next send may be another
+            process's.
     """
 
     wait: float
@@ -144,6 +206,8 @@ class SharedTurn(NamedTuple):
     pause: float
     due: float | None = None
     senders: int = 1
+    joined: bool = False
+    closes: bool = True
 
 
 class Lateness:
@@ -177,6 +241,108 @@ class Lateness:
             self.value = ordered[len(ordered) * 9 // 10]
 
 
+class Run:
+    """This process's turns of one slot (rule 8): those reserved that no request
+    took yet, the last one reserved, and how many the next run asks for.
+
+    Pure: every method is given ``now`` on the clock the turns' due times are
+    on. The store keeps one per slot.
+    """
+
+    __slots__ = (
+        "_demand",
+        "_pending",
+        "_turns",
+        "delay",
+        "last_due",
+        "length",
+        "senders",
+        "spacing",
+    )
+
+    def __init__(self) -> None:
+        self._turns: deque[tuple[float, str]] = deque()
+        self.delay: float | None = None
+        """The fleet's delay when the run was reserved."""
+        self.senders = 1
+        """The processes that took a turn on the slot then."""
+        self.length = 1
+        """How many turns the next run asks for."""
+        self.last_due = -math.inf
+        """When the last turn this process reserved is due."""
+        self.spacing = 0.0
+        """Seconds between the turns of the last run."""
+        self._demand = False
+        self._pending = -math.inf  # the last reserved turn a request may wait for
+
+    def next(
+        self, now: float, room: float
+    ) -> tuple[tuple[float, str, bool] | float | int, list[str]]:
+        """What a request of this process does at ``now``, and the leases of the
+        turns more than ``room`` past their due that no request took (to hand
+        back; the next run is one turn long again):
+
+        * a tuple ``(due, lease, closes)``: it takes the run's next turn;
+        * a float: it waits until then, when this process's last reserved turn
+          is due, before asking (one reservation waiting per process);
+        * an int: it asks the store for a run of that many turns: twice the
+          last run's when a request of this process waited for that run or
+          took a turn of it (its requests come as fast as the fleet's turns),
+          else one.
+        """
+        stale: list[str] = []
+        turns = self._turns
+        while turns and turns[0][0] < now - room:
+            stale.append(turns.popleft()[1])
+            self._demand = False
+            self.length = 1
+        if turns:
+            due, lease = turns.popleft()
+            self._demand = True
+            return (due, lease, not turns), stale
+        if self._pending > now + room:
+            self._demand = True
+            return self._pending, stale
+        self.length = min(2 * self.length, RUN_MOST) if self._demand else 1
+        self._demand = False
+        return self.length, stale
+
+    def room(self, now: float, gap: float) -> float:
+        """Seconds to leave after the run asked for at ``now``: more after this
+        process's first turn of the slot in a while (a new connection's setup)."""
+        if now - self.last_due <= FRESH_AFTER:
+            return 0.0
+        return min(FRESH_ROOM * gap, FRESH_MOST)
+
+    def reserved(
+        self,
+        dues: list[float],
+        leases: list[str],
+        spacing: float,
+        delay: float | None,
+        senders: int,
+    ) -> None:
+        """The store reserved a run, its turns ``spacing`` apart: the asker takes
+        the first turn, the rest wait here."""
+        self._turns.extend(zip(dues[1:], leases[1:], strict=True))
+        self.last_due = self._pending = dues[-1]
+        self.spacing, self.delay, self.senders = spacing, delay, senders
+
+    def drop(self) -> list[str]:
+        """Every turn left, to hand back (a pause began, no request of this
+        process waits for the slot, the slot is forgotten)."""
+        leases = [lease for _, lease in self._turns]
+        if leases:
+            self._pending = -math.inf  # nothing of the run is left to wait for
+        self._turns.clear()
+        self._demand = False
+        self.length = 1
+        return leases
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+
 @runtime_checkable
 class SharedTurns(Protocol):
     """A store several processes share, spacing their sends together (the rules above).
@@ -193,13 +359,28 @@ class SharedTurns(Protocol):
         ...
 
     def changed(
-        self, key: str, state: SlotState, now: float, *, sent_at: float, backed_off: bool
+        self,
+        key: str,
+        state: SlotState,
+        now: float,
+        *,
+        sent_at: float,
+        backed_off: bool,
+        ok: bool = False,
+        strict: bool = False,
     ) -> None:
-        """The slot's record changed after a request sent at ``sent_at``: share it soon."""
+        """The slot's record changed after a request sent at ``sent_at``: share it
+        soon. ``ok``: the host let that request through; ``strict``: the slot's
+        pace is one the host was said to allow (rule 5)."""
         ...
 
     def released(self, key: str, lease: str) -> None:
         """A request holding shared ``lease`` is finished (rule 7)."""
+        ...
+
+    def idle(self, key: str) -> None:
+        """No request of this process is left for the slot: the turns it
+        reserved ahead go back (rule 8)."""
         ...
 
 
@@ -235,9 +416,10 @@ class Fleet:
             while True:
                 ask = self._ask(slot)
                 turn = await self.store.take_turn(slot.key, ask, self._clock())
-                wait = self._settle(slot, lease, turn, bound, deadline - anyio.current_time())
-                if wait > 0.0:
+                wait = self._settle(slot, lease, turn, ask, bound, deadline - anyio.current_time())
+                while wait > 0.0 or (wait := self._after_own(slot, turn, ask)) > 0.0:
                     await anyio.sleep(wait)
+                    wait = 0.0
                 if self._done(slot, lease, turn, ask, skipped):
                     return
                 skipped = skipped or turn.lease is not None
@@ -255,9 +437,10 @@ class Fleet:
             while True:
                 ask = self._ask(slot)
                 turn = self.store.take_turn_blocking(slot.key, ask, self._clock())
-                wait = self._settle(slot, lease, turn, bound, deadline - time.monotonic())
-                if wait > 0.0:
+                wait = self._settle(slot, lease, turn, ask, bound, deadline - time.monotonic())
+                while wait > 0.0 or (wait := self._after_own(slot, turn, ask)) > 0.0:
                     time.sleep(wait)
+                    wait = 0.0
                 if self._done(slot, lease, turn, ask, skipped):
                     return
                 skipped = skipped or turn.lease is not None
@@ -272,10 +455,12 @@ class Fleet:
         down: it paces alone). A pause that began while it waited for its turn
         voids the turn (rule 2): it is handed back and a new one asked for, so
         the turns reserved before a pause do not all leave together at its end.
-        So does a turn this process reached after a stall, later than the fleet
-        left room for (rule 1): sent, it would reach the host too close to the
-        next process's send; unsent, it costs the host one gap unused (once per
-        request: a process stalled every time still sends)."""
+        So does a turn that ends a run, reached after a stall later than the
+        fleet left room for (rule 1): sent, it would reach the host too close
+        to the next process's send; unsent, it costs the host one gap unused
+        (once per request: a process stalled every time still sends). A late
+        turn inside a run goes: the next send is this process's own, spaced
+        from it on the wire (rule 8)."""
         if turn.lease is None:
             return turn.wait <= 0.0
         on_time = True
@@ -287,12 +472,13 @@ class Fleet:
             # margin and this process's usual lateness) and the next sender's
             # usual lateness (taken as this process's), and than LATE_MOST.
             room = max(gap * (ask.margin - 1.0) + 2.0 * ask.late, LATE_MOST)
-            on_time = skipped or late <= room
+            on_time = skipped or not turn.closes or late <= room
         if on_time and slot.state.pause_until <= self._clock():
-            # The fleet spaced this send from the last one, whichever process
-            # sent it: the wire keeps no gap of this process's own on top, which
-            # would hold it past its turn into the next one's.
+            # The fleet spaced this send from the last one: the wire keeps no
+            # gap of this process's own on top, which would hold it past its
+            # turn into the next one's.
             lease.wire_gap = 0.0
+            slot.fleet_went = time.monotonic()
             return True
         lease.on_release = None
         self.store.released(slot.key, turn.lease)
@@ -313,19 +499,43 @@ class Fleet:
         )
 
     def _settle(
-        self, slot: LiveSlot, lease: Lease, turn: SharedTurn, bound: float | None, left: float
+        self,
+        slot: LiveSlot,
+        lease: Lease,
+        turn: SharedTurn,
+        ask: TurnAsk,
+        bound: float | None,
+        left: float,
     ) -> float:
         """Adopt what the fleet said (rule 4) and return the wait, within the bounds (rule 3)."""
         pause = min(turn.pause, self._rules.signals.max_pause)
         self._rules.adopt(slot, turn.delay, pause, self._clock())
         slot.senders = max(1, turn.senders)
         if turn.lease is not None:
-            lease.on_release = functools.partial(self.store.released, slot.key, turn.lease)
+            lease.on_release = functools.partial(self._released, slot, turn.lease)
         if bound is not None and turn.wait > left:
             raise ThrottleTimeout(slot.key, bound)
-        if turn.due is not None:  # the time since the answer came counts
-            return turn.due - time.monotonic()
-        return turn.wait
+        if turn.due is None:
+            return turn.wait
+        return turn.due - time.monotonic()  # the time since the answer came counts
+
+    @staticmethod
+    def _after_own(slot: LiveSlot, turn: SharedTurn, ask: TurnAsk) -> float:
+        """Seconds a turn of a run still waits, now that its due time came: one
+        run's gap after this process let the run's previous turn go (rule 8),
+        which may have gone late, after this turn was taken."""
+        if not turn.joined:
+            return 0.0
+        gap = min(max(ask.gap if turn.delay is None else turn.delay, ask.min_gap), ask.max_gap)
+        return slot.fleet_went + gap * ask.margin - time.monotonic()
+
+    def _released(self, slot: LiveSlot, lease: str) -> None:
+        """A request of the fleet is finished (rule 7); the last of this process's
+        for the slot hands the rest of its run back (rule 8)."""
+        self.store.released(slot.key, lease)
+        gate = slot.gate
+        if not gate.in_flight() and not gate.queued():
+            self.store.idle(slot.key)
 
     # -- reports (rule 5): the lease's reporter ------------------------------------------
 
@@ -352,7 +562,9 @@ class Fleet:
                 sent_at=sent_at,
                 from_cache=from_cache,
             )
-            self.report(slot, sent_at, backed_off=slot.state.backoffs != backoffs)
+            backed_off = slot.state.backoffs != backoffs
+            ok = status == 200 and not backed_off
+            self.report(slot, sent_at, backed_off=backed_off, ok=ok)
 
     def fail(self, slot: LiveSlot, error: BaseException, *, sent_at: float) -> None:
         """The rules' :meth:`~Rules.fail`, then the change goes to the fleet."""
@@ -361,12 +573,17 @@ class Fleet:
             self._rules.fail(slot, error, sent_at=sent_at)
             self.report(slot, sent_at, backed_off=slot.state.backoffs != backoffs)
 
-    def report(self, slot: LiveSlot, sent_at: float | None, *, backed_off: bool) -> None:
-        """Share the slot's record after a request sent at ``sent_at`` changed it."""
+    def report(
+        self, slot: LiveSlot, sent_at: float | None, *, backed_off: bool, ok: bool = False
+    ) -> None:
+        """Share the slot's record after a request sent at ``sent_at`` changed it
+        (``ok``: the host let that request through)."""
         self.store.changed(
             slot.key,
             slot.state,
             self._clock(),
             sent_at=-math.inf if sent_at is None else sent_at,
             backed_off=backed_off,
+            ok=ok,
+            strict=slot.config.policy.strict_spacing,
         )

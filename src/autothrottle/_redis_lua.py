@@ -12,14 +12,15 @@ on the server's clock by the script. Keys of one slot share a hash tag
 Hash ``{prefix:slot}:s`` fields: ``tat`` (the next free send time), ``last``
 (``tat`` less the gap it was reserved with), ``delay`` (the fleet's delay, µs), ``pause``
 (paused until), ``backoff_at`` (the fleet's last counted backoff), ``record``
-(the last shared ``SlotState`` as JSON) and ``version``. Sorted set
+(the last shared ``SlotState`` as JSON), ``version``, and ``oks`` and
+``ok_first`` (the fleet's successes since its last counted backoff, from when). Sorted set
 ``{prefix:slot}:l``: the leases in flight, scored by their expiry;
 ``{prefix:slot}:p``: the processes that took a turn, by when.
 """
 
 from __future__ import annotations
 
-__all__ = ["MERGE", "TURN"]
+__all__ = ["GIVE_BACK", "MERGE", "TURN"]
 
 _NOW = """
 local clock = redis.call('TIME')
@@ -33,7 +34,8 @@ TURN = (
 -- ARGV: gap, min gap, max gap (µs), cap, hold (µs), lease id, ttl (ms), process id,
 --       max pause (µs), the end of the pause the asker already waited out ('' none),
 --       the spacing margin (a factor >= 1), the asker's lateness (µs), the slot's
---       phase (a fraction of the gap, in [0, 1))
+--       phase (a fraction of the gap, in [0, 1)), the turns the asker would take,
+--       the room to leave after them (µs)
 redis.call('ZADD', KEYS[3], now, ARGV[8])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - 60000000)
 redis.call('PEXPIRE', KEYS[3], ARGV[7])
@@ -49,15 +51,16 @@ if pause > now and pause > (tonumber(ARGV[10]) or 0) then
 end
 -- Rule 1: the cap, counting live leases only.
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[4]) then
+local live = redis.call('ZCARD', KEYS[2])
+local cap = tonumber(ARGV[4])
+if live >= cap then
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   local wait = math.max(1000, math.min(tonumber(first[2]) - now, 50000))
   return {us(wait), '', shown_delay, '0', processes, '', us(now)}
 end
 -- Rule 1: the next send, one gap (the fleet's, within the asker's bounds) after the
 -- latest, and never later than the asker's own gap after the next free time less
--- the gap it was reserved with ('last'). After this send the next is free one gap
--- plus the asker's lateness later. A new slot starts at its phase point.
+-- the gap it was reserved with ('last'). A new slot starts at its phase point.
 local gap = tonumber(state[3]) or tonumber(ARGV[1])
 gap = math.min(math.max(gap, tonumber(ARGV[2])), tonumber(ARGV[3])) * tonumber(ARGV[11])
 local at = tonumber(state[1]) or 0
@@ -70,45 +73,80 @@ if at < now - 60000000 and gap > 0 then
   at = now + (tonumber(ARGV[13]) * spread - now) % spread
 end
 at = math.max(at, now)
-local free = at + gap + tonumber(ARGV[12])
-redis.call('HSET', KEYS[1], 'tat', us(free), 'last', us(free - gap))
+-- Rule 8: a run of turns one gap apart, at most half the free leases (at least
+-- one). After it the next is free one gap plus the asker's lateness for each
+-- turn of the run, and the room the asker asked for, later.
+local turns = math.max(1, math.min(tonumber(ARGV[14]) or 1, math.floor((cap - live) / 2)))
 local hold = tonumber(ARGV[5])
-redis.call('ZADD', KEYS[2], at + hold, ARGV[6])
+for i = 1, turns do
+  local lease = ARGV[6]
+  if i > 1 then lease = lease .. ':' .. i end
+  redis.call('ZADD', KEYS[2], at + (i - 1) * gap + hold, lease)
+end
+local final = at + (turns - 1) * gap
+local free = final + gap + tonumber(ARGV[12]) * turns + (tonumber(ARGV[15]) or 0)
+redis.call('HSET', KEYS[1], 'tat', us(free), 'last', us(free - gap))
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
-redis.call('PEXPIRE', KEYS[2], math.max(tonumber(ARGV[7]), math.ceil((at - now + hold) / 1000)))
-return {us(at - now), ARGV[6], shown_delay, '0', processes, '', us(now)}
+redis.call('PEXPIRE', KEYS[2], math.max(tonumber(ARGV[7]), math.ceil((final - now + hold) / 1000)))
+return {us(at - now), ARGV[6], shown_delay, '0', processes, '', us(now), tostring(turns), us(gap)}
 """
 )
-"""Reserve the slot's next send: returns wait (µs), lease id ('' when not
-reserved: ask again after the wait), the fleet's delay (µs, '' if none), the
-pause to wait (µs), how many processes took a turn on the slot in the last
-minute, the end of the pause being waited for ('' none) and the server's
-clock (µs)."""
+"""Reserve the slot's next send, or a run of them: returns wait (µs), lease id
+('' when not reserved: ask again after the wait), the fleet's delay (µs, '' if
+none), the pause to wait (µs), how many processes took a turn on the slot in
+the last minute, the end of the pause being waited for ('' none), the
+server's clock (µs), and for a reserved run its turns and the gap between
+them (µs); the lease of turn ``i > 1`` is ``lease:i``."""
 
 MERGE = (
     _NOW
     + """
 -- ARGV: delay (µs), backed off (1/0), sent (µs before now; '' unknown), pause (µs from
---       now; 0: none), record, ttl (ms)
+--       now; 0: none), record, ttl (ms), successes since the last change, strict (1/0)
 local delay = tonumber(ARGV[1])
-local state = redis.call('HMGET', KEYS[1], 'delay', 'backoff_at', 'pause')
+local state = redis.call('HMGET', KEYS[1], 'delay', 'backoff_at', 'pause', 'oks', 'ok_first')
 local stored = tonumber(state[1])
 local backoff_at = tonumber(state[2])
+local oks = tonumber(state[4]) or 0
+local ok_first = tonumber(state[5])
+local pause_for = tonumber(ARGV[4])
+local strict = ARGV[8] == '1'
 -- Rule 5: a request sent before the fleet's last backoff is the lag of that backoff
 -- ("One backoff per burst", docs/recovery.md): its backoff changes nothing, its
 -- response never lowers the delay. A counted backoff never lowers it either.
 local lag = false
 if backoff_at and ARGV[3] ~= '' then lag = now - tonumber(ARGV[3]) < backoff_at end
+-- Rule 5: a backoff at a strict pace the fleet kept (its successes since its last
+-- counted backoff came at that pace: docs/recovery.md, "At the stated pace", judged
+-- on the fleet's successes) is the host's jitter: the pace stays, and a pause it
+-- asks for lasts at most one gap.
+local kept = strict and stored and ok_first and oks >= 2 and oks * 1.25 * stored >= now - ok_first
 if ARGV[2] == '1' and lag then
   delay = stored or delay
+elseif ARGV[2] == '1' and kept then
+  delay = stored
+  pause_for = math.min(pause_for, stored)
+  redis.call('HSET', KEYS[1], 'backoff_at', us(now))
 elseif ARGV[2] == '1' then
   if stored and stored > delay then delay = stored end
-  redis.call('HSET', KEYS[1], 'backoff_at', us(now))
+  redis.call('HSET', KEYS[1], 'backoff_at', us(now), 'oks', '0')
+  oks = 0
 elseif lag and stored and delay < stored then
   delay = stored
+elseif strict and stored and delay > stored then
+  delay = stored  -- a strict pace rises only by a counted backoff
+end
+local new_oks = tonumber(ARGV[7]) or 0
+if new_oks > 0 then
+  if oks == 0 or not ok_first then ok_first = now end
+  oks = oks + new_oks
+  if oks > 16 then  -- the latest 8 to 16 count, at the rate they came
+    ok_first = now - (now - ok_first) * 8 / oks
+    oks = 8
+  end
+  redis.call('HSET', KEYS[1], 'oks', tostring(oks), 'ok_first', us(ok_first))
 end
 redis.call('HSET', KEYS[1], 'delay', us(delay))
-local pause_for = tonumber(ARGV[4])
 if pause_for > 0 and now + pause_for > (tonumber(state[3]) or 0) then
   redis.call('HSET', KEYS[1], 'pause', us(now + pause_for))
 end
@@ -119,3 +157,36 @@ return 1
 """
 )
 """Merge one process's learned state into the fleet's (rule 5)."""
+
+GIVE_BACK = (
+    _NOW
+    + """
+-- ARGV: the gap between the turns of the run (µs), then the leases of turns of one
+--       run that no request took
+-- Rule 8: an unused turn is handed back; when it is the latest one reserved (no
+-- other process reserved after it), its time comes back to the fleet: the next
+-- free time moves one gap earlier for each.
+local gap = tonumber(ARGV[1])
+local turns = {}
+for i = 2, #ARGV do
+  local score = redis.call('ZSCORE', KEYS[2], ARGV[i])
+  if score then turns[#turns + 1] = {tonumber(score), ARGV[i]} end
+end
+table.sort(turns, function(a, b) return a[1] > b[1] end)
+local freed = 0
+for i, turn in ipairs(turns) do
+  local top = redis.call('ZREVRANGE', KEYS[2], 0, 0)
+  if top[1] == turn[2] and freed == i - 1 then freed = freed + 1 end
+  redis.call('ZREM', KEYS[2], turn[2])
+end
+if freed > 0 then
+  local state = redis.call('HMGET', KEYS[1], 'tat', 'last')
+  local tat, last = tonumber(state[1]), tonumber(state[2])
+  if tat and last then
+    redis.call('HSET', KEYS[1], 'tat', us(tat - freed * gap), 'last', us(last - freed * gap))
+  end
+end
+return freed
+"""
+)
+"""Hand back a run's unused turns (rule 8); returns how many turns' time came back."""

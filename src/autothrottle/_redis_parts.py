@@ -97,10 +97,22 @@ class Ask:
 
 
 class Change:
-    __slots__ = ("backed_off", "now", "sent_at", "state")
+    """A slot's record to merge into the fleet's, with what the responses since the
+    last change said: ``oks`` successes, a backoff, a ``strict`` pace."""
 
-    def __init__(self, state: SlotState, now: float, sent_at: float, backed_off: bool) -> None:
+    __slots__ = ("backed_off", "now", "oks", "sent_at", "state", "strict")
+
+    def __init__(
+        self,
+        state: SlotState,
+        now: float,
+        sent_at: float,
+        backed_off: bool,
+        oks: int = 0,
+        strict: bool = False,
+    ) -> None:
         self.state, self.now, self.sent_at, self.backed_off = state, now, sent_at, backed_off
+        self.oks, self.strict = oks, strict
 
 
 class Alone:
@@ -220,6 +232,8 @@ def merge_args(change: Change, ttl: float) -> list[str | int]:
         us(max(0.0, pause)),
         record,
         round(ttl * 1000),
+        change.oks,
+        "1" if change.strict else "0",
     ]
 
 

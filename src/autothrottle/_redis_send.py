@@ -26,7 +26,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from ._redis_lua import MERGE, TURN
+from ._redis_lua import GIVE_BACK, MERGE, TURN
 from ._redis_outage import Outage
 from ._redis_parts import (
     CALIBRATE,
@@ -43,6 +43,7 @@ from ._redis_parts import (
     keys,
     merge_args,
     sha,
+    us,
     within,
 )
 
@@ -81,13 +82,15 @@ class Sender:
         self.server_clock = ServerClock()
         self.round_trips = 0
         self._scripts = {
-            name: (text, sha(text)) for name, text in (("turn", TURN), ("merge", MERGE))
+            name: (text, sha(text))
+            for name, text in (("turn", TURN), ("merge", MERGE), ("give_back", GIVE_BACK))
         }
         self._lock = threading.Lock()
         self._turns: list[Ask] = []
         self._sync_turns: list[Ask] = []
         self._releases: list[tuple[str, str]] = []
         self._changes: dict[str, Change] = {}
+        self._unused: dict[str, tuple[float, list[str]]] = {}
         self._sender: asyncio.Task[None] | None = None
         self._lingering: asyncio.TimerHandle | None = None
         self._sync_sender = threading.Lock()
@@ -116,8 +119,10 @@ class Sender:
         """Share the slot's record soon (coalesced per slot; a backoff still counts)."""
         with self._lock:
             previous = self._changes.get(key)
-            if previous is not None and previous.backed_off and not change.backed_off:
-                change.sent_at, change.backed_off = previous.sent_at, True
+            if previous is not None:
+                change.oks += previous.oks
+                if previous.backed_off and not change.backed_off:
+                    change.sent_at, change.backed_off = previous.sent_at, True
             self._changes[key] = change
         self._flush_soon()
 
@@ -125,6 +130,16 @@ class Sender:
         with self._lock:
             self._releases.append((key, lease))
             del self._releases[:-MAX_PENDING]
+        self._flush_soon()
+
+    def unused(self, key: str, gap: float, leases: list[str]) -> None:
+        """Hand back turns of a run that no request took (rule 8): the latest
+        reserved give their time back to the fleet."""
+        if not leases:
+            return
+        with self._lock:
+            _, waiting = self._unused.get(key, (gap, []))
+            self._unused[key] = (gap, waiting + leases)
         self._flush_soon()
 
     async def flush(self) -> None:
@@ -152,10 +167,14 @@ class Sender:
             self.sync_client.close()
 
     def _take_batch(self) -> tuple[list[tuple[str, str]], dict[str, Change]]:
-        """The finished leases and changes waiting to go, taken under the lock."""
+        """The finished leases and changes waiting to go, taken under the lock
+        (unused turns ride with the leases)."""
         with self._lock:
             releases, self._releases = self._releases, []
             changes, self._changes = self._changes, {}
+            unused, self._unused = self._unused, {}
+        for key, (gap, leases) in unused.items():
+            releases.append((key, f"{gap:.6f}\n" + "\n".join(leases)))
         return releases, changes
 
     def _keep(self, releases: list[tuple[str, str]], changes: dict[str, Change]) -> None:
@@ -172,7 +191,12 @@ class Sender:
         """The pipeline: leases handed back first (so turns see them free), changes, turns."""
         commands: Commands = []
         for key, lease in releases:
-            commands.append(("", ("ZREM", keys(self.prefix, key)[1], lease)))
+            if "\n" in lease:  # a run's unused turns: the gap, then the leases
+                gap, *leases = lease.split("\n")
+                names = keys(self.prefix, key)[:2]
+                commands.append(("give_back", (2, *names, us(float(gap)), *leases)))
+            else:
+                commands.append(("", ("ZREM", keys(self.prefix, key)[1], lease)))
         for key, change in changes.items():
             commands.append(
                 ("merge", (1, keys(self.prefix, key)[0], *merge_args(change, self.ttl)))
@@ -354,7 +378,7 @@ class Sender:
         ``retry_after``."""
         while True:
             with self._lock:
-                while not self._closed and not (self._releases or self._changes):
+                while not self._closed and not (self._releases or self._changes or self._unused):
                     self._wake_flusher.wait()
                 if self._closed:
                     return

@@ -46,9 +46,21 @@ class LiveSlot:
         senders: The processes sending to the slot's host, this one among
             them (a fleet's, ``docs/fleet.md``; 1 alone): this process sees
             that share of the host's answers.
+        fleet_went: When this process last let a fleet turn of the slot go
+            (``time.monotonic``; the fleet's, ``autothrottle._fleet`` rule 8).
     """
 
-    __slots__ = ("config", "gate", "hold_maker", "key", "noted", "senders", "state", "view")
+    __slots__ = (
+        "config",
+        "fleet_went",
+        "gate",
+        "hold_maker",
+        "key",
+        "noted",
+        "senders",
+        "state",
+        "view",
+    )
 
     def __init__(
         self,
@@ -66,6 +78,7 @@ class LiveSlot:
         self.noted: set[str] = set()
         self.view = Slot(self, clock)
         self.senders = 1
+        self.fleet_went = -math.inf
         self.hold_maker: Callable[[float], Any] | None = None
 
     def configure(self, config: SlotConfig) -> None:

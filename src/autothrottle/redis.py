@@ -57,7 +57,7 @@ import redis.asyncio.cluster as aiocluster
 import redis.cluster
 from redis.exceptions import ResponseError
 
-from ._fleet import SharedTurn, TurnAsk
+from ._fleet import LATE_MOST, Run, SharedTurn, TurnAsk
 from ._redis_outage import Outage
 from ._redis_parts import (
     ASK_AGAIN,
@@ -143,8 +143,10 @@ class RedisStore:
             timeout=self.timeout,
         )
         self._process = uuid.uuid4().hex
+        self._runs: dict[str, Run] = {}
+        self._runs_lock = threading.Lock()
         self.turns = 0
-        """Turns asked of Redis so far."""
+        """Turns taken through the fleet so far (asked of Redis, or of a run)."""
 
     @property
     def round_trips(self) -> int:
@@ -168,6 +170,10 @@ class RedisStore:
         """Forget the slot here (what the fleet shares stays in Redis for ``ttl``)."""
         self._local.discard(key)
         self._outage.forget(key)
+        with self._runs_lock:
+            run = self._runs.pop(key, None)
+        if run is not None:
+            self._hand_back(key, run.drop(), run.spacing)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._local)
@@ -181,12 +187,16 @@ class RedisStore:
     # -- the SharedTurns protocol: the fleet (autothrottle._fleet's rules) ----------------
 
     async def take_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
-        """Reserve the slot's next send across the fleet (at most one round trip)."""
+        """Reserve the slot's next send across the fleet (at most one round trip;
+        none for a turn of a run already reserved)."""
+        ready = self._from_run(key, ask)
+        if isinstance(ready, SharedTurn):
+            return ready
         alone = self._outage.alone_now(key, ask, now)
         if alone is not None:
             return alone
         loop = asyncio.get_running_loop()
-        request = self._ask(key, ask, now, loop.create_future())
+        request = self._ask(key, ask, now, loop.create_future(), ready)
         self._send.turn(request, loop)
         try:
             reply = await request.done
@@ -198,10 +208,13 @@ class RedisStore:
 
     def take_turn_blocking(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
         """:meth:`take_turn` for a thread (``Throttle.acquire_blocking``)."""
+        ready = self._from_run(key, ask)
+        if isinstance(ready, SharedTurn):
+            return ready
         alone = self._outage.alone_now(key, ask, now)
         if alone is not None:
             return alone
-        request = self._ask(key, ask, now, threading.Event())
+        request = self._ask(key, ask, now, threading.Event(), ready)
         self._send.turn_blocking(request)
         reply = request.reply
         if reply is DOWN:
@@ -212,14 +225,31 @@ class RedisStore:
         return self._answer(key, ask, reply, now)
 
     def changed(
-        self, key: str, state: SlotState, now: float, *, sent_at: float, backed_off: bool
+        self,
+        key: str,
+        state: SlotState,
+        now: float,
+        *,
+        sent_at: float,
+        backed_off: bool,
+        ok: bool = False,
+        strict: bool = False,
     ) -> None:
         """Share the slot's record soon (coalesced per slot, with the next message)."""
-        self._send.changed(key, Change(state, now, sent_at, backed_off))
+        self._send.changed(key, Change(state, now, sent_at, backed_off, int(ok), strict))
 
     def released(self, key: str, lease: str) -> None:
         """Hand a finished request's shared lease back (with the next message)."""
         self._send.released(key, lease)
+
+    def idle(self, key: str) -> None:
+        """No request of this process is left for the slot: hand back its run's rest."""
+        with self._runs_lock:
+            run = self._runs.get(key)
+            if run is None or not len(run):
+                return
+            leases = run.drop()
+        self._hand_back(key, leases, run.spacing)
 
     async def flush(self) -> None:
         """Send what is waiting (learned records, finished leases) now, if Redis answers."""
@@ -229,8 +259,16 @@ class RedisStore:
         """:meth:`flush` for a thread."""
         self._send.flush_blocking()
 
+    def _drop_runs(self) -> None:
+        """Hand back every turn reserved and not taken (closing: nothing will take them)."""
+        with self._runs_lock:
+            runs, self._runs = self._runs, {}
+        for key, run in runs.items():
+            self._hand_back(key, run.drop(), run.spacing)
+
     async def aclose(self) -> None:
         """Flush, then close the Redis clients."""
+        self._drop_runs()
         await self.flush()
         if self._send.async_client is not None:
             await self._send.async_client.aclose()
@@ -238,6 +276,7 @@ class RedisStore:
 
     def close(self) -> None:
         """Flush what the sync client has to send, stop its sender, close the sync client."""
+        self._drop_runs()
         self._send.close()
 
     async def shared_record(self, key: str) -> dict[str, Any] | None:
@@ -247,7 +286,7 @@ class RedisStore:
 
     # -- a turn's question and answer --------------------------------------------------
 
-    def _ask(self, key: str, ask: TurnAsk, now: float, done: Any) -> Ask:
+    def _ask(self, key: str, ask: TurnAsk, now: float, done: Any, run: tuple[int, float]) -> Ask:
         lease = uuid.uuid4().hex
         hold = ask.hold if math.isfinite(ask.hold) else 3_600.0
         max_pause = ask.max_pause if math.isfinite(ask.max_pause) else 1e9
@@ -265,18 +304,65 @@ class RedisStore:
             f"{ask.margin:.6f}",
             us(ask.late),
             f"{phase(key):.6f}",
+            run[0],
+            us(run[1]),
         ]
         return Ask(key, args, lease, done)
 
     def _answer(self, key: str, ask: TurnAsk, reply: list[Any], now: float) -> SharedTurn:
-        waited, lease, delay, pause, processes, paused, server = (as_text(p) for p in reply)
+        waited, lease, delay, pause, processes, paused, server = (as_text(p) for p in reply[:7])
         received = time.monotonic()
         wait = self._send.server_clock.wait(float(server) / 1e6, float(waited) / 1e6, received)
         if not lease:  # not a turn but "ask again then": never 0, which would mean "go alone"
             wait = max(wait, ASK_AGAIN)
         shared = float(delay) / 1e6 if delay else None
         gap = min(max(shared if shared is not None else ask.gap, ask.min_gap), ask.max_gap)
-        self._outage.shared(key, gap * ask.margin, int(processes), paused, now + wait)
+        senders = int(processes)
+        self._outage.shared(key, gap * ask.margin, senders, paused, now + wait)
         self.turns += 1
-        due = received + wait if lease else None
-        return SharedTurn(wait, lease or None, shared, float(pause) / 1e6, due, int(processes))
+        if not lease:
+            if float(pause) > 0:  # rule 2: the turns reserved before a pause are void
+                with self._runs_lock:
+                    run = self._runs.get(key)
+                    stale = [] if run is None else run.drop()
+                    spacing = 0.0 if run is None else run.spacing
+                self._hand_back(key, stale, spacing)
+            return SharedTurn(wait, None, shared, float(pause) / 1e6, None, senders)
+        due = received + wait
+        turns = int(as_text(reply[7])) if len(reply) > 7 else 1
+        spacing = float(as_text(reply[8])) / 1e6 if len(reply) > 8 else 0.0
+        dues = [due + i * spacing for i in range(turns)]
+        leases = [lease] + [f"{lease}:{i}" for i in range(2, turns + 1)]
+        with self._runs_lock:
+            run = self._runs.get(key)
+            if run is None:
+                run = self._runs[key] = Run()
+            run.reserved(dues, leases, spacing, shared, senders)
+        return SharedTurn(wait, lease, shared, float(pause) / 1e6, due, senders, closes=turns == 1)
+
+    def _from_run(self, key: str, ask: TurnAsk) -> SharedTurn | tuple[int, float]:
+        """The next turn of a run this process reserved, or the wait for its last
+        reserved turn, or the run to ask the store for and the room to leave
+        after it (rule 8)."""
+        gap = min(max(ask.gap, ask.min_gap), ask.max_gap)
+        room = max(gap * (ask.margin - 1.0) + 2.0 * ask.late, LATE_MOST)
+        received = time.monotonic()
+        with self._runs_lock:
+            run = self._runs.get(key)
+            if run is None:
+                run = self._runs[key] = Run()
+            then, stale = run.next(received, room)
+            delay, senders, spacing = run.delay, run.senders, run.spacing
+        self._hand_back(key, stale, spacing)
+        if isinstance(then, int):
+            return then, run.room(received, gap)
+        if isinstance(then, float):  # ask again when this process's last turn is due
+            return SharedTurn(max(then - received, ASK_AGAIN), None, delay, 0.0, None, senders)
+        due, lease, closes = then
+        self.turns += 1
+        wait = max(0.0, due - received)
+        return SharedTurn(wait, lease, delay, 0.0, due, senders, joined=True, closes=closes)
+
+    def _hand_back(self, key: str, leases: list[str], gap: float) -> None:
+        """Turns of a run that no request took go back (rule 8)."""
+        self._send.unused(key, gap, leases)

@@ -1,0 +1,135 @@
+"""A process's run of a slot's turns (the fleet's rule 8), with plain numbers for time.
+
+:class:`Run` is pure: every method is given ``now``. The Lua side of the rule
+(reserving a run, handing its unused tail back) is checked against a real
+Redis in tests/test_redis_rules.py.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from autothrottle._fleet import (
+    FRESH_AFTER,
+    FRESH_MOST,
+    FRESH_ROOM,
+    RUN_MOST,
+    SPACING_MARGIN,
+    Fleet,
+    Run,
+    SharedTurn,
+    TurnAsk,
+)
+
+ROOM = 0.05
+GAP = 0.5
+
+
+def reserve(run: Run, at: float, turns: int, lease: str = "x") -> None:
+    """The store answered with a run of ``turns`` turns from ``at``, GAP apart."""
+    dues = [at + i * GAP for i in range(turns)]
+    leases = [lease] + [f"{lease}:{i}" for i in range(2, turns + 1)]
+    run.reserved(dues, leases, GAP, 0.5, 4)
+
+
+def test_a_first_run_is_one_turn_and_the_process_asks() -> None:
+    run = Run()
+    assert run.next(100.0, ROOM) == (1, [])
+
+
+def test_a_request_behind_the_process_own_reserved_turn_waits_for_it() -> None:
+    run = Run()
+    run.next(100.0, ROOM)
+    reserve(run, 102.0, 1)  # the fleet's turn for it is two seconds away
+    assert run.next(100.5, ROOM) == (102.0, [])  # wait for it, then ask: one at a time
+
+
+def test_a_run_doubles_while_the_process_requests_come_as_fast_as_its_turns() -> None:
+    run = Run()
+    lengths = []
+    now = 100.0
+    for _ in range(5):
+        length, stale = run.next(now, ROOM)
+        assert isinstance(length, int) and not stale
+        lengths.append(length)
+        reserve(run, now + 1.0, length)
+        if length == 1:  # a second request waits behind this one
+            assert run.next(now + 0.1, ROOM) == (now + 1.0, [])
+        now += 1.0
+        for _ in range(length - 1):  # or takes the run's next turns
+            now += GAP
+            took, _ = run.next(now, ROOM)
+            assert isinstance(took, tuple) and took[0] == now
+    assert lengths == [1, 2, 4, RUN_MOST, RUN_MOST]
+    assert RUN_MOST == 4
+
+
+def test_a_process_whose_requests_come_slower_keeps_runs_of_one() -> None:
+    run = Run()
+    for start in (100.0, 110.0, 120.0):
+        assert run.next(start, ROOM) == (1, [])
+        reserve(run, start + 0.2, 1)
+
+
+def test_a_run_turn_no_request_took_in_time_goes_back_and_the_next_run_is_one() -> None:
+    run = Run()
+    run.length = 4
+    reserve(run, 100.0, 4)  # the asker took 100.0; 100.5, 101.0, 101.5 wait here
+    turn, stale = run.next(101.0 + ROOM / 2, ROOM)  # 100.5 passed unused
+    assert stale == ["x:2"]
+    assert turn == (101.0, "x:3", False)
+    turn, stale = run.next(101.5, ROOM)
+    assert (turn, stale) == ((101.5, "x:4", True), [])  # the last: it closes the run
+    assert run.length == 1  # the next run starts again from one (then doubles)
+
+
+def test_a_run_none_of_whose_turns_was_taken_is_followed_by_one_turn() -> None:
+    run = Run()
+    run.length = 4
+    reserve(run, 100.0, 4)
+    assert run.next(103.0, ROOM) == (1, ["x:2", "x:3", "x:4"])
+
+
+def test_the_rest_of_a_run_goes_back_at_once_when_dropped() -> None:
+    run = Run()
+    reserve(run, 100.0, 3)
+    assert run.drop() == ["x:2", "x:3"]
+    assert len(run) == 0
+    assert run.next(100.1, ROOM) == (1, [])
+
+
+def test_a_first_turn_in_a_while_leaves_room_for_a_new_connection() -> None:
+    run = Run()
+    assert run.room(100.0, GAP) == min(FRESH_ROOM * GAP, FRESH_MOST)  # never sent
+    reserve(run, 100.0, 1)
+    assert run.room(100.6, GAP) == 0.0  # its connection is still open
+    assert run.room(100.0 + FRESH_AFTER + 1.0, GAP) == min(FRESH_ROOM * GAP, FRESH_MOST)
+    assert run.room(200.0, 10.0) == FRESH_MOST  # at most that, however long the gap
+
+
+def ask() -> TurnAsk:
+    return TurnAsk(GAP, 0.0, 60.0, 8, 300.0, 300.0, SPACING_MARGIN)
+
+
+def turn(*, joined: bool) -> SharedTurn:
+    return SharedTurn(0.0, "lease", GAP, 0.0, time.monotonic(), 4, joined=joined)
+
+
+def test_a_run_turn_goes_a_run_gap_after_the_process_own_previous_send() -> None:
+    slot: Any = SimpleNamespace(fleet_went=time.monotonic())  # the previous one just went
+    waited = Fleet._after_own(slot, turn(joined=True), ask())
+    assert waited == pytest.approx(GAP * SPACING_MARGIN, abs=0.05)
+
+
+def test_a_run_turn_after_a_send_long_gone_waits_no_more() -> None:
+    slot: Any = SimpleNamespace(fleet_went=time.monotonic() - 10.0)
+    assert Fleet._after_own(slot, turn(joined=True), ask()) < 0.0
+
+
+def test_a_turn_that_begins_a_run_follows_another_process_and_waits_no_more() -> None:
+    slot: Any = SimpleNamespace(fleet_went=time.monotonic())
+    assert Fleet._after_own(slot, turn(joined=False), ask()) == 0.0

@@ -1,0 +1,141 @@
+"""The fleet's rules as the Lua scripts run them, on a real Redis (docs/fleet.md).
+
+Each test calls a script the way ``RedisStore`` does and reads the keys it
+left. Times are on Redis's clock; the rules are ``autothrottle._fleet``'s,
+cited by number. Redis on 127.0.0.1:6379; elsewhere these tests skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from autothrottle._redis_lua import GIVE_BACK, MERGE, TURN
+
+GAP_US = 500_000
+TTL_MS = 60_000
+
+
+@pytest.fixture
+def server() -> Iterator[redis.Redis]:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", 6379), 0.5):
+        client = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+        yield client
+        client.close()
+        return
+    if os.environ.get("CI"):
+        pytest.fail("Redis is not running on 127.0.0.1:6379 (.ci/run starts it)")
+    pytest.skip("no Redis on 127.0.0.1:6379: start one with `redis-server --daemonize yes`")
+
+
+class Slot:
+    """One slot's keys under a prefix of its own."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        tag = f"{{rules-{uuid.uuid4().hex}:host}}"
+        self.client = client
+        self.state, self.leases, self.processes = f"{tag}:s", f"{tag}:l", f"{tag}:p"
+
+    def turn(self, lease: str, *, want: int = 1, cap: int = 8, room_us: int = 0) -> list[str]:
+        """A turn as a process at 2/s asks it (gap 0.5 s, no margin, no lateness)."""
+        args: list[Any] = [
+            GAP_US, 0, 10**9, cap, 300 * 10**6, lease, TTL_MS, "process",
+            10**9, "", "1.0", 0, "0.0", want, room_us,
+        ]  # fmt: skip
+        reply = self.client.eval(TURN, 3, self.state, self.leases, self.processes, *args)
+        return [part.decode() if isinstance(part, bytes) else str(part) for part in reply]
+
+    def merge(self, *, delay_us: int, backed_off: bool, oks: int, pause_us: int = 0) -> None:
+        """A change at a strict pace (FixedRatePolicy's), from a request sent just now."""
+        args: list[Any] = [
+            delay_us, "1" if backed_off else "0", 0, pause_us, json.dumps({}), TTL_MS, oks, "1",
+        ]  # fmt: skip
+        self.client.eval(MERGE, 1, self.state, *args)
+
+    def field(self, name: str) -> float:
+        return float(self.client.hget(self.state, name) or 0)
+
+    def tat(self) -> float:
+        return self.field("tat")
+
+
+def test_a_run_is_reserved_in_one_script_its_turns_one_gap_apart(server: redis.Redis) -> None:
+    slot = Slot(server)
+    wait, lease, *_, turns, spacing = slot.turn("a", want=3)
+    assert (lease, int(turns), int(spacing)) == ("a", 3, GAP_US)
+    assert {m.decode() for m in server.zrange(slot.leases, 0, -1)} == {"a", "a:2", "a:3"}
+    # The next process's turn comes one gap after the run's last.
+    other_wait = int(slot.turn("b")[0])
+    assert other_wait - int(wait) == pytest.approx(3 * GAP_US, abs=2_000)
+
+
+def test_a_run_takes_at_most_half_of_the_free_leases(server: redis.Redis) -> None:
+    slot = Slot(server)
+    assert slot.turn("a", want=4, cap=4)[-2] == "2"
+    assert slot.turn("b", want=4, cap=4)[-2] == "1"  # one free: still one turn
+    assert slot.turn("c", want=4, cap=4)[-2] == "1"
+    assert slot.turn("d", want=4, cap=4)[1] == ""  # at the cap: nothing reserved
+
+
+def test_the_room_asked_for_comes_after_the_run(server: redis.Redis) -> None:
+    slot = Slot(server)
+    first = int(slot.turn("a", room_us=100_000)[0])
+    second = int(slot.turn("b")[0])
+    assert second - first == pytest.approx(GAP_US + 100_000, abs=2_000)
+
+
+def test_an_unused_tail_of_the_latest_run_gives_its_time_back(server: redis.Redis) -> None:
+    slot = Slot(server)
+    slot.turn("a", want=3)
+    before = slot.tat()
+    freed = server.eval(GIVE_BACK, 2, slot.state, slot.leases, GAP_US, "a:3", "a:2")
+    assert freed == 2
+    assert slot.tat() == pytest.approx(before - 2 * GAP_US, abs=1)
+    assert server.zcard(slot.leases) == 1  # the turn its asker took is still held
+
+
+def test_an_unused_turn_with_another_reserved_after_it_only_goes_back(
+    server: redis.Redis,
+) -> None:
+    slot = Slot(server)
+    slot.turn("a", want=2)
+    slot.turn("b")  # another process reserved after the run
+    before = slot.tat()
+    assert server.eval(GIVE_BACK, 2, slot.state, slot.leases, GAP_US, "a:2") == 0
+    assert slot.tat() == before  # the other's time stays where it was
+    assert server.zcard(slot.leases) == 2
+
+
+def test_a_refusal_at_a_strict_pace_the_fleet_kept_is_jitter(server: redis.Redis) -> None:
+    slot = Slot(server)
+    for _ in range(4):  # the fleet's successes at 2/s, from several processes
+        slot.merge(delay_us=GAP_US, backed_off=False, oks=1)
+    # One process took a refusal for a real one: its delay doubled, it paused 1 s.
+    slot.merge(delay_us=2 * GAP_US, backed_off=True, oks=0, pause_us=1_000_000)
+    assert slot.field("delay") == GAP_US  # the fleet's pace stays
+    now = server.time()
+    now_us = int(now[0]) * 1_000_000 + int(now[1])
+    assert slot.field("pause") - now_us <= GAP_US + 5_000  # at most one gap
+
+
+def test_a_refusal_without_the_fleets_successes_is_counted(server: redis.Redis) -> None:
+    slot = Slot(server)
+    slot.merge(delay_us=GAP_US, backed_off=False, oks=1)  # one success: not yet evidence
+    slot.merge(delay_us=2 * GAP_US, backed_off=True, oks=0)
+    assert slot.field("delay") == 2 * GAP_US
+    assert slot.field("oks") == 0  # the count starts again
+
+
+def test_a_strict_pace_rises_only_by_a_counted_backoff(server: redis.Redis) -> None:
+    slot = Slot(server)
+    slot.merge(delay_us=GAP_US, backed_off=False, oks=1)
+    slot.merge(delay_us=GAP_US + 40_000, backed_off=False, oks=1)  # a recovery floor's step
+    assert slot.field("delay") == GAP_US
