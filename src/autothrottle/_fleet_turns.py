@@ -1,0 +1,282 @@
+"""What crosses the fleet's seam, and what a process remembers of its turns.
+
+The rules are :mod:`autothrottle._fleet`'s (cited here by number): a store
+shared by a fleet (:class:`SharedTurns`) is asked for a turn with a
+:class:`TurnAsk` and answers with a :class:`SharedTurn`; :class:`Lateness`
+is how late this process's sends leave (rule 1), :class:`Run` the turns of a
+slot it reserved ahead (rule 8). Both are pure: every time is given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import NamedTuple, Protocol, runtime_checkable
+
+from ._state import SlotState
+
+__all__ = [
+    "FRESH_AFTER",
+    "FRESH_MOST",
+    "FRESH_ROOM",
+    "LATE_MOST",
+    "LATE_SHARE",
+    "RUN_MOST",
+    "SPACING_MARGIN",
+    "Lateness",
+    "Run",
+    "SharedTurn",
+    "SharedTurns",
+    "TurnAsk",
+]
+
+LATE_SAMPLES = 200
+"""Sends :class:`Lateness` remembers."""
+
+LATE_MOST = 0.05
+"""Seconds: a send later than this (and than the room the fleet left) is a
+stall; its turn is handed back rather than sent (:meth:`Fleet._done`)."""
+
+LATE_SHARE = 0.03
+"""The most of a gap a process's lateness adds after its sends: with the
+:data:`SPACING_MARGIN`, a fleet keeps at least 95 % of the pace."""
+
+RUN_MOST = 4
+"""The most turns of a slot one process reserves in one round trip (rule 8)."""
+
+FRESH_AFTER = 15.0
+"""Seconds after its last turn of a slot that a process's next send may go on a
+new connection (aiohttp keeps an idle one 15 s) (rule 8)."""
+
+FRESH_ROOM = 0.25
+"""The share of a gap left after a process's first turn of a slot (rule 8)."""
+
+FRESH_MOST = 0.1
+"""Seconds: the most room left after a process's first turn of a slot (rule 8)."""
+
+SPACING_MARGIN = 1.02
+"""Turns are reserved this much wider than the gap (rule 1): 10 ms of lateness per
+send at 2 requests a second. Measured with ``benchmarks/redis_store.py`` (20
+hosts at 2/s, 4 processes): without it every host saw 3 requests in some second
+and 65 were refused; with it none, and 0 refused."""
+
+
+class TurnAsk(NamedTuple):
+    """What a process asks the fleet for a turn with: its own pace and bounds (rule 1).
+
+    ``late`` is how late this process's sends left after their reserved
+    times lately (:class:`Lateness`); ``phase`` the slot's point in its gap,
+    in [0, 1).
+    """
+
+    gap: float
+    min_gap: float
+    max_gap: float
+    cap: int
+    hold: float
+    max_pause: float
+    margin: float = 1.0
+    late: float = 0.0
+    phase: float = 0.0
+
+
+class SharedTurn(NamedTuple):
+    """A shared store's answer to a request for a turn.
+
+    Attributes:
+        wait: Seconds to wait before sending (the turn is reserved), or, when
+            ``lease`` is None, before asking again (a pause, the cap, Redis down).
+        lease: The shared lease to hand back when the request is finished.
+        delay: The fleet's delay for the slot, if one is shared.
+        pause: Seconds the fleet's pause of the slot still runs (0: none).
+        due: When the reserved send is due, on ``time.monotonic``'s clock
+            (None: not known; ``wait`` from now).
+        senders: The processes that took a turn on the slot lately.
+        joined: The turn follows this process's own previous turn of a run
+            (rule 8): it goes no sooner than a gap after that one went.
+        closes: The last turn of its run: the next send may be another
+            process's.
+    """
+
+    wait: float
+    lease: str | None
+    delay: float | None
+    pause: float
+    due: float | None = None
+    senders: int = 1
+    joined: bool = False
+    closes: bool = True
+
+
+class Lateness:
+    """How late this process's reserved sends left, lately (rule 1).
+
+    A send reserved at ``t`` leaves when the process gets to it: later when
+    its event loop or its CPU is busy. The figure is the 90th percentile of
+    the last :data:`LATE_SAMPLES` sends, at most :data:`LATE_MOST`: the
+    typical lateness widens the gap after this process's sends, and a send
+    later than that is not sent at its turn (:meth:`Fleet._done`).
+    """
+
+    __slots__ = ("_samples", "_seen", "value")
+
+    def __init__(self) -> None:
+        self._samples: list[float] = []
+        self._seen = 0
+        self.value = 0.0
+        """Seconds: the typical lateness (0 until 20 sends have shown it)."""
+
+    def add(self, late: float) -> None:
+        late = min(max(late, 0.0), LATE_MOST)
+        samples = self._samples
+        if len(samples) < LATE_SAMPLES:
+            samples.append(late)
+        else:
+            samples[self._seen % LATE_SAMPLES] = late
+        self._seen += 1
+        if self._seen % 20 == 0:  # sorting each time would cost more than it tells
+            ordered = sorted(samples)
+            self.value = ordered[len(ordered) * 9 // 10]
+
+
+class Run:
+    """This process's turns of one slot (rule 8): those reserved that no request
+    took yet, the last one reserved, and how many the next run asks for.
+
+    Pure: every method is given ``now`` on the clock the turns' due times are
+    on. The store keeps one per slot.
+    """
+
+    __slots__ = (
+        "_demand",
+        "_pending",
+        "_turns",
+        "delay",
+        "last_due",
+        "length",
+        "senders",
+        "spacing",
+    )
+
+    def __init__(self) -> None:
+        self._turns: deque[tuple[float, str]] = deque()
+        self.delay: float | None = None
+        """The fleet's delay when the run was reserved."""
+        self.senders = 1
+        """The processes that took a turn on the slot then."""
+        self.length = 1
+        """How many turns the next run asks for."""
+        self.last_due = -math.inf
+        """When the last turn this process reserved is due."""
+        self.spacing = 0.0
+        """Seconds between the turns of the last run."""
+        self._demand = False
+        self._pending = -math.inf  # the last reserved turn a request may wait for
+
+    def next(
+        self, now: float, room: float
+    ) -> tuple[tuple[float, str, bool] | float | int, list[str]]:
+        """What a request of this process does at ``now``, and the leases of the
+        turns more than ``room`` past their due that no request took (to hand
+        back; the next run is one turn long again):
+
+        * a tuple ``(due, lease, closes)``: it takes the run's next turn;
+        * a float: it waits until then, when this process's last reserved turn
+          is due, before asking (one reservation waiting per process);
+        * an int: it asks the store for a run of that many turns: twice the
+          last run's when a request of this process waited for that run or
+          took a turn of it (its requests come as fast as the fleet's turns),
+          else one.
+        """
+        stale: list[str] = []
+        turns = self._turns
+        while turns and turns[0][0] < now - room:
+            stale.append(turns.popleft()[1])
+            self._demand = False
+            self.length = 1
+        if turns:
+            due, lease = turns.popleft()
+            self._demand = True
+            return (due, lease, not turns), stale
+        if self._pending > now + room:
+            self._demand = True
+            return self._pending, stale
+        self.length = min(2 * self.length, RUN_MOST) if self._demand else 1
+        self._demand = False
+        return self.length, stale
+
+    def room(self, now: float, gap: float) -> float:
+        """Seconds to leave after the run asked for at ``now``: more after this
+        process's first turn of the slot in a while (a new connection's setup)."""
+        if now - self.last_due <= FRESH_AFTER:
+            return 0.0
+        return min(FRESH_ROOM * gap, FRESH_MOST)
+
+    def reserved(
+        self,
+        dues: list[float],
+        leases: list[str],
+        spacing: float,
+        delay: float | None,
+        senders: int,
+    ) -> None:
+        """The store reserved a run, its turns ``spacing`` apart: the asker takes
+        the first turn, the rest wait here."""
+        self._turns.extend(zip(dues[1:], leases[1:], strict=True))
+        self.last_due = self._pending = dues[-1]
+        self.spacing, self.delay, self.senders = spacing, delay, senders
+
+    def drop(self) -> list[str]:
+        """Every turn left, to hand back (a pause began, no request of this
+        process waits for the slot, the slot is forgotten)."""
+        leases = [lease for _, lease in self._turns]
+        if leases:
+            self._pending = -math.inf  # nothing of the run is left to wait for
+        self._turns.clear()
+        self._demand = False
+        self.length = 1
+        return leases
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+
+@runtime_checkable
+class SharedTurns(Protocol):
+    """A store several processes share, spacing their sends together (the rules above).
+
+    Every time it is given is on the throttle's clock (``now``).
+    """
+
+    async def take_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+        """Reserve the slot's next send across the fleet (rules 1, 2 and 6)."""
+        ...
+
+    def take_turn_blocking(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+        """:meth:`take_turn` for a thread (the sync clients)."""
+        ...
+
+    def changed(
+        self,
+        key: str,
+        state: SlotState,
+        now: float,
+        *,
+        sent_at: float,
+        backed_off: bool,
+        ok: bool = False,
+        strict: bool = False,
+    ) -> None:
+        """The slot's record changed after a request sent at ``sent_at``: share it
+        soon. ``ok``: the host let that request through; ``strict``: the slot's
+        pace is one the host was said to allow (rule 5)."""
+        ...
+
+    def released(self, key: str, lease: str) -> None:
+        """A request holding shared ``lease`` is finished (rule 7)."""
+        ...
+
+    def idle(self, key: str) -> None:
+        """No request of this process is left for the slot: the turns it
+        reserved ahead go back (rule 8)."""
+        ...
