@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from autothrottle import Throttle
-from autothrottle.httpx import AsyncThrottledClient
+from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
 from autothrottle.store import MemoryStore
 from httpx_packages import PACKAGES, bind
 
@@ -271,3 +271,31 @@ async def test_a_pool_timeout_you_set_bounds_the_wait_to_open(
         with pytest.raises(httpx.PoolTimeout):
             await client.get(urls[1])
         assert (await first).status_code == 200
+
+
+async def test_the_sync_client_opens_connections_a_few_at_a_time_too(
+    package: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opening_limit(package, monkeypatch, 1)
+    addresses = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    async with slow_servers(addresses, 0.2) as (urls, most):
+        with ThrottledClient(throttle=Throttle(start_delay=0.0)) as client:
+            statuses = await asyncio.gather(
+                *(asyncio.to_thread(lambda url=url: client.get(url).status_code) for url in urls)
+            )
+    assert statuses == [200, 200, 200]
+    assert most[0] == 1
+
+
+async def test_the_sync_client_bounds_the_wait_to_open_by_a_pool_timeout_you_set(
+    package: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opening_limit(package, monkeypatch, 1)
+    timeout = httpx.Timeout(5.0, pool=0.1)
+    async with slow_servers(["127.0.0.2", "127.0.0.3"], 1.0) as (urls, _):
+        with ThrottledClient(throttle=Throttle(start_delay=0.0), timeout=timeout) as client:
+            first = asyncio.ensure_future(asyncio.to_thread(client.get, urls[0]))
+            await asyncio.sleep(0.3)  # its connection is being opened
+            with pytest.raises(httpx.PoolTimeout):
+                await asyncio.to_thread(client.get, urls[1])
+            assert (await first).status_code == 200
