@@ -11,8 +11,10 @@ The gate reads the slot's learned state (the pace, the limits, the cap) from
 its :class:`~autothrottle._state.SlotState` and writes none of it but the
 counters of sends (through :class:`~autothrottle._counters.Counters`). It
 keeps only what belongs to this process: the queue, the holds in flight, the
-last send, the delay its gap began with, the jitter factor, the burst tokens,
-and for a strict pace the arrival guard (:mod:`autothrottle._arrivals`).
+last send, the delay its gap began with, the jitter factor, the burst tokens.
+What it keeps of the wire (rule 10: the last request on it, the lead, for a
+strict pace the arrival guard) is its first layer,
+:class:`~autothrottle._wire.WireTurn`, which :class:`Gate` is written over.
 
 This module's interface to the rest of the engine is :class:`Gate`'s public
 methods; nothing outside the engine calls it.
@@ -22,53 +24,21 @@ from __future__ import annotations
 
 import math
 import random
-import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from ._arrivals import ArrivalGuard
 from ._pace import RampUp
 from ._policy import SlotConfig
 from ._request import Cost
 from ._state import SlotState
 from ._tokens import TokenBook, TokenBudget
+from ._wire import Clock, Hold, WireTurn
 
 __all__ = ["Gate", "Hold", "Ticket"]
 
-Clock = Callable[[], float]
-
-
-class Hold(Protocol):
-    """What the gate keeps of one request in flight (a lease, for the throttle)."""
-
-    @property
-    def expires_at(self) -> float:
-        """When the hold stops counting even if never released."""
-        ...
-
-    def expire(self) -> None:
-        """Mark the hold released by expiry (the gate has already let go of it)."""
-        ...
-
-    sent_at: float
-    """When it was granted."""
-
-    wire_gap: float
-    """The spacing its grant kept after the grant before it; the wire keeps it too."""
-
-    wire_asked: float
-    """When it last asked for its wire turn and was told to wait."""
-
 
 H = TypeVar("H", bound=Hold)
-
-_LEAD_WEIGHT = 0.1
-"""Weight of one grant's way to the wire in the averaged lead (about the last 10)."""
-
-_MAX_LEAD = 0.05
-"""Seconds one grant's way to the wire counts for at most (a new connection's
-handshake is not the usual way)."""
 
 
 def _no_wake() -> None:
@@ -97,31 +67,21 @@ class Ticket:
         self.cost = cost
 
 
-class Gate:
+class Gate(WireTurn):
     """FIFO queue, concurrency cap, spacing, burst, pause and budget of one slot."""
 
     __slots__ = (
-        "_arrivals",
         "_begun",
-        "_clock",
-        "_due",
         "_factor",
         "_gap",
         "_holds",
-        "_lead",
         "_queue",
         "_rng",
         "_soonest",
         "_tokens",
         "_tokens_at",
         "_window_sends",
-        "_wire_gap",
-        "_wire_granted",
-        "_wire_last",
-        "config",
         "last_send",
-        "lock",
-        "state",
         "token_book",
     )
 
@@ -133,9 +93,7 @@ class Gate:
         clock: Clock,
         rng: random.Random,
     ) -> None:
-        self.state = state
-        self.config = config
-        self._clock = clock
+        super().__init__(state, config, clock)
         self._rng = rng
         self._queue: deque[Ticket] = deque()
         self._holds: set[Hold] = set()
@@ -144,27 +102,11 @@ class Gate:
         self._soonest = math.inf
         # The gap the next send keeps after the last one, as send_at found it.
         self._gap = 0.0
-        # How long a grant takes to reach its wire turn (the client's pool and
-        # locks), averaged: a spaced grant is made that much early (rule 10).
-        self._lead = 0.0
         self.last_send: float | None = None
-        self._wire_last: float | None = None
-        # The grant time and gap of the request that last went on the wire.
-        self._wire_granted = -math.inf
-        self._wire_gap = 0.0
-        # When the request that last went on the wire reached the host, at the
-        # latest; kept only while the slot's pace is strict (rule 10).
-        self._arrivals: ArrivalGuard | None = None
         self._factor = 1.0
         # The delay in force at the last grant: a gap once begun is never
         # shortened by a delay that fell since (rule 3).
         self._begun = 0.0
-        # When the head was told it may go: how late it comes is the timing
-        # noise of this process (rule 10, the arrival margin).
-        self._due = -math.inf
-        # Threads (the sync client, several event loops) share slots: every
-        # change to the gate and to the slot's state happens under this lock.
-        self.lock = threading.RLock()
         # The burst allowance of a policy with burst > 1: a token bucket that
         # refills one token per delay, up to the burst.
         self._tokens = float(config.burst)
@@ -181,9 +123,9 @@ class Gate:
 
     def in_flight(self) -> int:
         """Holds not yet released nor expired."""
-        if self._holds and self._clock() >= self._soonest:
+        if self._holds and self.clock() >= self._soonest:
             with self.lock:
-                self._expire(self._clock())
+                self._expire(self.clock())
         return len(self._holds)
 
     def queued(self) -> int:
@@ -194,7 +136,7 @@ class Gate:
         """Nothing queued or in flight, and no pause or budget still in force."""
         if self._queue or self.in_flight():
             return False
-        now = self._clock()
+        now = self.clock()
         limits = self.state.limits
         return now >= limits.pause_until and now >= limits.budget_until
 
@@ -212,7 +154,7 @@ class Gate:
         It also keeps the gap that time keeps after the last send, for the
         grant that may follow at once, under the same hold of the lock.
         """
-        last = self._last_arrival(self.last_send)
+        last = self.counts_from(self.last_send)
         at = self.state.limits.pause_until
         if last is None:
             self._gap = 0.0
@@ -221,21 +163,12 @@ class Gate:
             gap = self._gap = spaced - last if spaced > last else 0.0
             # Early by the time a grant takes to reach the wire, at most a
             # quarter of the gap: the wire turn still keeps the whole gap.
-            lead = self._lead if self._lead < 0.25 * gap else 0.25 * gap
+            lead = self.lead if self.lead < 0.25 * gap else 0.25 * gap
             if spaced - lead > at:
                 at = spaced - lead
         if self.token_book.windows:
             at = max(at, TokenBudget.fits_at(self.token_book, cost, now))
         return at
-
-    def _last_arrival(self, last: float | None) -> float | None:
-        """Where the next gap counts from after a send at ``last``: ``last``, or
-        with a strict pace the latest the last request on the wire may have
-        reached the host, and the arrival margin on top (rule 10)."""
-        arrivals = self._arrivals
-        if arrivals is None or last is None:
-            return last
-        return arrivals.since(last, self.state.pace.delay)
 
     def _spaced_at(self, now: float, last: float) -> float:
         """When the spacing rules (delay, burst, budget, sustained pace) allow a send."""
@@ -312,80 +245,9 @@ class Gate:
                     if queue and queue[0] is head:
                         queue.popleft()
 
-    def wire_wait(self, hold: Hold) -> float:
-        """Pass a granted request onto the wire now, or say how long to wait first.
-
-        A grant may wait in the client's pool or on connection setup and then
-        leave together with others; the wire keeps each grant's spacing
-        (``docs/scheduling.md``, rule 10). Returns 0.0 when the request may go
-        now, and records that it went: no sooner than the last request that
-        went plus this hold's gap, and not during a pause. Otherwise returns
-        the seconds to wait before asking again. The check and the record are
-        one step under the lock, so two requests never pass closer than the
-        gap, however late either wakes up.
-        """
-        lock = self.lock
-        lock.acquire()  # not `with`: on every request, it costs twice as much
-        try:
-            now = self._clock()
-            if hold.wire_asked == -math.inf:  # its first ask: the connection is ready
-                took = min(now - hold.sent_at, _MAX_LEAD)
-                self._lead += _LEAD_WEIGHT * (took - self._lead)
-            last = self._last_arrival(self._wire_last)
-            pause_until = self.state.limits.pause_until
-            if last is None:
-                at = pause_until
-            else:
-                # Two requests may reach the wire in the other order than they
-                # were granted (the earlier one waited on a pool being built):
-                # between them goes the gap of the later grant of the two.
-                later = hold.sent_at >= self._wire_granted
-                at = last + (hold.wire_gap if later else self._wire_gap)
-                at = max(at, pause_until)
-            if now < at and now > hold.wire_asked:
-                hold.wire_asked = now
-                return at - now
-            # Go now; also when the clock has not moved since this hold last
-            # asked (an injected clock that real sleeps do not advance).
-            self._wire_last = now
-            self._wire_granted = hold.sent_at
-            self._wire_gap = hold.wire_gap
-            return 0.0
-        finally:
-            lock.release()
-
     def set_by_hand(self) -> None:
         """The delay is being set by hand: it applies to the gap already begun."""
         self._begun = 0.0
-
-    def answered(self, sent_at: float | None, latency: float, now: float) -> None:
-        """An answer came, ``latency`` seconds after its request (granted at
-        ``sent_at``) went on the wire: note when that request reached the host,
-        at the latest, while the slot's pace is strict (rule 10)."""
-        arrivals = self._arrivals
-        if arrivals is None:
-            if not self._strict(now):
-                return
-            arrivals = self._arrivals = ArrivalGuard()
-        last = sent_at is not None and sent_at == self._wire_granted
-        arrivals.answered(latency, self._wire_last if last else None)
-
-    def widen_margin(self, gap: float) -> bool:
-        """A refusal at the stated pace ``gap``: the arrival margin grows a step.
-        False when there is no guard or its margin is at its most: then the
-        refusal is not the host's jitter (``docs/recovery.md``)."""
-        arrivals = self._arrivals
-        return arrivals is not None and arrivals.widen(gap)
-
-    def _strict(self, now: float) -> bool:
-        """Whether the slot's gap is a pace it was told the host holds arrivals
-        to: the policy's own fixed pace, a ``min_delay``, or a pace the host
-        stated in its headers."""
-        config = self.config
-        if config.policy.strict_spacing or config.min_delay > 0.0:
-            return True
-        limits = self.state.limits
-        return now < limits.sustained_until or now < limits.budget_until
 
     # -- what the driver calls -----------------------------------------------------
 
@@ -396,7 +258,7 @@ class Gate:
         try:
             if self._queue or len(self._holds) >= self.cap():
                 return None
-            now = self._clock()
+            now = self.clock()
             if now < self.send_at(now, cost):
                 return None
             return self._grant(now, make, cost)
@@ -426,22 +288,19 @@ class Gate:
             queue.popleft()  # a waiter whose event loop closed under it
         if queue[0] is not ticket:
             return math.inf
-        now = self._clock()
+        now = self.clock()
         cap = self.cap()
         if len(self._holds) >= cap:
             self._expire(now)
             if len(self._holds) >= cap:
-                self._due = -math.inf
+                self.head_due(-math.inf)
                 soonest = min(hold.expires_at for hold in self._holds)
                 return max(soonest - now, 0.0) if math.isfinite(soonest) else math.inf
         wait = self.send_at(now, ticket.cost) - now
         if wait > 0:
-            self._due = now + wait
+            self.head_due(now + wait)
             return wait
-        if self._due > -math.inf:
-            if self._arrivals is not None:
-                self._arrivals.late(now - self._due)
-            self._due = -math.inf
+        self.head_went(now)
         self._queue.popleft()
         ticket.hold = self._grant(now, make, ticket.cost)
         self.wake()
@@ -471,7 +330,7 @@ class Gate:
         lock.acquire()
         try:
             self._holds.discard(hold)
-            self.state.counters.touch(self._clock())
+            self.state.counters.touch(self.clock())
             self.wake()
         finally:
             lock.release()

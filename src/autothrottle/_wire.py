@@ -1,0 +1,196 @@
+"""The gate's first layer: the wire keeps each grant's spacing (rule 10).
+
+A grant may wait in the client's pool or on connection setup and then leave
+together with others; the wire keeps each grant's spacing
+(``docs/scheduling.md``, rule 10). :class:`WireTurn` is the part of a slot's
+gate that holds this: what went on the wire last, with which gap; how long a
+grant takes to reach the wire (the lead, by which a spaced grant is made
+early); and, while the slot's pace is strict, the arrival guard
+(:mod:`autothrottle._arrivals`): when the last request on the wire reached
+its host at the latest, and the margin a strict pace keeps, fed by the timing
+noise of this process (how late a head told it may go came to ask).
+
+:class:`~autothrottle._gate.Gate` is written over it. The fields here are
+written only by this module; the gate reads them through the public names
+below (``lead``, :meth:`WireTurn.counts_from`) and tells it when its head was
+told to go (:meth:`WireTurn.head_due`) and went (:meth:`WireTurn.head_went`).
+Like the gate, it reads time only through the injected clock.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from ._arrivals import ArrivalGuard
+from ._policy import SlotConfig
+from ._state import SlotState
+
+__all__ = ["Clock", "Hold", "WireTurn"]
+
+Clock = Callable[[], float]
+
+
+class Hold(Protocol):
+    """What the gate keeps of one request in flight (a lease, for the throttle)."""
+
+    @property
+    def expires_at(self) -> float:
+        """When the hold stops counting even if never released."""
+        ...
+
+    def expire(self) -> None:
+        """Mark the hold released by expiry (the gate has already let go of it)."""
+        ...
+
+    sent_at: float
+    """When it was granted."""
+
+    wire_gap: float
+    """The spacing its grant kept after the grant before it; the wire keeps it too."""
+
+    wire_asked: float
+    """When it last asked for its wire turn and was told to wait."""
+
+
+_LEAD_WEIGHT = 0.1
+"""Weight of one grant's way to the wire in the averaged lead (about the last 10)."""
+
+_MAX_LEAD = 0.05
+"""Seconds one grant's way to the wire counts for at most (a new connection's
+handshake is not the usual way)."""
+
+
+class WireTurn:
+    """What one slot's gate keeps of the wire: the last request on it, the lead,
+    the arrival guard; and the slot's record, settings, clock and lock, which
+    every layer of the gate reads."""
+
+    __slots__ = (
+        "_arrivals",
+        "_due",
+        "_wire_gap",
+        "_wire_granted",
+        "_wire_last",
+        "clock",
+        "config",
+        "lead",
+        "lock",
+        "state",
+    )
+
+    def __init__(self, state: SlotState, config: SlotConfig, clock: Clock) -> None:
+        self.state = state
+        self.config = config
+        self.clock = clock
+        # Threads (the sync client, several event loops) share slots: every
+        # change to the gate and to the slot's state happens under this lock.
+        self.lock = threading.RLock()
+        # How long a grant takes to reach its wire turn (the client's pool and
+        # locks), averaged: a spaced grant is made that much early (rule 10).
+        self.lead = 0.0
+        self._wire_last: float | None = None
+        # The grant time and gap of the request that last went on the wire.
+        self._wire_granted = -math.inf
+        self._wire_gap = 0.0
+        # When the request that last went on the wire reached the host, at the
+        # latest; kept only while the slot's pace is strict (rule 10).
+        self._arrivals: ArrivalGuard | None = None
+        # When the head was told it may go: how late it comes is the timing
+        # noise of this process (rule 10, the arrival margin).
+        self._due = -math.inf
+
+    def counts_from(self, last: float | None) -> float | None:
+        """Where the next gap counts from after a send at ``last``: ``last``, or
+        with a strict pace the latest the last request on the wire may have
+        reached the host, and the arrival margin on top (rule 10)."""
+        arrivals = self._arrivals
+        if arrivals is None or last is None:
+            return last
+        return arrivals.since(last, self.state.pace.delay)
+
+    def head_due(self, at: float) -> None:
+        """The head was told it may go at ``at`` (``-inf``: it waits on the cap,
+        not on the clock, so how late it comes says nothing)."""
+        self._due = at
+
+    def head_went(self, now: float) -> None:
+        """The head was granted at ``now``: how late it came after it was told it
+        may go is this process's timing noise, which the arrival margin covers."""
+        if self._due > -math.inf:
+            if self._arrivals is not None:
+                self._arrivals.late(now - self._due)
+            self._due = -math.inf
+
+    def wire_wait(self, hold: Hold) -> float:
+        """Pass a granted request onto the wire now, or say how long to wait first.
+
+        A grant may wait in the client's pool or on connection setup and then
+        leave together with others; the wire keeps each grant's spacing
+        (``docs/scheduling.md``, rule 10). Returns 0.0 when the request may go
+        now, and records that it went: no sooner than the last request that
+        went plus this hold's gap, and not during a pause. Otherwise returns
+        the seconds to wait before asking again. The check and the record are
+        one step under the lock, so two requests never pass closer than the
+        gap, however late either wakes up.
+        """
+        lock = self.lock
+        lock.acquire()  # not `with`: on every request, it costs twice as much
+        try:
+            now = self.clock()
+            if hold.wire_asked == -math.inf:  # its first ask: the connection is ready
+                took = min(now - hold.sent_at, _MAX_LEAD)
+                self.lead += _LEAD_WEIGHT * (took - self.lead)
+            last = self.counts_from(self._wire_last)
+            pause_until = self.state.limits.pause_until
+            if last is None:
+                at = pause_until
+            else:
+                # Two requests may reach the wire in the other order than they
+                # were granted (the earlier one waited on a pool being built):
+                # between them goes the gap of the later grant of the two.
+                later = hold.sent_at >= self._wire_granted
+                at = last + (hold.wire_gap if later else self._wire_gap)
+                at = max(at, pause_until)
+            if now < at and now > hold.wire_asked:
+                hold.wire_asked = now
+                return at - now
+            # Go now; also when the clock has not moved since this hold last
+            # asked (an injected clock that real sleeps do not advance).
+            self._wire_last = now
+            self._wire_granted = hold.sent_at
+            self._wire_gap = hold.wire_gap
+            return 0.0
+        finally:
+            lock.release()
+
+    def answered(self, sent_at: float | None, latency: float, now: float) -> None:
+        """An answer came, ``latency`` seconds after its request (granted at
+        ``sent_at``) went on the wire: note when that request reached the host,
+        at the latest, while the slot's pace is strict (rule 10)."""
+        arrivals = self._arrivals
+        if arrivals is None:
+            if not self._strict(now):
+                return
+            arrivals = self._arrivals = ArrivalGuard()
+        last = sent_at is not None and sent_at == self._wire_granted
+        arrivals.answered(latency, self._wire_last if last else None)
+
+    def widen_margin(self, gap: float) -> bool:
+        """A refusal at the stated pace ``gap``: the arrival margin grows a step.
+        False when there is no guard or its margin is at its most: then the
+        refusal is not the host's jitter (``docs/recovery.md``)."""
+        arrivals = self._arrivals
+        return arrivals is not None and arrivals.widen(gap)
+
+    def _strict(self, now: float) -> bool:
+        """Whether the slot's gap is a pace it was told the host holds arrivals
+        to: the policy's own fixed pace, a ``min_delay``, or a pace the host
+        stated in its headers."""
+        config = self.config
+        if config.policy.strict_spacing or config.min_delay > 0.0:
+            return True
+        limits = self.state.limits
+        return now < limits.sustained_until or now < limits.budget_until
