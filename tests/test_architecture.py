@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import json
 import math
+import re
 import subprocess
 import sys
 import tomllib
@@ -250,6 +251,21 @@ def test_every_module_of_a_layered_subpackage_is_in_its_contract() -> None:
             listed = {n.strip() for layer in contract["layers"] for n in layer.split("|")}
             present = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
             assert present <= listed, f"add to {container}'s layers: {sorted(present - listed)}"
+
+
+def test_every_module_of_a_layers_contract_is_drawn_in_docs_architecture() -> None:
+    """docs/architecture.md draws the contracts' layers and says what each module owns:
+    a module that joins a contract joins the drawing."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    missing = []
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        for layer in contract.get("layers", []):
+            for name in layer.replace(":", "|").split("|"):
+                short = name.strip().rpartition(".")[2]
+                if not re.search(rf"`?(?<![\w]){re.escape(short)}(?!\w)", text):
+                    missing.append(name.strip())
+    assert not missing, f"draw these modules in docs/architecture.md: {missing}"
 
 
 @pytest.mark.parametrize(
