@@ -72,6 +72,7 @@ class Gate(WireTurn):
 
     __slots__ = (
         "_begun",
+        "_due",
         "_factor",
         "_gap",
         "_holds",
@@ -107,6 +108,9 @@ class Gate(WireTurn):
         # The delay in force at the last grant: a gap once begun is never
         # shortened by a delay that fell since (rule 3).
         self._begun = 0.0
+        # When the head was told it may go: how late it comes is the timing
+        # noise of this process (rule 10, the arrival margin).
+        self._due = -math.inf
         # The burst allowance of a policy with burst > 1: a token bucket that
         # refills one token per delay, up to the burst.
         self._tokens = float(config.burst)
@@ -293,14 +297,18 @@ class Gate(WireTurn):
         if len(self._holds) >= cap:
             self._expire(now)
             if len(self._holds) >= cap:
-                self.head_due(-math.inf)
+                self._due = -math.inf
                 soonest = min(hold.expires_at for hold in self._holds)
                 return max(soonest - now, 0.0) if math.isfinite(soonest) else math.inf
         wait = self.send_at(now, ticket.cost) - now
         if wait > 0:
-            self.head_due(now + wait)
+            self._due = now + wait
             return wait
-        self.head_went(now)
+        if self._due > -math.inf:
+            arrivals = self.arrivals
+            if arrivals is not None:
+                arrivals.late(now - self._due)
+            self._due = -math.inf
         self._queue.popleft()
         ticket.hold = self._grant(now, make, ticket.cost)
         self.wake()

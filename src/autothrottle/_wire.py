@@ -7,14 +7,13 @@ gate that holds this: what went on the wire last, with which gap; how long a
 grant takes to reach the wire (the lead, by which a spaced grant is made
 early); and, while the slot's pace is strict, the arrival guard
 (:mod:`autothrottle._arrivals`): when the last request on the wire reached
-its host at the latest, and the margin a strict pace keeps, fed by the timing
-noise of this process (how late a head told it may go came to ask).
+its host at the latest, and the margin a strict pace keeps.
 
 :class:`~autothrottle._gate.Gate` is written over it. The fields here are
 written only by this module; the gate reads them through the public names
-below (``lead``, :meth:`WireTurn.counts_from`) and tells it when its head was
-told to go (:meth:`WireTurn.head_due`) and went (:meth:`WireTurn.head_went`).
-Like the gate, it reads time only through the injected clock.
+below (``lead``, :meth:`WireTurn.counts_from`, and ``arrivals``, which it
+tells how late a head came after it was told it may go: the timing noise of
+this process). Like the gate, it reads time only through the injected clock.
 """
 
 from __future__ import annotations
@@ -69,11 +68,10 @@ class WireTurn:
     every layer of the gate reads."""
 
     __slots__ = (
-        "_arrivals",
-        "_due",
         "_wire_gap",
         "_wire_granted",
         "_wire_last",
+        "arrivals",
         "clock",
         "config",
         "lead",
@@ -97,32 +95,16 @@ class WireTurn:
         self._wire_gap = 0.0
         # When the request that last went on the wire reached the host, at the
         # latest; kept only while the slot's pace is strict (rule 10).
-        self._arrivals: ArrivalGuard | None = None
-        # When the head was told it may go: how late it comes is the timing
-        # noise of this process (rule 10, the arrival margin).
-        self._due = -math.inf
+        self.arrivals: ArrivalGuard | None = None
 
     def counts_from(self, last: float | None) -> float | None:
         """Where the next gap counts from after a send at ``last``: ``last``, or
         with a strict pace the latest the last request on the wire may have
         reached the host, and the arrival margin on top (rule 10)."""
-        arrivals = self._arrivals
+        arrivals = self.arrivals
         if arrivals is None or last is None:
             return last
         return arrivals.since(last, self.state.pace.delay)
-
-    def head_due(self, at: float) -> None:
-        """The head was told it may go at ``at`` (``-inf``: it waits on the cap,
-        not on the clock, so how late it comes says nothing)."""
-        self._due = at
-
-    def head_went(self, now: float) -> None:
-        """The head was granted at ``now``: how late it came after it was told it
-        may go is this process's timing noise, which the arrival margin covers."""
-        if self._due > -math.inf:
-            if self._arrivals is not None:
-                self._arrivals.late(now - self._due)
-            self._due = -math.inf
 
     def wire_wait(self, hold: Hold) -> float:
         """Pass a granted request onto the wire now, or say how long to wait first.
@@ -170,11 +152,11 @@ class WireTurn:
         """An answer came, ``latency`` seconds after its request (granted at
         ``sent_at``) went on the wire: note when that request reached the host,
         at the latest, while the slot's pace is strict (rule 10)."""
-        arrivals = self._arrivals
+        arrivals = self.arrivals
         if arrivals is None:
             if not self._strict(now):
                 return
-            arrivals = self._arrivals = ArrivalGuard()
+            arrivals = self.arrivals = ArrivalGuard()
         last = sent_at is not None and sent_at == self._wire_granted
         arrivals.answered(latency, self._wire_last if last else None)
 
@@ -182,7 +164,7 @@ class WireTurn:
         """A refusal at the stated pace ``gap``: the arrival margin grows a step.
         False when there is no guard or its margin is at its most: then the
         refusal is not the host's jitter (``docs/recovery.md``)."""
-        arrivals = self._arrivals
+        arrivals = self.arrivals
         return arrivals is not None and arrivals.widen(gap)
 
     def _strict(self, now: float) -> bool:
