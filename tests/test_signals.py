@@ -464,6 +464,72 @@ async def test_retry_after_false_ignores_the_header() -> None:
     assert not await gate_closed(throttle)
 
 
+async def refuse_at(
+    clock: FakeClock, throttle: Throttle, gap: float, retry_after: str
+) -> tuple[float, float]:
+    """A 429 with ``Retry-After`` for a request sent ``gap`` after the last, the slot
+    at that gap: when it was sent, and when the pause it left ends."""
+    throttle.slot(KEY).delay = gap
+    clock.advance(gap)
+    lease = await take(throttle)
+    lease.observe(latency=0.0, status=429, headers={"Retry-After": retry_after})
+    lease.release()
+    return lease.sent_at, clock.now + throttle.slot(KEY).snapshot().pause_remaining
+
+
+async def test_a_whole_second_retry_after_at_a_pace_the_host_kept_ends_one_gap_on() -> None:
+    # 10/s let through for 2 s, then refused at that pace with "Retry-After: 1":
+    # a token due within 0.1 s, rounded up to the second. The pause ends 0.1 s
+    # after the refused request was sent; the refusal still backs off (0.2 s).
+    clock, throttle = fake(start_delay=0.1)
+    await succeed_at(clock, throttle, 10.0, 2.0)
+    sent, until = await refuse_at(clock, throttle, 0.1, "1")
+    assert until == pytest.approx(sent + 0.1)
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.backoffs == 1
+    assert snap.delay == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize(("lag_asks", "paused"), [("1", 0.0), ("30", 30.0)])
+async def test_a_lagging_refusal_extends_no_pause_of_its_bursts_first(
+    lag_asks: str, paused: float
+) -> None:
+    # Two requests 0.1 s apart at the kept pace, both refused: the second was
+    # sent before the first's backoff, the lag of the same pace, and its
+    # "Retry-After: 1" the same rounding. A longer wait is the host's new word.
+    clock, throttle = fake(start_delay=0.1, max_concurrency=2)
+    await succeed_at(clock, throttle, 10.0, 2.0)
+    throttle.slot(KEY).delay = 0.1
+    clock.advance(0.1)
+    first = await take(throttle)
+    clock.advance(0.1)
+    second = await take(throttle)
+    clock.advance(0.01)
+    first.observe(latency=0.0, status=429, headers={"Retry-After": "1"})
+    # The pause ended one gap after the first was sent, when the second went.
+    assert throttle.slot(KEY).snapshot().pause_remaining == 0.0
+    second.observe(latency=0.0, status=429, headers={"Retry-After": lag_asks})
+    snap = throttle.slot(KEY).snapshot()
+    assert snap.pause_remaining == pytest.approx(paused)
+    assert (snap.backoffs, snap.ignored_backoffs) == (1, 1)
+
+
+async def test_a_longer_retry_after_at_a_kept_pace_is_a_penalty_and_held() -> None:
+    clock, throttle = fake(start_delay=0.1)
+    await succeed_at(clock, throttle, 10.0, 2.0)
+    _, until = await refuse_at(clock, throttle, 0.1, "2")
+    assert until == pytest.approx(clock.now + 2.0)
+
+
+async def test_a_retry_after_for_a_pace_the_host_never_kept_is_held_whole() -> None:
+    # 2/s let through, then a request 20 ms after the last (Scrapy's rule
+    # halving its delay): the host kept no such pace, its second is waited out.
+    clock, throttle = fake(start_delay=0.5)
+    await succeed_at(clock, throttle, 2.0, 2.0)
+    _, until = await refuse_at(clock, throttle, 0.02, "1")
+    assert until == pytest.approx(clock.now + 1.0)
+
+
 # =================================================================================
 # rate-limit headers
 # =================================================================================

@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ._headers import RateLimit
+from ._headers import HeaderSignals, RateLimit
 
-__all__ = ["Budget", "Limits"]
+__all__ = ["Budget", "Limits", "rounding"]
 
 
 @dataclass(slots=True)
@@ -127,3 +127,16 @@ class Budget:
             since = 0.0 if sent_at is None else max(0.0, now - sent_at)
             wait = min(wait, max(0.0, sustained - since))
         return wait
+
+
+def rounding(read: HeaderSignals | None, gap: float) -> bool:
+    """Whether every wait a refusal's headers ask for is at most ``gap`` rounded
+    up to the second: the rounding of a token due within a gap. A longer wait
+    (a ``Retry-After``, an exhausted budget's reset) is a penalty."""
+    if read is None:
+        return True
+    longest = max(1.0, math.ceil(gap))
+    if read.retry_after is not None and read.retry_after > longest:
+        return False
+    budget = read.rate_limit
+    return budget is None or budget.remaining > 0 or budget.reset <= longest

@@ -27,7 +27,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 from ._cache import CacheShare
 from ._events import Listeners, ThrottleEvent
 from ._headers import HeaderSignals, read_headers
-from ._limits import Budget
+from ._limits import Budget, rounding
 from ._log import log_delay, log_pause, note, seconds_text
 from ._pace import RampUp
 from ._policies import AutoThrottlePolicy
@@ -160,8 +160,13 @@ class Rules:
         if read is not None:
             said = read.retry_after is not None or read.rate_limit is not None or read.tokens
             if said or read.ignored:
+                latest = (
+                    math.inf
+                    if reason is None
+                    else self._pause_bound(slot, read, sent_at, edge, now)
+                )
                 self._apply_pacing_headers(
-                    slot, read, now, sent_at, refused=status >= 400, edge=edge
+                    slot, read, now, sent_at, refused=status >= 400, latest=latest
                 )
         if status < 400:
             # When this request reached the host, at the latest (a pace the
@@ -388,25 +393,61 @@ class Rules:
         slot keep until now: its arrival margin grows a step, and the stated gap
         is returned; 0.0 when the refusal is a real one (``docs/recovery.md``,
         "At the stated pace")."""
-        state = slot.state
-        if sent_at is None or not first_of_burst(sent_at, state.refusal.backoff_at):
-            return 0.0
         gap = self._stated_gap(slot, now)
-        if gap <= 0.0 or state.pace.delay > gap:
+        if gap <= 0.0 or slot.state.pace.delay > gap:
             return 0.0
+        if not self._kept(slot, read, sent_at, gap, now):
+            return 0.0
+        return gap if slot.gate.widen_margin(gap) else 0.0
+
+    def _pause_bound(
+        self,
+        slot: LiveSlot,
+        read: HeaderSignals,
+        sent_at: float | None,
+        edge: float,
+        now: float,
+    ) -> float:
+        """Seconds from ``now`` that a pause a refusal asks for may last at most
+        (inf: no bound). The host's wait is the rounding of a token due within
+        a gap (``docs/recovery.md``, "At a pace the host kept") when the
+        refused request was sent at the stated pace (``edge``, the gap), or at
+        a pace the host let the slot keep lately: it then ends one gap after
+        that request was sent. The refusal of a request sent before the slot's
+        last backoff, the lag of the pace that backoff answered, extends no
+        pause of its burst's first."""
+        if sent_at is None:
+            return math.inf
+        if edge:
+            return max(0.0, sent_at + edge - now)
+        state = slot.state
+        if not first_of_burst(sent_at, state.refusal.backoff_at):
+            if not rounding(read, state.pace.delay):
+                return math.inf
+            return max(0.0, state.limits.pause_until - now)
+        gap = refused_pace(state.pace.delay, state.counters.last_latency, slot.gate.in_flight())
+        if self._kept(slot, read, sent_at, gap, now):
+            return max(0.0, sent_at + gap - now)
+        return math.inf
+
+    def _kept(
+        self,
+        slot: LiveSlot,
+        read: HeaderSignals | None,
+        sent_at: float | None,
+        gap: float,
+        now: float,
+    ) -> bool:
+        """Whether a refusal answered at ``now`` is of a request sent at a pace of
+        ``gap`` the host let the slot keep lately (the first of its burst), and
+        asks for no pause longer than the gap rounded up to the second."""
+        state = slot.state
+        if sent_at is None or gap <= 0.0 or not first_of_burst(sent_at, state.refusal.backoff_at):
+            return False
         # In a fleet this process sees its share of the successes the host let through.
         if not self.recovery.let_through(state.refusal, gap * slot.senders, now):
-            return 0.0  # the host has not kept this pace: it is too fast
-        # A wait the host asked for longer than the gap rounded up to the
-        # second is a penalty, not the rounding of a token due within a gap.
-        longest = max(1.0, math.ceil(gap))
-        if read is not None:
-            if read.retry_after is not None and read.retry_after > longest:
-                return 0.0
-            budget = read.rate_limit
-            if budget is not None and budget.remaining <= 0 and budget.reset > longest:
-                return 0.0
-        return gap if slot.gate.widen_margin(gap) else 0.0
+            return False  # the host has not kept this pace: it is too fast
+        return rounding(read, gap)
 
     def _count_edge(self, slot: LiveSlot, reason: str, latency: float, status: int) -> None:
         """Count a refusal that cost a margin step: a backoff, of a step."""
@@ -426,12 +467,10 @@ class Rules:
         sent_at: float | None,
         *,
         refused: bool,
-        edge: float = 0.0,
+        latest: float = math.inf,
     ) -> None:
-        """Pause or space the slot as the headers say. ``edge``: the response refused
-        a request sent at this stated gap (:meth:`_edge_step`): no pause it asks
-        for lasts past one gap after that request, when the next send is due."""
-        latest = math.inf if not edge or sent_at is None else max(0.0, sent_at + edge - now)
+        """Pause or space the slot as the headers say; no pause lasts more than
+        ``latest`` seconds from ``now`` (:meth:`_pause_bound`)."""
         for problem in read.ignored:
             text = str(problem)
             # The kind is the header's name: a value that changes with every
