@@ -87,6 +87,22 @@ def test_a_pool_still_sending_is_kept_past_its_keep_alive(package: str) -> None:
     assert pools.expired(100.0 + 30.0) == [entry.pool]
 
 
+async def test_a_pool_is_never_kept_past_its_slots_idle_timeout(package: str) -> None:
+    throttle = Throttle(store=MemoryStore(idle_timeout=30.0))
+    async with AsyncThrottledClient(throttle=throttle) as client:
+        pools = client._transport.inner.pools  # type: ignore[attr-defined]
+        assert pools.longest == 30.0  # forgotten with the slot, not after it
+        assert pools.keep_for(600.0) == 30.0
+
+
+async def test_a_keep_alive_you_set_is_not_stretched(package: str) -> None:
+    limits = httpx.Limits(keepalive_expiry=2.0)
+    async with AsyncThrottledClient(throttle=Throttle(), limits=limits) as client:
+        pools = client._transport.inner.pools  # type: ignore[attr-defined]
+        assert (pools.expiry, pools.longest) == (2.0, 2.0)
+        assert pools.keep_for(20.0) == 2.0
+
+
 # -- the client, against loopback servers ------------------------------------------------
 
 
