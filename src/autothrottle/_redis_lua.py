@@ -85,7 +85,9 @@ for i = 1, turns do
 end
 local final = at + (turns - 1) * gap
 local free = final + gap + tonumber(ARGV[12]) * turns + (tonumber(ARGV[15]) or 0)
-redis.call('HSET', KEYS[1], 'tat', us(free), 'last', us(free - gap))
+local final_lease = ARGV[6]
+if turns > 1 then final_lease = final_lease .. ':' .. turns end
+redis.call('HSET', KEYS[1], 'tat', us(free), 'last', us(free - gap), 'final', final_lease)
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 redis.call('PEXPIRE', KEYS[2], math.max(tonumber(ARGV[7]), math.ceil((final - now + hold) / 1000)))
 return {us(at - now), ARGV[6], shown_delay, '0', processes, '', us(now), tostring(turns), us(gap)}
@@ -162,29 +164,27 @@ GIVE_BACK = (
     _NOW
     + """
 -- ARGV: the gap between the turns of the run (µs), then the leases of turns of one
---       run that no request took
--- Rule 8: an unused turn is handed back; when it is the latest one reserved (no
--- other process reserved after it), its time comes back to the fleet: the next
--- free time moves one gap earlier for each.
+--       run that no request took, the latest first
+-- Rule 8: an unused turn is handed back; when it is the latest turn reserved
+-- ('final': no process reserved after it), its time comes back to the fleet: the
+-- next free time moves one gap earlier, and the turn before it is the latest.
 local gap = tonumber(ARGV[1])
-local turns = {}
-for i = 2, #ARGV do
-  local score = redis.call('ZSCORE', KEYS[2], ARGV[i])
-  if score then turns[#turns + 1] = {tonumber(score), ARGV[i]} end
-end
-table.sort(turns, function(a, b) return a[1] > b[1] end)
+local state = redis.call('HMGET', KEYS[1], 'tat', 'last', 'final')
+local tat, last, final = tonumber(state[1]), tonumber(state[2]), state[3]
 local freed = 0
-for i, turn in ipairs(turns) do
-  local top = redis.call('ZREVRANGE', KEYS[2], 0, 0)
-  if top[1] == turn[2] and freed == i - 1 then freed = freed + 1 end
-  redis.call('ZREM', KEYS[2], turn[2])
+for i = 2, #ARGV do
+  local lease = ARGV[i]
+  redis.call('ZREM', KEYS[2], lease)
+  if tat and last and final and lease == final then
+    tat, last, freed = tat - gap, last - gap, freed + 1
+    local base, n = string.match(lease, '^(.*):(%d+)$')
+    if not base then final = false
+    elseif tonumber(n) == 2 then final = base
+    else final = base .. ':' .. (tonumber(n) - 1) end
+  end
 end
 if freed > 0 then
-  local state = redis.call('HMGET', KEYS[1], 'tat', 'last')
-  local tat, last = tonumber(state[1]), tonumber(state[2])
-  if tat and last then
-    redis.call('HSET', KEYS[1], 'tat', us(tat - freed * gap), 'last', us(last - freed * gap))
-  end
+  redis.call('HSET', KEYS[1], 'tat', us(tat), 'last', us(last), 'final', final or '')
 end
 return freed
 """

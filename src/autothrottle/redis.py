@@ -364,5 +364,5 @@ class RedisStore:
         return SharedTurn(wait, lease, delay, 0.0, due, senders, joined=True, closes=closes)
 
     def _hand_back(self, key: str, leases: list[str], gap: float) -> None:
-        """Turns of a run that no request took go back (rule 8)."""
-        self._send.unused(key, gap, leases)
+        """Turns of a run that no request took go back, the latest first (rule 8)."""
+        self._send.unused(key, gap, leases[::-1])
