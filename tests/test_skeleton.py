@@ -50,20 +50,17 @@ class Recording(Plug[str, Answer, str]):
         assert wiring == "wiring"
         self.steps.append("unwire")
 
-    def observe(self, exchange: Exchange, response: Answer, wiring: str) -> None:
-        self.steps.append("observe")
+    def respond(self, exchange: Exchange, response: Answer, wiring: str) -> Answer:
+        self.steps.append("respond")
         if self.observe_raises:
             raise ValueError("a classifier of the user's raised")
         exchange.responded(response.status, {})
+        exchange.lease.release()  # as if the body were finished at once
+        return response
 
     def close(self, response: Answer) -> None:
         self.steps.append("close")
         response.closed = True
-
-    def hold(self, exchange: Exchange, response: Answer) -> Answer:
-        self.steps.append("hold")
-        exchange.lease.release()  # as if the body were finished at once
-        return response
 
 
 OPTIONS = RequestOptions()
@@ -91,7 +88,7 @@ async def test_the_steps_come_in_order_and_the_response_teaches_the_slot() -> No
     answer = Answer()
     got = await paced(plug, throttle, "k", OPTIONS, None, _async(_sender(plug, answer)), "r")
     assert got is answer
-    assert plug.steps == ["wire", "send", "unwire", "observe", "hold"]
+    assert plug.steps == ["wire", "send", "unwire", "respond"]
     slot = throttle.slot("k")
     assert (slot.in_flight, slot.snapshot().responses, slot.snapshot().failures) == (0, 1, 0)
 
@@ -99,7 +96,7 @@ async def test_the_steps_come_in_order_and_the_response_teaches_the_slot() -> No
 def test_the_blocking_skeleton_takes_the_same_steps() -> None:
     throttle, plug = Throttle(start_delay=0.0), Recording()
     paced_blocking(plug, throttle, "k", OPTIONS, None, _sender(plug, Answer()), "r")
-    assert plug.steps == ["wire", "send", "unwire", "observe", "hold"]
+    assert plug.steps == ["wire", "send", "unwire", "respond"]
     assert throttle.slot("k").snapshot().responses == 1
 
 
@@ -122,7 +119,7 @@ async def test_a_failed_observation_closes_the_response_and_releases() -> None:
     answer = Answer()
     with pytest.raises(ValueError, match="classifier"):
         await paced(plug, throttle, "k", OPTIONS, None, _async(_sender(plug, answer)), "r")
-    assert plug.steps == ["wire", "send", "unwire", "observe", "close"]
+    assert plug.steps == ["wire", "send", "unwire", "respond", "close"]
     assert answer.closed
     assert throttle.slot("k").in_flight == 0
 

@@ -229,20 +229,21 @@ class _ThrottleMiddleware:
             return state.options
         return state.options.merged(from_header)
 
-    def _key(self, request: ClientRequest, options: RequestOptions) -> str:
-        if options.slot is not None:
-            return options.slot
-        url = request.url
-        return self.throttle.key_for(url, host=url.raw_host or "")
-
     def __call__(
         self, request: ClientRequest, handler: ClientHandlerType
     ) -> Coroutine[Any, Any, ClientResponse]:
         # Not a coroutine of its own: the skeleton's is what aiohttp awaits.
-        options = self._options(request)
+        if self._header_options_seen or CONTROL_HEADER in request.headers:
+            options = self._options(request)
+        else:  # the usual request: no control header on it, nor ever seen on one
+            state = REQUEST.get()
+            options = DEFAULT_OPTIONS if state is None or state.done else state.options
         if options.bypass:
             return cast("Coroutine[Any, Any, ClientResponse]", handler(request))
-        key = self._key(request, options)
+        key = options.slot
+        if key is None:
+            url = request.url
+            key = self.throttle.key_for(url, host=url.raw_host or "")
         return paced(_PLUG, self.throttle, key, options, options.max_wait, handler, request)
 
 
@@ -263,23 +264,23 @@ class _AiohttpPlug(Plug[ClientRequest, ClientResponse, "contextvars.Token[Exchan
     def unwire(self, request: ClientRequest, wiring: contextvars.Token[Exchange | None]) -> None:
         EXCHANGE.reset(wiring)
 
-    def observe(self, exchange: Exchange, response: ClientResponse, wiring: object) -> None:
+    def respond(
+        self, exchange: Exchange, response: ClientResponse, wiring: object
+    ) -> ClientResponse:
         # aiohttp's own response has no from_cache (a failed getattr costs).
         from_cache = type(response) is not ClientResponse and (
             getattr(response, "from_cache", False) is True
         )
         exchange.responded(response.status, response.headers, from_cache=from_cache)
-
-    def close(self, response: ClientResponse) -> None:
-        response.close()
-
-    def hold(self, exchange: Exchange, response: ClientResponse) -> ClientResponse:
         try:
             setattr(response, _EXCHANGE_ATTRIBUTE, exchange)
         except AttributeError:  # a response class with __slots__
             _INFO[response] = exchange
         hold_until_finished(response, exchange.lease)
         return response
+
+    def close(self, response: ClientResponse) -> None:
+        response.close()
 
 
 _PLUG = _AiohttpPlug()

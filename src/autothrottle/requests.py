@@ -276,21 +276,21 @@ class _RequestsPlug(Plug[requests.PreparedRequest, requests.Response, Timing]):
     def unwire(self, request: requests.PreparedRequest, wiring: Timing) -> None:
         SENDING.reset(wiring.token)
 
-    def observe(self, exchange: Exchange, response: requests.Response, wiring: Timing) -> None:
+    def respond(
+        self, exchange: Exchange, response: requests.Response, wiring: Timing
+    ) -> requests.Response:
         exchange.responded(
             response.status_code,
             response.headers,
             wiring.end,
             from_cache=getattr(response, "from_cache", False) is True,
         )
-
-    def close(self, response: requests.Response) -> None:
-        response.close()
-
-    def hold(self, exchange: Exchange, response: requests.Response) -> requests.Response:
         _INFO[response] = exchange.info()
         hold_until_finished(response.raw, exchange.lease)
         return response
+
+    def close(self, response: requests.Response) -> None:
+        response.close()
 
 
 _PLUG = _RequestsPlug()

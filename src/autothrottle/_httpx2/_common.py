@@ -28,8 +28,13 @@ from httpx2._types import (
 )
 
 from .._errors import ThrottleTimeout
-from .._exchange import Exchange
-from .._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
+from .._request import (
+    CONTROL_HEADER,
+    DEFAULT_OPTIONS,
+    RequestOptions,
+    options_from_header,
+    options_from_mapping,
+)
 from .._throttle import Throttle
 
 __all__ = ["ThrottlePoolTimeout"]
@@ -105,6 +110,10 @@ def _without_control_header(request: httpx2.Request) -> httpx2.Request:
     )
 
 
+_CONTROL_KEY = "autothrottle"
+_CONTROL_NAME = CONTROL_HEADER.lower().encode()
+
+
 def prepare(
     throttle: Throttle, request: httpx2.Request
 ) -> tuple[httpx2.Request, str | None, RequestOptions]:
@@ -113,12 +122,26 @@ def prepare(
     A request with no host is not throttled: the inner transport refuses it
     with httpx2's own error (``UnsupportedProtocol``), as a plain client would.
     """
-    options = options_from_mapping(request.extensions)
-    # get_list, not get: httpx2's get raises and catches a KeyError when the
-    # header is absent, as it is from almost every request.
-    values = request.headers.get_list(CONTROL_HEADER)
+    extensions = request.extensions
+    options = (
+        DEFAULT_OPTIONS if _CONTROL_KEY not in extensions else options_from_mapping(extensions)
+    )
     send = request
-    if values:
+    headers = request.headers
+    # Read from httpx2's own list of (name, lowercase name, value): asking
+    # `headers` decodes every name and value first (about 3 µs), and almost no
+    # request has the control header.
+    items = getattr(headers, "_list", None)
+    if type(items) is list:
+        present = False
+        for item in items:
+            if item[1] == _CONTROL_NAME:
+                present = True
+                break
+    else:  # not the httpx2 this was written against: ask it
+        present = CONTROL_HEADER in headers
+    if present:
+        values = headers.get_list(CONTROL_HEADER)
         options = options.merged(options_from_header(", ".join(values)))
         send = _without_control_header(request)
     if options.bypass:
@@ -145,65 +168,76 @@ class ThrottlePoolTimeout(ThrottleTimeout, httpx2.PoolTimeout):
         self._request = request
 
 
-#: Put on each request by the throttled clients: whether its pool timeout is
-#: one the user set (on the client or the request) rather than httpx2's default.
-POOL_TIMEOUT_SET = "autothrottle.pool_timeout_set"
 _DEFAULT_TIMEOUT = httpx2.Timeout(5.0).as_dict()
 
 
-def timeout_is_set(kwargs: Mapping[str, Any], client_timeout_set: bool) -> bool:
-    """Whether a request built with ``build_request(**kwargs)`` carries a timeout
-    the user chose: per request, in its extensions, or on the client."""
-    if client_timeout_set:
-        return True
-    if kwargs.get("timeout", httpx2.USE_CLIENT_DEFAULT) is not httpx2.USE_CLIENT_DEFAULT:
-        return True
-    extensions = kwargs.get("extensions")
-    # None first: an ABC's isinstance is a call, and most requests have none.
-    return extensions is not None and isinstance(extensions, Mapping) and "timeout" in extensions
+class DefaultTimeoutDict(dict[str, float | None]):
+    """A request's timeouts when they are httpx2's default on a throttled client
+    that was given none: its type says so, at no cost to the request."""
+
+    __slots__ = ()
 
 
-def _pool_bound(extensions: Mapping[str, Any]) -> float | None:
+class DefaultTimeout(httpx2.Timeout):
+    """httpx2's default timeout, as a throttled client given none keeps it: httpx2
+    copies it into each request with :meth:`as_dict`, which marks the copy.
+    Any other timeout (set on the client later, or per request) is a plain
+    ``httpx2.Timeout`` again, and so a choice."""
+
+    def as_dict(self) -> dict[str, float | None]:
+        return DefaultTimeoutDict(
+            connect=self.connect, read=self.read, write=self.write, pool=self.pool
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, httpx2.Timeout) and httpx2.Timeout.__eq__(other, self)
+
+    __hash__ = httpx2.Timeout.__hash__  # None, as httpx2.Timeout's: it defines __eq__
+
+
+def _pool_bound(extensions: Mapping[str, Any], client: bool) -> float | None:
     """httpx2's pool timeout of a request when the user set it, else None.
 
     Waiting for the turn is waiting to send, as waiting for the pool is, so a
     pool timeout the user chose bounds it. httpx2's default (5 s, on every
     client that was given none) does not: a wait the user did not bound must
-    not fail. The throttled clients mark each request; for a plain
-    ``httpx2.AsyncClient`` around a transport, a timeout equal to httpx2's
-    default counts as the default.
+    not fail. A throttled client marks its default (:class:`DefaultTimeout`),
+    so any other timeout that reaches its transports (``client``) was chosen;
+    for a plain ``httpx2.AsyncClient`` around a transport, a timeout equal to
+    httpx2's default counts as the default.
     """
-    chosen = extensions.get(POOL_TIMEOUT_SET)
-    if chosen is False:
-        return None  # a throttled client's request with httpx2's default: the usual
     timeout = extensions.get("timeout")
+    if type(timeout) is DefaultTimeoutDict:
+        return None  # a throttled client's request with httpx2's default: the usual
     pool = timeout.get("pool") if isinstance(timeout, dict) else None
     if not isinstance(pool, (int, float)):
         return None
-    if chosen is None:
-        chosen = timeout != _DEFAULT_TIMEOUT
-    return float(pool) if chosen else None
+    return float(pool) if client or timeout != _DEFAULT_TIMEOUT else None
 
 
-def wait_bound(request: httpx2.Request, options: RequestOptions) -> float | None:
+def wait_bound(request: httpx2.Request, options: RequestOptions, client: bool) -> float | None:
     """The bound on the wait for the turn: the request's ``max_wait`` option,
-    or a pool timeout the user set if shorter."""
-    pool = _pool_bound(request.extensions)
+    or a pool timeout the user set if shorter (``client``: the transport is a
+    throttled client's own)."""
+    extensions = request.extensions
+    if type(extensions.get("timeout")) is DefaultTimeoutDict:
+        return options.max_wait  # the usual: httpx2's default, which bounds nothing
+    pool = _pool_bound(extensions, client)
     wait = options.max_wait
     if pool is None or wait is None:
         return wait if pool is None else pool
     return min(pool, wait)
 
 
-def timed_out(error: ThrottleTimeout, request: httpx2.Request) -> ThrottlePoolTimeout:
+def timed_out(error: ThrottleTimeout, request: httpx2.Request, client: bool) -> ThrottlePoolTimeout:
     """The error to raise for a turn that did not come, naming the bound reached."""
-    pool = _pool_bound(request.extensions)
+    pool = _pool_bound(request.extensions, client)
     if pool is not None and error.waited == pool:
         error = ThrottleTimeout(error.slot, error.waited, "httpx2 pool timeout")
     return ThrottlePoolTimeout(error, request)
 
 
-def _from_cache(extensions: Mapping[str, Any]) -> bool:
+def from_cache(extensions: Mapping[str, Any]) -> bool:
     """Whether hishel answered from its cache: ``extensions["from_cache"]``
     (hishel 0.x) or ``extensions["caching"]["from_cache"]`` (hishel 1 and 2)."""
     if extensions.get("from_cache") is True:
@@ -212,17 +246,6 @@ def _from_cache(extensions: Mapping[str, Any]) -> bool:
     if caching is None:  # no hishel (an ABC's isinstance is a call)
         return False
     return isinstance(caching, Mapping) and caching.get("from_cache") is True
-
-
-def responded(exchange: Exchange, response: httpx2.Response, headers_at: float | None) -> None:
-    """Observe ``response`` (its headers arrived at ``headers_at``); on an
-    error the lease is released and the caller must close the response."""
-    exchange.responded(
-        response.status_code,
-        response.headers,
-        headers_at,
-        from_cache=_from_cache(response.extensions),
-    )
 
 
 def cache_outside(transport: Any, wrap: Callable[[Any], Any]) -> Any | None:
@@ -237,32 +260,9 @@ def cache_outside(transport: Any, wrap: Callable[[Any], Any]) -> Any | None:
     return None
 
 
-def tracked(response: httpx2.Response, exchange: Exchange, stream: Any) -> httpx2.Response:
-    """``response`` with what the throttle did on it, holding the lease until its
-    body is finished (``stream``: the async or sync lease stream)."""
-    response.extensions = {**response.extensions, "autothrottle": exchange.info()}
-    if response.is_closed:  # the inner transport already read the body
-        exchange.lease.release()
-    else:
-        response.stream = stream(response.stream, exchange.lease)
-    return response
-
-
 #: Put on a request being sent, for the per-origin pools: its slot, whose
 #: pace says how long the origin's connection is worth keeping.
 SLOT = "autothrottle.slot"
-
-
-def traced(send: httpx2.Request, tracer: Any) -> dict[str, Any]:
-    """Put ``tracer`` (and the slot of its exchange) on ``send``; return the
-    extensions to restore after sending.
-
-    The client copies these extensions into redirect hops: they must not
-    inherit this hop's tracer.
-    """
-    extensions = send.extensions
-    send.extensions = {**extensions, "trace": tracer, SLOT: tracer.exchange.lease.slot}
-    return extensions
 
 
 # -- a connection pool per origin ------------------------------------------------------
@@ -433,7 +433,7 @@ class Openings:
         semaphore = self._async
         if semaphore is None:
             semaphore = self._async = anyio.Semaphore(self.LIMIT)
-        bound = _pool_bound(request.extensions)
+        bound = _pool_bound(request.extensions, client=True)  # the throttled client's own pools
         if bound is None:
             await semaphore.acquire()
             return
@@ -448,7 +448,7 @@ class Openings:
             self._async.release()
 
     def enter_blocking(self, request: httpx2.Request) -> None:
-        bound = _pool_bound(request.extensions)
+        bound = _pool_bound(request.extensions, client=True)  # the throttled client's own pools
         if not self._sync.acquire(timeout=bound):
             raise httpx2.PoolTimeout(_OPENING_TIMEOUT.format(bound))
 

@@ -20,7 +20,6 @@ from types import TracebackType
 from typing import Any, Self, Unpack, cast
 
 import httpx2
-from httpx2._types import TimeoutTypes
 
 from .._errors import ThrottleTimeout
 from .._exchange import Exchange, Hold, Plug, paced_blocking
@@ -28,24 +27,21 @@ from .._lease import Lease
 from .._throttle import Throttle
 from ._common import (
     COMPLETE,
-    POOL_TIMEOUT_SET,
     SLOT,
     STARTED,
     ClientOptions,
+    DefaultTimeout,
     Openings,
     Pools,
     cache_outside,
     check_pool_per_host,
     check_throttle,
+    from_cache,
     host_failure,
     opens_connection,
     pools_for,
     prepare,
-    responded,
     timed_out,
-    timeout_is_set,
-    traced,
-    tracked,
     wait_bound,
 )
 
@@ -133,6 +129,8 @@ class _LeaseStream(httpx2.SyncByteStream):
     or garbage-collected without either.
     """
 
+    _chunks: Iterator[bytes]
+
     def __init__(self, inner: httpx2.SyncByteStream, lease: Lease) -> None:
         self._inner = inner
         self._hold: Hold | None = Hold(lease, self)
@@ -144,8 +142,18 @@ class _LeaseStream(httpx2.SyncByteStream):
             hold.release()
 
     def __iter__(self) -> Iterator[bytes]:
-        chunks = iter(self._inner)
-        return _LeaseChunks(self, chunks)
+        # Its own iterator: httpx2 iterates a response's stream once. Not an
+        # async generator, which costs asyncio's hooks (a weak set's add, then
+        # its removal) on every response.
+        self._chunks = iter(self._inner)
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._chunks)
+        except BaseException:  # the end, a failure, a cancellation
+            self.finished()
+            raise
 
     def close(self) -> None:
         try:
@@ -156,68 +164,68 @@ class _LeaseStream(httpx2.SyncByteStream):
             self.finished()
 
 
-class _LeaseChunks:
-    """The chunks of a :class:`_LeaseStream`, which is finished at their end or
-    when one fails. An iterator object rather than a generator: an async
-    generator costs asyncio's hooks (a weak set's add, then its removal) on
-    every response."""
-
-    __slots__ = ("_chunks", "_stream")
-
-    def __init__(self, stream: _LeaseStream, chunks: Iterator[bytes]) -> None:
-        self._stream = stream
-        self._chunks = chunks
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self
-
-    def __next__(self) -> bytes:
-        try:
-            return next(self._chunks)
-        except BaseException:  # the end, a failure, a cancellation
-            self._stream.finished()
-            raise
-
-
 class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, "_Tracer | _WireTracer"]):
-    """How httpx2 sends and reads, for the request skeleton (``_exchange.paced_blocking``)."""
+    """How httpx2 sends and reads, for the request skeleton (``_exchange.paced_blocking``).
 
-    __slots__ = ()
+    ``client``: the transport is a throttled client's own, which marks httpx2's
+    default timeout on its requests (``_common.DefaultTimeout``).
+    """
+
+    __slots__ = ("client",)
+
+    def __init__(self, client: bool) -> None:
+        self.client = client
 
     def host_failure(self, error: BaseException) -> bool:
         return host_failure(error)
 
     def timed_out(self, error: ThrottleTimeout, request: httpx2.Request) -> BaseException:
-        return timed_out(error, request)
+        return timed_out(error, request, self.client)
 
     def wire(self, exchange: Exchange, request: httpx2.Request) -> _Tracer | _WireTracer:
-        user = request.extensions.get("trace")
+        # The trace goes on a copy of the extensions, restored after sending: the
+        # client copies them into redirect hops, which must not inherit this one's.
+        extensions = request.extensions
+        user = extensions.get("trace")
         tracer: _Tracer | _WireTracer
+        # The slot too, for the per-origin pools: its pace says how long to keep one.
+        slot = exchange.lease.slot
         if user is None:
             tracer = _WireTracer(exchange)
-            tracer.saved = traced(request, tracer)
-            tracer.extensions = request.extensions
+            tracer.extensions = request.extensions = {**extensions, "trace": tracer, SLOT: slot}
         else:
             tracer = _Tracer(exchange, user)
-            tracer.saved = traced(request, tracer)
+            request.extensions = {**extensions, "trace": tracer, SLOT: slot}
+        tracer.saved = extensions
         return tracer
 
     def unwire(self, request: httpx2.Request, wiring: _Tracer | _WireTracer) -> None:
         request.extensions = wiring.saved
 
-    def observe(
+    def respond(
         self, exchange: Exchange, response: httpx2.Response, wiring: _Tracer | _WireTracer
-    ) -> None:
-        responded(exchange, response, wiring.end)
+    ) -> httpx2.Response:
+        extensions = response.extensions
+        exchange.responded(
+            response.status_code,
+            response.headers,
+            wiring.end,
+            from_cache=from_cache(extensions),
+        )
+        response.extensions = {**extensions, "autothrottle": exchange.info()}
+        if response.is_closed:  # the inner transport already read the body
+            exchange.lease.release()
+        else:
+            stream = cast(httpx2.SyncByteStream, response.stream)
+            response.stream = _LeaseStream(stream, exchange.lease)
+        return response
 
     def close(self, response: httpx2.Response) -> None:
         response.close()
 
-    def hold(self, exchange: Exchange, response: httpx2.Response) -> httpx2.Response:
-        return tracked(response, exchange, _LeaseStream)
 
-
-_PLUG = _HttpxPlug()
+_PLUG = _HttpxPlug(client=False)
+_CLIENTS_PLUG = _HttpxPlug(client=True)
 
 
 class ThrottledTransport(httpx2.BaseTransport):
@@ -257,6 +265,7 @@ class ThrottledTransport(httpx2.BaseTransport):
         elif not isinstance(inner, httpx2.BaseTransport):
             raise TypeError(f"inner must be a httpx2.BaseTransport, got {inner!r}")
         self._inner = inner
+        self._plug = _PLUG
 
     @property
     def inner(self) -> httpx2.BaseTransport:
@@ -276,9 +285,10 @@ class ThrottledTransport(httpx2.BaseTransport):
         send, key, options = prepare(self._throttle, request)
         if key is None:
             return self._inner.handle_request(send)
-        bound = wait_bound(send, options)
+        plug = self._plug
+        bound = wait_bound(send, options, plug.client)
         inner = self._inner.handle_request
-        return paced_blocking(_PLUG, self._throttle, key, options, bound, inner, send)
+        return paced_blocking(plug, self._throttle, key, options, bound, inner, send)
 
     def close(self) -> None:
         """Close the inner transport."""
@@ -397,8 +407,9 @@ class ThrottledClient(httpx2.Client):
         # Set before httpx2 builds its transports, which goes through _wrap.
         self._throttle = check_throttle(throttle)
         self._pool_per_host = check_pool_per_host(pool_per_host, kwargs.get("transport"))
-        self._timeout_set = "timeout" in kwargs
         super().__init__(**kwargs)
+        if "timeout" not in kwargs:  # httpx2's default: marked, so it bounds no turn
+            self._timeout = DefaultTimeout(self._timeout)
         # httpx2 adds user mounts as given, without a hook: wrap them here.
         self._mounts = {
             pattern: None if transport is None else self._wrap(transport)
@@ -410,29 +421,15 @@ class ThrottledClient(httpx2.Client):
         """The throttle that paces this client's requests."""
         return self._throttle
 
-    @property
-    def timeout(self) -> httpx2.Timeout:
-        """The client's default timeout; setting it makes its pool timeout a
-        bound on the wait for the turn (httpx2's own default is not one)."""
-        return self._timeout
-
-    @timeout.setter
-    def timeout(self, timeout: TimeoutTypes) -> None:
-        self._timeout = httpx2.Timeout(timeout)
-        self._timeout_set = True
-
-    def build_request(self, *args: Any, **kwargs: Any) -> httpx2.Request:
-        request = super().build_request(*args, **kwargs)
-        request.extensions[POOL_TIMEOUT_SET] = timeout_is_set(kwargs, self._timeout_set)
-        return request
-
     def _wrap(self, transport: httpx2.BaseTransport) -> httpx2.BaseTransport:
         if isinstance(transport, ThrottledTransport):
             return transport
         cache = cache_outside(transport, self._wrap)
         if cache is not None:
             return cast(httpx2.BaseTransport, cache)
-        return ThrottledTransport(transport, throttle=self._throttle)
+        throttled = ThrottledTransport(transport, throttle=self._throttle)
+        throttled._plug = _CLIENTS_PLUG  # noqa: SLF001 (this module's own class)
+        return throttled
 
     def _init_transport(self, *args: Any, **kwargs: Any) -> httpx2.BaseTransport:
         make = super()._init_transport
@@ -445,4 +442,7 @@ class ThrottledClient(httpx2.Client):
     def _transport_for_url(self, url: httpx2.URL) -> httpx2.BaseTransport:
         # Every route is wrapped already; this catches a transport swapped in
         # per request by a patch of httpx2.Client (respx's "httpx2" mocker).
-        return self._wrap(super()._transport_for_url(url))
+        transport = super()._transport_for_url(url)
+        if type(transport) is ThrottledTransport:  # the usual: no call to _wrap
+            return transport
+        return self._wrap(transport)
