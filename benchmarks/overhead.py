@@ -50,7 +50,9 @@ Wall-clock rates and CPU times swing with other work on the machine.
 ``--instructions`` counts instructions instead (valgrind's callgrind, one
 request at a time, the difference between two run lengths so start-up
 cancels), which load does not change: use it to compare two versions of the
-code. It takes several minutes.
+code. It takes several minutes. ``--tasks 8`` counts the same with eight
+concurrent tasks: with ``--policy adaptive`` they queue in the gate, so the
+waiting loop's cost (the driver's wake-ups) is counted too.
 
 httpcore calls ``import sniffio`` on every request; anyio >= 4.12 no longer
 installs sniffio, and a failing import searches ``sys.path`` each time
@@ -513,6 +515,13 @@ def _parse() -> argparse.Namespace:
         help="the throttle's policy (default autothrottle: no cap of its own; adaptive, "
         "Throttle()'s default, caps requests in flight, so concurrent tasks queue)",
     )
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        default=1,
+        help="with --instructions: requests from this many concurrent tasks (default 1, one "
+        "at a time; with --policy adaptive, more than its limit queue in the gate)",
+    )
     parser.add_argument("--count", nargs=4, help=argparse.SUPPRESS)  # one run under valgrind
     args = parser.parse_args()
     if args.quick:
@@ -521,6 +530,8 @@ def _parse() -> argparse.Namespace:
         parser.error("--rounds must be in [1, 50] and --seconds in [0.2, 60]")
     if not 1 <= args.concurrency <= 256:
         parser.error("--concurrency must be in [1, 256]")
+    if not 1 <= args.tasks <= 64:
+        parser.error("--tasks must be in [1, 64]")
     if not 0 <= args.server_delay <= 1000:
         parser.error("--server-delay must be in [0, 1000] ms")
     return args
@@ -635,24 +646,31 @@ COUNT_RUNS = {"engine": (2000, 6000), "aiohttp": (400, 1200), "httpx": (200, 600
 """Requests per run for the instruction counts: the difference of two runs is counted."""
 
 
-async def _count_requests(client: str, kind: str, n: int, url: str) -> None:
-    """``n`` requests one at a time, after a warm-up (what runs under valgrind)."""
+async def _count_requests(client: str, kind: str, n: int, url: str, tasks: int = 1) -> None:
+    """``n`` requests after a warm-up (what runs under valgrind): one at a time,
+    or from ``tasks`` concurrent tasks (which, with a policy that caps requests
+    in flight, queue in the gate: the waiting loop's cost counted too)."""
     if kind == "engine":
         await _engine_requests(client, 200)
         await _engine_requests(client, n)
         return
     variant = Variant(kind, client, kind)
-    await variant.open(url, 1)
+    await variant.open(url, tasks)
     fetch = variant.fetch
     assert fetch is not None
-    try:
-        for _ in range(20 + n):
+
+    async def worker(count: int) -> None:
+        for _ in range(count):
             await fetch()
+
+    try:
+        await asyncio.gather(*(worker(20 // tasks + 1) for _ in range(tasks)))
+        await asyncio.gather(*(worker(n // tasks) for _ in range(tasks)))
     finally:
         await variant.close()
 
 
-def _instructions(client: str, kind: str, n: int, url: str) -> int:
+def _instructions(client: str, kind: str, n: int, url: str, tasks: int = 1) -> int:
     command = [
         "valgrind",
         "--tool=callgrind",
@@ -661,6 +679,8 @@ def _instructions(client: str, kind: str, n: int, url: str) -> int:
         __file__,
         "--policy",
         POLICY[0],
+        "--tasks",
+        str(tasks),
         "--count",
         client,
         kind,
@@ -674,10 +694,10 @@ def _instructions(client: str, kind: str, n: int, url: str) -> int:
     raise RuntimeError(f"valgrind gave no count: {done.stderr[-500:]}")
 
 
-def _per_request(client: str, kind: str, url: str) -> float:
+def _per_request(client: str, kind: str, url: str, tasks: int = 1) -> float:
     few, many = COUNT_RUNS["engine" if kind == "engine" else client]
-    low = _instructions(client, kind, few, url)
-    high = _instructions(client, kind, many, url)
+    low = _instructions(client, kind, few, url, tasks)
+    high = _instructions(client, kind, many, url, tasks)
     return (high - low) / (many - few)
 
 
@@ -691,7 +711,7 @@ def instructions_main(args: argparse.Namespace) -> None:
             counts[client] = {}
             for kind in ("raw", "throttled", "engine"):
                 print(f"  counting {client} {kind} under valgrind ...", flush=True)
-                counts[client][kind] = _per_request(client, kind, server.url)
+                counts[client][kind] = _per_request(client, kind, server.url, args.tasks)
     finally:
         server.stop()
     rows = []
@@ -709,12 +729,20 @@ def instructions_main(args: argparse.Namespace) -> None:
             )
         )
     print_table(
-        "instructions per request (callgrind, one request at a time; load does not change them)",
+        f"instructions per request (callgrind, {_tasks_text(args.tasks)}; "
+        "load does not change them)",
         ["client", "raw", "throttled", "added", "engine alone", "adapter", "raw/throttled"],
         rows,
     )
-    doc = {"per_request": counts, "policy": args.policy}
-    print(f"results: {write_results('overhead_instructions', doc)}")
+    doc = {"per_request": counts, "policy": args.policy, "tasks": args.tasks}
+    name = (
+        "overhead_instructions" if args.tasks == 1 else f"overhead_instructions_{args.tasks}tasks"
+    )
+    print(f"results: {write_results(name, doc)}")
+
+
+def _tasks_text(tasks: int) -> str:
+    return "one request at a time" if tasks == 1 else f"{tasks} concurrent tasks"
 
 
 def main() -> None:
@@ -722,7 +750,7 @@ def main() -> None:
     POLICY[0] = args.policy
     if args.count:
         client, kind, n, url = args.count
-        asyncio.run(_count_requests(client, kind, int(n), url))
+        asyncio.run(_count_requests(client, kind, int(n), url, args.tasks))
         return
     if args.instructions:
         instructions_main(args)
