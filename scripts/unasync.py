@@ -105,6 +105,7 @@ def _plan() -> list[tuple[Path, Path, Callable[[str], str]]]:
         (PACKAGE / "httpx.py", PACKAGE / "httpx2.py", to_httpx2),
         (httpx / "__init__.py", httpx2 / "__init__.py", to_httpx2),
         (httpx / "_common.py", httpx2 / "_common.py", to_httpx2),
+        (httpx / "_pools.py", httpx2 / "_pools.py", to_httpx2),
         (httpx / "_async.py", httpx2 / "_async.py", lambda t: to_httpx2(drop_markers(t))),
         (httpx / "_async.py", httpx2 / "_sync.py", lambda t: to_httpx2(to_sync(t))),
     ]

@@ -30,7 +30,7 @@ def package(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def pools_module(package: str) -> Any:
-    return __import__(f"autothrottle._{package}._common", fromlist=["Pools"])
+    return __import__(f"autothrottle._{package}._pools", fromlist=["Pools"])
 
 
 def table(package: str, expiry: float = 5.0, longest: float | None = 60.0) -> Any:

@@ -28,22 +28,24 @@ from .._lease import Lease
 from .._throttle import Throttle
 from ._common import (
     COMPLETE,
-    SLOT,
     STARTED,
     ClientOptions,
     DefaultTimeout,
-    Openings,
-    Pools,
     cache_outside,
-    check_pool_per_host,
     check_throttle,
     from_cache,
     host_failure,
-    opens_connection,
-    pools_for,
     prepare,
     timed_out,
     wait_bound,
+)
+from ._pools import (
+    SLOT,
+    Openings,
+    Pools,
+    check_pool_per_host,
+    opens_connection,
+    pools_for,
 )
 
 __all__ = ["AsyncThrottledClient", "AsyncThrottledTransport"]
