@@ -132,7 +132,10 @@ async def four_workers_keep_the_pace_of_one(redis_url: str, name: str) -> None:
     lines = [line for out, _ in outputs for line in out.decode().splitlines()]
     assert lines.count("ok 200") == 40, lines
     assert len(target.arrivals) == 40
-    assert 9.0 <= target.rate() <= 10.6, target.rate()  # FixedRatePolicy(10), burst 1
+    # FixedRatePolicy(10), burst 1: never above it; the lower bound only says the
+    # processes share one pace rather than each taking the fleet's delay times four
+    # (2.5/s); starting four processes on a loaded machine costs the rest.
+    assert 6.0 <= target.rate() <= 10.6, target.rate()
     assert target.most_in_a_second() <= 10 + 1
 
 
@@ -497,7 +500,7 @@ async def test_sync_clients_in_threads_keep_the_fleets_pace() -> None:
 
         await asyncio.wait_for(asyncio.gather(*(asyncio.to_thread(worker) for _ in "abc")), 30)
     assert len(target.arrivals) == 30
-    assert 9.0 <= target.rate() <= 10.6, target.rate()
+    assert 6.0 <= target.rate() <= 10.6, target.rate()  # one pace, not three, nor a third of one
     assert target.most_in_a_second() <= 10 + 1
 
 
@@ -522,9 +525,13 @@ async def test_turns_are_reserved_the_spacing_margin_wider_than_the_gap() -> Non
     name = prefix()
     stores = [RedisStore(REDIS, prefix=name) for _ in "ab"]  # two processes
     margin = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0, SPACING_MARGIN)
-    first = await stores[0].take_turn("host", margin, time.monotonic())
+    asked = time.monotonic()
+    first = await stores[0].take_turn("host", margin, asked)
+    answered = time.monotonic()
     second = await stores[1].take_turn("host", margin, time.monotonic())
-    assert 0.0 <= first.wait <= 0.5 + 0.005  # the slot's phase point: at most a gap
+    # The slot's phase point: at most a gap after Redis ran the script, which a
+    # loaded machine may do a few ms after the turn was asked for.
+    assert 0.0 <= first.wait <= 0.5 + (answered - asked) + 0.005
     assert first.due is not None and second.due is not None
     # The first process's first turn of the slot: room for a new connection after it.
     fresh = min(FRESH_ROOM * 0.5, FRESH_MOST)

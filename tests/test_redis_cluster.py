@@ -155,5 +155,9 @@ async def test_slots_spread_over_the_shards_each_pace_as_on_one_redis(tmp_path: 
     assert time.monotonic() - started < 10
     for sent in times:
         gaps = [b - a for a, b in itertools.pairwise(sent)]
-        assert min(gaps) >= 0.05 - 0.01, gaps  # each slot at 20/s
+        # Each slot at 20/s: the turns are reserved 50 ms apart, so on average
+        # the gap holds; one turn returned late (a busy loop) shortens the next
+        # gap by its lateness, never to two turns at once.
+        assert sum(gaps) / len(gaps) >= 0.05 * 0.9, gaps
+        assert min(gaps) >= 0.05 - 0.03, gaps
     assert store.turns >= 60
