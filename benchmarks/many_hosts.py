@@ -38,6 +38,9 @@ Goals (docs/benchmarks.md), printed met or missed with the figure:
 It runs the library as shipped, with either client (``--client``, default
 aiohttp and httpx; ``all`` adds httpx-one-pool).
 
+``--wire-truth`` lines every wire turn up with the host's arrival stamps
+and prints where each gap's extra milliseconds go (``benchmarks/_wire_truth.py``).
+
 ``--headers`` makes the hosts send rate-limit headers too; ``--burst 2`` gives
 each host a bucket of 2 (a host that tolerates arrival jitter).
 
@@ -66,8 +69,10 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
+import _wire_truth
 import aiohttp
 from _common import RESULTS_DIR, SimProcess, control_session, print_table, write_results
 
@@ -337,15 +342,19 @@ async def run_once(sim: SimProcess, args: argparse.Namespace, client: str) -> di
         cpu0, t0 = time.process_time(), time.monotonic()
         if profiler is not None:
             profiler.enable()
-        counts = await crawl(
-            list(sim.hosts.values()), throttle, client, args.seconds, args.per_host
-        )
+        with _wire_truth.recording() if args.wire_truth else nullcontext() as passes:
+            counts = await crawl(
+                list(sim.hosts.values()), throttle, client, args.seconds, args.per_host
+            )
         if profiler is not None:
             profiler.disable()
         wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
         await sim.wait_idle(http)
         doc = await sim.stats(http)
     summary = summarize(doc, RATE)
+    if passes is not None:
+        summary["wire_truth"] = _wire_truth.report(passes, throttle, doc["hosts"])
+        _wire_truth.print_report(client, summary["wire_truth"])
     if profiler is not None:
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         profiler.dump_stats(RESULTS_DIR / f"many_hosts-{client}-{args.policy}.prof")
@@ -429,6 +438,12 @@ def main() -> None:
         "--profile",
         action="store_true",
         help="cProfile each crawl (CPU time); the profile in benchmarks/results/",
+    )
+    parser.add_argument(
+        "--wire-truth",
+        action="store_true",
+        help="line every wire turn up with the host's arrival stamps: where each "
+        "gap's extra ms go (benchmarks/_wire_truth.py)",
     )
     parser.add_argument(
         "--new-hosts",
