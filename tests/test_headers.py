@@ -705,3 +705,58 @@ def test_property_names_are_read_in_any_case(
     # The notes quote a name as the server spelled it.
     assert dataclasses.replace(read, ignored=()) == dataclasses.replace(signals, ignored=())
     assert [n.lower() for n in read.ignored] == [n.lower() for n in signals.ignored]
+
+
+# -- httpx's raw names ---------------------------------------------------------------
+
+
+class _DecodedHeaders(httpx.Headers):
+    """httpx's headers, read the full way: a subclass is not a raw_names type."""
+
+
+_RAW_NAMES = st.sampled_from(
+    [
+        b"Content-Type",
+        b"Server",
+        b"Retry-After",
+        b"retry-after",
+        b"AGE",
+        b"X-RateLimit-Remaining",
+        b"X-RateLimit-Remaining-To\xe2\x84\xaaens",  # a Kelvin sign: lower() gives "k"
+        b"X-Cache",
+        b"X-Caf\xe9",
+        b"RateLimit",
+    ]
+)
+_RAW_VALUES = st.sampled_from([b"1", b"HIT", b"5", b"limit=10, remaining=3, reset=20", b"x"])
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(_RAW_NAMES, _RAW_VALUES), max_size=6),
+    st.sampled_from([200, 304, 429]),
+    st.booleans(),
+)
+def test_httpx_raw_names_read_as_the_decoded_names(
+    raw: list[tuple[bytes, bytes]], status: int, from_cache: bool
+) -> None:
+    """Checking httpx's names undecoded finds what decoding them all finds,
+    whatever names were passed over before (the second read uses them)."""
+    from autothrottle._headers import raw_names
+
+    raw_names(httpx.Headers)
+    full = read_headers(status, _DecodedHeaders(raw), now=NOW, from_cache=from_cache)
+    for _ in range(2):
+        fast = read_headers(status, httpx.Headers(raw), now=NOW, from_cache=from_cache)
+        assert fast == full
+
+
+def test_the_raw_names_passed_over_are_bounded() -> None:
+    from autothrottle._headers import _names, raw_names
+
+    raw_names(httpx.Headers)
+    for i in range(3 * _names._PASSED_KEPT):
+        read_headers(200, httpx.Headers({f"X-Invented-{i}": "1"}), now=NOW)
+    assert len(_names.PASSED_RAW) <= _names._PASSED_KEPT
+    headers = httpx.Headers({"X-Invented-0": "1", "Age": "5"})
+    assert read_headers(200, headers, now=NOW).age == 5.0

@@ -29,11 +29,11 @@ from . import _ietf, _llm, _vendors
 from ._budget import RateLimit, combine
 from ._cache import age, served_by_cache
 from ._fields import read_family
-from ._names import PASSED, fold
+from ._names import PASSED, RAW_TYPES, fold, passed_raw, raw_names
 from ._retry_after import retry_after
 from ._values import check_now
 
-__all__ = ["HeaderSignals", "RateLimit", "read_headers"]
+__all__ = ["HeaderSignals", "RateLimit", "raw_names", "read_headers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +97,9 @@ def read_headers(
     """
     if type(now) is not float or not isfinite(now):
         check_now(now)  # raises
-    if PASSED.issuperset(headers):
-        # None of the names read (most responses): what fold would find, without the call.
+    if passed_raw(headers) if type(headers) in RAW_TYPES else PASSED.issuperset(headers):
+        # None of the names read (most responses): what fold would find, without
+        # the call (and for httpx, without decoding every field: `raw_names`).
         return _NOT_MODIFIED if status == 304 or from_cache else _NOTHING
     notes: list[str] = []
     folded = fold(headers, notes)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from ._values import MAX_FIELD
 
-__all__ = ["PASSED", "display", "fold"]
+__all__ = ["PASSED", "RAW_TYPES", "display", "fold", "passed_raw", "raw_names"]
 
 _TABLE = (
     # _retry_after
@@ -107,6 +107,47 @@ _PASSED_KEPT = 1024
 """Names remembered at most (a server inventing names must not grow memory)."""
 
 
+PASSED_RAW: set[bytes] = set()
+"""The same as :data:`PASSED` for the raw names of a header type whose
+``.raw`` is its ``(name, value)`` pairs in bytes (httpx's ``Headers``, see
+:func:`raw_names`): ASCII names only, as the server spelled them."""
+
+RAW_TYPES: set[type] = set()
+"""The header types :func:`raw_names` was told of."""
+
+
+def raw_names(header_type: type) -> None:
+    """Say that ``header_type``'s ``.raw`` lists its fields as ``(name, value)``
+    pairs of bytes, names as sent: whether none of them is read is then checked
+    on those bytes, without decoding every field (httpx decodes them all to
+    iterate its ``Headers``). An adapter calls this for its client's type."""
+    RAW_TYPES.add(header_type)
+
+
+def passed_raw(headers: Mapping[str, str]) -> bool:
+    """True when none of the names of ``headers``, of a :data:`RAW_TYPES`
+    type, is in the table: what :func:`fold` would find ({}), without decoding.
+
+    A raw name joins :data:`PASSED_RAW` only when it is ASCII and its lower
+    case is not in the table, and any client decodes an ASCII name to the same
+    text: so a name in it is one :func:`fold` passes over, whatever the
+    client's decoding. False (fold them the usual way) when a name is new or read.
+    """
+    names = dict(headers.raw)  # type: ignore[attr-defined]
+    passed = PASSED_RAW
+    if passed.issuperset(names):
+        return True
+    for name in names:
+        if (
+            len(passed) < _PASSED_KEPT
+            and isinstance(name, bytes)
+            and name.isascii()
+            and name.decode("ascii").lower() not in _NAMES
+        ):
+            passed.add(name)
+    return False
+
+
 def fold(headers: Mapping[str, str], notes: list[str]) -> dict[str, str]:
     """The headers of the table, keyed by lower-case name; the first value of each wins.
 
@@ -129,7 +170,9 @@ def fold(headers: Mapping[str, str], notes: list[str]) -> dict[str, str]:
             continue
         if name in folded:
             continue
-        value = headers[key]
+        # get, not []: httpx looks a name up by str.lower(), which turns a
+        # non-ASCII name into another (a Kelvin sign into "k") it cannot find.
+        value = headers.get(key)
         if not isinstance(value, str):
             continue
         if len(value) > MAX_FIELD:

@@ -24,6 +24,7 @@ from httpx._types import (
 )
 
 from .._errors import ThrottleTimeout
+from .._headers import raw_names
 from .._request import (
     CONTROL_HEADER,
     DEFAULT_OPTIONS,
@@ -37,6 +38,8 @@ __all__ = ["ThrottlePoolTimeout"]
 
 STARTED = ".send_request_headers.started"
 COMPLETE = ".receive_response_headers.complete"
+
+raw_names(httpx.Headers)  # the engine checks a response's names undecoded
 
 
 class ClientOptions(TypedDict, total=False):
