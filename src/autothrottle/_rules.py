@@ -207,10 +207,11 @@ class Rules:
             new = self._policy_delay(slot, latency, status, cache_hit)
             reason = "cache hit" if cache_hit else "latency"
         new = config.clamp(new)
-        floor = self.recovery.floor(state.refusal, now)
-        if new < floor:
-            new = min(floor, config.max_delay)
-            reason = "recovery floor"
+        if not state.refusal.refused_gap <= 0.0:  # else no floor (floor() says 0.0)
+            floor = self.recovery.floor(state.refusal, now)
+            if new < floor:
+                new = min(floor, config.max_delay)
+                reason = "recovery floor"
         may_lower = status == 200 and (not cache_hit or self.signals.cache_hits_lower_delay)
         if not may_lower and new < old and not by_share:
             new = old

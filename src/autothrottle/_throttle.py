@@ -25,7 +25,7 @@ from ._settings import BlockClassifier, Signals
 from ._slot import LiveSlot, Slot, SlotSnapshot
 from ._stats import Collector, ThrottleStats, collect, in_chunks
 from ._store import SlotStore
-from ._turns import Turns
+from ._turns import Maker, Turns
 from ._validate import check_int, check_number
 
 __all__ = ["Throttle"]
@@ -360,9 +360,12 @@ class Throttle:
             ValueError: ``cost`` is no such weight.
         """
         tokens = None if cost is None else check_cost(cost)
-        slot = self._live(key)
+        # The usual key and maker taken without a call each (every request comes here).
+        slot = self._table.get_or_create(key) if type(key) is str and key else self._live(key)
         turns = self._turns
-        make = turns.maker(slot, adjust)
+        make: Maker | None = slot.hold_maker if adjust else None
+        if make is None:
+            make = turns.maker(slot, adjust)
         lease = slot.gate.grant_now(make, tokens)
         if lease is not None and self._fleet is None:
             if max_wait is not None:
@@ -385,9 +388,12 @@ class Throttle:
         queue is FIFO across all of them.
         """
         tokens = None if cost is None else check_cost(cost)
-        slot = self._live(key)
+        # The usual key and maker taken without a call each (every request comes here).
+        slot = self._table.get_or_create(key) if type(key) is str and key else self._live(key)
         turns = self._turns
-        make = turns.maker(slot, adjust)
+        make: Maker | None = slot.hold_maker if adjust else None
+        if make is None:
+            make = turns.maker(slot, adjust)
         lease = slot.gate.grant_now(make, tokens)
         if lease is not None and self._fleet is None:
             if max_wait is not None:

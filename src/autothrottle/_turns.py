@@ -32,7 +32,7 @@ from ._rules import Rules
 from ._slot import LiveSlot
 from ._validate import check_number
 
-__all__ = ["Turns"]
+__all__ = ["Maker", "Turns"]
 
 Maker = Callable[[float], Lease]
 
