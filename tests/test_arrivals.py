@@ -20,7 +20,13 @@ from autothrottle import (
     FixedRatePolicy,
     Throttle,
 )
-from autothrottle._arrivals import LATENCY_WINDOW, MARGIN_STEP, MAX_MARGIN_SHARE, ArrivalGuard
+from autothrottle._arrivals import (
+    EARLY_ANSWERS,
+    LATENCY_WINDOW,
+    MARGIN_STEP,
+    MAX_MARGIN_SHARE,
+    ArrivalGuard,
+)
 from helpers import FakeClock, gate_of
 
 KEY = "example.com"
@@ -60,11 +66,36 @@ def test_the_first_answer_counts_its_whole_latency() -> None:
     assert guard.least_latency() == pytest.approx(0.030)
 
 
+def test_the_first_answers_count_their_whole_latency_then_their_excess() -> None:
+    # A crawl that starts many hosts at once answers its first rounds slowly:
+    # 30 ms, then 20 ms, where the path's own is 10 ms. An excess over the
+    # least of those would miss by 10-20 ms what the host saw.
+    guard = ArrivalGuard()
+    assert EARLY_ANSWERS == 4
+    guard.answered(0.030, wired_at=0.0)
+    guard.answered(0.020, wired_at=0.5)
+    assert guard.latest == pytest.approx(0.520)  # all 20 ms, not 20 - 30
+    guard.answered(0.010, wired_at=1.0)
+    guard.answered(0.010, wired_at=1.5)
+    assert guard.latest == pytest.approx(1.510)  # the fourth: still all of it
+    guard.answered(0.010, wired_at=2.0)  # the fifth: the excess over the least, 0
+    assert guard.latest == pytest.approx(1.510)
+    guard.answered(0.025, wired_at=2.5)  # 15 ms over the least of 10
+    assert guard.latest == pytest.approx(2.515)
+
+
+def warm(guard: ArrivalGuard, latency: float) -> None:
+    """The first answers, which count all of their latency, all at ``latency``."""
+    for _ in range(EARLY_ANSWERS):
+        guard.answered(latency, wired_at=None)
+
+
 def test_an_answer_slower_than_the_least_moves_the_arrival_by_the_excess() -> None:
     guard = ArrivalGuard()
+    warm(guard, 0.010)
     guard.answered(0.010, wired_at=0.0)
     guard.answered(0.010, wired_at=0.5)
-    assert guard.latest == pytest.approx(0.010)  # no excess: unchanged
+    assert guard.latest == -math.inf  # no excess: nothing moved
     guard.answered(0.090, wired_at=1.0)  # held up 80 ms somewhere
     assert guard.latest == pytest.approx(1.080)
     assert guard.since(1.0, gap=0.5) == pytest.approx(1.080)
@@ -72,6 +103,7 @@ def test_an_answer_slower_than_the_least_moves_the_arrival_by_the_excess() -> No
 
 def test_an_answer_faster_than_any_lately_counts_as_the_path_speeding_up() -> None:
     guard = ArrivalGuard()
+    warm(guard, 0.060)
     guard.answered(0.060, wired_at=0.0)
     guard.answered(0.035, wired_at=0.5)  # 25 ms faster: the next may gain as much
     assert guard.latest == pytest.approx(0.525)
@@ -143,7 +175,7 @@ def strict(**kwargs: object) -> tuple[FakeClock, Throttle]:
 def test_a_held_up_request_pushes_the_next_one_back_by_what_it_lost() -> None:
     clock, throttle = strict()
     slot = throttle.slot(KEY)
-    run_at_the_pace(clock, throttle, 3)  # the least latency: 10 ms
+    run_at_the_pace(clock, throttle, EARLY_ANSWERS + 1)  # the least latency: 10 ms
     clock.advance(max(0.0, gate_of(slot).send_at(clock.now) - clock.now))
     lease = throttle.try_acquire(KEY)
     assert lease is not None and lease.wire_wait() == 0.0

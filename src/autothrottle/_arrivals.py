@@ -16,8 +16,11 @@ it, from what the client can observe (``docs/scheduling.md``, rule 10):
   least latency)``, and the next gap counts from there: a held-up request
   never lets the next one arrive early. An answer *faster* than any lately
   says the path is speeding up (a burst at the host draining), and the next
-  request may gain as much again: that counts as well. The first answer has
-  no least to compare with, and all of its latency counts. Only an answer
+  request may gain as much again: that counts as well. The first
+  ``EARLY_ANSWERS`` answers count all of their latency: the least of so few
+  is no least (a crawl that starts many hosts at once answers its first
+  rounds slowly on both sides, and the excess over them then misses by
+  tens of milliseconds what the host saw). Only an answer
   that came back before the next request went counts (the latency is below
   the gap: a strict pace at a fast host, exactly when the host's gap is
   tight); a later one says nothing the next send could still use.
@@ -43,7 +46,11 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["LATENCY_WINDOW", "MARGIN_STEP", "MAX_MARGIN_SHARE", "ArrivalGuard"]
+__all__ = ["EARLY_ANSWERS", "LATENCY_WINDOW", "MARGIN_STEP", "MAX_MARGIN_SHARE", "ArrivalGuard"]
+
+EARLY_ANSWERS = 4
+"""The first answers count all of their latency, not their excess over the
+least: the least of fewer is no measure of the path's own."""
 
 LATENCY_WINDOW = 16
 """The least latency is the least of the last 16 to 32 answers: a host whose path
@@ -72,7 +79,16 @@ class ArrivalGuard:
         lateness: The averaged lateness of the slot's grants, in seconds.
     """
 
-    __slots__ = ("_count", "_lates", "_least", "_next", "lateness", "latest", "refused_margin")
+    __slots__ = (
+        "_answers",
+        "_count",
+        "_lates",
+        "_least",
+        "_next",
+        "lateness",
+        "latest",
+        "refused_margin",
+    )
 
     def __init__(self) -> None:
         self.latest = -math.inf
@@ -82,6 +98,7 @@ class ArrivalGuard:
         self._least = math.inf
         self._next = math.inf
         self._count = 0
+        self._answers = 0
 
     def least_latency(self) -> float:
         """The least latency of the last ``LATENCY_WINDOW`` to twice that answers (inf: none)."""
@@ -91,7 +108,11 @@ class ArrivalGuard:
         """Count one answer's ``latency``; ``wired_at``: when its request went on the
         wire, if it is the last request that did (None: another went since)."""
         least = self.least_latency()
-        late = latency if math.isinf(least) else abs(latency - least)
+        if self._answers < EARLY_ANSWERS:
+            self._answers += 1
+            late = latency
+        else:
+            late = abs(latency - least)
         if latency < self._next:
             self._next = latency
         self._count += 1
