@@ -310,11 +310,21 @@ def _client(kind: str, throttle: Throttle, **kwargs: Any) -> Any:
     inner = httpx.MockTransport(_ok)
     if kind == "AsyncThrottledClient":
         return AsyncThrottledClient(throttle=throttle, transport=inner, **kwargs)
+    if kind == "AsyncThrottledClient, its transport given as is":
+        given = AsyncThrottledTransport(inner, throttle=throttle)
+        return AsyncThrottledClient(throttle=throttle, transport=given, **kwargs)
     return httpx.AsyncClient(transport=AsyncThrottledTransport(inner, throttle=throttle), **kwargs)
 
 
 @pytest.mark.looptime
-@pytest.mark.parametrize("kind", ["AsyncThrottledClient", "httpx.AsyncClient"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "AsyncThrottledClient",
+        "httpx.AsyncClient",
+        "AsyncThrottledClient, its transport given as is",
+    ],
+)
 async def test_httpxs_default_timeout_never_fails_a_wait_for_the_turn(kind: str) -> None:
     throttle = Throttle(policy=FixedRatePolicy(1.0), clock=_loop_time)
     async with _client(kind, throttle) as client:
@@ -352,9 +362,12 @@ async def test_a_pool_timeout_you_set_bounds_the_wait_and_says_so(
 
 
 @pytest.mark.looptime
-async def test_a_default_timeout_set_explicitly_on_the_client_is_a_choice() -> None:
+@pytest.mark.parametrize(
+    "kind", ["AsyncThrottledClient", "AsyncThrottledClient, its transport given as is"]
+)
+async def test_a_default_timeout_set_explicitly_on_the_client_is_a_choice(kind: str) -> None:
     throttle = Throttle(policy=FixedRatePolicy(0.9), clock=_loop_time)
-    async with _client("AsyncThrottledClient", throttle, timeout=5.0) as client:
+    async with _client(kind, throttle, timeout=5.0) as client:
         results = await _eight(client)
     # Turns at 0, 1.1, ... 4.4 s; the three at 5.6, 6.7 and 7.8 s are past 5 s.
     assert sum(isinstance(r, ThrottlePoolTimeout) for r in results) == 3

@@ -8,6 +8,7 @@ line whose sync form differs says so in a trailing ``# unasync:`` comment
 
 from __future__ import annotations
 
+import copy
 import inspect  # unasync: -
 import logging
 from collections.abc import (
@@ -433,7 +434,15 @@ class AsyncThrottledClient(httpx.AsyncClient):
 
     def _wrap(self, transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
         if isinstance(transport, AsyncThrottledTransport):
-            return transport
+            if transport._plug is _CLIENTS_PLUG:  # noqa: SLF001 (this module's own class)
+                return transport
+            # Given as is: a copy (same inner transport, same throttle) that knows
+            # this client marks httpx's default timeout, so a timeout equal to it
+            # that the user chose still bounds the turn. The user's own transport
+            # is left as it was, for a plain client that may share it.
+            own = copy.copy(transport)
+            own._plug = _CLIENTS_PLUG  # noqa: SLF001 (this module's own class)
+            return own
         cache = cache_outside(transport, self._wrap)
         if cache is not None:
             return cast(httpx.AsyncBaseTransport, cache)

@@ -9,6 +9,7 @@ line whose sync form differs says so in a trailing ``# unasync:`` comment
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 from collections.abc import (
@@ -432,7 +433,15 @@ class AsyncThrottledClient(httpx2.AsyncClient):
 
     def _wrap(self, transport: httpx2.AsyncBaseTransport) -> httpx2.AsyncBaseTransport:
         if isinstance(transport, AsyncThrottledTransport):
-            return transport
+            if transport._plug is _CLIENTS_PLUG:  # noqa: SLF001 (this module's own class)
+                return transport
+            # Given as is: a copy (same inner transport, same throttle) that knows
+            # this client marks httpx2's default timeout, so a timeout equal to it
+            # that the user chose still bounds the turn. The user's own transport
+            # is left as it was, for a plain client that may share it.
+            own = copy.copy(transport)
+            own._plug = _CLIENTS_PLUG  # noqa: SLF001 (this module's own class)
+            return own
         cache = cache_outside(transport, self._wrap)
         if cache is not None:
             return cast(httpx2.AsyncBaseTransport, cache)
