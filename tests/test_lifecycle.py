@@ -397,6 +397,18 @@ def test_max_wait_is_validated(value: object) -> None:
         Throttle(max_wait=value)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("value", [-1.0, "soon", float("nan")])
+async def test_a_bad_max_wait_on_a_call_is_refused_before_a_turn_is_held(value: object) -> None:
+    # The turn is free, so a check after granting it would leave it held.
+    throttle = Throttle(start_delay=0.0, max_concurrency=1)
+    with pytest.raises((TypeError, ValueError), match="max_wait"):
+        await throttle.acquire("host", max_wait=value)  # type: ignore[arg-type]
+    with pytest.raises((TypeError, ValueError), match="max_wait"):
+        throttle.acquire_blocking("host", max_wait=value)  # type: ignore[arg-type]
+    assert throttle.slot("host").in_flight == 0
+    throttle.try_acquire("host").release()  # the one place is free: nothing was held
+
+
 async def test_without_request_options_aiohttp_still_paces_at_the_wire() -> None:
     # No TraceConfig at all: the connector hook alone takes the wire turn.
     delay = 0.2

@@ -360,6 +360,8 @@ class Throttle:
             ValueError: ``cost`` is no such weight.
         """
         tokens = None if cost is None else check_cost(cost)
+        if max_wait is not None:  # checked before a turn is taken: none is held on a bad one
+            max_wait = check_number("max_wait", max_wait)
         # The usual key and maker taken without a call each (every request comes here).
         slot = self._table.get_or_create(key) if type(key) is str and key else self._live(key)
         turns = self._turns
@@ -368,8 +370,6 @@ class Throttle:
             make = turns.maker(slot, adjust)
         lease = slot.gate.grant_now(make, tokens)
         if lease is not None and self._fleet is None:
-            if max_wait is not None:
-                check_number("max_wait", max_wait)
             return lease  # the turn is now: nothing to wait for or bound
         return await turns.take(slot, make, tokens, lease, max_wait)
 
@@ -388,6 +388,8 @@ class Throttle:
         queue is FIFO across all of them.
         """
         tokens = None if cost is None else check_cost(cost)
+        if max_wait is not None:  # checked before a turn is taken: none is held on a bad one
+            max_wait = check_number("max_wait", max_wait)
         # The usual key and maker taken without a call each (every request comes here).
         slot = self._table.get_or_create(key) if type(key) is str and key else self._live(key)
         turns = self._turns
@@ -396,8 +398,6 @@ class Throttle:
             make = turns.maker(slot, adjust)
         lease = slot.gate.grant_now(make, tokens)
         if lease is not None and self._fleet is None:
-            if max_wait is not None:
-                check_number("max_wait", max_wait)
             return lease  # the turn is now: nothing to wait for or bound
         return turns.take_blocking(slot, make, tokens, lease, max_wait)
 

@@ -30,7 +30,6 @@ from ._lease import Lease, Reporter
 from ._request import Cost
 from ._rules import Rules
 from ._slot import LiveSlot
-from ._validate import check_number
 
 __all__ = ["Maker", "Turns"]
 
@@ -77,12 +76,12 @@ class Turns:
 
     @staticmethod
     def bound(slot: LiveSlot, max_wait: float | None) -> float | None:
-        """The shorter of the request's bound and its slot's (per-host) one."""
+        """The shorter of the request's bound (checked by the caller) and its
+        slot's (per-host) one."""
         own = slot.config.max_wait
         if max_wait is None:
             return own
-        bound = check_number("max_wait", max_wait)
-        return bound if own is None else min(bound, own)
+        return max_wait if own is None else min(max_wait, own)
 
     async def take(
         self,
