@@ -240,7 +240,7 @@ class Plug(Generic[Request, Response, Wiring]):
 
     def wire(self, exchange: Exchange, request: Request) -> Wiring:
         """Just before sending: let the client's connection hook find ``exchange``
-        (rule 2); what is returned is handed to :meth:`unwire` and :meth:`observe`."""
+        (rule 2); what is returned is handed to :meth:`unwire` and :meth:`respond`."""
         raise NotImplementedError
 
     def unwire(self, request: Request, wiring: Wiring) -> None:
