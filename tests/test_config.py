@@ -164,7 +164,7 @@ def test_clock_must_be_callable(value: object) -> None:
     assert_names(info, "clock", value)
 
 
-@pytest.mark.parametrize("value", [42, "seed", random.random], ids=repr)
+@pytest.mark.parametrize("value", [42, "seed", random.random], ids=["int", "str", "function"])
 def test_rng_must_be_a_random(value: object) -> None:
     with pytest.raises(TypeError) as info:
         Throttle(rng=value)  # type: ignore[arg-type]
