@@ -95,6 +95,52 @@ def test_a_later_refusal_far_above_takes_the_geometric_mean() -> None:
     assert 1 / state.refused_gap == pytest.approx(20.0)  # sqrt(10 * 40)
 
 
+def test_a_later_refusal_measures_the_whole_span_since_the_last() -> None:
+    # A 10/s bucket with a burst of 2, after a refusal: the floor let the slot
+    # run at 9.6/s for 10 s, then came back past the limit at 10.5/s and spent
+    # the burst. Every success since the last refusal is the lower bound, the
+    # refused pace the upper one: the limit is taken between them.
+    recovery, state = Recovery(), Refusal(refused_gap=0.1, backoff_at=-1.0)
+    times = [i / 9.6 for i in range(97)]
+    times += [times[-1] + (i + 1) / 10.5 for i in range(15)]
+    succeed(recovery, state, times)
+    now = times[-1] + 1 / 10.5
+    recovery.refused(state, pace=1 / 10.5, now=now)
+    span = 111 / (now - times[0])  # every success since the last refusal, one less
+    assert state.allowed == pytest.approx(span)
+    assert 1 / state.refused_gap == pytest.approx(math.sqrt(span * 10.5))
+    assert 9.6 < 1 / state.refused_gap < 10.2
+
+
+def test_a_measured_rate_replaces_the_last_one() -> None:
+    # The successes right after a pause spend a refilled burst: 17.6/s read at
+    # a refusal 0.17 s in. Ten seconds on, at 9.8/s, that reading bounds
+    # nothing: kept, it would make the refused pace (10.5/s) the limit.
+    recovery, state = Recovery(), Refusal(refused_gap=0.1, backoff_at=-1.0)
+    succeed(recovery, state, [0.0, 0.05, 0.1, 0.15])
+    recovery.refused(state, pace=1 / 20, now=0.17)
+    assert state.allowed == pytest.approx(3 / 0.17)
+    times = [1.0 + i / 9.8 for i in range(99)]
+    succeed(recovery, state, times)
+    now = times[-1] + 1 / 10.5
+    recovery.refused(state, pace=1 / 10.5, now=now)
+    assert state.allowed == pytest.approx(98 / (now - 1.0))
+    assert 1 / state.refused_gap == pytest.approx(math.sqrt(state.allowed * 10.5))
+    assert 1 / state.refused_gap < 10.3
+
+
+def test_right_after_a_pause_the_last_measured_rate_stands_in() -> None:
+    # Two successes since the last refusal measure nothing: the rate the one
+    # before measured is the lower bound still.
+    recovery, state = Recovery(), Refusal(refused_gap=0.1, backoff_at=-1.0)
+    succeed(recovery, state, [i / 10 for i in range(51)])
+    recovery.refused(state, pace=1 / 10.5, now=5.1)
+    succeed(recovery, state, [6.2, 6.3])
+    recovery.refused(state, pace=1 / 12.0, now=6.35)
+    assert state.allowed == pytest.approx(50 / 5.1)
+    assert 1 / state.refused_gap == pytest.approx(math.sqrt(50 / 5.1 * 12.0))
+
+
 def test_a_refusal_with_nothing_counted_remembers_the_refused_pace() -> None:
     recovery, state = Recovery(), Refusal()
     recovery.refused(state, pace=0.3, now=1.0)

@@ -10,12 +10,15 @@ The rules are written out in ``docs/recovery.md``; in short:
 * Successful responses since the last refusal are counted, from the first of
   them: ``(n - 1) / (now - first)`` is the rate the host let through (the one
   less for the request any host lets through at once), the best estimate of
-  its limit. Only the latest 8 to 16 count: a slot that ramped up was let
-  through at its latest rate, not at the mean of its ramp.
+  its limit. Before a slot's first refusal only the latest 8 to 16 count: a
+  slot that ramped up was let through at its latest rate, not at the mean of
+  its ramp. After one, all of them count: a token bucket's burst, spent while
+  the floor comes back past the limit, reads the latest few high.
 * At a refusal, the host's limit lies between that rate (a lower bound) and the
-  pace it refused (an upper one). Close together, the lower bound is the
-  limit. Far apart, take their geometric mean, a step of binary search; but
-  at a slot's first refusal after a ramp-up, the lower bound: a token bucket's
+  pace it refused (an upper one). At a later refusal, take their geometric
+  mean, a step of binary search. At the first, close together, the lower
+  bound is the limit; far apart, their geometric mean; but
+  after a ramp-up, the lower bound: a token bucket's
   burst hides how far a ramp ran past the limit before the first refusal, so
   the refused pace bounds nothing, and a guess above what got through is
   refused a second time once the burst refills. Without a ramp the successes
@@ -64,6 +67,15 @@ _FLAT = 1e6
 """Phases of the floor's cubic past this are all the same: the floor is 0 by then."""
 
 
+def _rate(count: int, first: float, now: float) -> float | None:
+    """``count`` successes from ``first`` to ``now``: their rate, one less (the
+    first came at once), or None before there are ``_MIN_SPAN``."""
+    span = now - first
+    if count < _MIN_SPAN or span <= 0.0:
+        return None
+    return (count - 1) / span
+
+
 def first_of_burst(sent_at: float | None, backoff_at: float) -> bool:
     """Whether a backoff signal counts: only the first signal of a burst does.
 
@@ -102,7 +114,8 @@ class Refusal:
         refused_gap: The gap between sends the host last refused (0: none).
         recover_in: Seconds until the floor is back at the refused gap (0: the
             throttle's ``recovery_time``).
-        allowed: The best success rate seen at a refusal lately (requests/s).
+        allowed: The success rate measured at the last refusal that had one
+            (requests/s).
         allowed_at: When ``allowed`` was measured.
         ok_count: Successful responses counted into the success rate: those
             since the last refusal, or only the latest ones (between
@@ -110,6 +123,8 @@ class Refusal:
         ok_first: The first of them.
         ok_next: Successes since ``ok_next_first``, the window that replaces
             the counted one when it reaches ``RECENT_SUCCESSES``.
+        ok_all: Every successful response since the last refusal.
+        ok_all_first: The first of them.
     """
 
     backoff_at: float = -math.inf
@@ -121,6 +136,8 @@ class Refusal:
     ok_first: float = -math.inf
     ok_next: int = 0
     ok_next_first: float = -math.inf
+    ok_all: int = 0
+    ok_all_first: float = -math.inf
 
     def bound(self, now: float) -> None:
         """Place a loaded record's times no later than ``now``: they are past events."""
@@ -128,6 +145,7 @@ class Refusal:
         self.allowed_at = min(self.allowed_at, now)
         self.ok_first = min(self.ok_first, now)
         self.ok_next_first = min(self.ok_next_first, now)
+        self.ok_all_first = min(self.ok_all_first, now)
 
 
 class Recovery:
@@ -152,6 +170,9 @@ class Recovery:
 
     def count_success(self, refusal: Refusal, now: float) -> None:
         """Count one successful response at ``now``."""
+        if refusal.ok_all == 0:
+            refusal.ok_all_first = now
+        refusal.ok_all += 1
         if refusal.ok_count == 0:
             refusal.ok_first = now
         refusal.ok_count += 1
@@ -165,11 +186,14 @@ class Recovery:
                 refusal.ok_next = 0
 
     def success_rate(self, refusal: Refusal, now: float) -> float | None:
-        """The rate successes came at since the last refusal, or None before there is one."""
-        span = now - refusal.ok_first
-        if refusal.ok_count < _MIN_SPAN or span <= 0.0:
-            return None
-        return (refusal.ok_count - 1) / span
+        """The rate the latest successes came at, or None before there is one."""
+        return _rate(refusal.ok_count, refusal.ok_first, now)
+
+    def span_rate(self, refusal: Refusal, now: float) -> float | None:
+        """The rate every success since the last refusal came at, or None before
+        there is one: over the whole span, a burst the host held in reserve
+        counts for little."""
+        return _rate(refusal.ok_all, refusal.ok_all_first, now)
 
     def let_through(self, refusal: Refusal, gap: float, now: float) -> bool:
         """Whether the host let the slot run at sends ``gap`` apart lately, as a
@@ -212,17 +236,20 @@ class Recovery:
         """
         refused_gap = pace
         guessed = False
-        allowed = self.success_rate(refusal, now) or 0.0
-        if now - refusal.allowed_at < _ALLOWED_MEMORY:
-            # Right after a pause few successes have been counted: keep the best lately.
-            allowed = max(allowed, refusal.allowed)
+        later = refusal.refused_gap > 0.0
+        measured = self.span_rate(refusal, now) if later else self.success_rate(refusal, now)
+        allowed = measured or 0.0
+        if measured is None and now - refusal.allowed_at < _ALLOWED_MEMORY:
+            # Right after a pause too few successes to measure: keep the last measured.
+            allowed = refusal.allowed
         if allowed > 0.0:
             refusal.allowed = allowed
             refusal.allowed_at = now
-            if 1.0 / allowed <= _CLOSE * pace:
+            if later:
+                # Between the bounds, or the refused pace if more got through.
+                refused_gap = max(pace, math.sqrt(pace / allowed))
+            elif 1.0 / allowed <= _CLOSE * pace:
                 refused_gap = max(pace, 1.0 / allowed)
-            elif refusal.refused_gap > 0.0:
-                refused_gap = math.sqrt(pace / allowed)
             elif ramped:
                 # A first refusal after a ramp-up: a burst may have hidden how far
                 # the ramp ran past the limit, so the refused pace bounds nothing.
@@ -237,7 +264,7 @@ class Recovery:
         refusal.refused_gap = refused_gap
         refusal.recover_in = self.time * (_GUESS_SPEEDUP if guessed else 1.0)
         refusal.backoff_at = now
-        refusal.ok_count = refusal.ok_next = 0
+        refusal.ok_count = refusal.ok_next = refusal.ok_all = 0
 
     def floor(self, refusal: Refusal, now: float) -> float:
         """The smallest delay the slot may use at ``now`` since its last refusal.

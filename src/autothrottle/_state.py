@@ -135,6 +135,8 @@ class SlotState:
     ok_first = _Field[float]()
     ok_next = _Field[int]()
     ok_next_first = _Field[float]()
+    ok_all = _Field[int]()
+    ok_all_first = _Field[float]()
     in_flight_cap = _Field[int]()
     miss_share = _Field[float]()
     hit_latency = _Field[float]()

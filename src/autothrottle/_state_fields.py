@@ -44,6 +44,8 @@ FLAT = (
     "ok_first",
     "ok_next",
     "ok_next_first",
+    "ok_all",
+    "ok_all_first",
     "in_flight_cap",
     "miss_share",
     "hit_latency",
@@ -72,6 +74,7 @@ TIMES = frozenset(
         "last_activity",
         "ok_first",
         "ok_next_first",
+        "ok_all_first",
         "pause_until",
         "sustained_until",
     }
@@ -242,6 +245,7 @@ _LOADERS: dict[str, Callable[[str, object, float], Any]] = {
         (
             "ok_count",
             "ok_next",
+            "ok_all",
             "in_flight_cap",
             "sent",
             "responses",
