@@ -183,9 +183,11 @@ def test_demo_short_run(
 
     for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
         monkeypatch.delenv(name, raising=False)
+    # A path longer than the terminal is wide must still print on one line, to be copied.
+    monkeypatch.setenv("COLUMNS", "100")
 
-    out = tmp_path / "charts" / "x.png"
-    out.parent.mkdir()
+    out = tmp_path / ("long-directory-name-" * 4) / "charts" / "x.png"
+    out.parent.mkdir(parents=True)
     assert main(["demo", "--duration", "3", "--no-live", "--out", str(out), "--seed", "1"]) == 0
     text = capsys.readouterr().out
     assert out.read_bytes().startswith(PNG_MAGIC)

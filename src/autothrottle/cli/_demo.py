@@ -125,5 +125,5 @@ def run(
             if isinstance(o.site.behaviour, CDN)
         },
     )
-    console.print(f"chart saved to [bold]{path}[/]", highlight=False)
+    console.print(f"chart saved to [bold]{path}[/]", highlight=False, soft_wrap=True)
     return 0

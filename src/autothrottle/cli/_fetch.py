@@ -480,7 +480,7 @@ def report(job: FetchJob, fetch: _Fetch, console: Console, status: int) -> None:
                 keys=keys,
             )
             if job.verbosity >= 0:
-                console.print(f"chart saved to {job.chart}", highlight=False)
+                console.print(f"chart saved to {job.chart}", highlight=False, soft_wrap=True)
     if job.timeline is not None and job.verbosity >= 0:
         console.print(f"timeline written to {job.timeline}", highlight=False)
     if job.summary_json is not None:
