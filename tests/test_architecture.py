@@ -428,3 +428,17 @@ def test_the_ownership_check_sees_each_kind_of_write(code: str) -> None:
 
 def test_the_ownership_check_leaves_an_objects_own_attributes_alone() -> None:
     assert _written_attributes(ast.parse("self.delay = 1.0\nx = state.pace.delay")) == []
+
+
+#: A slot's fields that belong to this process alone (not learned state), and their writer.
+_PROCESS_FIELDS = {"senders": "_fleet.py", "fleet_went": "_fleet.py"}
+
+
+def test_only_the_fleet_writes_what_this_process_sees_of_a_fleets_slot() -> None:
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} writes {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, name in _written_attributes(ast.parse(path.read_text()))
+        if _PROCESS_FIELDS.get(name, path.name) != path.name
+    ]
+    assert not wrong, wrong
