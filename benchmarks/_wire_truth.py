@@ -8,10 +8,11 @@ load cannot fool: the gap at the host, and by how much the host saw two
 requests closer than they left the wire (``shrink``: the earlier one's way to
 the host minus the later one's, which the arrival guard exists to cover).
 
-Each wire gap is ``gap + excess + margin + late``: the latency's excess the
-guard counted (the previous request's answer came slower than the least
-lately), the margin (the client's averaged lateness, or the refusals'), and
-how late the request passed after that (``came late``: it reached the wire
+Each wire gap is ``gap + counted + late``: what the guard counted, the later
+of the latency's excess (the previous request's answer came slower than the
+least lately) and the margin (the client's averaged lateness, or the
+refusals'; after a refusal at the pace the makeup too), and how late the
+request passed after that (``came late``: it reached the wire
 after its due, held up at the grant or in the client's pool; otherwise the
 lag of its wake-up). ``counterfactual`` gives, for other ways of adding the
 pieces, the mean extra and the share of gaps the host would have seen closer
@@ -29,10 +30,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from autothrottle import Throttle
+from autothrottle._arrivals import MAX_MARGIN_SHARE
 from autothrottle._wire import WireTurn
 
-# (passed, excess, margin, due, first ask, least latency) per wire turn, by id(gate)
-_Pass = tuple[float, float, float, float, float, float]
+# (passed, excess, margin, due, first ask, least latency, counted) per wire turn, by id(gate)
+_Pass = tuple[float, float, float, float, float, float, float]
 
 _ADDRESS = re.compile(r"127\.\d+\.\d+\.\d+")
 
@@ -48,19 +50,25 @@ def recording() -> Iterator[dict[int, list[_Pass]]]:
         first.setdefault(id(hold), self.clock())
         prev = self._wire_last
         guard = self.arrivals
-        latest = guard.latest if guard is not None else -math.inf
-        margin = guard.margin(self.state.pace.delay) if guard is not None else 0.0
-        least = guard.least_latency() if guard is not None else math.inf
+        gap = self.state.pace.delay
+        excess = margin = counted = 0.0
+        least = math.inf
+        if guard is not None and prev is not None:
+            excess = max(0.0, guard.latest - prev)
+            margin = guard.margin(gap)
+            if prev <= guard.refused_at:
+                margin += MAX_MARGIN_SHARE * gap  # the makeup after a refusal
+            counted = guard.since(prev, gap) - prev
+            least = guard.least_latency()
         wait = original(self, hold)
         if wait == 0.0:
             now = self._wire_last
             asked = first.pop(id(hold))
             if prev is None or now is None:
-                passes[id(self)].append((asked, 0.0, 0.0, asked, asked, least))
+                passes[id(self)].append((asked, 0.0, 0.0, asked, asked, least, 0.0))
             else:
-                excess = max(0.0, latest - prev)
-                due = prev + excess + margin + hold.wire_gap
-                passes[id(self)].append((now, excess, margin, due, asked, least))
+                due = prev + counted + hold.wire_gap
+                passes[id(self)].append((now, excess, margin, due, asked, least, counted))
         return wait
 
     WireTurn.wire_wait = wire_wait  # type: ignore[method-assign]
@@ -80,8 +88,8 @@ def _ms(values: list[float], share: float | None = None) -> float:
 
 
 _RULES: dict[str, Callable[[float, float, float], float]] = {
-    "excess + margin + late (the rule)": lambda e, m, late: e + m + late,
-    "max(excess, margin) + late": lambda e, m, late: max(e, m) + late,
+    "max(excess, margin) + late (the rule)": lambda e, m, late: max(e, m) + late,
+    "excess + margin + late": lambda e, m, late: e + m + late,
     "excess + max(margin, late)": lambda e, m, late: e + max(m, late),
     "excess + late (no margin)": lambda e, m, late: e + late,
     "late only (no guard)": lambda e, m, late: late,
@@ -99,6 +107,8 @@ def report(
         if found:
             gates[found.group()] = id(live.gate)
     rows: list[tuple[_Pass, _Pass, float, float]] = []
+    short: list[str] = []
+    starts: list[int] = []
     for addr, h in hosts.items():
         found = _ADDRESS.search(addr)
         mine = passes.get(gates.get(found.group() if found else "", -1), [])
@@ -106,9 +116,12 @@ def report(
         if len(mine) != len(arrivals):
             continue  # a request the host did not stamp (or one not on the wire)
         ways = [a - p[0] for a, p in zip(arrivals, mine, strict=True)]
+        start = len(rows)
+        starts.append(start)
         for i in range(1, len(mine)):
             host_gap = arrivals[i] - arrivals[i - 1]
             rows.append((mine[i - 1], mine[i], host_gap, ways[i - 1] - ways[i]))
+        short += _short_gaps(addr, rows[start:], h["series"]["requests"]["status"][1:], arrivals)
     if not rows:
         return {"matched": 0}
     turns = [b for _, b, _, _ in rows]
@@ -128,6 +141,7 @@ def report(
         "wire_gap_ms": _ms([b[0] - a[0] for a, b, _, _ in rows]),
         "host_gap_ms": _ms([g for _, _, g, _ in rows]),
         "host_gap_p001_ms": _ms([g for _, _, g, _ in rows], 0.001),
+        "counted_ms": _ms([b[6] for b in turns]),
         "excess_ms": _ms(excess),
         "margin_ms": _ms(margin),
         "late_ms": _ms(late),
@@ -140,7 +154,38 @@ def report(
         "shrink_above_excess_share": sum(1 for e, s in zip(excess, shrink, strict=True) if s > e)
         / len(rows),
         "counterfactual": counter,
+        "short": short,
+        "starts": starts,
+        # (host gap, wire gap, excess, margin, late, shrink, least, counted), a gap each
+        "rows": [(g, b[0] - a[0], b[1], b[2], b[0] - b[3], sh, b[5], b[6]) for a, b, g, sh in rows],
     }
+
+
+def _short_gaps(
+    addr: str,
+    rows: list[tuple[_Pass, _Pass, float, float]],
+    status: list[int],
+    arrivals: list[float],
+    gap: float = 0.5,
+) -> list[str]:
+    """The gaps of one host shorter than ``gap`` at the host, or two in a row
+    shorter than twice it: each with its split (wire gap, counted, late, shrink), to read."""
+    out = []
+    for i in range(1, len(rows)):
+        pair = rows[i - 1][2] + rows[i][2]
+        if pair >= 2.0 * gap and rows[i][2] >= gap:
+            continue
+        lines = [f"    {addr} at {arrivals[i]:.3f}: pair {1000 * pair:.1f} ms"]
+        for j in range(max(0, i - 2), min(len(rows), i + 2)):
+            a, b, host_gap, shrink = rows[j]
+            lines.append(
+                f"      host {1000 * host_gap:6.1f} wire {1000 * (b[0] - a[0]):6.1f} = "
+                f"counted {1000 * b[6]:5.1f} (excess {1000 * b[1]:5.1f} margin {1000 * b[2]:4.1f}) "
+                f"late {1000 * (b[0] - b[3]):5.1f}; shrink {1000 * shrink:5.1f}; "
+                f"least {1000 * b[5]:5.1f}; status {status[j]}"
+            )
+        out.append("\n".join(lines))
+    return out
 
 
 def print_report(label: str, r: dict[str, Any]) -> None:
@@ -151,12 +196,15 @@ def print_report(label: str, r: dict[str, Any]) -> None:
     print(
         f"  wire truth, {label} ({r['matched']} gaps): wire gap {r['wire_gap_ms']:.1f} ms, "
         f"host gap {r['host_gap_ms']:.1f} ms (p0.1 {r['host_gap_p001_ms']:.1f}) = gap + "
-        f"excess {r['excess_ms']:.1f} + margin {r['margin_ms']:.1f} + late {r['late_ms']:.1f}; "
+        f"counted {r['counted_ms']:.1f} (excess {r['excess_ms']:.1f}, margin {r['margin_ms']:.1f}) "
+        f"+ late {r['late_ms']:.1f}; "
         f"came late to the wire {r['came_late_share']:.0%} by {r['came_late_ms']:.1f} ms, "
         f"else woke {r['wake_lag_ms']:.1f} ms late\n"
         f"    shrink at the host p50 {r['shrink_p50_ms']:.2f} p99 {r['shrink_p99_ms']:.1f} "
         f"p99.9 {r['shrink_p999_ms']:.1f} ms; above the excess {r['shrink_above_excess_share']:.1%}"
     )
+    for text in r.get("short", [])[:8]:
+        print(text)
     for name, c in r["counterfactual"].items():
         print(
             f"    {name:36s} extra {c['extra_ms']:6.1f} ms, "

@@ -125,6 +125,36 @@ def test_the_least_latency_follows_a_path_that_got_slower() -> None:
     assert guard.least_latency() == pytest.approx(0.050)
 
 
+def test_a_loaded_client_reading_every_answer_late_is_not_a_held_up_arrival() -> None:
+    # A loaded client reads every answer a few ms late: 14 ms where the path
+    # once answered in 10. The excess over a least of long ago would push
+    # every gap back 4 ms; within 8 to 16 answers the least is the path's own.
+    guard = ArrivalGuard()
+    warm(guard, 0.010)
+    assert LATENCY_WINDOW == 8
+    for _ in range(2 * LATENCY_WINDOW - EARLY_ANSWERS):
+        guard.answered(0.014, wired_at=None)
+    guard.answered(0.014, wired_at=20.0)
+    assert guard.least_latency() == pytest.approx(0.014)
+    assert guard.since(20.0, gap=0.5) == pytest.approx(20.0)
+
+
+def test_the_gap_after_a_refusal_at_the_pace_keeps_the_makeup_once() -> None:
+    # The refused request arrived early by an amount nobody saw: the next gap
+    # is long by the margin's most, so two gaps in a row at the host never sum
+    # to less than two gaps (no 3 requests in a second at 2/s).
+    guard = ArrivalGuard()
+    warm(guard, 0.010)
+    gap = 0.5
+    assert guard.widen(gap, now=10.02)  # the answer to a request sent at 10.0
+    most = MAX_MARGIN_SHARE * gap
+    assert guard.since(10.0, gap) == pytest.approx(10.0 + MARGIN_STEP + most)
+    # A gap counted from a send made after the refusal came keeps the margin only.
+    assert guard.since(10.5 + MARGIN_STEP + most, gap) == pytest.approx(
+        10.5 + 2 * MARGIN_STEP + most
+    )
+
+
 def test_the_margin_is_the_averaged_lateness_within_its_share_of_the_gap() -> None:
     guard = ArrivalGuard()
     assert guard.margin(0.5) == 0.0  # nothing observed: no margin at all
@@ -137,16 +167,43 @@ def test_the_margin_is_the_averaged_lateness_within_its_share_of_the_gap() -> No
     assert guard.margin(0.5) == pytest.approx(MAX_MARGIN_SHARE * 0.5)
 
 
+def test_a_busy_clients_lateness_widens_no_gap_past_what_the_quick_answers_vary() -> None:
+    # Timers 8 ms late on a busy client; the host's quick answers lately vary
+    # by 3 ms over their least: the margin is 3 ms, not 8 on every gap.
+    guard = ArrivalGuard()
+    for _ in range(5):
+        guard.late(0.008)
+    for i in range(2 * LATENCY_WINDOW):
+        guard.answered(0.010 + 0.001 * (i % 8), wired_at=None)  # 10 ... 17 ms
+    assert guard.spread == pytest.approx(0.002)
+    assert guard.margin(0.5) == pytest.approx(0.002)
+    assert guard.since(1.0, gap=0.5) == pytest.approx(1.002)
+
+
+def test_the_margin_is_the_lateness_where_the_quick_answers_vary_more() -> None:
+    guard = ArrivalGuard()
+    guard.late(0.0005)
+    for i in range(2 * LATENCY_WINDOW):
+        guard.answered(0.010 + 0.004 * (i % 2), wired_at=None)
+    assert guard.margin(0.5) == pytest.approx(0.0005)
+    # ... and at least MARGIN_STEP of it where they vary less than that.
+    quiet = ArrivalGuard()
+    quiet.late(0.003)
+    for _ in range(2 * LATENCY_WINDOW):
+        quiet.answered(0.010, wired_at=None)
+    assert quiet.margin(0.5) == pytest.approx(MARGIN_STEP)
+
+
 def test_a_refusal_at_the_stated_pace_doubles_the_margin_up_to_its_share() -> None:
     guard = ArrivalGuard()
     gap = 0.5
-    assert guard.widen(gap)
+    assert guard.widen(gap, now=1.0)
     assert guard.margin(gap) == pytest.approx(MARGIN_STEP)
     margins = [MARGIN_STEP]
-    while guard.widen(gap):
+    while guard.widen(gap, now=1.0):
         margins.append(guard.margin(gap))
     assert margins == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.010])
-    assert not guard.widen(gap)  # at its most: the next refusal is no jitter
+    assert not guard.widen(gap, now=1.0)  # at its most: the next refusal is no jitter
 
 
 def test_a_busy_clients_lateness_leaves_the_host_its_refusal_steps() -> None:
@@ -158,7 +215,7 @@ def test_a_busy_clients_lateness_leaves_the_host_its_refusal_steps() -> None:
         guard.late(0.030)
     assert guard.margin(gap) == pytest.approx(MAX_MARGIN_SHARE * gap)
     steps = 0
-    while guard.widen(gap):
+    while guard.widen(gap, now=1.0):
         steps += 1
     assert steps == 5  # 1, 2, 4, 8, 10 ms
     assert guard.margin(gap) == pytest.approx(MAX_MARGIN_SHARE * gap)
@@ -235,7 +292,31 @@ def test_a_refusal_at_the_stated_pace_costs_a_margin_step_not_a_retry_after_hole
     # The host's token is due within one gap of the refused request: the
     # whole-second Retry-After is its rounding, and no longer hole is kept.
     assert slot.pause_until == pytest.approx(refused_at + 0.5)
-    assert gate_of(slot).send_at(clock.now) == pytest.approx(refused_at + 0.5 + MARGIN_STEP)
+    # A step of the margin, and the makeup once: the refused gap was short.
+    makeup = MAX_MARGIN_SHARE * 0.5
+    assert gate_of(slot).send_at(clock.now) == pytest.approx(
+        refused_at + 0.5 + MARGIN_STEP + makeup
+    )
+
+
+def test_two_gaps_around_a_refused_request_sum_to_two_gaps_and_more() -> None:
+    # On the wire: sent at the pace, refused (it arrived a few ms early), and
+    # the next one; at 2/s a host that counts a window of 1 s must not see
+    # three requests in it, refused or not.
+    clock, throttle = strict()
+    slot = throttle.slot(KEY)
+    before = run_at_the_pace(clock, throttle, 8)
+    clock.advance(max(0.0, gate_of(slot).send_at(clock.now) - clock.now))
+    refused = throttle.try_acquire(KEY)
+    assert refused is not None and refused.wire_wait() == 0.0
+    clock.advance(0.002)
+    refused.observe(latency=0.002, status=429, headers={"Retry-After": "1"})
+    refused.release()
+    assert slot.delay == 0.5  # a step, not a backoff
+    nxt = run_at_the_pace(clock, throttle, 1)
+    assert nxt - before >= 1.0 + MAX_MARGIN_SHARE * 0.5
+    after = run_at_the_pace(clock, throttle, 1)
+    assert after - nxt == pytest.approx(0.5 + MARGIN_STEP)  # the makeup was once
 
 
 def test_a_refusal_at_the_stated_pace_early_on_costs_a_margin_step_too() -> None:

@@ -161,11 +161,12 @@ class WireTurn:
         arrivals.answered(latency, self._wire_last if last else None)
 
     def widen_margin(self, gap: float) -> bool:
-        """A refusal at the stated pace ``gap``: the arrival margin grows a step.
+        """A refusal at the stated pace ``gap``: the arrival margin grows a step,
+        and the gap after the refused request's keeps the makeup (rule 10).
         False when there is no guard or its margin is at its most: then the
         refusal is not the host's jitter (``docs/recovery.md``)."""
         arrivals = self.arrivals
-        return arrivals is not None and arrivals.widen(gap)
+        return arrivals is not None and arrivals.widen(gap, self.clock())
 
     def _strict(self, now: float) -> bool:
         """Whether the slot's gap is a pace it was told the host holds arrivals
