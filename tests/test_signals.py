@@ -480,14 +480,49 @@ async def refuse_at(
 async def test_a_whole_second_retry_after_at_a_pace_the_host_kept_ends_one_gap_on() -> None:
     # 10/s let through for 2 s, then refused at that pace with "Retry-After: 1":
     # a token due within 0.1 s, rounded up to the second. The pause ends 0.1 s
-    # after the refused request was sent; the refusal still backs off (0.2 s).
+    # after the refused request was sent; the refusal backs off to the recovery
+    # floor (the limit it brackets, less the margin), not to twice the pace.
     clock, throttle = fake(start_delay=0.1)
     await succeed_at(clock, throttle, 10.0, 2.0)
     sent, until = await refuse_at(clock, throttle, 0.1, "1")
     assert until == pytest.approx(sent + 0.1)
     snap = throttle.slot(KEY).snapshot()
     assert snap.backoffs == 1
-    assert snap.delay == pytest.approx(0.2)
+    refused_gap = record_of(throttle.slot(KEY)).refused_gap
+    assert snap.delay == pytest.approx(refusal_floor(refused_gap, 0.0))
+    assert 0.1 < snap.delay < 0.12
+
+
+@pytest.mark.parametrize("status", [503, 429])
+async def test_only_a_429_at_a_kept_pace_backs_off_no_further_than_the_floor(status: int) -> None:
+    # The same pace kept, refused without a pause: a 429 says the rate is
+    # passed by a little, a 503 that the host is overloaded (doubled).
+    clock, throttle = fake(start_delay=0.1)
+    await succeed_at(clock, throttle, 10.0, 2.0)
+    throttle.slot(KEY).delay = 0.1
+    clock.advance(0.1)
+    lease = await take(throttle)
+    lease.observe(latency=0.0, status=status)
+    lease.release()
+    slot = throttle.slot(KEY)
+    if status == 503:
+        assert slot.delay == pytest.approx(0.2)
+    else:
+        assert slot.delay == pytest.approx(refusal_floor(record_of(slot).refused_gap, 0.0))
+        assert slot.delay < 0.12
+
+
+async def test_a_429_at_a_pace_never_kept_still_doubles() -> None:
+    # 2/s let through, then refused 20 ms after the last: a pace the host never
+    # kept, and nothing bracketed by it: twice the pace (at least 50 ms).
+    clock, throttle = fake(start_delay=0.5)
+    await succeed_at(clock, throttle, 2.0, 2.0)
+    throttle.slot(KEY).delay = 0.04
+    clock.advance(0.04)
+    lease = await take(throttle)
+    lease.observe(latency=0.0, status=429)
+    lease.release()
+    assert throttle.slot(KEY).delay == pytest.approx(0.08)
 
 
 @pytest.mark.parametrize(("lag_asks", "paused"), [("1", 0.0), ("30", 30.0)])

@@ -157,13 +157,14 @@ class Rules:
             cache_hit = read.cache_hit
         # A refusal at the pace the host was said to allow widens the margin a step.
         edge = 0.0 if reason is None else self._edge_step(slot, read, sent_at, now)
+        kept = edge or (0.0 if reason is None else self._kept_gap(slot, read, sent_at, now))
         if read is not None:
             said = read.retry_after is not None or read.rate_limit is not None or read.tokens
             if said or read.ignored:
                 latest = (
                     math.inf
                     if reason is None
-                    else self._pause_bound(slot, read, sent_at, edge, now)
+                    else self._pause_bound(slot, read, sent_at, kept, now)
                 )
                 self._apply_pacing_headers(
                     slot, read, now, sent_at, refused=status >= 400, latest=latest
@@ -179,7 +180,9 @@ class Rules:
             if edge:
                 self._count_edge(slot, reason, latency, status)
             else:
-                self.backoff(slot, reason, sent_at, now, latency=latency, status=status)
+                # A 429 at a pace kept, none stated: no further than the floor.
+                floor = status == 429 and kept > 0.0 and not self._stated_gap(slot, now)
+                self.backoff(slot, reason, sent_at, now, latency=latency, status=status, kept=floor)
             return
         if status == 200 and not cache_hit:
             # What the host let through, adjusted or not: the lower bound of its limit.
@@ -322,10 +325,12 @@ class Rules:
         *,
         latency: float | None = None,
         status: int | None = None,
+        kept: bool = False,
     ) -> bool:
         """Slow ``slot`` down, unless the signal is the lag of an earlier backoff.
 
-        Returns True if the slot backed off.
+        ``kept``: a 429 at a pace the host kept, which backs off no further than
+        the recovery floor (``docs/recovery.md``). Returns True if the slot backed off.
         """
         state = slot.state
         if not first_of_burst(sent_at, state.refusal.backoff_at):
@@ -335,11 +340,12 @@ class Rules:
         factor = self.signals.backoff_factor
         old = state.pace.delay
         pace = refused_pace(old, state.counters.last_latency, slot.gate.in_flight())
-        new = config.clamp(
-            max(config.policy.backoff_delay(pace, factor, config), old, BACKOFF_FLOOR)
-        )
+        new = max(config.policy.backoff_delay(pace, factor, config), old, BACKOFF_FLOOR)
         ramped = config.policy.ramp_up is not None
         self.recovery.refused(state.refusal, pace, now, ramped=ramped, factor=factor)
+        if kept:
+            new = min(new, max(old, self.recovery.floor(state.refusal, now), BACKOFF_FLOOR))
+        new = config.clamp(new)
         state.counters.count_backoff(reason)
         if self.listeners:
             self.listeners.tell(ThrottleEvent("backoff", slot.key, reason=reason))
@@ -406,30 +412,31 @@ class Rules:
         slot: LiveSlot,
         read: HeaderSignals,
         sent_at: float | None,
-        edge: float,
+        kept: float,
         now: float,
     ) -> float:
-        """Seconds from ``now`` that a pause a refusal asks for may last at most
-        (inf: no bound). The host's wait is the rounding of a token due within
-        a gap (``docs/recovery.md``, "At a pace the host kept") when the
-        refused request was sent at the stated pace (``edge``, the gap), or at
-        a pace the host let the slot keep lately: it then ends one gap after
-        that request was sent. The refusal of a request sent before the slot's
-        last backoff, the lag of the pace that backoff answered, extends no
-        pause of its burst's first."""
+        """Seconds from ``now`` a refusal's pause may last (inf: no bound): one gap
+        from the send at a pace the host kept (``kept``, that gap), as the rounding
+        of a token due within it; no longer than its burst's first for the lag
+        of an earlier pace (``docs/recovery.md``, "At a pace the host kept")."""
         if sent_at is None:
             return math.inf
-        if edge:
-            return max(0.0, sent_at + edge - now)
+        if kept:
+            return max(0.0, sent_at + kept - now)
         state = slot.state
         if not first_of_burst(sent_at, state.refusal.backoff_at):
             if not rounding(read, state.pace.delay):
                 return math.inf
             return max(0.0, state.limits.pause_until - now)
-        gap = refused_pace(state.pace.delay, state.counters.last_latency, slot.gate.in_flight())
-        if self._kept(slot, read, sent_at, gap, now):
-            return max(0.0, sent_at + gap - now)
         return math.inf
+
+    def _kept_gap(
+        self, slot: LiveSlot, read: HeaderSignals | None, sent: float | None, now: float
+    ) -> float:
+        """The pace a refusal answered was sent at, if the host kept it lately; else 0.0."""
+        state = slot.state
+        gap = refused_pace(state.pace.delay, state.counters.last_latency, slot.gate.in_flight())
+        return gap if self._kept(slot, read, sent, gap, now) else 0.0
 
     def _kept(
         self,
