@@ -180,7 +180,6 @@ class Rules:
             if edge:
                 self._count_edge(slot, reason, latency, status)
             else:
-                # A 429 at a pace kept, none stated: no further than the floor.
                 floor = status == 429 and kept > 0.0 and not self._stated_gap(slot, now)
                 self.backoff(slot, reason, sent_at, now, latency=latency, status=status, kept=floor)
             return
@@ -329,8 +328,9 @@ class Rules:
     ) -> bool:
         """Slow ``slot`` down, unless the signal is the lag of an earlier backoff.
 
-        ``kept``: a 429 at a pace the host kept, which backs off no further than
-        the recovery floor (``docs/recovery.md``). Returns True if the slot backed off.
+        ``kept``: a 429 at a pace the host kept (none stated), which backs off no
+        further than the recovery floor (``docs/recovery.md``). Returns True if
+        the slot backed off.
         """
         state = slot.state
         if not first_of_burst(sent_at, state.refusal.backoff_at):
