@@ -567,7 +567,7 @@ async def test_a_pool_per_host_keeps_each_hosts_spacing() -> None:
 async def test_pools_share_one_ssl_context() -> None:
     async with AsyncThrottledClient(throttle=fixed(0.0)) as client:
         pools = pools_of(client)
-        made = [pools.take(httpx.URL(f"https://h{i}.example/"), 0.0).pool for i in range(3)]
+        made = [pools.take(httpx.URL(f"https://h{i}.example/"), 0.0)[0].pool for i in range(3)]
         contexts = {id(pool._pool._ssl_context) for pool in made}
     assert len(contexts) == 1
 

@@ -9,6 +9,7 @@ pools' and the throttle's clocks moved on by hand.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -41,28 +42,37 @@ def table(package: str, expiry: float = 5.0, longest: float | None = 60.0) -> An
 URL = "http://a.test/"
 
 
+def keep_for(pools: Any, package: str, pace: float) -> float:
+    """How long the table keeps an origin whose slot sends every ``pace`` seconds."""
+    entry, _ = pools.take(httpx.URL(f"http://pace-{pace}.test/"), 0.0, pace)
+    pools.done(entry)
+    return float(entry.keep)
+
+
 # -- the table, on a hand-moved time ----------------------------------------------------
 
 
 def test_a_host_paced_faster_than_the_expiry_is_kept_for_the_expiry(package: str) -> None:
     pools = table(package)
-    assert pools.keep_for(0.0) == 5.0
-    assert pools.keep_for(3.0) == 5.0  # 4.5 s: within the expiry
+    assert keep_for(pools, package, 0.0) == 5.0
+    assert keep_for(pools, package, 3.0) == 5.0  # 4.5 s: within the expiry
 
 
 def test_a_host_paced_slower_is_kept_for_its_pace_up_to_the_longest(package: str) -> None:
     pools = table(package)
-    assert pools.keep_for(20.0) == pytest.approx(20.0 * pools.PACE_MARGIN)
-    assert pools.keep_for(600.0) == 60.0
-    assert table(package, longest=None).keep_for(20.0) == 5.0  # limits the user set
+    assert keep_for(pools, package, 20.0) == pytest.approx(20.0 * pools.PACE_MARGIN)
+    assert keep_for(pools, package, 600.0) == 60.0
+    assert keep_for(table(package, longest=None), package, 20.0) == 5.0  # limits the user set
 
 
 def test_an_origin_kept_for_its_pace_outlives_the_expiry_and_then_closes(package: str) -> None:
     pools = table(package)
-    first = pools.take(httpx.URL(URL), 0.0, pace=20.0)
+    first, closing = pools.take(httpx.URL(URL), 0.0, pace=20.0)
+    assert closing == ()
     pools.done(first)
     assert pools.expired(29.0) == []  # 20 s pace: kept for 30 s
-    assert pools.take(httpx.URL(URL), 20.0, pace=20.0) is first  # the next turn finds it
+    again, closing = pools.take(httpx.URL(URL), 20.0, pace=20.0)
+    assert again is first and closing == ()  # the next turn finds it
     pools.done(first)
     assert pools.expired(49.0) == []
     assert pools.expired(50.5) == [first.pool]
@@ -71,8 +81,8 @@ def test_an_origin_kept_for_its_pace_outlives_the_expiry_and_then_closes(package
 
 def test_a_short_keep_behind_a_long_one_closes_once_the_long_one_does(package: str) -> None:
     pools = table(package)
-    slow = pools.take(httpx.URL("http://slow.test/"), 0.0, pace=30.0)  # kept 45 s
-    fast = pools.take(httpx.URL("http://fast.test/"), 1.0)  # kept 5 s
+    slow, _ = pools.take(httpx.URL("http://slow.test/"), 0.0, pace=30.0)  # kept 45 s
+    fast, _ = pools.take(httpx.URL("http://fast.test/"), 1.0)  # kept 5 s
     pools.done(slow)
     pools.done(fast)
     assert pools.expired(10.0) == []  # the oldest is kept: the sweep stops there
@@ -81,10 +91,37 @@ def test_a_short_keep_behind_a_long_one_closes_once_the_long_one_does(package: s
 
 def test_a_pool_still_sending_is_kept_past_its_keep_alive(package: str) -> None:
     pools = table(package)
-    entry = pools.take(httpx.URL(URL), 0.0, pace=20.0)
+    entry, _ = pools.take(httpx.URL(URL), 0.0, pace=20.0)
     assert pools.expired(100.0) == []  # its request is not done
     pools.done(entry)
     assert pools.expired(100.0 + 30.0) == [entry.pool]
+
+
+def test_taking_a_pool_hands_back_the_oldest_idle_past_their_keep_alive(package: str) -> None:
+    pools = table(package)
+    old, _ = pools.take(httpx.URL("http://old.test/"), 0.0)  # kept 5 s
+    pools.done(old)
+    kept, closing = pools.take(httpx.URL(URL), 4.0)
+    assert closing == ()  # the oldest is still kept
+    pools.done(kept)
+    entry, closing = pools.take(httpx.URL(URL), 6.0)
+    assert entry is kept and closing == [old.pool]  # taken out of the table, to be closed
+    assert len(pools) == 1
+
+
+def test_an_origin_is_its_scheme_host_and_port(package: str) -> None:
+    pools = table(package)
+    entries = []
+    for url in ("http://a.test/x?y", "http://a.test:80/z", "https://a.test/", "http://b.test/"):
+        entry, _ = pools.take(httpx.URL(url), 0.0)
+        pools.done(entry)
+        entries.append(entry)
+    assert entries[0] is entries[1]  # the default port
+    assert len({id(entry) for entry in entries}) == 3
+    pools.take(httpx.URL("http://a.test:8080/"), 0.0)
+    pools.take(httpx.URL("http://xn--bcher-kva.test/"), 0.0)
+    pools.take(httpx.URL("http://bücher.test/"), 0.0)  # the same host, encoded
+    assert len(pools) == 5
 
 
 async def test_a_pool_is_never_kept_past_its_slots_idle_timeout(package: str) -> None:
@@ -92,7 +129,7 @@ async def test_a_pool_is_never_kept_past_its_slots_idle_timeout(package: str) ->
     async with AsyncThrottledClient(throttle=throttle) as client:
         pools = client._transport.inner.pools  # type: ignore[attr-defined]
         assert pools.longest == 30.0  # forgotten with the slot, not after it
-        assert pools.keep_for(600.0) == 30.0
+        assert keep_for(pools, package, 600.0) == 30.0
 
 
 async def test_a_keep_alive_you_set_is_not_stretched(package: str) -> None:
@@ -100,7 +137,7 @@ async def test_a_keep_alive_you_set_is_not_stretched(package: str) -> None:
     async with AsyncThrottledClient(throttle=Throttle(), limits=limits) as client:
         pools = client._transport.inner.pools  # type: ignore[attr-defined]
         assert (pools.expiry, pools.longest) == (2.0, 2.0)
-        assert pools.keep_for(20.0) == 2.0
+        assert keep_for(pools, package, 20.0) == 2.0
 
 
 # -- the client, against loopback servers ------------------------------------------------
@@ -315,3 +352,63 @@ async def test_the_sync_client_bounds_the_wait_to_open_by_a_pool_timeout_you_set
             with pytest.raises(httpx.PoolTimeout):
                 await asyncio.to_thread(client.get, urls[1])
             assert (await first).status_code == 200
+
+
+# -- a request's pool, given back whatever happens to it -----------------------------------
+
+
+def closed_port(address: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def sending(client: Any) -> list[int]:
+    pools = client._transport.inner.pools
+    return [entry.sending for entry in pools._origins.values()]
+
+
+async def test_a_request_that_fails_or_is_cancelled_gives_its_pool_back() -> None:
+    throttle = Throttle(start_delay=0.0)
+    refused = f"http://127.0.0.4:{closed_port('127.0.0.4')}/"
+    async with (
+        slow_servers(["127.0.0.2"], 5.0) as (urls, _),
+        AsyncThrottledClient(throttle=throttle) as client,
+    ):
+        with pytest.raises(httpx.ConnectError):
+            await client.get(refused)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await client.get(urls[0])  # cancelled while its pool sends it
+        assert sending(client) == [0, 0]  # each pool free to be closed once idle
+        assert all(slot.in_flight == 0 for slot in throttle.slots())
+    assert throttle.slot("127.0.0.4").snapshot().failures == 1
+
+
+async def test_a_pool_that_cannot_be_made_fails_the_request_and_releases_its_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with AsyncThrottledClient(throttle=throttle) as client:
+        pools = client._transport.inner.pools  # type: ignore[attr-defined]
+
+        def broken() -> Any:
+            raise ImportError("h2 is not installed")
+
+        monkeypatch.setattr(pools, "_make", broken)
+        with pytest.raises(ImportError, match="h2"):
+            await client.get("http://127.0.0.2:1/")
+        assert len(pools) == 0
+    slot = throttle.slot("127.0.0.2").snapshot()
+    assert (slot.in_flight, slot.sent, slot.failures) == (0, 1, 0)  # the caller's error
+
+
+def test_the_sync_client_gives_a_failed_requests_pool_back() -> None:
+    throttle = Throttle(start_delay=0.0)
+    with ThrottledClient(throttle=throttle) as client:
+        for _ in range(2):
+            with pytest.raises(httpx.ConnectError):
+                client.get(f"http://127.0.0.2:{closed_port('127.0.0.2')}/")
+        assert sending(client) == [0, 0]
+    assert throttle.slot("127.0.0.2").in_flight == 0

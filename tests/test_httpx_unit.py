@@ -226,6 +226,28 @@ async def test_lease_stream_released_when_iteration_fails() -> None:
     assert throttle.slot("k").in_flight == 0
 
 
+async def test_lease_stream_released_when_iteration_is_cancelled() -> None:
+    class Hanging(_Chunks):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield b"a"
+            await asyncio.sleep(3600)
+            yield b"never"
+
+    throttle = Throttle(start_delay=0.0)
+    stream = _LeaseStream(Hanging(), await throttle.acquire("k"))
+    chunks: list[bytes] = []
+
+    async def read() -> None:
+        async for chunk in stream:
+            chunks.append(chunk)
+
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.1):
+            await read()
+    assert chunks == [b"a"]
+    assert throttle.slot("k").in_flight == 0
+
+
 def test_constructors_reject_bad_arguments() -> None:
     throttle = Throttle()
     with pytest.raises(TypeError, match=r"throttle must be .*got None"):

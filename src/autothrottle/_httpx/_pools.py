@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -33,15 +33,33 @@ Origin = tuple[str, str, int | None]
 
 
 class PooledOrigin:
-    """One origin's connection pool, until when it is kept idle, and its requests being sent."""
+    """One origin's connection pool, until when it is kept idle, and its requests being sent.
 
-    __slots__ = ("expires_at", "keep", "pool", "sending")
+    ``core``: the transport's httpcore pool, whose own list of connections
+    is read (its ``connections`` property copies it on every read), or None
+    for a transport that has no such pool.
+    """
+
+    __slots__ = ("core", "expires_at", "keep", "pool", "sending")
 
     def __init__(self, pool: Any, now: float, keep: float) -> None:
         self.pool = pool
         self.keep = keep
         self.expires_at = now + keep
         self.sending = 0
+        core = getattr(pool, "_pool", None)
+        self.core = core if type(getattr(core, "_connections", None)) is list else None
+
+    def opens_connection(self) -> bool:
+        """Whether a request sent now through this pool opens a connection: none is idle."""
+        core = self.core
+        if core is None:
+            return opens_connection(self.pool)
+        connections = core._connections  # noqa: SLF001 (httpcore's own list, not a copy)
+        for connection in connections:  # noqa: SIM110 (a generator is a frame more)
+            if connection.is_idle():
+                return False
+        return True
 
 
 class Pools:
@@ -51,13 +69,13 @@ class Pools:
     is cheap (about 70 us: it shares the client's SSL context), never a
     pool's requests or its closing. A pool idle past its keep-alive is
     handed back to be closed. The keep-alive is ``expiry``, or the pace of
-    the origin's slot when that is longer, up to ``longest``: a host paced
-    every 20 s keeps its connection from one request to the next instead of
-    opening a new one each time (the pools are made with httpx's keep-alive
-    expiry at ``longest``, so only this table decides). Each request looks at
-    a few of the oldest, so closing keeps pace with opening; a pool kept
-    longer than the ones behind it holds their closing back by at most
-    ``longest``.
+    the origin's slot when that is longer (times :attr:`PACE_MARGIN`), up to
+    ``longest``: a host paced every 20 s keeps its connection from one
+    request to the next instead of opening a new one each time (the pools
+    are made with httpx's keep-alive expiry at ``longest``, so only this
+    table decides). Each request looks at a few of the oldest, so closing
+    keeps pace with opening; a pool kept longer than the ones behind it
+    holds their closing back by at most ``longest``.
     """
 
     __slots__ = ("_lock", "_make", "_origins", "expiry", "longest")
@@ -80,43 +98,53 @@ class Pools:
     def __len__(self) -> int:
         return len(self._origins)
 
-    def keep_for(self, pace: float) -> float:
-        """How long an origin whose slot sends every ``pace`` seconds is kept idle."""
-        keep = pace * self.PACE_MARGIN
-        if keep <= self.expiry:  # the usual answer: a host paced faster than the expiry
-            return self.expiry
-        return min(keep, self.longest)
+    def take(
+        self, url: httpx.URL, now: float, pace: float = 0.0
+    ) -> tuple[PooledOrigin, Sequence[Any]]:
+        """The pool for ``url``'s origin, made on first use and counted as
+        sending until :meth:`done`, and the pools to close: the oldest few
+        idle past their keep-alive, taken out of the table (one hold of the
+        lock for both). ``pace``: the seconds between two of its slot's
+        sends, which may keep the pool longer.
 
-    def take(self, url: httpx.URL, now: float, pace: float = 0.0) -> PooledOrigin:
-        """The pool for ``url``'s origin, made on first use, counted as sending;
-        ``pace``: the seconds between two of its slot's sends."""
-        origin = (url.scheme, url.host, url.port)
-        keep = self.keep_for(pace)
+        The origin is read from httpx's parsed form of the URL where it has
+        one: three attribute reads, where ``url.host`` decodes an
+        international name at every call (the key keeps it encoded, one to one).
+        """
+        parsed = getattr(url, "_uri_reference", None)
+        if parsed is not None:
+            origin = (parsed.scheme, parsed.host, parsed.port)
+        else:
+            origin = (url.scheme, url.host, url.port)
+        keep = pace * self.PACE_MARGIN
+        if keep <= self.expiry:  # the usual: a host paced faster than the expiry
+            keep = self.expiry
+        elif keep > self.longest:
+            keep = self.longest
+        origins = self._origins
         lock = self._lock
         lock.acquire()  # not `with`: on every request, it costs twice as much
         try:
-            entry = self._origins.get(origin)
+            entry = origins.get(origin)
             if entry is None:
-                entry = self._origins[origin] = PooledOrigin(self._make(), now, keep)
+                entry = origins[origin] = PooledOrigin(self._make(), now, keep)
             else:
-                self._origins.move_to_end(origin)
+                origins.move_to_end(origin)
                 entry.keep = keep
                 entry.expires_at = now + keep
             entry.sending += 1
+            if next(iter(origins.values())).expires_at > now:
+                return entry, ()  # the oldest is still kept: the usual answer, found at once
+            return entry, self._expired(now)
         finally:
             lock.release()
-        return entry
 
-    def done(self, entry: PooledOrigin, now: float | None = None) -> list[Any]:
-        """A request of ``entry``'s pool is sent; with ``now``, also :meth:`expired`
-        (one hold of the lock for both)."""
+    def done(self, entry: PooledOrigin) -> None:
+        """A request of ``entry``'s pool is sent: answered, failed or cancelled."""
         lock = self._lock
         lock.acquire()
-        try:
-            entry.sending -= 1
-            return [] if now is None else self._expired(now)
-        finally:
-            lock.release()
+        entry.sending -= 1
+        lock.release()
 
     def expired(self, now: float) -> list[Any]:
         """The pools idle past their keep-alive among the oldest few, taken out of the table."""
@@ -125,8 +153,6 @@ class Pools:
 
     def _expired(self, now: float) -> list[Any]:
         origins = self._origins
-        if not origins or next(iter(origins.values())).expires_at > now:
-            return []  # the oldest is still kept: the usual answer, found at once
         closing: list[Any] = []
         for _ in range(min(self.SWEEP, len(origins))):
             origin, entry = next(iter(origins.items()))

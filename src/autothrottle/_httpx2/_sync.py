@@ -15,6 +15,7 @@ from collections.abc import (
     Callable,
     Iterator,
     Mapping,
+    Sequence,
 )
 from time import monotonic, perf_counter
 from types import TracebackType
@@ -31,6 +32,7 @@ from ._common import (
     STARTED,
     ClientOptions,
     DefaultTimeout,
+    DefaultTimeoutDict,
     cache_outside,
     check_throttle,
     from_cache,
@@ -40,11 +42,10 @@ from ._common import (
     wait_bound,
 )
 from ._pools import (
-    SLOT,
     Openings,
+    PooledOrigin,
     Pools,
     check_pool_per_host,
-    opens_connection,
     pools_for,
 )
 
@@ -75,7 +76,11 @@ class _Tracer:
     timed; the wire turn is taken once, at the first.
     """
 
-    __slots__ = ("end", "exchange", "saved", "user")
+    __slots__ = ("closing", "end", "entry", "exchange", "saved", "user")
+
+    #: Set by a plug over the pools per origin (:meth:`_HttpxPlug.wire`) only.
+    entry: PooledOrigin
+    closing: Sequence[Any]
 
     def __init__(self, exchange: Exchange, user: object) -> None:
         self.exchange = exchange
@@ -106,9 +111,12 @@ class _WireTracer:
     ``CONNECT`` and leaves at the real request, whose sending starts the latency.
     """
 
-    __slots__ = ("exchange", "extensions", "saved")
+    __slots__ = ("closing", "entry", "exchange", "extensions", "saved")
 
     end = None  # never timed here: the response's return is
+    #: Set by a plug over the pools per origin (:meth:`_HttpxPlug.wire`) only.
+    entry: PooledOrigin
+    closing: Sequence[Any]
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
@@ -132,17 +140,13 @@ class _LeaseStream(httpx2.SyncByteStream):
     or garbage-collected without either.
     """
 
+    __slots__ = ("_chunks", "_hold", "_inner")
+
     _chunks: Iterator[bytes]
 
     def __init__(self, inner: httpx2.SyncByteStream, lease: Lease) -> None:
         self._inner = inner
         self._hold: Hold | None = Hold(lease, self)
-
-    def finished(self) -> None:
-        hold = self._hold
-        if hold is not None:  # once: the end of the body, then the close
-            self._hold = None
-            hold.release()
 
     def __iter__(self) -> Iterator[bytes]:
         # Its own iterator: httpx2 iterates a response's stream once. Not an
@@ -155,7 +159,10 @@ class _LeaseStream(httpx2.SyncByteStream):
         try:
             return next(self._chunks)
         except BaseException:  # the end, a failure, a cancellation
-            self.finished()
+            hold = self._hold  # released once: at the end of the body or the close
+            if hold is not None:
+                self._hold = None
+                hold.release()
             raise
 
     def close(self) -> None:
@@ -164,20 +171,26 @@ class _LeaseStream(httpx2.SyncByteStream):
         finally:
             # After the inner close, so the connection is back in the pool
             # before the next request of the slot may go.
-            self.finished()
+            hold = self._hold  # released once: at the end of the body or the close
+            if hold is not None:
+                self._hold = None
+                hold.release()
 
 
 class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, "_Tracer | _WireTracer"]):
     """How httpx2 sends and reads, for the request skeleton (``_exchange.paced_blocking``).
 
     ``client``: the transport is a throttled client's own, which marks httpx2's
-    default timeout on its requests (``_common.DefaultTimeout``).
+    default timeout on its requests (``_common.DefaultTimeout``). ``origins``:
+    the transport sends through a pool per origin, which the plug takes for
+    each request when its turn comes and gives back when it is sent.
     """
 
-    __slots__ = ("client",)
+    __slots__ = ("client", "origins")
 
-    def __init__(self, client: bool) -> None:
+    def __init__(self, client: bool, origins: _PoolPerOrigin | None = None) -> None:
         self.client = client
+        self.origins = origins
 
     def host_failure(self, error: BaseException) -> bool:
         return host_failure(error)
@@ -186,24 +199,35 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, "_Tracer | _WireTracer"])
         return timed_out(error, request, self.client)
 
     def wire(self, exchange: Exchange, request: httpx2.Request) -> _Tracer | _WireTracer:
+        origins = self.origins
+        if origins is not None:
+            # First, so that nothing is to undo if it fails (making a pool may).
+            try:  # the slot's pace says how long to keep the origin's pool
+                taken = origins.pools.take(request.url, monotonic(), exchange.lease.slot.delay)
+            except BaseException:
+                exchange.lease.release()
+                raise
         # The trace goes on a copy of the extensions, restored after sending: the
         # client copies them into redirect hops, which must not inherit this one's.
         extensions = request.extensions
         user = extensions.get("trace")
         tracer: _Tracer | _WireTracer
-        # The slot too, for the per-origin pools: its pace says how long to keep one.
-        slot = exchange.lease.slot
         if user is None:
             tracer = _WireTracer(exchange)
-            tracer.extensions = request.extensions = {**extensions, "trace": tracer, SLOT: slot}
+            tracer.extensions = request.extensions = {**extensions, "trace": tracer}
         else:
             tracer = _Tracer(exchange, user)
-            request.extensions = {**extensions, "trace": tracer, SLOT: slot}
+            request.extensions = {**extensions, "trace": tracer}
         tracer.saved = extensions
+        if origins is not None:
+            tracer.entry, tracer.closing = taken
         return tracer
 
     def unwire(self, request: httpx2.Request, wiring: _Tracer | _WireTracer) -> None:
         request.extensions = wiring.saved
+        origins = self.origins
+        if origins is not None:
+            origins.pools.done(wiring.entry)
 
     def respond(
         self, exchange: Exchange, response: httpx2.Response, wiring: _Tracer | _WireTracer
@@ -213,13 +237,15 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, "_Tracer | _WireTracer"])
             response.status_code,
             response.headers,
             wiring.end,
-            from_cache=from_cache(extensions),
+            # hishel's marks, looked for before asking: no call for the usual response
+            from_cache=("caching" in extensions or "from_cache" in extensions)
+            and from_cache(extensions),
         )
         response.extensions = {**extensions, "autothrottle": exchange.info()}
         if response.is_closed:  # the inner transport already read the body
             exchange.lease.release()
         else:
-            stream = cast(httpx2.SyncByteStream, response.stream)
+            stream: httpx2.SyncByteStream = response.stream  # type: ignore[assignment]
             response.stream = _LeaseStream(stream, exchange.lease)
         return response
 
@@ -289,8 +315,12 @@ class ThrottledTransport(httpx2.BaseTransport):
         if key is None:
             return self._inner.handle_request(send)
         plug = self._plug
-        bound = wait_bound(send, options, plug.client)
-        inner = self._inner.handle_request
+        if type(send.extensions.get("timeout")) is DefaultTimeoutDict:
+            bound = options.max_wait  # the usual: httpx2's default, which bounds nothing
+        else:
+            bound = wait_bound(send, options, plug.client)
+        origins = plug.origins
+        inner = self._inner.handle_request if origins is None else origins.send
         return paced_blocking(plug, self._throttle, key, options, bound, inner, send)
 
     def close(self) -> None:
@@ -317,41 +347,65 @@ class _PoolPerOrigin(httpx2.BaseTransport):
     each idle one whether its socket was closed (a system call): a throttled
     crawl of many hosts keeps hundreds idle between sends and spends its CPU
     there (``docs/adapters.md``, "Many hosts"). A pool per origin stays small.
+
+    A throttled request does not pass through this transport's own
+    coroutine: its plug takes the origin's pool when the turn comes
+    (:meth:`_HttpxPlug.wire`) and :meth:`send` hands the request to that
+    pool, so no frame of this class is resumed at each of httpcore2's awaits.
+    :meth:`handle_request` serves the requests sent unthrottled.
     """
 
     def __init__(self, pools: Pools) -> None:
         self.pools = pools
         self.openings = Openings()
 
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        now = monotonic()
-        pools = self.pools
-        slot = request.extensions.get(SLOT)  # its pace says how long to keep the pool
-        entry = pools.take(request.url, now, 0.0 if slot is None else slot.delay)
-        response: httpx2.Response
+    def send(self, request: httpx2.Request) -> httpx2.Response:
+        """Send a throttled request through the pool its plug took for it."""
+        wiring: _Tracer | _WireTracer = request.extensions["trace"]
+        entry = wiring.entry
+        if wiring.closing or entry.opens_connection():
+            return self._send_slowly(entry, request, wiring.closing)
+        pool: httpx2.BaseTransport = entry.pool
+        return pool.handle_request(request)
+
+    def _send_slowly(
+        self, entry: PooledOrigin, request: httpx2.Request, closing: Sequence[Any]
+    ) -> httpx2.Response:
+        """Send ``request`` through ``entry``'s pool, waiting for a turn to open
+        a connection if it opens one, then close the ``closing`` pools."""
+        pool: httpx2.BaseTransport = entry.pool
         try:
-            if opens_connection(entry.pool):
+            if entry.opens_connection():
                 openings = self.openings
                 openings.enter_blocking(request)
                 try:
-                    response = entry.pool.handle_request(request)
+                    return pool.handle_request(request)
                 finally:
                     openings.leave_blocking()
-            else:
-                response = entry.pool.handle_request(request)
-        except BaseException:
+            return pool.handle_request(request)
+        finally:
+            for idle in closing:
+                try:
+                    idle.close()
+                except Exception:  # an idle pool of another origin: not this request's error
+                    logger.debug("closing an idle connection pool failed", exc_info=True)
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        """Send an unthrottled request (bypassed, or with no host) through its origin's pool."""
+        pools = self.pools
+        entry, closing = pools.take(request.url, monotonic())
+        try:
+            return self._send_slowly(entry, request, closing)
+        finally:
             pools.done(entry)
-            raise
-        for pool in pools.done(entry, now):
-            try:
-                pool.close()
-            except Exception:  # an idle pool of another origin: not this request's error
-                logger.debug("closing an idle connection pool failed", exc_info=True)
-        return response
 
     def close(self) -> None:
         for pool in self.pools.clear():
             pool.close()
+
+
+#: httpx2's own, to tell when a mock patched it on the class.
+_TRANSPORT_FOR_URL = httpx2.Client._transport_for_url  # noqa: SLF001
 
 
 class ThrottledClient(httpx2.Client):
@@ -426,7 +480,7 @@ class ThrottledClient(httpx2.Client):
 
     def _wrap(self, transport: httpx2.BaseTransport) -> httpx2.BaseTransport:
         if isinstance(transport, ThrottledTransport):
-            if transport._plug is _CLIENTS_PLUG:  # noqa: SLF001 (this module's own class)
+            if transport._plug.client:  # noqa: SLF001 (this module's own class)
                 return transport
             # Given as is: a copy (same inner transport, same throttle) that knows
             # this client marks httpx2's default timeout, so a timeout equal to it
@@ -439,7 +493,10 @@ class ThrottledClient(httpx2.Client):
         if cache is not None:
             return cast(httpx2.BaseTransport, cache)
         throttled = ThrottledTransport(transport, throttle=self._throttle)
-        throttled._plug = _CLIENTS_PLUG  # noqa: SLF001 (this module's own class)
+        plug = _CLIENTS_PLUG
+        if type(transport) is _PoolPerOrigin:  # the plug takes each request's pool
+            plug = _HttpxPlug(client=True, origins=transport)
+        throttled._plug = plug  # noqa: SLF001 (this module's own class)
         return throttled
 
     def _init_transport(self, *args: Any, **kwargs: Any) -> httpx2.BaseTransport:
@@ -453,7 +510,10 @@ class ThrottledClient(httpx2.Client):
     def _transport_for_url(self, url: httpx2.URL) -> httpx2.BaseTransport:
         # Every route is wrapped already; this catches a transport swapped in
         # per request by a patch of httpx2.Client (respx's "httpx2" mocker).
-        transport = super()._transport_for_url(url)
+        transport = self._transport  # httpx2's own answer with no mount, without its call
+        patched = httpx2.Client._transport_for_url is not _TRANSPORT_FOR_URL  # noqa: SLF001
+        if patched or self._mounts:
+            transport = super()._transport_for_url(url)
         if type(transport) is ThrottledTransport:  # the usual: no call to _wrap
             return transport
         return self._wrap(transport)
