@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import sys
 import time
 import uuid
 from typing import Any
 
+import _fleet_trace
 import aiohttp
 from _common import SimProcess, control_session, write_results
 from aiohttp import web
@@ -56,11 +58,19 @@ GOAL_ROUND_TRIPS = 1.0
 
 
 def _crawler(
-    redis: str, prefix: str, urls: list[str], start: float, seconds: float, out: Any
+    redis: str,
+    prefix: str,
+    urls: list[str],
+    start: float,
+    seconds: float,
+    out: Any,
+    trace: bool = False,
 ) -> None:
     """One worker process: two tasks per host until ``start + seconds`` (wall clock)."""
 
-    async def run() -> dict[str, int]:
+    async def run() -> dict[str, Any]:
+        records: list[dict[str, Any]] = []
+        traces = [_fleet_trace.install(records)] if trace else []
         store = RedisStore(redis, prefix=prefix)
         throttle = Throttle(policy=FixedRatePolicy(RATE), store=store)
         counts: dict[str, int] = {}
@@ -69,7 +79,9 @@ def _crawler(
         await asyncio.sleep(max(0.0, start - time.time()))
         deadline = time.monotonic() + seconds
         cpu = time.process_time()
-        async with ThrottledSession(throttle=throttle, connector=connector, timeout=timeout) as s:
+        async with ThrottledSession(
+            throttle=throttle, connector=connector, timeout=timeout, trace_configs=traces
+        ) as s:
 
             async def worker(base: str) -> None:
                 while time.monotonic() < deadline:
@@ -94,12 +106,15 @@ def _crawler(
             "round_trips": store.round_trips,
             "turns": store.turns,
             "cpu_share": cpu_share,
+            **({"trace": records} if trace else {}),
         }
 
     out.put(asyncio.run(run()))
 
 
-async def fleet_crawl(redis: str, seconds: float, hosts: int = HOSTS) -> dict[str, Any]:
+async def fleet_crawl(
+    redis: str, seconds: float, hosts: int = HOSTS, trace: bool = False
+) -> dict[str, Any]:
     spec = f"rate:rate={RATE:g},burst=1,headers=false"
     sim = SimProcess(["--many", f"{hosts}={spec}", "--seed", "1"])
     try:
@@ -111,7 +126,7 @@ async def fleet_crawl(redis: str, seconds: float, hosts: int = HOSTS) -> dict[st
             start = time.time() + 3.0  # every worker imported and ready
             workers = [
                 multiprocessing.Process(
-                    target=_crawler, args=(redis, prefix, urls, start, seconds, queue)
+                    target=_crawler, args=(redis, prefix, urls, start, seconds, queue, trace)
                 )
                 for _ in range(WORKERS)
             ]
@@ -125,6 +140,9 @@ async def fleet_crawl(redis: str, seconds: float, hosts: int = HOSTS) -> dict[st
     finally:
         sim.stop()
     summary = summarize(doc, RATE)
+    if trace:
+        traces = [r.pop("trace") for r in results]
+        summary["trace"] = _fleet_trace.analyse(traces, doc, 1.0 / RATE)
     sent = sum(r["sent"] for r in results)
     summary.pop("per_host")
     summary.update(
@@ -286,7 +304,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         f"fleet crawl: {WORKERS} processes, {args.hosts} hosts x {RATE:g}/s, {args.seconds:g} s",
         flush=True,
     )
-    crawl = results["fleet_crawl"] = await fleet_crawl(args.redis, args.seconds, args.hosts)
+    crawl = results["fleet_crawl"] = await fleet_crawl(
+        args.redis, args.seconds, args.hosts, args.trace
+    )
     share = crawl["aggregate_rate"] / crawl["limit_sum"]
     print(
         f"  goal aggregate >= {GOAL_AGGREGATE:.0%} of {crawl['limit_sum']:g}/s: "
@@ -308,6 +328,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )
     cpu = [f"{worker['cpu_share']:.0%}" for worker in crawl["workers"]]
     print(f"  each worker's CPU (of one core): {', '.join(cpu)}", flush=True)
+    if "trace" in crawl:
+        print(json.dumps(crawl["trace"], indent=1), flush=True)
+    if args.crawl_only:
+        return results
     c = results["cost"] = await cost(args.redis, args.requests)
     b = results["cost_blocking"] = await asyncio.to_thread(cost_blocking, args.redis, args.requests)
     for label, row in (("async", c), ("sync", b)):
@@ -341,6 +365,12 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--seconds", type=float, default=30.0, help="fleet crawl (default 30)")
     parser.add_argument("--quick", action="store_true", help="a 10-second fleet crawl")
+    parser.add_argument(
+        "--trace", action="store_true", help="explain the short gaps at the hosts (slower)"
+    )
+    parser.add_argument(
+        "--crawl-only", action="store_true", help="the fleet crawl only, not the costs"
+    )
     parser.add_argument("--hosts", type=int, default=HOSTS, help=f"hosts (default {HOSTS})")
     parser.add_argument(
         "--name", default="redis_store", help="results file name (default redis_store)"

@@ -1,0 +1,175 @@
+"""Where the fleet crawl's short gaps come from: every turn, its send and its arrival.
+
+``python benchmarks/redis_store.py --trace`` records, in each worker, every
+turn a request of the fleet took: its reserved time on Redis's clock, its due
+time on the process's clock (``time.monotonic``, one clock for every process
+on the machine), when the fleet let it go, and when aiohttp wrote its headers
+(the send). The main process lines the sends up with the simulated hosts'
+arrival stamps, host by host in order, and splits every gap at the host that
+was shorter than the limit's gap into its parts::
+
+    arrival gap = reserved gap + skew + lateness + transit
+
+* **reserved**: the two turns' reserved times on Redis's clock (the rule);
+* **skew**: how differently the two processes mapped Redis's clock onto
+  theirs (0 within one process);
+* **lateness**: the later send's lateness after its due, less the earlier's;
+* **transit**: the later request's way to the host (the wire and the host's
+  own event loop) less the earlier's.
+
+The part that took the most off the gap names the cause. Instrumentation
+only: it patches the store and the fleet in the worker that asks for it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import itertools
+import statistics
+import time
+from typing import Any
+
+import aiohttp
+
+from autothrottle._fleet import Fleet
+from autothrottle.redis import RedisStore
+
+_current: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "fleet_trace", default=None
+)
+
+
+def install(records: list[dict[str, Any]]) -> aiohttp.TraceConfig:
+    """Patch this process's store and fleet to append one record per turn sent
+    to ``records``; return the TraceConfig that stamps each send."""
+    reserved: dict[str, float] = {}
+    answer, done = RedisStore._answer, Fleet._done
+
+    def traced_answer(self: RedisStore, key: str, ask: Any, reply: list[Any], *rest: Any) -> Any:
+        turn = answer(self, key, ask, reply, *rest)
+        if turn.lease is not None:
+            at = (float(_text(reply[6])) + float(_text(reply[0]))) / 1e6
+            turns = int(_text(reply[7])) if len(reply) > 7 else 1
+            spacing = float(_text(reply[8])) / 1e6 if len(reply) > 8 else 0.0
+            reserved[turn.lease] = at
+            for i in range(2, turns + 1):
+                reserved[f"{turn.lease}:{i}"] = at + (i - 1) * spacing
+        return turn
+
+    def traced_done(self: Fleet, slot: Any, lease: Any, turn: Any, ask: Any, skipped: bool) -> bool:
+        went = done(self, slot, lease, turn, ask, skipped)
+        if turn.lease is not None:
+            record = {
+                "key": slot.key,
+                "reserved": reserved.pop(turn.lease, None),
+                "due": turn.due,
+                "went": time.monotonic() if went else None,
+                "joined": turn.joined,
+                "closes": turn.closes,
+                "sent": None,
+            }
+            records.append(record)
+            if went:
+                _current.set(record)
+        return went
+
+    RedisStore._answer = traced_answer  # type: ignore[method-assign]
+    Fleet._done = traced_done  # type: ignore[method-assign]
+
+    async def headers_sent(*_: Any) -> None:
+        record = _current.get()
+        if record is not None and record["sent"] is None:
+            record["sent"] = time.monotonic()
+
+    config = aiohttp.TraceConfig()
+    config.on_request_headers_sent.append(headers_sent)
+    return config
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _host_of(key: str) -> str:
+    return key.split("://")[-1].split(":")[0].split("/")[0]
+
+
+def analyse(traces: list[list[dict[str, Any]]], doc: dict[str, Any], gap: float) -> dict[str, Any]:
+    """Line the workers' sends up with the hosts' arrivals; explain the short gaps."""
+    sends: dict[str, list[tuple[float, int, dict[str, Any]]]] = collections.defaultdict(list)
+    for worker, records in enumerate(traces):
+        for record in records:
+            if record["sent"] is not None and record["due"] is not None:
+                sends[_host_of(record["key"])].append((record["sent"], worker, record))
+    pairs: list[tuple[str, float, int, dict[str, Any], str]] = []
+    origin = -float("inf")
+    for address, host in doc["hosts"].items():
+        mine = sorted(sends.get(address, []), key=lambda s: s[0])
+        requests = host["series"]["requests"]
+        arrivals = sorted(zip(requests["arrival"], requests["outcome"], strict=True))
+        for (arrival, outcome), (sent, worker, record) in zip(arrivals, mine, strict=False):
+            pairs.append((address, arrival, worker, record, outcome))
+            origin = max(origin, sent - arrival)  # the host's clock starts at or after it
+    by_host: dict[str, list[tuple[float, int, dict[str, Any], str]]] = collections.defaultdict(list)
+    for address, arrival, worker, record, outcome in pairs:
+        by_host[address].append((arrival + origin, worker, record, outcome))
+    late = [r["sent"] - r["due"] for rs in traces for r in rs if r["sent"] and r["due"]]
+    wire = [r["sent"] - r["went"] for rs in traces for r in rs if r["sent"] and r["went"]]
+    closing = [
+        r["sent"] - r["due"] for rs in traces for r in rs if r["sent"] and r["due"] and r["closes"]
+    ]
+    short: list[dict[str, Any]] = []
+    junctions = same = 0
+    for rows in by_host.values():
+        for (a1, w1, r1, _), (a2, w2, r2, o2) in itertools.pairwise(rows):
+            if w1 == w2:
+                same += 1
+            else:
+                junctions += 1
+            if a2 - a1 >= gap or r1["reserved"] is None or r2["reserved"] is None:
+                continue
+            parts = {
+                "reserved": r2["reserved"] - r1["reserved"] - gap,
+                "skew": (r2["due"] - r2["reserved"]) - (r1["due"] - r1["reserved"]),
+                "lateness": (r2["sent"] - r2["due"]) - (r1["sent"] - r1["due"]),
+                "transit": (a2 - r2["sent"]) - (a1 - r1["sent"]),
+            }
+            short.append(
+                {
+                    "gap": a2 - a1,
+                    "same_process": w1 == w2,
+                    "refused": o2 != "ok",
+                    "cause": min(parts, key=lambda k: parts[k]),
+                    "first_late": r1["sent"] - r1["due"],
+                    "second_late": r2["sent"] - r2["due"],
+                    **parts,
+                }
+            )
+    causes = collections.Counter(s["cause"] for s in short)
+    refused = collections.Counter(s["cause"] for s in short if s["refused"])
+
+    def pct(values: list[float], q: float) -> float:
+        return sorted(values)[int(q * (len(values) - 1))] if values else 0.0
+
+    return {
+        "turns": sum(len(rs) for rs in traces),
+        "pairs_same_process": same,
+        "pairs_junction": junctions,
+        "short_gaps": len(short),
+        "short_gaps_same_process": sum(1 for s in short if s["same_process"]),
+        "causes": dict(causes),
+        "causes_of_refused": dict(refused),
+        "lateness_p50_p90_p99_max_ms": [1e3 * pct(late, q) for q in (0.5, 0.9, 0.99, 1.0)],
+        "went_to_sent_p50_p90_p99_max_ms": [1e3 * pct(wire, q) for q in (0.5, 0.9, 0.99, 1.0)],
+        "closing_turns_later_than_ms": {
+            ms: sum(1 for x in closing if x > ms / 1e3) / max(1, len(closing))
+            for ms in (2, 5, 10, 15, 20, 30, 50)
+        },
+        "turns_not_sent": sum(1 for rs in traces for r in rs if r["went"] is None),
+        "mean_parts_ms": {
+            k: 1e3 * statistics.fmean(s[k] for s in short) if short else 0.0
+            for k in ("reserved", "skew", "lateness", "transit")
+        },
+        "worst": sorted(short, key=lambda s: s["gap"])[:15],
+    }
