@@ -7,6 +7,7 @@ Redis in tests/test_redis_rules.py.
 
 from __future__ import annotations
 
+import math
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -23,6 +24,7 @@ from autothrottle._fleet import (
     Run,
     SharedTurn,
     TurnAsk,
+    slack,
 )
 
 ROOM = 0.05
@@ -133,3 +135,63 @@ def test_a_run_turn_after_a_send_long_gone_waits_no_more() -> None:
 def test_a_turn_that_begins_a_run_follows_another_process_and_waits_no_more() -> None:
     slot: Any = SimpleNamespace(fleet_went=time.monotonic())
     assert Fleet._after_own(slot, turn(joined=False), ask()) == 0.0
+
+
+class LateStore:
+    """What :meth:`Fleet._done` tells the store of a turn it does not send."""
+
+    def __init__(self) -> None:
+        self.late: list[str] = []
+        self.released: list[str] = []
+
+    def late_turn(self, key: str, lease: str) -> None:
+        self.late.append(lease)
+
+
+def done(turn: SharedTurn, *, skipped: bool = False) -> tuple[bool, LateStore, Any]:
+    """Whether the request goes on ``turn`` now, what the store was told, the lease."""
+    store = LateStore()
+    shared: Any = SimpleNamespace(late=store.late_turn, released=store.released.append)
+    fleet = Fleet(shared, rules=None, clock=lambda: 0.0)  # type: ignore[arg-type]
+    slot: Any = SimpleNamespace(
+        key="k", state=SimpleNamespace(pause_until=-math.inf), fleet_went=-math.inf
+    )
+    lease: Any = SimpleNamespace(wire_gap=0.3, on_release=object())
+    return fleet._done(slot, lease, turn, ask(), skipped), store, lease
+
+
+def late_turn(late: float, slack: float, *, closes: bool = True) -> SharedTurn:
+    due = time.monotonic() - late
+    return SharedTurn(0.0, "lease", GAP, 0.0, due, 4, closes=closes, slack=slack)
+
+
+def test_the_slack_is_the_margin_the_lateness_of_each_turn_and_the_room() -> None:
+    spacing = GAP * SPACING_MARGIN
+    assert slack(spacing, SPACING_MARGIN, 0.003, 2, 0.025) == pytest.approx(
+        GAP * (SPACING_MARGIN - 1.0) + 2 * 0.003 + 0.025
+    )
+
+
+def test_a_turn_later_than_its_slack_is_handed_back_not_sent() -> None:
+    # 30 ms late where the fleet left 16 ms: sent, it would reach the host 14 ms
+    # closer than the gap to the next process's punctual send.
+    went, store, lease = done(late_turn(0.03, 0.016))
+    assert not went
+    assert store.late == ["lease"] and store.released == []
+    assert lease.on_release is None  # its release is the store's now, once
+
+
+def test_a_turn_within_its_slack_goes_spaced_by_the_fleet_alone() -> None:
+    went, store, lease = done(late_turn(0.005, 0.016))
+    assert went and store.late == []
+    assert lease.wire_gap == 0.0
+
+
+def test_a_late_turn_inside_a_run_goes_the_next_send_is_the_process_own() -> None:
+    went, store, _ = done(late_turn(1.0, math.inf, closes=False))
+    assert went and store.late == []
+
+
+def test_a_request_whose_turn_came_late_once_goes_on_its_next_late_turn() -> None:
+    went, store, _ = done(late_turn(0.03, 0.016), skipped=True)
+    assert went and store.late == []

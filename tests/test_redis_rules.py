@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -18,8 +19,12 @@ from typing import Any
 import pytest
 import redis
 
+from autothrottle._fleet import FRESH_MOST, FRESH_ROOM, SPACING_MARGIN, TurnAsk
 from autothrottle._redis_lua import GIVE_BACK, MERGE, TURN
+from autothrottle._redis_parts import LINGER, LINGER_MOST
+from autothrottle.redis import RedisStore
 
+URL = "redis://127.0.0.1:6379/0"
 GAP_US = 500_000
 TTL_MS = 60_000
 
@@ -83,9 +88,9 @@ def test_a_run_is_reserved_in_one_script_its_turns_one_gap_apart(server: redis.R
 
 def test_a_run_takes_at_most_half_of_the_free_leases(server: redis.Redis) -> None:
     slot = Slot(server)
-    assert slot.turn("a", want=4, cap=4)[-2] == "2"
-    assert slot.turn("b", want=4, cap=4)[-2] == "1"  # one free: still one turn
-    assert slot.turn("c", want=4, cap=4)[-2] == "1"
+    assert slot.turn("a", want=4, cap=4)[7] == "2"
+    assert slot.turn("b", want=4, cap=4)[7] == "1"  # one free: still one turn
+    assert slot.turn("c", want=4, cap=4)[7] == "1"
     assert slot.turn("d", want=4, cap=4)[1] == ""  # at the cap: nothing reserved
 
 
@@ -156,3 +161,52 @@ def test_an_unused_turn_before_a_run_already_finished_gives_no_time_back(
     before = slot.tat()
     assert server.eval(GIVE_BACK, 2, slot.state, slot.leases, GAP_US, "a:2") == 0
     assert slot.tat() == before
+
+
+def test_a_reserved_run_says_how_many_leases_it_left_free(server: redis.Redis) -> None:
+    slot = Slot(server)
+    assert slot.turn("a", want=3)[9] == "5"  # a cap of 8, three taken
+    assert slot.turn("b", want=4, cap=6)[9] == "2"  # half of the three left: one
+
+
+ASK = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0, SPACING_MARGIN)
+
+
+def fresh_store() -> RedisStore:
+    return RedisStore(URL, prefix=f"rules-{uuid.uuid4().hex}")
+
+
+def test_a_turn_reached_after_its_slack_goes_back_with_its_time(server: redis.Redis) -> None:
+    # Rule 1: a process that reaches its turn later than the room the fleet
+    # left hands it back; as nobody reserved after it, its time comes back too:
+    # the next turn is not a gap after a send that never left.
+    store = fresh_store()
+    try:
+        first = store.take_turn_blocking("h", ASK, 0.0)
+        assert first.lease is not None
+        room = min(FRESH_ROOM * 0.5, FRESH_MOST)  # its first turn of the slot
+        assert first.slack == pytest.approx(0.5 * (SPACING_MARGIN - 1.0) + room, abs=1e-6)
+        state, leases = (f"{{{store.prefix}:h}}:s", f"{{{store.prefix}:h}}:l")
+        before = float(server.hget(state, "tat") or 0)
+        store.late("h", first.lease)
+        store.flush_blocking()
+        assert server.zscore(leases, first.lease) is None
+        after = float(server.hget(state, "tat") or 0)
+        assert before - after == pytest.approx(0.5 * SPACING_MARGIN * 1e6, abs=2)
+    finally:
+        store.close()
+
+
+def test_a_finished_lease_far_from_the_cap_waits_longer_for_a_turn(server: redis.Redis) -> None:
+    # Over few hosts turns come seldom: a lease the fleet does not need soon
+    # rides with a later turn instead of costing a round trip of its own.
+    for cap, longest in ((8, LINGER_MOST), (2, LINGER)):
+        store = fresh_store()
+        try:
+            turn = store.take_turn_blocking("h", ASK._replace(cap=cap), 0.0)
+            assert turn.lease is not None
+            store.released("h", turn.lease)
+            left = store._send._flush_at - time.monotonic()
+            assert (LINGER < left <= longest) if cap == 8 else (left <= longest), (cap, left)
+        finally:
+            store.close()

@@ -16,6 +16,9 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    refuses the one that arrives early; the asker's own lateness lately (how
    long after its reserved time its sends left) is added to the gap after its
    send, so a late process costs the fleet its lateness, not a refusal. A
+   turn the asker reaches later than that room (its :func:`slack`) is not
+   sent but handed back, once per request: sent, it would reach the host
+   closer than the gap to the next turn reserved after it. A
    new slot (or one idle for a minute) sends first at its own phase point: a
    fraction of the gap (of a second, if the gap is longer) that the slot's
    name sets, so a crawl that starts many hosts at once does not send every
@@ -124,6 +127,7 @@ from ._fleet_turns import (
     SharedTurn,
     SharedTurns,
     TurnAsk,
+    slack,
 )
 from ._lease import Lease
 from ._rules import Rules
@@ -142,6 +146,7 @@ __all__ = [
     "SharedTurn",
     "SharedTurns",
     "TurnAsk",
+    "slack",
 ]
 
 
@@ -216,25 +221,24 @@ class Fleet:
         down: it paces alone). A pause that began while it waited for its turn
         voids the turn (rule 2): it is handed back and a new one asked for, so
         the turns reserved before a pause do not all leave together at its end.
-        So does a turn that ends a run, reached after a stall later than the
-        fleet left room for (rule 1): sent, it would reach the host too close
-        to the next process's send; unsent, it costs the host one gap unused
-        (once per request: a process stalled every time still sends). A late
-        turn inside a run goes: the next send is this process's own, spaced
-        from it on the wire (rule 8)."""
+        So does a turn reached later than its slack (rule 1: the room the fleet
+        left for lateness before the next turn reserved after it): sent, it
+        would reach the host closer than the gap to the next process's punctual
+        send, and a strict host refuses that one. It goes back, its time too when
+        nobody reserved after it (then the next turn is this process's, now);
+        otherwise it costs the host one gap unused. Once per request: a process
+        stalled every time still sends. A late turn inside a run goes: the next
+        send is this process's own, spaced from it on the wire (rule 8)."""
         if turn.lease is None:
             return turn.wait <= 0.0
-        on_time = True
+        late = 0.0 if turn.due is None else time.monotonic() - turn.due
         if turn.due is not None:
-            late = time.monotonic() - turn.due
             self.late.add(late)
-            gap = min(max(ask.gap if turn.delay is None else turn.delay, ask.min_gap), ask.max_gap)
-            # A stall: later than the room the fleet left after this send (the
-            # margin and this process's usual lateness) and the next sender's
-            # usual lateness (taken as this process's), and than LATE_MOST.
-            room = max(gap * (ask.margin - 1.0) + 2.0 * ask.late, LATE_MOST)
-            on_time = skipped or not turn.closes or late <= room
-        if on_time and slot.state.pause_until <= self._clock():
+        if late > turn.slack and not skipped:
+            lease.on_release = None
+            self.store.late(slot.key, turn.lease)
+            return False
+        if slot.state.pause_until <= self._clock():
             # The fleet spaced this send from the last one: the wire keeps no
             # gap of this process's own on top, which would hold it past its
             # turn into the next one's.

@@ -28,14 +28,15 @@ __all__ = [
     "SharedTurn",
     "SharedTurns",
     "TurnAsk",
+    "slack",
 ]
 
 LATE_SAMPLES = 200
 """Sends :class:`Lateness` remembers."""
 
 LATE_MOST = 0.05
-"""Seconds: a send later than this (and than the room the fleet left) is a
-stall; its turn is handed back rather than sent (:meth:`Fleet._done`)."""
+"""Seconds: the most one send's lateness counts in :class:`Lateness`, and the
+least a turn of a run waits for a request before it is handed back unused."""
 
 LATE_SHARE = 0.03
 """The most of a gap a process's lateness adds after its sends: with the
@@ -96,6 +97,10 @@ class SharedTurn(NamedTuple):
             (rule 8): it goes no sooner than a gap after that one went.
         closes: The last turn of its run: the next send may be another
             process's.
+        slack: Seconds the send may leave after ``due`` and still reach the
+            host no closer than the gap to the next turn reserved after it
+            (rule 1: the room the fleet left for lateness); infinite for a
+            turn inside a run, whose next send is this process's own.
     """
 
     wait: float
@@ -106,6 +111,17 @@ class SharedTurn(NamedTuple):
     senders: int = 1
     joined: bool = False
     closes: bool = True
+    slack: float = math.inf
+
+
+def slack(spacing: float, margin: float, late: float, turns: int, room: float) -> float:
+    """The lateness the fleet left room for after the last of ``turns`` turns
+    reserved ``spacing`` apart (the gap times ``margin``), asked with this
+    process's ``late`` and ``room`` (rule 1): the margin's share of the gap,
+    the lateness for each turn, the room for a new connection. A send later
+    than that would reach the host closer than the gap to the next process's
+    punctual one (:meth:`Fleet._done` hands it back instead)."""
+    return spacing - spacing / margin + late * turns + room
 
 
 class Lateness:
@@ -114,8 +130,9 @@ class Lateness:
     A send reserved at ``t`` leaves when the process gets to it: later when
     its event loop or its CPU is busy. The figure is the 90th percentile of
     the last :data:`LATE_SAMPLES` sends, at most :data:`LATE_MOST`: the
-    typical lateness widens the gap after this process's sends, and a send
-    later than that is not sent at its turn (:meth:`Fleet._done`).
+    typical lateness widens the gap after this process's sends (the turn's
+    :func:`slack`), and a send later than its slack is not sent at its turn
+    (:meth:`Fleet._done`).
     """
 
     __slots__ = ("_samples", "_seen", "value")
@@ -152,9 +169,11 @@ class Run:
         "_pending",
         "_turns",
         "delay",
+        "free",
         "last_due",
         "length",
         "senders",
+        "slack",
         "spacing",
     )
 
@@ -170,6 +189,10 @@ class Run:
         """When the last turn this process reserved is due."""
         self.spacing = 0.0
         """Seconds between the turns of the last run."""
+        self.slack = math.inf
+        """The lateness the fleet left room for after the last run's last turn."""
+        self.free = 0
+        """The slot's leases left free under the fleet's cap after the last run."""
         self._demand = False
         self._pending = -math.inf  # the last reserved turn a request may wait for
 
@@ -180,7 +203,9 @@ class Run:
         turns more than ``room`` past their due that no request took (to hand
         back; the next run is one turn long again):
 
-        * a tuple ``(due, lease, closes)``: it takes the run's next turn;
+        * a tuple ``(due, lease, closes)``: it takes the run's next turn
+          (``closes``: the last, whose lateness may meet another process's
+          turn: it has :attr:`slack`);
         * a float: it waits until then, when this process's last reserved turn
           is due, before asking (one reservation waiting per process);
         * an int: it asks the store for a run of that many turns: twice the
@@ -219,12 +244,14 @@ class Run:
         spacing: float,
         delay: float | None,
         senders: int,
+        slack: float = math.inf,
     ) -> None:
-        """The store reserved a run, its turns ``spacing`` apart: the asker takes
-        the first turn, the rest wait here."""
+        """The store reserved a run, its turns ``spacing`` apart, the last with
+        ``slack``: the asker takes the first turn, the rest wait here."""
         self._turns.extend(zip(dues[1:], leases[1:], strict=True))
         self.last_due = self._pending = dues[-1]
         self.spacing, self.delay, self.senders = spacing, delay, senders
+        self.slack = slack
 
     def drop(self) -> list[str]:
         """Every turn left, to hand back (a pause began, no request of this
@@ -279,4 +306,9 @@ class SharedTurns(Protocol):
     def idle(self, key: str) -> None:
         """No request of this process is left for the slot: the turns it
         reserved ahead go back (rule 8)."""
+        ...
+
+    def late(self, key: str, lease: str) -> None:
+        """A reserved turn came later than its slack and is not sent: it goes
+        back, and its time with it when no process reserved after it (rule 1)."""
         ...

@@ -90,15 +90,17 @@ if turns > 1 then final_lease = final_lease .. ':' .. turns end
 redis.call('HSET', KEYS[1], 'tat', us(free), 'last', us(free - gap), 'final', final_lease)
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 redis.call('PEXPIRE', KEYS[2], math.max(tonumber(ARGV[7]), math.ceil((final - now + hold) / 1000)))
-return {us(at - now), ARGV[6], shown_delay, '0', processes, '', us(now), tostring(turns), us(gap)}
+return {us(at - now), ARGV[6], shown_delay, '0', processes, '', us(now), tostring(turns), us(gap),
+  tostring(cap - live - turns)}
 """
 )
 """Reserve the slot's next send, or a run of them: returns wait (µs), lease id
 ('' when not reserved: ask again after the wait), the fleet's delay (µs, '' if
 none), the pause to wait (µs), how many processes took a turn on the slot in
 the last minute, the end of the pause being waited for ('' none), the
-server's clock (µs), and for a reserved run its turns and the gap between
-them (µs); the lease of turn ``i > 1`` is ``lease:i``."""
+server's clock (µs), and for a reserved run its turns, the gap between them
+(µs) and the leases left free under the cap; the lease of turn ``i > 1`` is
+``lease:i``."""
 
 MERGE = (
     _NOW

@@ -3,8 +3,9 @@
 Everything a process has to say goes in one pipeline: the turns asked for at
 the same moment (of any slots), the finished leases and what responses taught,
 so a request costs at most one round trip, and less when requests come
-together. Finished leases and changes wait up to :data:`LINGER` for a turn to
-carry them.
+together. Finished leases and changes wait for a turn to carry them: up to
+:data:`LINGER` when the fleet needs them soon (a backoff, a lease of a slot
+near its cap), up to :data:`LINGER_MOST` otherwise.
 
 Async throttles send from one task on their event loop (``redis.asyncio``);
 sync throttles send from the thread that holds the sender lock, for every
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from typing import Any
@@ -33,6 +35,7 @@ from ._redis_parts import (
     DOWN,
     FIRST,
     LINGER,
+    LINGER_MOST,
     MAX_PENDING,
     Ask,
     AsyncClient,
@@ -98,6 +101,7 @@ class Sender:
         self._wake_flusher = threading.Condition(self._lock)
         self._closed = False
         self._ready_async = self._ready_sync = False
+        self._flush_at = math.inf  # when what waits must go (monotonic)
 
     # -- what waits to go -------------------------------------------------------------
 
@@ -116,7 +120,8 @@ class Sender:
                 self._send_blocking()
 
     def changed(self, key: str, change: Change) -> None:
-        """Share the slot's record soon (coalesced per slot; a backoff still counts)."""
+        """Share the slot's record soon (coalesced per slot; a backoff still counts):
+        a backoff within :data:`LINGER`, anything else within :data:`LINGER_MOST`."""
         with self._lock:
             previous = self._changes.get(key)
             if previous is not None:
@@ -124,13 +129,17 @@ class Sender:
                 if previous.backed_off and not change.backed_off:
                     change.sent_at, change.backed_off = previous.sent_at, True
             self._changes[key] = change
-        self._flush_soon()
+            linger = LINGER if change.backed_off else LINGER_MOST
+            self._flush_at = min(self._flush_at, time.monotonic() + linger)
+        self._flush_soon(linger)
 
-    def released(self, key: str, lease: str) -> None:
+    def released(self, key: str, lease: str, linger: float = LINGER) -> None:
+        """Hand a finished lease back within ``linger`` seconds."""
         with self._lock:
             self._releases.append((key, lease))
             del self._releases[:-MAX_PENDING]
-        self._flush_soon()
+            self._flush_at = min(self._flush_at, time.monotonic() + linger)
+        self._flush_soon(linger)
 
     def unused(self, key: str, gap: float, leases: list[str]) -> None:
         """Hand back turns of a run that no request took (rule 8): the latest
@@ -140,6 +149,7 @@ class Sender:
         with self._lock:
             _, waiting = self._unused.get(key, (gap, []))
             self._unused[key] = (gap, waiting + leases)
+            self._flush_at = min(self._flush_at, time.monotonic() + LINGER)
         self._flush_soon()
 
     async def flush(self) -> None:
@@ -173,6 +183,7 @@ class Sender:
             releases, self._releases = self._releases, []
             changes, self._changes = self._changes, {}
             unused, self._unused = self._unused, {}
+            self._flush_at = math.inf
         for key, (gap, leases) in unused.items():
             releases.append((key, f"{gap:.6f}\n" + "\n".join(leases)))
         return releases, changes
@@ -184,6 +195,7 @@ class Sender:
             del self._releases[:-MAX_PENDING]
             for key, change in changes.items():
                 self._changes.setdefault(key, change)
+            self._flush_at = min(self._flush_at, time.monotonic() + LINGER)
 
     def _commands(
         self, turns: list[Ask], releases: list[tuple[str, str]], changes: dict[str, Change]
@@ -224,10 +236,14 @@ class Sender:
         if self._sender is None or self._sender.done():
             self._sender = loop.create_task(self._send_loop(everything))
 
-    def _linger(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Send finished leases and changes within ``LINGER``, with a turn if one comes."""
-        if self._lingering is None:
-            self._lingering = loop.call_later(LINGER, self._kick_async, loop, True)
+    def _linger(self, loop: asyncio.AbstractEventLoop, linger: float) -> None:
+        """Send finished leases and changes within ``linger``, with a turn if one comes."""
+        lingering = self._lingering
+        if lingering is not None:
+            if lingering.when() <= loop.time() + linger:
+                return
+            lingering.cancel()
+        self._lingering = loop.call_later(linger, self._kick_async, loop, True)
 
     async def _send_loop(self, everything: bool) -> None:
         try:
@@ -374,26 +390,31 @@ class Sender:
 
     def _flusher_loop(self) -> None:
         """The sync side's background sender: finished leases and changes that no turn
-        carried within ``LINGER`` go on their own; while Redis is down, every
-        ``retry_after``."""
+        carried in time (:meth:`_flush_soon`) go on their own; while Redis is
+        down, every ``retry_after``."""
         while True:
             with self._lock:
-                while not self._closed and not (self._releases or self._changes or self._unused):
-                    self._wake_flusher.wait()
+                while not self._closed:
+                    if self._releases or self._changes or self._unused:
+                        at = max(self._flush_at, self.outage.down_until)
+                        if at <= time.monotonic():
+                            break
+                        self._wake_flusher.wait(at - time.monotonic())
+                    else:
+                        self._wake_flusher.wait()
                 if self._closed:
                     return
-            time.sleep(max(LINGER, self.outage.down_until - time.monotonic()))
             self.flush_blocking()
 
-    def _flush_soon(self) -> None:
-        """Send soon: with the async sender on this thread's event loop, else from
-        the background thread of the sync client."""
+    def _flush_soon(self, linger: float = LINGER) -> None:
+        """Send within ``linger``: with the async sender on this thread's event
+        loop, else from the background thread of the sync client."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
         if loop is not None and (self.async_client is not None or self.url is not None):
-            self._linger(loop)
+            self._linger(loop, linger)
             return
         if self.sync_client is None and self.url is None:
             return  # an async client and no loop here: it goes with the next turn

@@ -57,11 +57,14 @@ import redis.asyncio.cluster as aiocluster
 import redis.cluster
 from redis.exceptions import ResponseError
 
-from ._fleet import LATE_MOST, Run, SharedTurn, TurnAsk
+from ._fleet import LATE_MOST, Run, SharedTurn, TurnAsk, slack
 from ._redis_outage import Outage
 from ._redis_parts import (
     ASK_AGAIN,
     DOWN,
+    FREE_TO_LINGER,
+    LINGER,
+    LINGER_MOST,
     Ask,
     AsyncClient,
     Change,
@@ -204,7 +207,7 @@ class RedisStore:
             return self._outage.data_error(key, ask, error, now)
         if reply is DOWN:
             return self._outage.while_down(key, ask, now)
-        return self._answer(key, ask, reply, now)
+        return self._answer(key, ask, reply, now, ready[1])
 
     def take_turn_blocking(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
         """:meth:`take_turn` for a thread (``Throttle.acquire_blocking``)."""
@@ -222,7 +225,7 @@ class RedisStore:
         if isinstance(reply, ResponseError):
             return self._outage.data_error(key, ask, reply, now)
         assert isinstance(reply, list)
-        return self._answer(key, ask, reply, now)
+        return self._answer(key, ask, reply, now, ready[1])
 
     def changed(
         self,
@@ -239,8 +242,16 @@ class RedisStore:
         self._send.changed(key, Change(state, now, sent_at, backed_off, int(ok), strict))
 
     def released(self, key: str, lease: str) -> None:
-        """Hand a finished request's shared lease back (with the next message)."""
-        self._send.released(key, lease)
+        """Hand a finished request's shared lease back (with the next message):
+        within :data:`LINGER` when the slot was near the fleet's cap at its last
+        turn (another process may be waiting for the lease), else within a
+        quarter of the slot's gap, at most :data:`LINGER_MOST` (the fleet's
+        count of its leases runs that much behind, far from its cap)."""
+        run = self._runs.get(key)
+        linger = LINGER
+        if run is not None and run.free >= FREE_TO_LINGER:
+            linger = min(max(run.spacing / 4.0, LINGER), LINGER_MOST)
+        self._send.released(key, lease, linger)
 
     def idle(self, key: str) -> None:
         """No request of this process is left for the slot: hand back its run's rest."""
@@ -250,6 +261,14 @@ class RedisStore:
                 return
             leases = run.drop()
         self._hand_back(key, leases, run.spacing)
+
+    def late(self, key: str, lease: str) -> None:
+        """A turn reached after its slack is not sent: it goes back with the next
+        message, its time too when it was the latest reserved (rule 1)."""
+        with self._runs_lock:
+            run = self._runs.get(key)
+            spacing = 0.0 if run is None else run.spacing
+        self._hand_back(key, [lease], spacing)
 
     async def flush(self) -> None:
         """Send what is waiting (learned records, finished leases) now, if Redis answers."""
@@ -309,7 +328,9 @@ class RedisStore:
         ]
         return Ask(key, args, lease, done)
 
-    def _answer(self, key: str, ask: TurnAsk, reply: list[Any], now: float) -> SharedTurn:
+    def _answer(
+        self, key: str, ask: TurnAsk, reply: list[Any], now: float, room: float = 0.0
+    ) -> SharedTurn:
         waited, lease, delay, pause, processes, paused, server = (as_text(p) for p in reply[:7])
         received = time.monotonic()
         wait = self._send.server_clock.wait(float(server) / 1e6, float(waited) / 1e6, received)
@@ -331,14 +352,26 @@ class RedisStore:
         due = received + wait
         turns = int(as_text(reply[7])) if len(reply) > 7 else 1
         spacing = float(as_text(reply[8])) / 1e6 if len(reply) > 8 else 0.0
+        free = int(as_text(reply[9])) if len(reply) > 9 else 0
         dues = [due + i * spacing for i in range(turns)]
         leases = [lease] + [f"{lease}:{i}" for i in range(2, turns + 1)]
+        after = slack(spacing or gap * ask.margin, ask.margin, ask.late, turns, room)
         with self._runs_lock:
             run = self._runs.get(key)
             if run is None:
                 run = self._runs[key] = Run()
-            run.reserved(dues, leases, spacing, shared, senders)
-        return SharedTurn(wait, lease, shared, float(pause) / 1e6, due, senders, closes=turns == 1)
+            run.reserved(dues, leases, spacing, shared, senders, after)
+            run.free = free
+        return SharedTurn(
+            wait,
+            lease,
+            shared,
+            float(pause) / 1e6,
+            due,
+            senders,
+            closes=turns == 1,
+            slack=after if turns == 1 else math.inf,
+        )
 
     def _from_run(self, key: str, ask: TurnAsk) -> SharedTurn | tuple[int, float]:
         """The next turn of a run this process reserved, or the wait for its last
@@ -352,7 +385,7 @@ class RedisStore:
             if run is None:
                 run = self._runs[key] = Run()
             then, stale = run.next(received, room)
-            delay, senders, spacing = run.delay, run.senders, run.spacing
+            delay, senders, spacing, after = run.delay, run.senders, run.spacing, run.slack
         self._hand_back(key, stale, spacing)
         if isinstance(then, int):
             return then, run.room(received, gap)
@@ -361,7 +394,8 @@ class RedisStore:
         due, lease, closes = then
         self.turns += 1
         wait = max(0.0, due - received)
-        return SharedTurn(wait, lease, delay, 0.0, due, senders, joined=True, closes=closes)
+        after = after if closes else math.inf
+        return SharedTurn(wait, lease, delay, 0.0, due, senders, True, closes, after)
 
     def _hand_back(self, key: str, leases: list[str], gap: float) -> None:
         """Turns of a run that no request took go back, the latest first (rule 8)."""
