@@ -32,7 +32,9 @@ from typing import Any
 
 import aiohttp
 
+from autothrottle import _fleet
 from autothrottle._fleet import Fleet
+from autothrottle._lease import Lease
 from autothrottle.redis import RedisStore
 
 _current: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
@@ -74,6 +76,27 @@ def install(records: list[dict[str, Any]]) -> aiohttp.TraceConfig:
                 _current.set(record)
         return went
 
+    wire_wait = Lease.wire_wait
+
+    def traced_wire_wait(self: Lease) -> float:
+        wait = wire_wait(self)
+        record = _current.get()
+        if wait <= 0.0 and record is not None and record.get("wired") is None:
+            record["wired"] = time.monotonic()
+        return wait
+
+    Lease.wire_wait = traced_wire_wait  # type: ignore[method-assign]
+    check = getattr(_fleet, "WireCheck", None)  # the turn taken again at the wire
+    if check is not None:
+        taken = check._taken
+
+        def traced_taken(self: Any, new: Any) -> float:
+            record = _current.get()
+            if new.lease is not None and record is not None:
+                record.update(due=new.due, reserved=reserved.pop(new.lease, None), retaken=True)
+            return float(taken(self, new))
+
+        check._taken = traced_taken
     RedisStore._answer = traced_answer  # type: ignore[method-assign]
     Fleet._done = traced_done  # type: ignore[method-assign]
 
@@ -116,6 +139,7 @@ def analyse(traces: list[list[dict[str, Any]]], doc: dict[str, Any], gap: float)
         by_host[address].append((arrival + origin, worker, record, outcome))
     late = [r["sent"] - r["due"] for rs in traces for r in rs if r["sent"] and r["due"]]
     wire = [r["sent"] - r["went"] for rs in traces for r in rs if r["sent"] and r["went"]]
+    to_wire = [r["wired"] - r["went"] for rs in traces for r in rs if r.get("wired") and r["went"]]
     closing = [
         r["sent"] - r["due"] for rs in traces for r in rs if r["sent"] and r["due"] and r["closes"]
     ]
@@ -137,6 +161,7 @@ def analyse(traces: list[list[dict[str, Any]]], doc: dict[str, Any], gap: float)
             }
             short.append(
                 {
+                    "at": a2 - origin,
                     "gap": a2 - a1,
                     "same_process": w1 == w2,
                     "refused": o2 != "ok",
@@ -146,7 +171,9 @@ def analyse(traces: list[list[dict[str, Any]]], doc: dict[str, Any], gap: float)
                     **parts,
                 }
             )
+    start = min((rows[0][0] for rows in by_host.values() if rows), default=origin) - origin
     causes = collections.Counter(s["cause"] for s in short)
+    early = collections.Counter(s["cause"] for s in short if s["at"] < start + 3.0)
     refused = collections.Counter(s["cause"] for s in short if s["refused"])
 
     def pct(values: list[float], q: float) -> float:
@@ -160,13 +187,16 @@ def analyse(traces: list[list[dict[str, Any]]], doc: dict[str, Any], gap: float)
         "short_gaps_same_process": sum(1 for s in short if s["same_process"]),
         "causes": dict(causes),
         "causes_of_refused": dict(refused),
+        "causes_in_first_3_s": dict(early),
         "lateness_p50_p90_p99_max_ms": [1e3 * pct(late, q) for q in (0.5, 0.9, 0.99, 1.0)],
         "went_to_sent_p50_p90_p99_max_ms": [1e3 * pct(wire, q) for q in (0.5, 0.9, 0.99, 1.0)],
+        "went_to_wire_p50_p90_p99_max_ms": [1e3 * pct(to_wire, q) for q in (0.5, 0.9, 0.99, 1.0)],
         "closing_turns_later_than_ms": {
             ms: sum(1 for x in closing if x > ms / 1e3) / max(1, len(closing))
             for ms in (2, 5, 10, 15, 20, 30, 50)
         },
         "turns_not_sent": sum(1 for rs in traces for r in rs if r["went"] is None),
+        "turns_taken_again_at_the_wire": sum(1 for rs in traces for r in rs if r.get("retaken")),
         "mean_parts_ms": {
             k: 1e3 * statistics.fmean(s[k] for s in short) if short else 0.0
             for k in ("reserved", "skew", "lateness", "transit")
