@@ -123,18 +123,18 @@ def turn(*, joined: bool) -> SharedTurn:
 
 def test_a_run_turn_goes_a_run_gap_after_the_process_own_previous_send() -> None:
     slot: Any = SimpleNamespace(fleet_went=time.monotonic())  # the previous one just went
-    waited = Fleet._after_own(slot, turn(joined=True), ask())
+    waited = Fleet.after_own(slot, turn(joined=True), ask())
     assert waited == pytest.approx(GAP * SPACING_MARGIN, abs=0.05)
 
 
 def test_a_run_turn_after_a_send_long_gone_waits_no_more() -> None:
     slot: Any = SimpleNamespace(fleet_went=time.monotonic() - 10.0)
-    assert Fleet._after_own(slot, turn(joined=True), ask()) < 0.0
+    assert Fleet.after_own(slot, turn(joined=True), ask()) < 0.0
 
 
 def test_a_turn_that_begins_a_run_follows_another_process_and_waits_no_more() -> None:
     slot: Any = SimpleNamespace(fleet_went=time.monotonic())
-    assert Fleet._after_own(slot, turn(joined=False), ask()) == 0.0
+    assert Fleet.after_own(slot, turn(joined=False), ask()) == 0.0
 
 
 class LateStore:

@@ -16,9 +16,10 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    refuses the one that arrives early; the asker's own lateness lately (how
    long after its reserved time its sends left) is added to the gap after its
    send, so a late process costs the fleet its lateness, not a refusal. A
-   turn the asker reaches later than that room (its :func:`slack`) is not
-   sent but handed back, once per request: sent, it would reach the host
-   closer than the gap to the next turn reserved after it. A
+   turn the asker reaches later than that room (its :func:`slack`), at its
+   due time or when its connection is ready (:class:`WireCheck`), is not
+   sent but handed back and another taken, once per request: sent, it would
+   reach the host closer than the gap to the next turn reserved after it. A
    new slot (or one idle for a minute) sends first at its own phase point: a
    fraction of the gap (of a second, if the gap is longer) that the slot's
    name sets, so a crawl that starts many hosts at once does not send every
@@ -106,6 +107,7 @@ A time crossing the seam is on the throttle's clock: the store turns it into
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import math
 import time
@@ -146,6 +148,7 @@ __all__ = [
     "SharedTurn",
     "SharedTurns",
     "TurnAsk",
+    "WireCheck",
     "slack",
 ]
 
@@ -158,12 +161,12 @@ class Fleet:
     request's send time (rule 5).
     """
 
-    __slots__ = ("_clock", "_rules", "late", "store")
+    __slots__ = ("_rules", "clock", "late", "store")
 
     def __init__(self, store: SharedTurns, rules: Rules, clock: Callable[[], float]) -> None:
         self.store = store
         self._rules = rules
-        self._clock = clock
+        self.clock = clock
         self.late = Lateness()
 
     # -- turns (rules 1-4) ------------------------------------------------------------
@@ -180,13 +183,15 @@ class Fleet:
         skipped = False  # a late turn is handed back once per request, not forever
         try:
             while True:
-                ask = self._ask(slot)
-                turn = await self.store.take_turn(slot.key, ask, self._clock())
+                ask = self.ask(slot)
+                turn = await self.store.take_turn(slot.key, ask, self.clock())
                 wait = self._settle(slot, lease, turn, ask, bound, deadline - anyio.current_time())
-                while wait > 0.0 or (wait := self._after_own(slot, turn, ask)) > 0.0:
+                while wait > 0.0 or (wait := self.after_own(slot, turn, ask)) > 0.0:
                     await anyio.sleep(wait)
                     wait = 0.0
                 if self._done(slot, lease, turn, ask, skipped):
+                    left = deadline - anyio.current_time()
+                    self._check_at_wire(slot, lease, turn, skipped, None if bound is None else left)
                     return
                 skipped = skipped or turn.lease is not None
         except BaseException:
@@ -201,18 +206,32 @@ class Fleet:
         skipped = False
         try:
             while True:
-                ask = self._ask(slot)
-                turn = self.store.take_turn_blocking(slot.key, ask, self._clock())
+                ask = self.ask(slot)
+                turn = self.store.take_turn_blocking(slot.key, ask, self.clock())
                 wait = self._settle(slot, lease, turn, ask, bound, deadline - time.monotonic())
-                while wait > 0.0 or (wait := self._after_own(slot, turn, ask)) > 0.0:
+                while wait > 0.0 or (wait := self.after_own(slot, turn, ask)) > 0.0:
                     time.sleep(wait)
                     wait = 0.0
                 if self._done(slot, lease, turn, ask, skipped):
+                    left = deadline - time.monotonic()
+                    self._check_at_wire(slot, lease, turn, skipped, None if bound is None else left)
                     return
                 skipped = skipped or turn.lease is not None
         except BaseException:
             lease.release()
             raise
+
+    def _check_at_wire(
+        self, slot: LiveSlot, lease: Lease, turn: SharedTurn, skipped: bool, left: float | None
+    ) -> None:
+        """Have the lease look at its turn's slack again when its connection is
+        ready (:class:`WireCheck`): the first request on a new connection, or
+        one whose event loop was busy, reaches the wire long after its turn.
+        ``left``: what is left of the request's ``max_wait`` (None: no bound)."""
+        if skipped or turn.due is None or turn.slack == math.inf:
+            return
+        until = math.inf if left is None else time.monotonic() + left
+        lease.on_wire = WireCheck(self, slot, lease, turn, until)
 
     def _done(
         self, slot: LiveSlot, lease: Lease, turn: SharedTurn, ask: TurnAsk, skipped: bool
@@ -238,7 +257,7 @@ class Fleet:
             lease.on_release = None
             self.store.late(slot.key, turn.lease)
             return False
-        if slot.state.pause_until <= self._clock():
+        if slot.state.pause_until <= self.clock():
             # The fleet spaced this send from the last one: the wire keeps no
             # gap of this process's own on top, which would hold it past its
             # turn into the next one's.
@@ -249,7 +268,8 @@ class Fleet:
         self.store.released(slot.key, turn.lease)
         return False
 
-    def _ask(self, slot: LiveSlot) -> TurnAsk:
+    def ask(self, slot: LiveSlot) -> TurnAsk:
+        """What this process asks the fleet for a turn of ``slot`` with (rule 1)."""
         config = slot.config
         signals = self._rules.signals
         return TurnAsk(
@@ -274,10 +294,10 @@ class Fleet:
     ) -> float:
         """Adopt what the fleet said (rule 4) and return the wait, within the bounds (rule 3)."""
         pause = min(turn.pause, self._rules.signals.max_pause)
-        self._rules.adopt(slot, turn.delay, pause, self._clock())
+        self._rules.adopt(slot, turn.delay, pause, self.clock())
         slot.senders = max(1, turn.senders)
         if turn.lease is not None:
-            lease.on_release = functools.partial(self._released, slot, turn.lease)
+            lease.on_release = functools.partial(self.released, slot, turn.lease)
         if bound is not None and turn.wait > left:
             raise ThrottleTimeout(slot.key, bound)
         if turn.due is None:
@@ -285,7 +305,7 @@ class Fleet:
         return turn.due - time.monotonic()  # the time since the answer came counts
 
     @staticmethod
-    def _after_own(slot: LiveSlot, turn: SharedTurn, ask: TurnAsk) -> float:
+    def after_own(slot: LiveSlot, turn: SharedTurn, ask: TurnAsk) -> float:
         """Seconds a turn of a run still waits, now that its due time came: one
         run's gap after this process let the run's previous turn go (rule 8),
         which may have gone late, after this turn was taken."""
@@ -294,7 +314,7 @@ class Fleet:
         gap = min(max(ask.gap if turn.delay is None else turn.delay, ask.min_gap), ask.max_gap)
         return slot.fleet_went + gap * ask.margin - time.monotonic()
 
-    def _released(self, slot: LiveSlot, lease: str) -> None:
+    def released(self, slot: LiveSlot, lease: str) -> None:
         """A request of the fleet is finished (rule 7); the last of this process's
         for the slot hands the rest of its run back (rule 8)."""
         self.store.released(slot.key, lease)
@@ -346,9 +366,104 @@ class Fleet:
         self.store.changed(
             slot.key,
             slot.state,
-            self._clock(),
+            self.clock(),
             sent_at=-math.inf if sent_at is None else sent_at,
             backed_off=backed_off,
             ok=ok,
             strict=slot.config.policy.strict_spacing,
         )
+
+
+WIRE_POLL = 0.002
+"""Seconds between a waiting request's looks at a turn being taken at the wire."""
+
+
+class WireCheck:
+    """A closing turn's second look at its slack, when its request's connection
+    is ready (rule 1).
+
+    A request reaches the wire later than its turn when its connection is new
+    or its event loop busy (tens to hundreds of milliseconds on a loaded
+    machine, after :meth:`Fleet._done` let it go on time). Later than the
+    slack, the turn goes back and another is taken, and the request waits for
+    it at the wire, once per request as at its turn. :meth:`Lease.wire_wait`
+    calls it: 0.0 when the request may go, else the seconds to wait before
+    asking again. A new turn later than the request's ``max_wait`` allows is
+    not waited for: the request goes at once (the bound holds; the pace slips
+    that once). Nothing is held when the request is given up meanwhile: a turn
+    answered after that goes straight back.
+    """
+
+    __slots__ = ("_again", "_fleet", "_lease", "_new", "_slot", "_task", "_turn", "_until")
+
+    def __init__(
+        self, fleet: Fleet, slot: LiveSlot, lease: Lease, turn: SharedTurn, until: float
+    ) -> None:
+        self._fleet, self._slot, self._lease, self._turn = fleet, slot, lease, turn
+        self._until = until
+        self._again = -math.inf  # -inf: the first look; else ask again from then
+        self._task: asyncio.Task[SharedTurn] | None = None
+        self._new: SharedTurn | None = None
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        if self._new is not None:
+            return self._wait_for(self._new, now)
+        if self._task is not None:
+            return WIRE_POLL  # the new turn's answer is on its way
+        if self._again == -math.inf:
+            turn = self._turn
+            assert turn.due is not None and turn.lease is not None
+            if now - turn.due <= turn.slack:
+                return self._go()
+            self._lease.on_release = None
+            self._fleet.store.late(self._slot.key, turn.lease)
+        elif now < self._again:
+            return self._again - now
+        return self._take()
+
+    def _take(self) -> float:
+        fleet, key = self._fleet, self._slot.key
+        ask = fleet.ask(self._slot)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a thread: the sync client
+            return self._taken(fleet.store.take_turn_blocking(key, ask, fleet.clock()))
+        self._task = task = loop.create_task(fleet.store.take_turn(key, ask, fleet.clock()))
+        task.add_done_callback(self._answered)
+        return WIRE_POLL
+
+    def _answered(self, task: asyncio.Task[SharedTurn]) -> None:
+        self._task = None
+        if task.cancelled() or task.exception() is not None:
+            self._new = SharedTurn(0.0, None, None, 0.0)  # go: the store could not say
+        else:
+            self._taken(task.result())
+
+    def _taken(self, new: SharedTurn) -> float:
+        now = time.monotonic()
+        if new.lease is None and new.wait > 0.0:  # a pause, the cap: ask again then
+            if now + new.wait > self._until:
+                return self._go()
+            self._again = now + new.wait
+            return new.wait
+        if new.lease is not None:
+            if self._lease.released:  # the request was given up meanwhile
+                self._fleet.store.released(self._slot.key, new.lease)
+                return 0.0
+            self._lease.on_release = functools.partial(self._fleet.released, self._slot, new.lease)
+        self._new = new
+        return self._wait_for(new, now)
+
+    def _wait_for(self, new: SharedTurn, now: float) -> float:
+        wait = 0.0 if new.due is None else new.due - now
+        if new.joined:
+            wait = max(wait, Fleet.after_own(self._slot, new, self._fleet.ask(self._slot)))
+        if wait <= 0.0 or now + wait > self._until:
+            return self._go()
+        return wait
+
+    def _go(self) -> float:
+        self._lease.on_wire = None
+        self._slot.fleet_went = time.monotonic()
+        return 0.0

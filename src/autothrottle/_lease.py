@@ -58,6 +58,7 @@ class Lease:
         "adjust",
         "expires_at",
         "on_release",
+        "on_wire",
         "sent_at",
         "wire_asked",
         "wire_gap",
@@ -74,6 +75,7 @@ class Lease:
         self.wire_gap = 0.0
         self.wire_asked = -math.inf
         self.on_release: Callable[[], None] | None = None
+        self.on_wire: Callable[[], float] | None = None
         self._released = False
 
     @property
@@ -94,7 +96,14 @@ class Lease:
         written, and until it returns 0.0: the gap the slot granted is then
         also the gap the host sees, however long the request waited for a
         connection (``docs/scheduling.md``, rule 10). The adapters do this.
+        A fleet's turn looks at its lateness first (``on_wire``: the fleet's
+        rule 1, :class:`~autothrottle._fleet.WireCheck`).
         """
+        check = self.on_wire
+        if check is not None:
+            wait = check()
+            if wait > 0.0:
+                return wait
         return self._live.gate.wire_wait(self)
 
     def observe(

@@ -1,0 +1,129 @@
+"""A fleet turn's second look at its slack, at the wire (the fleet's rule 1).
+
+:class:`WireCheck` runs when a request's connection is ready: a request let
+go on time may reach the wire long after (a new connection, a busy event
+loop), and a turn later than its slack there goes back and another is taken.
+Plain numbers for the turns; the store is a fake that records what it was told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from autothrottle._fleet import WIRE_POLL, Fleet, SharedTurn, TurnAsk, WireCheck
+
+GAP = 0.5
+
+
+class Store:
+    """A shared store that answers every new turn with ``answer``."""
+
+    def __init__(self, answer: SharedTurn) -> None:
+        self.answer = answer
+        self.late: list[str] = []
+        self.released: list[str] = []
+        self.asked = 0
+        self.gate = asyncio.Event()  # the async answer comes when set
+
+    def late_turn(self, key: str, lease: str) -> None:
+        self.late.append(lease)
+
+    def take_turn_blocking(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+        self.asked += 1
+        return self.answer
+
+    async def take_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+        self.asked += 1
+        await self.gate.wait()
+        return self.answer
+
+
+def setup(answer: SharedTurn, late: float, until: float = math.inf) -> tuple[Any, Store, Any]:
+    """A check for a closing turn reached ``late`` seconds after its due (slack 16 ms)."""
+    store = Store(answer)
+    shared: Any = SimpleNamespace(
+        late=store.late_turn,
+        released=lambda key, lease: store.released.append(lease),
+        take_turn=store.take_turn,
+        take_turn_blocking=store.take_turn_blocking,
+        idle=lambda key: None,
+    )
+    rules: Any = SimpleNamespace(signals=SimpleNamespace(hold_timeout=300.0, max_pause=300.0))
+    fleet = Fleet(shared, rules, clock=time.monotonic)
+    gate = SimpleNamespace(in_flight=lambda: 1, queued=lambda: 0)
+    slot: Any = SimpleNamespace(
+        key="k",
+        state=SimpleNamespace(delay=GAP, pause_until=-math.inf),
+        config=SimpleNamespace(min_delay=0.0, max_delay=60.0, max_concurrency=8),
+        gate=gate,
+        fleet_went=-math.inf,
+    )
+    lease: Any = SimpleNamespace(on_release="old", on_wire=None, released=False)
+    turn = SharedTurn(0.0, "old", GAP, 0.0, time.monotonic() - late, 4, slack=0.016)
+    lease.on_wire = WireCheck(fleet, slot, lease, turn, until)
+    return lease, store, slot
+
+
+def new_turn(due_in: float) -> SharedTurn:
+    return SharedTurn(due_in, "new", GAP, 0.0, time.monotonic() + due_in, 4, slack=0.016)
+
+
+def test_a_turn_on_time_at_the_wire_goes() -> None:
+    lease, store, slot = setup(new_turn(1.0), late=0.005)
+    assert lease.on_wire() == 0.0
+    assert lease.on_wire is None and store.late == [] and store.asked == 0
+    assert slot.fleet_went > 0.0  # the run's next turn counts from this send
+
+
+def test_a_turn_later_than_its_slack_at_the_wire_is_taken_again_sync() -> None:
+    lease, store, _ = setup(new_turn(0.4), late=0.08)  # no event loop: the sync client
+    wait = lease.on_wire()
+    assert store.late == ["old"] and store.asked == 1
+    assert wait == pytest.approx(0.4, abs=0.05)  # the new turn's due
+    assert lease.on_release.args[1] == "new"  # the request now holds the new turn
+    assert lease.on_wire is not None  # and looks again when woken
+
+
+def test_the_new_turn_once_due_lets_the_request_go() -> None:
+    lease, store, _ = setup(new_turn(-0.001), late=0.08)
+    assert lease.on_wire() == 0.0
+    assert lease.on_wire is None and store.asked == 1  # once per request
+
+
+async def test_a_turn_later_than_its_slack_at_the_wire_is_taken_again_async() -> None:
+    lease, store, _ = setup(new_turn(0.3), late=0.08)
+    assert lease.on_wire() == WIRE_POLL  # asked; the answer is on its way
+    await asyncio.sleep(0)
+    assert lease.on_wire() == WIRE_POLL and store.asked == 1  # asked once, not again
+    store.gate.set()
+    for _ in range(100):  # bounded: the answer comes within a few loop turns
+        await asyncio.sleep(0)
+        wait = lease.on_wire()
+        if wait != WIRE_POLL:
+            break
+    assert wait == pytest.approx(0.3, abs=0.1)
+    assert store.late == ["old"] and lease.on_release.args[1] == "new"
+
+
+async def test_a_turn_answered_after_the_request_was_given_up_goes_back() -> None:
+    lease, store, _ = setup(new_turn(0.3), late=0.08)
+    assert lease.on_wire() == WIRE_POLL
+    lease.released = True  # cancelled while the new turn was being taken
+    store.gate.set()
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if store.released:
+            break
+    assert store.released == ["new"]  # nothing held
+
+
+def test_a_new_turn_past_the_request_bound_is_not_waited_for() -> None:
+    lease, store, _ = setup(new_turn(2.0), late=0.08, until=time.monotonic() + 1.0)
+    assert lease.on_wire() == 0.0  # goes now: max_wait holds
+    assert store.late == ["old"] and lease.on_wire is None
