@@ -143,6 +143,7 @@ async def fleet_crawl(
     if trace:
         traces = [r.pop("trace") for r in results]
         summary["trace"] = _fleet_trace.analyse(traces, doc, 1.0 / RATE)
+        write_results("redis_store_trace", {"traces": traces, "hosts": doc["hosts"]})
     sent = sum(r["sent"] for r in results)
     summary.pop("per_host")
     summary.update(
