@@ -195,3 +195,8 @@ def test_a_late_turn_inside_a_run_goes_the_next_send_is_the_process_own() -> Non
 def test_a_request_whose_turn_came_late_once_goes_on_its_next_late_turn() -> None:
     went, store, _ = done(late_turn(0.03, 0.016), skipped=True)
     assert went and store.late == []
+
+
+def test_turns_with_no_gap_between_them_have_no_order_to_keep() -> None:
+    # A slot paced at zero delay: any lateness is fine, nothing is handed back.
+    assert slack(0.0, SPACING_MARGIN, 0.003, 1, 0.0) == math.inf

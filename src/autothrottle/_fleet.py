@@ -122,6 +122,7 @@ from ._fleet_turns import (
     FRESH_ROOM,
     LATE_MOST,
     LATE_SHARE,
+    LATE_TOLERANCE,
     RUN_MOST,
     SPACING_MARGIN,
     Lateness,
@@ -140,6 +141,7 @@ __all__ = [
     "FRESH_MOST",
     "FRESH_ROOM",
     "LATE_MOST",
+    "LATE_TOLERANCE",
     "RUN_MOST",
     "SPACING_MARGIN",
     "Fleet",
@@ -241,7 +243,8 @@ class Fleet:
         voids the turn (rule 2): it is handed back and a new one asked for, so
         the turns reserved before a pause do not all leave together at its end.
         So does a turn reached later than its slack (rule 1: the room the fleet
-        left for lateness before the next turn reserved after it): sent, it
+        left for lateness before the next turn reserved after it, and a
+        tolerance of :data:`LATE_TOLERANCE`): sent, it
         would reach the host closer than the gap to the next process's punctual
         send, and a strict host refuses that one. It goes back, its time too when
         nobody reserved after it (then the next turn is this process's, now);
@@ -253,7 +256,7 @@ class Fleet:
         late = 0.0 if turn.due is None else time.monotonic() - turn.due
         if turn.due is not None:
             self.late.add(late)
-        if late > turn.slack and not skipped:
+        if late > turn.slack + LATE_TOLERANCE and not skipped:
             lease.on_release = None
             self.store.late(slot.key, turn.lease)
             return False
@@ -414,7 +417,7 @@ class WireCheck:
         if self._again == -math.inf:
             turn = self._turn
             assert turn.due is not None and turn.lease is not None
-            if now - turn.due <= turn.slack:
+            if now - turn.due <= turn.slack + LATE_TOLERANCE:
                 return self._go()
             self._lease.on_release = None
             self._fleet.store.late(self._slot.key, turn.lease)

@@ -21,6 +21,7 @@ __all__ = [
     "FRESH_ROOM",
     "LATE_MOST",
     "LATE_SHARE",
+    "LATE_TOLERANCE",
     "RUN_MOST",
     "SPACING_MARGIN",
     "Lateness",
@@ -54,6 +55,10 @@ FRESH_ROOM = 0.25
 
 FRESH_MOST = 0.1
 """Seconds: the most room left after a process's first turn of a slot (rule 8)."""
+
+LATE_TOLERANCE = 0.002
+"""Seconds a send may leave later than its turn's slack and still go on it
+(:meth:`Fleet._done`): the wake-up jitter of a process that is not stalled."""
 
 SPACING_MARGIN = 1.02
 """Turns are reserved this much wider than the gap (rule 1): 10 ms of lateness per
@@ -120,7 +125,10 @@ def slack(spacing: float, margin: float, late: float, turns: int, room: float) -
     process's ``late`` and ``room`` (rule 1): the margin's share of the gap,
     the lateness for each turn, the room for a new connection. A send later
     than that would reach the host closer than the gap to the next process's
-    punctual one (:meth:`Fleet._done` hands it back instead)."""
+    punctual one (:meth:`Fleet._done` hands it back instead). Turns with no
+    gap between them have no order to keep: their slack is infinite."""
+    if spacing <= 0.0:
+        return math.inf
     return spacing - spacing / margin + late * turns + room
 
 
