@@ -3,6 +3,8 @@
 Run with ``python benchmarks/redis_store.py`` (about two minutes; Redis on
 127.0.0.1:6379, ``--redis URL`` for another; ``--quick``: a 10 s crawl).
 Loopback only. It prints each goal met or missed with its figure.
+``--trace`` (with ``--crawl-only`` for the crawl alone) explains the gaps
+shorter than the limit's at the hosts (``benchmarks/_fleet_trace.py``).
 
 * **The fleet crawl** (the goals): four worker processes share 200 hosts
   through one ``RedisStore``, each with ``Throttle(policy=FixedRatePolicy(2))``
