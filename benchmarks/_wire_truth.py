@@ -8,11 +8,11 @@ load cannot fool: the gap at the host, and by how much the host saw two
 requests closer than they left the wire (``shrink``: the earlier one's way to
 the host minus the later one's, which the arrival guard exists to cover).
 
-Each wire gap is ``gap + counted + late``: what the guard counted, the later
-of the latency's excess (the previous request's answer came slower than the
-least lately) and the margin (the client's averaged lateness, or the
-refusals'; after a refusal at the pace the makeup too), and how late the
-request passed after that (``came late``: it reached the wire
+Each wire gap is ``gap + counted + late``: what the guard counted, the
+latency's excess (the previous request's answer came slower than the least
+lately) and the margin (the client's averaged lateness within the spread of
+its quick answers, or the refusals'; after a refusal at the pace the makeup
+too), and how late the request passed after that (``came late``: it reached the wire
 after its due, held up at the grant or in the client's pool; otherwise the
 lag of its wake-up). ``counterfactual`` gives, for other ways of adding the
 pieces, the mean extra and the share of gaps the host would have seen closer
@@ -88,8 +88,8 @@ def _ms(values: list[float], share: float | None = None) -> float:
 
 
 _RULES: dict[str, Callable[[float, float, float], float]] = {
-    "max(excess, margin) + late (the rule)": lambda e, m, late: max(e, m) + late,
-    "excess + margin + late": lambda e, m, late: e + m + late,
+    "excess + margin + late (the rule)": lambda e, m, late: e + m + late,
+    "max(excess, margin) + late": lambda e, m, late: max(e, m) + late,
     "excess + max(margin, late)": lambda e, m, late: e + max(m, late),
     "excess + late (no margin)": lambda e, m, late: e + late,
     "late only (no guard)": lambda e, m, late: late,
