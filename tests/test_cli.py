@@ -237,18 +237,24 @@ def test_verdicts_say_what_happened() -> None:
     assert "2.0 % CAPTCHA" in _verdict(soft, goodput=4.8, completed=100, blocked=2)
     assert _verdict(soft, goodput=4.8, completed=100, blocked=30).startswith("too fast")
     origin = Capacity(workers=4, service_time=0.05)
-    assert _verdict(origin, goodput=70.0, mean_queued=0.1).startswith("found the pace: 70.0/s")
-    assert _verdict(origin, goodput=79.0, mean_queued=6.0).startswith("pushed too hard")
-    assert _verdict(origin, goodput=20.0).startswith("too cautious")
-    assert _verdict(origin, goodput=61.0).startswith("found the pace")  # 76 % of 80/s
+    assert _verdict(origin, goodput=70.0, mean_in_service=3.5, mean_queued=0.1).startswith(
+        "found the pace: its 4 workers busy 88% of the time (70.0/s of the 80/s"
+    )
+    assert _verdict(origin, goodput=79.0, mean_in_service=4, mean_queued=6.0).startswith(
+        "pushed too hard"
+    )
+    assert _verdict(origin, goodput=20.0, mean_in_service=1.0).startswith("too cautious")
+    assert _verdict(origin, goodput=61.0, mean_in_service=3.0).startswith("found the pace")
     cdn = CDN()
-    # A CDN is judged by its origin's misses against what the origin serves:
-    # 1.9 misses/s of 10/s is too cautious, however quiet the origin was.
-    calm = _stats(goodput=1.9, mean_queued=0.0)
-    assert _verdict(cdn, goodput=19.0, origin=calm).startswith("too cautious: 1.9 misses/s")
-    steady = _stats(goodput=8.0, mean_queued=0.6)
-    assert _verdict(cdn, goodput=80.0, origin=steady).startswith("found the pace: 8.0 misses/s")
-    busy = _stats(goodput=10.0, mean_queued=3.0)
+    # A CDN is judged by its origin's workers: busy 19 % of the time is too
+    # cautious, however quiet the origin was.
+    calm = _stats(goodput=1.9, mean_in_service=0.38, mean_queued=0.0)
+    assert _verdict(cdn, goodput=19.0, origin=calm).startswith(
+        "too cautious: its origin's 2 workers busy 19% of the time (1.9 misses/s"
+    )
+    steady = _stats(goodput=8.0, mean_in_service=1.6, mean_queued=0.6)
+    assert _verdict(cdn, goodput=80.0, origin=steady).startswith("found the pace")
+    busy = _stats(goodput=10.0, mean_in_service=2.0, mean_queued=3.0)
     assert _verdict(cdn, goodput=99.0, origin=busy).startswith("pushed too hard")
 
 

@@ -1,8 +1,11 @@
 """The demo's verdicts: what each site's own count says of the pace the throttle found.
 
 A site is judged by its ground truth (what arrived, the busiest second, its
-queue), not by the throttle's own view, and over the last :data:`JUDGED` of
-its crawl: the pace found, not the finding. :data:`VERDICT_WORDS` says what
+queue, how busy its workers were), not by the throttle's own view, and over
+the last :data:`JUDGED` of its crawl: the pace found, not the finding. A
+site bound by its workers is judged in its own time (the requests it held,
+in service or waiting, on average): a busy machine makes its pages slower,
+which moves its pages a second and not that. :data:`VERDICT_WORDS` says what
 each verdict word means; the demo prints them under the verdicts.
 """
 
@@ -34,6 +37,8 @@ class Figures:
     blocked: int
     mean_queued: float
     wait_mean: float
+    mean_in_service: float
+    """Workers busy, on average: the time the host spent serving, in its own time."""
 
     @classmethod
     def judged(cls, stats: HostStats) -> Figures:
@@ -49,6 +54,7 @@ class Figures:
                 stats.blocked,
                 stats.mean_queued,
                 waits,
+                stats.mean_in_service,
             )
         start = last - JUDGED * (last - first)
         inside = [r for r in stats.records if start <= r.finish <= last and r.outcome != "aborted"]
@@ -61,11 +67,14 @@ class Figures:
             blocked=count["blocked"],
             mean_queued=_mean_of_steps(stats.queued_series, start, last),
             wait_mean=sum(r.wait for r in inside) / len(inside) if inside else 0.0,
+            mean_in_service=_mean_of_steps(stats.in_service_series, start, last),
         )
 
 
 def _mean_of_steps(series: tuple[tuple[float, int], ...], start: float, end: float) -> float:
     """The time average over ``[start, end]`` of a count that holds from each step to the next."""
+    if not series:
+        return 0.0
     total = 0.0
     for (at, count), (after, _) in zip(series, (*series[1:], (end, 0)), strict=True):
         overlap = min(after, end) - max(at, start)
@@ -101,9 +110,10 @@ class Outcome:
             return self._cdn_verdict(good)
         # A host bound by its workers (Capacity, VariableLatency): busy, without a pile-up.
         workers = b.workers if isinstance(b, (Capacity, VariableLatency)) else 1
-        head = _load_word(good, self.capacity, f.mean_queued, workers)
+        head = _load_word(f, workers)
         return (
-            f"{head}: {good:.1f}/s of the {self.capacity:.0f}/s it can serve, "
+            f"{head}: its {workers} workers busy {_busy(f, workers)} of the time "
+            f"({good:.1f}/s of the {self.capacity:.0f}/s they serve at full speed), "
             f"{ms(f.wait_mean)} average wait for a worker there"
         )
 
@@ -114,10 +124,12 @@ class Outcome:
         if self.truth.origin is None:  # pragma: no cover - a CDN host always has one
             return f"{good:.1f}/s"
         origin = Figures.judged(self.truth.origin)
-        head = _load_word(origin.goodput, b.origin.capacity, origin.mean_queued, b.origin.workers)
+        workers = b.origin.workers
+        head = _load_word(origin, workers)
         return (
-            f"{head}: {origin.goodput:.1f} misses/s of the {b.origin.capacity:g}/s its origin "
-            f"serves ({good:.0f}/s in all), {origin.mean_queued:.1f} waiting there on average"
+            f"{head}: its origin's {workers} workers busy {_busy(origin, workers)} of the time "
+            f"({origin.goodput:.1f} misses/s, {good:.0f}/s in all), "
+            f"{origin.mean_queued:.1f} waiting there on average"
         )
 
 
@@ -127,8 +139,9 @@ FOUND = 0.75
 VERDICT_WORDS = (
     (
         "found the pace",
-        f"at least {FOUND:.0%} of what the site allows, within its refusal bound, "
-        "over the second half of the crawl (the first half finds the pace)",
+        f"at least {FOUND:.0%} of what the site allows (its rate; its workers, in requests "
+        "held), within its refusal bound, over the second half of the crawl (the first half "
+        "finds the pace)",
     ),
     ("too cautious", f"under {FOUND:.0%} of what the site allows"),
     ("too fast", "more refusals (429s, CAPTCHA pages) than the site's bound (3 %, 5 %)"),
@@ -137,12 +150,27 @@ VERDICT_WORDS = (
 """Each verdict word and what it means, printed under the verdicts."""
 
 
-def _load_word(good: float, capacity: float, queued: float, workers: int) -> str:
-    if queued > workers:
+def _load_word(f: Figures, workers: int) -> str:
+    """A host bound by its workers, judged at the host in its own time: the
+    requests it held on average (in service or waiting) at least :data:`FOUND`
+    of its workers, and no more waiting than workers.
+
+    Not its pages a second against what its workers serve at full speed: on a
+    busy machine the host's own work takes longer (its 50 ms page 60 ms), and
+    a crawl that kept every worker busy read as too cautious. Nor its workers'
+    busy time alone: a cache's misses reach its origin in bursts, which wait
+    for a worker while another is idle, and a crawl that kept a queue there
+    read as too cautious too.
+    """
+    if f.mean_queued > workers:
         return "pushed too hard"
-    if capacity > 0 and good >= FOUND * capacity:
+    if f.mean_in_service + f.mean_queued >= FOUND * workers:
         return "found the pace"
     return "too cautious"
+
+
+def _busy(f: Figures, workers: int) -> str:
+    return f"{min(f.mean_in_service / workers, 1.0):.0%}"
 
 
 def _bucket_verdict(
