@@ -522,6 +522,11 @@ def _parse() -> argparse.Namespace:
         help="with --instructions: requests from this many concurrent tasks (default 1, one "
         "at a time; with --policy adaptive, more than its limit queue in the gate)",
     )
+    parser.add_argument(
+        "--clients",
+        default="aiohttp,httpx",
+        help="with --instructions: which clients to count, comma-separated (default both)",
+    )
     parser.add_argument("--count", nargs=4, help=argparse.SUPPRESS)  # one run under valgrind
     args = parser.parse_args()
     if args.quick:
@@ -707,7 +712,7 @@ def instructions_main(args: argparse.Namespace) -> None:
     server = ServerProcess(args.server_delay / 1000)
     counts: dict[str, dict[str, float]] = {}
     try:
-        for client in ("aiohttp", "httpx"):
+        for client in args.clients.split(","):
             counts[client] = {}
             for kind in ("raw", "throttled", "engine"):
                 print(f"  counting {client} {kind} under valgrind ...", flush=True)

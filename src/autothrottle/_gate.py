@@ -158,7 +158,9 @@ class Gate(WireTurn):
         It also keeps the gap that time keeps after the last send, for the
         grant that may follow at once, under the same hold of the lock.
         """
-        last = self.counts_from(self.last_send)
+        last = self.last_send
+        if self.arrivals is not None:  # else counts_from says `last`, without its call
+            last = self.counts_from(last)
         at = self.state.limits.pause_until
         if last is None:
             self._gap = 0.0
@@ -260,7 +262,11 @@ class Gate(WireTurn):
         lock = self.lock
         lock.acquire()
         try:
-            if self._queue or len(self._holds) >= self.cap():
+            if self._queue:
+                return None
+            cap = self.config.max_concurrency  # cap()'s, without its call
+            own = self.state.cache.in_flight_cap
+            if len(self._holds) >= (own if 0 < own < cap else cap):
                 return None
             now = self.clock()
             if now < self.send_at(now, cost):
@@ -339,7 +345,8 @@ class Gate(WireTurn):
         try:
             self._holds.discard(hold)
             self.state.counters.touch(self.clock())
-            self.wake()
+            if self._queue:  # wake()'s first check, without its call
+                self.wake()
         finally:
             lock.release()
 

@@ -261,7 +261,9 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
         state = sample.state
         latency = sample.latency
-        limit = self._limit(state)
+        limit = state.get("limit", self.initial_limit)  # as in_flight_limit, without its call
+        if not limit > 0.0:
+            limit = self.initial_limit
         if sample.status != 200 or sample.cache_hit or latency <= 0.0:
             state["limit"] = limit
             return delay
@@ -299,9 +301,6 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         return base / limit
 
     def in_flight_limit(self, state: dict[str, float]) -> float | None:
-        return self._limit(state)
-
-    def _limit(self, state: dict[str, float]) -> float:
         """The slot's limit: ``initial_limit`` until it has one (or one loaded from a
         file is not a limit at all)."""
         limit = state.get("limit", self.initial_limit)

@@ -20,9 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ._cache import CacheShare
 from ._gate import Gate
 from ._headers import RateLimit
-from ._policy import SlotConfig
+from ._pace import RampUp
+from ._policy import SlotConfig, new_sample
+from ._recovery import Recovery
 from ._state import SlotState
 from ._validate import check_number
 
@@ -92,6 +95,76 @@ class LiveSlot:
         self.gate.config = config
         self.state.pace.set_delay(config.clamp(self.state.pace.delay))
         self.gate.wake()
+
+    def respond(
+        self,
+        latency: float,
+        status: int,
+        now: float,
+        sent_at: float | None,
+        adjust: bool,
+        recovery: Recovery,
+    ) -> None:
+        """The usual response (``_turns.Plain`` checked it, and holds the lock) in
+        one call: the rules' steps for it, each record written by its owner; the
+        rules stay the spec, and a test compares the two field for field."""
+        state = self.state
+        gate = self.gate
+        config = self.config
+        policy = config.policy
+        state.counters.count_response(status, latency, now)
+        limits = state.limits
+        if (
+            gate.arrivals is not None
+            or policy.strict_spacing
+            or config.min_delay > 0.0
+            or now < limits.sustained_until
+            or now < limits.budget_until
+        ):  # else the wire's `answered` keeps nothing (its pace is not strict)
+            gate.answered(sent_at, latency, now)
+        refusal = state.refusal
+        if status == 200:
+            recovery.count_success(refusal, now)
+        if not adjust:
+            return
+        pace, memory = state.pace, state.pace.policy_state
+        old = pace.delay
+        sample = new_sample(latency, status, gate.in_flight(), False, memory)
+        new = policy.next_delay(old, sample, config)
+        limit = policy.in_flight_limit(memory)
+        low = config.min_delay
+        if limit is not None and CacheShare.cap(state.cache, limit, max(new, low, 1e-6)):
+            gate.wake()
+        if new < low:  # config.clamp(new), without its call
+            new = low
+        elif new > config.max_delay:
+            new = config.max_delay
+        if not refusal.refused_gap <= 0.0:
+            floor = recovery.floor(refusal, now)
+            if new < floor:
+                new = min(floor, config.max_delay)
+        if new < old:
+            if status != 200:
+                new = old  # only a plain 200 may lower the delay
+            elif policy.ramp_up is not None and refusal.refused_gap <= 0.0:
+                new, ramp_to = self._ramped(policy.ramp_up, new, now)
+                if pace.adapt(new, now, ramp_to=ramp_to):
+                    gate.wake()
+                return
+        if pace.adapt(new, now):
+            gate.wake()
+
+    def _ramped(self, ramp: float, new: float, now: float) -> tuple[float, float]:
+        """The delay the ramp-up lets a falling delay take (``new`` asked), and
+        what it held back (0.0: nothing), as the rules' ``_adapt`` has it."""
+        state = self.state
+        held = RampUp(ramp).hold(state.pace, new, now)
+        stated = state.limits.stated_gap(now)
+        if 0.0 < stated < held:
+            held = max(new, stated)  # the host stated the pace it allows
+        if held > new:
+            return held, new
+        return new, 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import anyio
 
@@ -26,14 +26,122 @@ from ._driver import (
 )
 from ._errors import ThrottleTimeout
 from ._fleet import Fleet
+from ._headers import PASSED, RAW_TYPES, passed_raw
 from ._lease import Lease, Reporter
 from ._request import Cost
 from ._rules import Rules
 from ._slot import LiveSlot
 
-__all__ = ["Maker", "Turns"]
+__all__ = ["Maker", "Plain", "Turns"]
 
 Maker = Callable[[float], Lease]
+
+_MAPPINGS: set[type] = {dict}
+"""Header types the rules took as a mapping already: the usual response's
+headers need no check of their own then."""
+
+_MAPPINGS_KEPT = 32
+
+
+class Plain:
+    """The leases' reporter without a fleet: the rules, with the usual response
+    applied in one call (:meth:`LiveSlot.respond <autothrottle._slot.LiveSlot.respond>`).
+
+    What makes a response the usual one is read here, without a call, from
+    the rules' settings (frozen but for the listeners, asked each time) and
+    the response; anything else (a status that backs off or may be a cache's,
+    a header the rules read, a listener, a debug log, a cache seen on the
+    slot) goes to the rules, which are the spec: the two agree field for
+    field (a test drives random responses through both).
+    """
+
+    __slots__ = ("_clock", "_headers", "_recovery", "_rules", "_statuses")
+
+    def __init__(self, rules: Rules, clock: Callable[[], float]) -> None:
+        self._rules = rules
+        self._clock = clock
+        self._recovery = rules.recovery
+        signals = rules.signals
+        self._headers = signals.reads_headers
+        # None: no response is usual (a classifier reads every one).
+        self._statuses = None if signals.block_classifier is not None else signals.backoff_statuses
+
+    def fail(self, slot: LiveSlot, error: BaseException, *, sent_at: float) -> None:
+        """A request failed without a response: the rules'."""
+        self._rules.fail(slot, error, sent_at=sent_at)
+
+    def observe(
+        self,
+        slot: LiveSlot,
+        *,
+        latency: float,
+        status: int,
+        headers: Mapping[str, str] | None,
+        adjust: bool,
+        sent_at: float | None,
+        from_cache: bool | None = None,
+    ) -> None:
+        """Apply one response: in one call if it is the usual one, else by the rules."""
+        rules = self._rules
+        statuses = self._statuses
+        usual = (
+            type(status) is int
+            and 200 <= status < 400
+            and type(latency) is float
+            and 0.0 <= latency < math.inf
+            and (from_cache is None or from_cache is False)
+            and statuses is not None
+            and status not in statuses
+            and not rules.listeners
+            and not rules.debug
+            and slot.state.cache.miss_share == 1.0
+        )
+        if usual and self._headers:
+            # None of the names read (`read_headers`' first check), in a type the
+            # rules took already; a 304 is a cache's answer whatever they say.
+            if headers is None:
+                usual = status != 304
+            elif type(headers) not in _MAPPINGS or status == 304:
+                usual = False
+            elif type(headers) in RAW_TYPES:
+                usual = passed_raw(headers)
+            else:
+                usual = PASSED.issuperset(headers)
+        elif usual and headers is not None and type(headers) not in _MAPPINGS:
+            usual = False  # the rules check them first
+        if usual:
+            lock = slot.gate.lock
+            lock.acquire()  # not `with`: on every response, it costs twice as much
+            try:
+                slot.respond(latency, status, self._clock(), sent_at, adjust, self._recovery)
+            finally:
+                lock.release()
+            return
+        self._by_rules(slot, latency, status, headers, adjust, sent_at, from_cache)
+
+    def _by_rules(
+        self,
+        slot: LiveSlot,
+        latency: float,
+        status: int,
+        headers: Mapping[str, str] | None,
+        adjust: bool,
+        sent_at: float | None,
+        from_cache: bool | None,
+    ) -> None:
+        """Any other response: the rules'. Headers they took as a mapping are
+        of a type the usual response's check may take as is."""
+        self._rules.observe(
+            slot,
+            latency=latency,
+            status=status,
+            headers=headers,
+            adjust=adjust,
+            sent_at=sent_at,
+            from_cache=from_cache,
+        )
+        if headers is not None and len(_MAPPINGS) < _MAPPINGS_KEPT and isinstance(headers, Mapping):
+            _MAPPINGS.add(type(headers))
 
 
 class Turns:
@@ -45,7 +153,7 @@ class Turns:
     def __init__(
         self, rules: Rules, fleet: Fleet | None, clock: Callable[[], float], owner: object
     ) -> None:
-        self._reporter: Reporter = rules if fleet is None else fleet
+        self._reporter: Reporter = Plain(rules, clock) if fleet is None else fleet
         self._hold_timeout = rules.signals.hold_timeout
         self._fleet = fleet
         # A clock that skips waits (``autothrottle.testing``): they are then

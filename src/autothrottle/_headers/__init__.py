@@ -33,7 +33,15 @@ from ._names import PASSED, RAW_TYPES, fold, passed_raw, raw_names
 from ._retry_after import retry_after
 from ._values import check_now
 
-__all__ = ["HeaderSignals", "RateLimit", "raw_names", "read_headers"]
+__all__ = [
+    "PASSED",
+    "RAW_TYPES",
+    "HeaderSignals",
+    "RateLimit",
+    "passed_raw",
+    "raw_names",
+    "read_headers",
+]
 
 
 @dataclass(frozen=True, slots=True)

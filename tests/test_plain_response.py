@@ -1,0 +1,217 @@
+"""The usual response's fast path agrees with the rules, field for field.
+
+A lease's response goes to ``LiveSlot.respond`` in one call when it is the
+usual one (a 2xx/3xx with no header the rules read, no listener, no cache:
+``_turns.Plain``), and to the rules otherwise; the rules are the spec. Two
+throttles with the same settings and the same injected clock are driven by
+the same random requests: one answers the usual responses by the fast path,
+the other has a listener, which sends every response to the rules. After each
+step the two slots' whole state (the record, the gate's and the wire's
+memory, the cap, in flight, the next send time) must be the same.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autothrottle import (
+    AdaptiveConcurrencyPolicy,
+    AIMDPolicy,
+    AutoThrottlePolicy,
+    FixedDelayPolicy,
+    FixedRatePolicy,
+    Lease,
+    Throttle,
+)
+from autothrottle._slot import LiveSlot
+from helpers import FakeClock
+
+KEY = "example.com"
+
+POLICIES = {
+    "adaptive": lambda: AdaptiveConcurrencyPolicy(round_size=2),
+    "adaptive, no ramp": lambda: AdaptiveConcurrencyPolicy(ramp_up=None, round_size=3),
+    "autothrottle": AutoThrottlePolicy,
+    "aimd": lambda: AIMDPolicy(increase=2.0),
+    "fixed rate": lambda: FixedRatePolicy(20.0),
+    "fixed delay": lambda: FixedDelayPolicy(0.05),
+}
+
+HEADERS: list[dict[str, str] | None] = [
+    None,
+    {},
+    {"Server": "x", "Content-Type": "text/html"},
+    {"Content-Type": "text/html", "Date": "Sat, 22 Nov 2025 05:00:00 GMT"},
+    {"Retry-After": "1"},
+    {"X-Cache": "HIT"},
+    {"Age": "30"},
+    {"RateLimit-Limit": "10", "RateLimit-Remaining": "4", "RateLimit-Reset": "2"},
+]
+
+STATUSES = [200, 200, 200, 200, 204, 301, 302, 304, 404, 429, 500, 503, 101]
+
+settings_ = st.fixed_dictionaries(
+    {
+        "policy": st.sampled_from(sorted(POLICIES)),
+        "start_delay": st.sampled_from([0.0, 0.01, 0.2, 1.0]),
+        "min_delay": st.sampled_from([0.0, 0.0, 0.005]),
+        "max_delay": st.sampled_from([0.0, 0.5, 60.0]),
+        "max_concurrency": st.sampled_from([1, 4, 64]),
+        "strict_scrapy": st.booleans(),
+    }
+).filter(lambda config: config["max_delay"] >= config["min_delay"])
+
+step = st.one_of(
+    st.tuples(st.just("send"), st.floats(0.0, 0.5), st.booleans()),
+    st.tuples(
+        st.just("answer"),
+        st.integers(0, 7),
+        st.floats(0.0, 0.3),
+        st.sampled_from(STATUSES),
+        st.integers(0, len(HEADERS) - 1),
+        st.sampled_from([None, None, None, False, True]),
+        st.booleans(),
+    ),
+    st.tuples(st.just("release"), st.integers(0, 7)),
+    st.tuples(st.just("fail"), st.integers(0, 7)),
+    st.tuples(st.just("wait"), st.floats(0.0, 5.0)),
+)
+
+
+def _slots(obj: object) -> dict[str, Any]:
+    """Every slot attribute of ``obj`` (and its bases) that is set."""
+    out: dict[str, Any] = {}
+    for cls in type(obj).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if name != "__weakref__" and hasattr(obj, name):
+                out[name] = getattr(obj, name)
+    return out
+
+
+def _whole_state(throttle: Throttle, clock: FakeClock) -> dict[str, Any]:
+    live = throttle._live(KEY)
+    gate = live.gate
+    now = clock()
+    arrivals = gate.arrivals
+    return {
+        "record": live.state.to_dict(now),
+        "ramp_to": live.state.pace.ramp_to,
+        "adjusted_at": live.state.pace.adjusted_at,
+        "policy_state": dict(live.state.pace.policy_state),
+        "cap": gate.cap(),
+        "in_flight": gate.in_flight(),
+        "send_at": gate.send_at(now),
+        "lead": gate.lead,
+        "last_send": gate.last_send,
+        "arrivals": None if arrivals is None else _slots(arrivals),
+    }
+
+
+def _pair(config: dict[str, Any]) -> tuple[FakeClock, Throttle, Throttle]:
+    clock = FakeClock()
+    made = []
+    for _ in range(2):
+        kwargs = dict(config)
+        kwargs["policy"] = POLICIES[config["policy"]]()
+        made.append(Throttle(clock=clock, wall_clock=clock.wall, **kwargs))
+    fast, spec = made
+    spec.listen(lambda event: None)  # a listener: every response goes to the rules
+    return clock, fast, spec
+
+
+def _answer(leases: list[Lease], index: int, op: tuple[Any, ...]) -> None:
+    _, _, latency, status, headers, from_cache, release = op
+    lease = leases[index]
+    lease.observe(latency=latency, status=status, headers=HEADERS[headers], from_cache=from_cache)
+    if release:
+        lease.release()
+        leases.remove(lease)
+
+
+@settings(max_examples=300, deadline=None)
+@given(settings_, st.lists(step, max_size=60))
+def test_the_fast_path_and_the_rules_leave_the_same_state(
+    config: dict[str, Any], steps: list[tuple[Any, ...]]
+) -> None:
+    clock, fast, spec = _pair(config)
+    open_leases: list[list[Lease]] = [[], []]
+    for op in steps:
+        kind = op[0]
+        if kind == "wait":
+            clock.advance(op[1])
+        elif kind == "send":
+            clock.advance(op[1])
+            got = [t.try_acquire(KEY, adjust=op[2]) for t in (fast, spec)]
+            assert (got[0] is None) == (got[1] is None)
+            for leases, lease in zip(open_leases, got, strict=True):
+                if lease is not None:
+                    leases.append(lease)
+        elif open_leases[0]:
+            index = op[1] % len(open_leases[0])
+            for leases in open_leases:
+                if kind == "answer":
+                    clock.advance(op[2])
+                    _answer(leases, index, op)
+                    clock.advance(-op[2])  # both throttles answer at the same moment
+                elif kind == "fail":
+                    leases[index].fail(ConnectionError("reset"))
+                else:
+                    leases.pop(index).release()
+            if kind == "answer":
+                clock.advance(op[2])
+        assert _whole_state(fast, clock) == _whole_state(spec, clock)
+
+
+def test_the_usual_response_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without this the test above could pass with the fast path never taken."""
+    taken: list[int] = []
+    respond = LiveSlot.respond
+
+    def spy(self: LiveSlot, *args: Any) -> None:
+        taken.append(args[1])
+        respond(self, *args)
+
+    monkeypatch.setattr(LiveSlot, "respond", spy)
+    clock = FakeClock()
+    throttle = Throttle(start_delay=0.0, clock=clock, wall_clock=clock.wall)
+    headers = {"Server": "x", "Content-Type": "text/html"}
+    for status, header in [(200, headers), (204, None), (301, headers), (429, headers)]:
+        lease = throttle.try_acquire(KEY)
+        assert lease is not None
+        lease.observe(latency=0.01, status=status, headers=header)
+        lease.release()
+        clock.advance(2.0)
+    assert taken == [200, 204, 301]
+    for header, status, from_cache in [
+        ({"Retry-After": "1"}, 200, None),
+        (headers, 304, None),
+        (headers, 200, True),
+    ]:
+        lease = throttle.try_acquire(KEY)
+        assert lease is not None
+        lease.observe(latency=0.01, status=status, headers=header, from_cache=from_cache)
+        lease.release()
+        clock.advance(2.0)
+    assert taken == [200, 204, 301]
+    stop = throttle.listen(lambda event: None)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    lease.observe(latency=0.01, status=200, headers=headers)
+    lease.release()
+    assert taken == [200, 204, 301]
+    stop()
+    clock.advance(2.0)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    lease.observe(latency=0.01, status=200, headers=headers)
+    assert taken == [200, 204, 301]  # a slot that saw a cache hit goes to the rules
+    other = throttle.try_acquire("other.example")
+    assert other is not None
+    other.observe(latency=0.01, status=200, headers=headers)
+    assert taken == [200, 204, 301, 200]
+    assert math.isfinite(throttle.slot(KEY).delay)
