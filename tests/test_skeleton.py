@@ -152,3 +152,83 @@ async def test_a_turn_not_come_in_time_raises_the_plugs_error_and_sends_nothing(
     assert plug.steps == ["timed out"]
     held.release()
     assert throttle.slot("k").in_flight == 0
+
+
+class _NoAwait(Throttle):
+    """A throttle whose ``acquire`` (the coroutine) must not be called: a free
+    turn is taken by ``acquire_now``."""
+
+    async def acquire(self, key: str, **kwargs: Any) -> Any:
+        raise AssertionError("a free turn built a coroutine")
+
+
+@pytest.mark.parametrize("outcome", ["cancelled", "host failed", "caller's error"])
+async def test_a_free_turn_taken_without_a_coroutine_is_released_whatever_happens(
+    outcome: str,
+) -> None:
+    throttle, plug = _NoAwait(start_delay=0.0), Recording()
+    started = anyio.Event()
+
+    async def send(request: str) -> Answer:
+        started.set()
+        if outcome == "host failed":
+            raise HostDown("reset")
+        if outcome == "caller's error":
+            raise ValueError("bad URL")
+        await anyio.sleep_forever()
+        raise AssertionError("never")
+
+    async with anyio.create_task_group() as tasks:
+
+        async def request() -> None:
+            if outcome == "cancelled":
+                await paced(plug, throttle, "k", OPTIONS, 1.0, send, "r")
+                return
+            with pytest.raises((HostDown, ValueError)):
+                await paced(plug, throttle, "k", OPTIONS, 1.0, send, "r")
+
+        tasks.start_soon(request)
+        await started.wait()
+        if outcome == "cancelled":
+            assert throttle.slot("k").in_flight == 1
+            tasks.cancel_scope.cancel()
+    snapshot = throttle.slot("k").snapshot()
+    assert (snapshot.sent, snapshot.in_flight) == (1, 0)
+    assert snapshot.failures == (1 if outcome == "host failed" else 0)
+
+
+async def test_a_turn_not_free_waits_in_the_queue_in_order() -> None:
+    """The fast check takes no turn while one is queued or the slot is full:
+    the request queues behind the waiting one (FIFO) and gets its turn when
+    the slot frees."""
+    throttle, plug = Throttle(start_delay=0.0, max_concurrency=1), Recording()
+    held = throttle.acquire_now("k")
+    assert held is not None
+    order: list[str] = []
+
+    async def first() -> None:
+        lease = await throttle.acquire("k")
+        order.append("first")
+        lease.release()
+
+    async def second() -> None:
+        await paced(plug, throttle, "k", OPTIONS, None, _async(_sender(plug, Answer())), "r")
+        order.append("second")
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(first)
+        await anyio.wait_all_tasks_blocked()
+        tasks.start_soon(second)
+        await anyio.wait_all_tasks_blocked()
+        assert throttle.slot("k").queued == 2
+        assert throttle.acquire_now("k") is None  # nobody jumps the queue
+        held.release()
+    assert order == ["first", "second"]
+    assert throttle.slot("k").in_flight == 0
+
+
+def test_acquire_now_checks_its_arguments_before_taking_a_turn() -> None:
+    throttle = Throttle(start_delay=0.0)
+    with pytest.raises(ValueError, match="max_wait"):
+        throttle.acquire_now("k", max_wait=-1.0)
+    assert throttle.slot("k").sent == 0

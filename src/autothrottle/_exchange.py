@@ -276,15 +276,18 @@ async def paced(
     and hold the lease until its body is finished. Whatever fails or is
     cancelled on the way releases the lease (``docs/adapters.md``)."""
     asked = perf_counter()
-    try:
-        lease = await throttle.acquire(
-            key, adjust=options.adjust, max_wait=bound, cost=options.cost
-        )
-    except ThrottleTimeout as error:
-        raised = plug.timed_out(error, request)
-        if raised is error:
-            raise
-        raise raised from error
+    # A free turn without a coroutine; any other waits in the queue.
+    lease = throttle.acquire_now(key, adjust=options.adjust, max_wait=bound, cost=options.cost)
+    if lease is None:
+        try:
+            lease = await throttle.acquire(
+                key, adjust=options.adjust, max_wait=bound, cost=options.cost
+            )
+        except ThrottleTimeout as error:
+            raised = plug.timed_out(error, request)
+            if raised is error:
+                raise
+            raise raised from error
     exchange = Exchange(lease, asked, key)
     wiring = plug.wire(exchange, request)
     try:
