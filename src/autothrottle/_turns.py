@@ -42,6 +42,8 @@ headers need no check of their own then."""
 
 _MAPPINGS_KEPT = 32
 
+_INF = math.inf
+
 
 class Plain:
     """The leases' reporter without a fleet: the rules, with the usual response
@@ -55,16 +57,23 @@ class Plain:
     field (a test drives random responses through both).
     """
 
-    __slots__ = ("_clock", "_headers", "_recovery", "_rules", "_statuses")
+    __slots__ = ("_clock", "_listeners", "_reads", "_recovery", "_rules", "_usual")
 
     def __init__(self, rules: Rules, clock: Callable[[], float]) -> None:
         self._rules = rules
         self._clock = clock
         self._recovery = rules.recovery
+        self._listeners = rules.listeners  # the one setting that changes: asked each time
         signals = rules.signals
-        self._headers = signals.reads_headers
-        # None: no response is usual (a classifier reads every one).
-        self._statuses = None if signals.block_classifier is not None else signals.backoff_statuses
+        self._reads = signals.reads_headers
+        # The statuses a usual response may have (the settings are frozen): none
+        # when a classifier reads every response or each delay change is logged.
+        usual = frozenset(range(200, 400)) - signals.backoff_statuses
+        if self._reads:
+            usual -= {304}  # a cache's answer, whatever the headers say
+        if signals.block_classifier is not None or rules.debug:
+            usual = frozenset()
+        self._usual = usual
 
     def fail(self, slot: LiveSlot, error: BaseException, *, sent_at: float) -> None:
         """A request failed without a response: the rules'."""
@@ -82,33 +91,23 @@ class Plain:
         from_cache: bool | None = None,
     ) -> None:
         """Apply one response: in one call if it is the usual one, else by the rules."""
-        rules = self._rules
-        statuses = self._statuses
         usual = (
             type(status) is int
-            and 200 <= status < 400
+            and status in self._usual
             and type(latency) is float
-            and 0.0 <= latency < math.inf
+            and 0.0 <= latency < _INF
             and (from_cache is None or from_cache is False)
-            and statuses is not None
-            and status not in statuses
-            and not rules.listeners
-            and not rules.debug
+            and not self._listeners
             and slot.state.cache.miss_share == 1.0
         )
-        if usual and self._headers:
-            # None of the names read (`read_headers`' first check), in a type the
-            # rules took already; a 304 is a cache's answer whatever they say.
-            if headers is None:
-                usual = status != 304
-            elif type(headers) not in _MAPPINGS or status == 304:
+        if usual and headers is not None:
+            # In a type the rules took already, none of the names they read
+            # (`read_headers`' first check), or none read at all.
+            if type(headers) not in _MAPPINGS:
                 usual = False
-            elif type(headers) in RAW_TYPES:
-                usual = passed_raw(headers)
-            else:
-                usual = PASSED.issuperset(headers)
-        elif usual and headers is not None and type(headers) not in _MAPPINGS:
-            usual = False  # the rules check them first
+            elif self._reads:
+                raw = type(headers) in RAW_TYPES
+                usual = passed_raw(headers) if raw else PASSED.issuperset(headers)
         if usual:
             lock = slot.gate.lock
             lock.acquire()  # not `with`: on every response, it costs twice as much
