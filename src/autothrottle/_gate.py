@@ -161,11 +161,33 @@ class Gate(WireTurn):
         last = self.last_send
         if self.arrivals is not None:  # else counts_from says `last`, without its call
             last = self.counts_from(last)
-        at = self.state.limits.pause_until
+        limits = self.state.limits
+        at = limits.pause_until
         if last is None:
             self._gap = 0.0
         else:
-            spaced = self._spaced_at(now, last)
+            # When the spacing rules (delay, burst, budget, sustained pace) allow a send.
+            pace = self.state.pace
+            delay = pace.delay
+            if self._begun > delay:
+                delay = self._begun
+            gap = delay * self._factor
+            if 0.0 < pace.ramp_to < pace.delay:
+                # The headers' spacing below holds while the ramp-up runs too.
+                spaced = self._ramped_at(now, last)
+                gap = spaced - last
+            elif self.config.burst == 1:
+                spaced = last + gap
+            else:
+                missing = 1.0 - self._burst_tokens(now)
+                spaced = now + missing * delay if missing > 0 else -math.inf
+            if limits.budget_gap > gap and now < limits.budget_until:
+                # Spread the advertised budget until its reset; after it, it is spent.
+                spaced = max(spaced, min(last + limits.budget_gap, limits.budget_until))
+            if limits.sustained_gap > gap and now < limits.sustained_until:
+                spaced = max(spaced, min(last + limits.sustained_gap, limits.sustained_until))
+            if self._window_sends:
+                spaced = self._windows_at(spaced)
             gap = self._gap = spaced - last if spaced > last else 0.0
             # Early by the time a grant takes to reach the wire, at most a
             # quarter of the gap: the wire turn still keeps the whole gap.
@@ -176,38 +198,16 @@ class Gate(WireTurn):
             at = max(at, TokenBudget.fits_at(self.token_book, cost, now))
         return at
 
-    def _spaced_at(self, now: float, last: float) -> float:
-        """When the spacing rules (delay, burst, budget, sustained pace) allow a send."""
-        pace = self.state.pace
-        limits = self.state.limits
-        delay = pace.delay
-        if self._begun > delay:
-            delay = self._begun
-        gap = delay * self._factor
-        if 0.0 < pace.ramp_to < pace.delay:
-            # The headers' spacing below holds while the ramp-up runs too.
-            at = self._ramped_at(now, last)
-            gap = at - last
-        elif self.config.burst == 1:
-            at = last + gap
-        else:
-            missing = 1.0 - self._burst_tokens(now)
-            at = now + missing * delay if missing > 0 else -math.inf
-        if limits.budget_gap > gap and now < limits.budget_until:
-            # Spread the advertised budget until its reset; after it, the budget is spent.
-            at = max(at, min(last + limits.budget_gap, limits.budget_until))
-        if limits.sustained_gap > gap and now < limits.sustained_until:
-            at = max(at, min(last + limits.sustained_gap, limits.sustained_until))
-        if self._window_sends:
-            for (count, seconds), sends in zip(
-                self.config.windows, self._window_sends, strict=True
-            ):
-                if len(sends) == count:  # the oldest of the last `count` must leave the window
-                    at = max(at, sends[0] + seconds)
+    def _windows_at(self, at: float) -> float:
+        """``at``, or later when a policy's window (``count`` sends in any
+        ``seconds``) is full: its oldest send must leave it first."""
+        for (count, seconds), sends in zip(self.config.windows, self._window_sends, strict=True):
+            if len(sends) == count:
+                at = max(at, sends[0] + seconds)
         return at
 
     def _ramped_at(self, now: float, last: float) -> float:
-        """:meth:`_spaced_at` while the ramp-up lets the delay fall over time.
+        """:meth:`send_at`'s spacing while the ramp-up lets the delay fall over time.
 
         The delay falls as :meth:`RampUp.delay_at <autothrottle._pace.RampUp.delay_at>`
         says, down to what the policy asked for (``docs/signals.md``,
