@@ -39,7 +39,9 @@ It runs the library as shipped, with either client (``--client``, default
 aiohttp and httpx; ``all`` adds httpx-one-pool).
 
 ``--wire-truth`` lines every wire turn up with the host's arrival stamps
-and prints where each gap's extra milliseconds go (``benchmarks/_wire_truth.py``).
+and prints where each gap's extra milliseconds go, and each gap a host saw
+shorter than 500 ms or two in a row shorter than a second, with its split and
+its neighbours' (``benchmarks/_wire_truth.py``; the rows go to the JSON too).
 
 ``--headers`` makes the hosts send rate-limit headers too; ``--burst 2`` gives
 each host a bucket of 2 (a host that tolerates arrival jitter).
