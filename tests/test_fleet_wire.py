@@ -127,3 +127,19 @@ def test_a_new_turn_past_the_request_bound_is_not_waited_for() -> None:
     lease, store, _ = setup(new_turn(2.0), late=0.08, until=time.monotonic() + 1.0)
     assert lease.on_wire() == 0.0  # goes now: max_wait holds
     assert store.late == ["old"] and lease.on_wire is None
+
+
+def test_a_turn_inside_a_run_notes_when_it_reached_the_wire() -> None:
+    # The run's next turn goes a gap after this send left, not after the
+    # moment the fleet let it go (its connection may have kept it longer).
+    store = Store(new_turn(1.0))
+    shared: Any = SimpleNamespace(late=store.late_turn)
+    fleet = Fleet(shared, SimpleNamespace(), clock=time.monotonic)  # type: ignore[arg-type]
+    slot: Any = SimpleNamespace(fleet_went=-math.inf)
+    lease: Any = SimpleNamespace(on_wire=None)
+    inside = SharedTurn(0.0, "x", GAP, 0.0, time.monotonic() - 0.3, 4, joined=True, closes=False)
+    fleet._check_at_wire(slot, lease, inside, False, None)
+    assert slot.fleet_went == -math.inf  # not yet: the request waits for its connection
+    assert lease.on_wire() == 0.0  # never held back: the next send is this process's own
+    assert slot.fleet_went > -math.inf and lease.on_wire is None
+    assert store.late == []

@@ -80,8 +80,9 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    gives it turns takes a run of consecutive turns in one round trip
    (:class:`Run`): the next request takes the next turn of the run without
    asking the store. A turn of the run goes no sooner than one run's gap
-   after this process let the run's previous turn go, so a send that left
-   late delays the next of the run instead of letting it arrive early; only
+   after the run's previous turn reached the wire (after the process let it
+   go, until it has), so a send that left late delays the next of the run
+   instead of letting it arrive early; only
    where the run ends and another
    process's begins do two processes' lateness meet, and that junction gets
    the room of this process's lateness for every turn of the run. A run is
@@ -229,11 +230,23 @@ class Fleet:
         """Have the lease look at its turn's slack again when its connection is
         ready (:class:`WireCheck`): the first request on a new connection, or
         one whose event loop was busy, reaches the wire long after its turn.
-        ``left``: what is left of the request's ``max_wait`` (None: no bound)."""
-        if skipped or turn.due is None or turn.slack == math.inf:
+        ``left``: what is left of the request's ``max_wait`` (None: no bound).
+        A turn inside a run only notes when it reached the wire: the run's next
+        turn goes a gap after that (rule 8), not after the moment it was let go."""
+        if skipped or turn.due is None:
+            return
+        if turn.slack == math.inf:
+            if not turn.closes:
+                lease.on_wire = functools.partial(self._on_the_wire, slot, lease)
             return
         until = math.inf if left is None else time.monotonic() + left
         lease.on_wire = WireCheck(self, slot, lease, turn, until)
+
+    @staticmethod
+    def _on_the_wire(slot: LiveSlot, lease: Lease) -> float:
+        slot.fleet_went = time.monotonic()
+        lease.on_wire = None
+        return 0.0
 
     def _done(
         self, slot: LiveSlot, lease: Lease, turn: SharedTurn, ask: TurnAsk, skipped: bool
