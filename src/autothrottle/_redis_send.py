@@ -32,6 +32,8 @@ from ._redis_lua import GIVE_BACK, MERGE, TURN
 from ._redis_outage import Outage
 from ._redis_parts import (
     CALIBRATE,
+    CALIBRATE_MOST,
+    CALIBRATE_RTT,
     DOWN,
     FIRST,
     LINGER,
@@ -294,9 +296,13 @@ class Sender:
     async def _load_async(self, client: AsyncClient) -> None:
         for text, _ in self._scripts.values():
             await client.script_load(text)
-        answers = []
-        for _ in range(CALIBRATE):
-            answers.append((await client.time(), time.monotonic()))
+        clean, answers = False, list[tuple[Any, float]]()
+        while len(answers) < CALIBRATE_MOST and not (clean and len(answers) >= CALIBRATE):
+            asked = time.monotonic()
+            answer = await client.time()
+            received = time.monotonic()
+            answers.append((answer, received))
+            clean = clean or received - asked <= CALIBRATE_RTT
         self.server_clock.calibrate(answers)
 
     async def _run_async(self, client: AsyncClient, commands: Commands) -> list[Any]:
@@ -338,9 +344,14 @@ class Sender:
         if not self._ready_sync:
             for text, _ in self._scripts.values():
                 self.sync_client.script_load(text)
-            self.server_clock.calibrate(
-                [(self.sync_client.time(), time.monotonic()) for _ in range(CALIBRATE)]
-            )
+            clean, answers = False, list[tuple[Any, float]]()
+            while len(answers) < CALIBRATE_MOST and not (clean and len(answers) >= CALIBRATE):
+                asked = time.monotonic()
+                answer = self.sync_client.time()
+                received = time.monotonic()
+                answers.append((answer, received))
+                clean = clean or received - asked <= CALIBRATE_RTT
+            self.server_clock.calibrate(answers)
             self._ready_sync = True
         return self.sync_client
 
