@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -42,11 +43,9 @@ def table(package: str, expiry: float = 5.0, longest: float | None = 60.0) -> An
 URL = "http://a.test/"
 
 
-def keep_for(pools: Any, package: str, pace: float) -> float:
-    """How long the table keeps an origin whose slot sends every ``pace`` seconds."""
-    entry, _ = pools.take(httpx.URL(f"http://pace-{pace}.test/"), 0.0, pace)
-    pools.done(entry)
-    return float(entry.keep)
+def lease_at(pace: float) -> Any:
+    """A request's lease as the table reads it: its slot's pace."""
+    return SimpleNamespace(slot=SimpleNamespace(delay=pace))
 
 
 # -- the table, on a hand-moved time ----------------------------------------------------
@@ -54,24 +53,24 @@ def keep_for(pools: Any, package: str, pace: float) -> float:
 
 def test_a_host_paced_faster_than_the_expiry_is_kept_for_the_expiry(package: str) -> None:
     pools = table(package)
-    assert keep_for(pools, package, 0.0) == 5.0
-    assert keep_for(pools, package, 3.0) == 5.0  # 4.5 s: within the expiry
+    assert pools.keep_for(0.0) == 5.0
+    assert pools.keep_for(3.0) == 5.0  # 4.5 s: within the expiry
 
 
 def test_a_host_paced_slower_is_kept_for_its_pace_up_to_the_longest(package: str) -> None:
     pools = table(package)
-    assert keep_for(pools, package, 20.0) == pytest.approx(20.0 * pools.PACE_MARGIN)
-    assert keep_for(pools, package, 600.0) == 60.0
-    assert keep_for(table(package, longest=None), package, 20.0) == 5.0  # limits the user set
+    assert pools.keep_for(20.0) == pytest.approx(20.0 * pools.PACE_MARGIN)
+    assert pools.keep_for(600.0) == 60.0
+    assert table(package, longest=None).keep_for(20.0) == 5.0  # limits the user set
 
 
 def test_an_origin_kept_for_its_pace_outlives_the_expiry_and_then_closes(package: str) -> None:
     pools = table(package)
-    first, closing = pools.take(httpx.URL(URL), 0.0, pace=20.0)
+    first, closing = pools.take(httpx.URL(URL), 0.0, lease_at(20.0))
     assert closing == ()
     pools.done(first)
     assert pools.expired(29.0) == []  # 20 s pace: kept for 30 s
-    again, closing = pools.take(httpx.URL(URL), 20.0, pace=20.0)
+    again, closing = pools.take(httpx.URL(URL), 20.0, lease_at(20.0))
     assert again is first and closing == ()  # the next turn finds it
     pools.done(first)
     assert pools.expired(49.0) == []
@@ -79,19 +78,29 @@ def test_an_origin_kept_for_its_pace_outlives_the_expiry_and_then_closes(package
     assert len(pools) == 0
 
 
-def test_a_short_keep_behind_a_long_one_closes_once_the_long_one_does(package: str) -> None:
+def test_the_pace_is_read_when_the_pool_is_found_idle(package: str) -> None:
     pools = table(package)
-    slow, _ = pools.take(httpx.URL("http://slow.test/"), 0.0, pace=30.0)  # kept 45 s
+    lease = lease_at(20.0)
+    entry, _ = pools.take(httpx.URL(URL), 0.0, lease)
+    pools.done(entry)
+    lease.slot.delay = 2.0  # the pace quickened meanwhile: 5 s are enough
+    assert pools.expired(6.0) == [entry.pool]
+
+
+def test_a_short_keep_behind_a_long_one_is_not_held_back(package: str) -> None:
+    pools = table(package)
+    slow, _ = pools.take(httpx.URL("http://slow.test/"), 0.0, lease_at(30.0))  # kept 45 s
     fast, _ = pools.take(httpx.URL("http://fast.test/"), 1.0)  # kept 5 s
     pools.done(slow)
     pools.done(fast)
-    assert pools.expired(10.0) == []  # the oldest is kept: the sweep stops there
-    assert pools.expired(46.0) == [slow.pool, fast.pool]  # at most the longest late
+    assert pools.expired(4.0) == []  # neither past the expiry
+    assert pools.expired(10.0) == [fast.pool]  # the slow one kept for its pace
+    assert pools.expired(46.0) == [slow.pool]
 
 
 def test_a_pool_still_sending_is_kept_past_its_keep_alive(package: str) -> None:
     pools = table(package)
-    entry, _ = pools.take(httpx.URL(URL), 0.0, pace=20.0)
+    entry, _ = pools.take(httpx.URL(URL), 0.0, lease_at(20.0))
     assert pools.expired(100.0) == []  # its request is not done
     pools.done(entry)
     assert pools.expired(100.0 + 30.0) == [entry.pool]
@@ -129,7 +138,7 @@ async def test_a_pool_is_never_kept_past_its_slots_idle_timeout(package: str) ->
     async with AsyncThrottledClient(throttle=throttle) as client:
         pools = client._transport.inner.pools  # type: ignore[attr-defined]
         assert pools.longest == 30.0  # forgotten with the slot, not after it
-        assert keep_for(pools, package, 600.0) == 30.0
+        assert pools.keep_for(600.0) == 30.0
 
 
 async def test_a_keep_alive_you_set_is_not_stretched(package: str) -> None:
@@ -137,7 +146,7 @@ async def test_a_keep_alive_you_set_is_not_stretched(package: str) -> None:
     async with AsyncThrottledClient(throttle=Throttle(), limits=limits) as client:
         pools = client._transport.inner.pools  # type: ignore[attr-defined]
         assert (pools.expiry, pools.longest) == (2.0, 2.0)
-        assert keep_for(pools, package, 20.0) == 2.0
+        assert pools.keep_for(20.0) == 2.0
 
 
 # -- the client, against loopback servers ------------------------------------------------

@@ -147,10 +147,14 @@ def prepare(
         return send, None, options
     if options.slot is not None:
         return send, options.slot, options
-    host = request.url.host
+    url = request.url
+    # httpx's parsed form: the host as the slot key has it (IDNA-encoded),
+    # where `url.host` decodes an international name at every call.
+    parsed = getattr(url, "_uri_reference", None)
+    host = url.host if parsed is None else parsed.host
     if not host:
         return send, None, options
-    return send, throttle.key_for(request.url, host=host), options
+    return send, throttle.key_for(url, host=host), options
 
 
 class ThrottlePoolTimeout(ThrottleTimeout, httpx.PoolTimeout):

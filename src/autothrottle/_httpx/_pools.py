@@ -19,6 +19,8 @@ from typing import Any
 import anyio
 import httpx
 
+from .._lease import Lease
+from .._slot import Slot
 from .._throttle import Throttle
 from ._common import pool_bound
 
@@ -35,31 +37,36 @@ Origin = tuple[str, str, int | None]
 class PooledOrigin:
     """One origin's connection pool, until when it is kept idle, and its requests being sent.
 
-    ``core``: the transport's httpcore pool, whose own list of connections
-    is read (its ``connections`` property copies it on every read), or None
-    for a transport that has no such pool.
+    ``core``: the transport's httpcore pool, whose own lists of connections
+    and requests are read (its ``connections`` property copies the list on
+    every read), or None for a transport that has no such pool.
     """
 
-    __slots__ = ("core", "expires_at", "keep", "pool", "sending")
+    __slots__ = ("core", "expires_at", "keep", "pool", "sending", "slot", "used_at")
 
     def __init__(self, pool: Any, now: float, keep: float) -> None:
         self.pool = pool
-        self.keep = keep
+        self.keep = keep  # what the last sweep found its slot's pace asks for
+        self.used_at = now
         self.expires_at = now + keep
         self.sending = 0
+        self.slot: Slot | None = None  # whose pace says how long to keep it idle
         core = getattr(pool, "_pool", None)
-        self.core = core if type(getattr(core, "_connections", None)) is list else None
+        lists = (getattr(core, "_connections", None), getattr(core, "_requests", None))
+        self.core = core if all(type(each) is list for each in lists) else None
 
     def opens_connection(self) -> bool:
-        """Whether a request sent now through this pool opens a connection: none is idle."""
+        """Whether a request sent now through this pool opens a connection: none is idle.
+
+        httpcore keeps a request in its list from the moment it is sent to
+        the close of its response, and a connection it assigned to none is
+        idle: as many requests as connections leave none idle (asking each
+        connection costs two calls).
+        """
         core = self.core
         if core is None:
             return opens_connection(self.pool)
-        connections = core._connections  # noqa: SLF001 (httpcore's own list, not a copy)
-        for connection in connections:  # noqa: SIM110 (a generator is a frame more)
-            if connection.is_idle():
-                return False
-        return True
+        return len(core._requests) >= len(core._connections)  # noqa: SLF001 (httpcore's own)
 
 
 class Pools:
@@ -73,9 +80,12 @@ class Pools:
     ``longest``: a host paced every 20 s keeps its connection from one
     request to the next instead of opening a new one each time (the pools
     are made with httpx's keep-alive expiry at ``longest``, so only this
-    table decides). Each request looks at a few of the oldest, so closing
-    keeps pace with opening; a pool kept longer than the ones behind it
-    holds their closing back by at most ``longest``.
+    table decides). The pace is read when a pool is found idle past the
+    keep-alive it had, not on every request: a pool whose pace asks for
+    longer is kept for that from its last use, and keeps it from then on.
+    Each request looks at a few of the oldest, so closing keeps pace with
+    opening; a pool kept longer than the ones behind it holds their closing
+    back by at most ``longest``.
     """
 
     __slots__ = ("_lock", "_make", "_origins", "expiry", "longest")
@@ -98,14 +108,21 @@ class Pools:
     def __len__(self) -> int:
         return len(self._origins)
 
+    def keep_for(self, pace: float) -> float:
+        """How long an origin whose slot sends every ``pace`` seconds is kept idle."""
+        keep = pace * self.PACE_MARGIN
+        if keep <= self.expiry:  # the usual answer: a host paced faster than the expiry
+            return self.expiry
+        return min(keep, self.longest)
+
     def take(
-        self, url: httpx.URL, now: float, pace: float = 0.0
+        self, url: httpx.URL, now: float, lease: Lease | None = None
     ) -> tuple[PooledOrigin, Sequence[Any]]:
         """The pool for ``url``'s origin, made on first use and counted as
         sending until :meth:`done`, and the pools to close: the oldest few
         idle past their keep-alive, taken out of the table (one hold of the
-        lock for both). ``pace``: the seconds between two of its slot's
-        sends, which may keep the pool longer.
+        lock for both). ``lease``: the request's, whose slot's pace may keep
+        the pool longer (unthrottled requests have none).
 
         The origin is read from httpx's parsed form of the URL where it has
         one: three attribute reads, where ``url.host`` decodes an
@@ -116,22 +133,19 @@ class Pools:
             origin = (parsed.scheme, parsed.host, parsed.port)
         else:
             origin = (url.scheme, url.host, url.port)
-        keep = pace * self.PACE_MARGIN
-        if keep <= self.expiry:  # the usual: a host paced faster than the expiry
-            keep = self.expiry
-        elif keep > self.longest:
-            keep = self.longest
         origins = self._origins
         lock = self._lock
         lock.acquire()  # not `with`: on every request, it costs twice as much
         try:
             entry = origins.get(origin)
             if entry is None:
-                entry = origins[origin] = PooledOrigin(self._make(), now, keep)
+                entry = origins[origin] = PooledOrigin(self._make(), now, self.expiry)
             else:
                 origins.move_to_end(origin)
-                entry.keep = keep
-                entry.expires_at = now + keep
+                entry.used_at = now
+                entry.expires_at = now + entry.keep
+            if entry.slot is None and lease is not None:
+                entry.slot = lease.slot
             entry.sending += 1
             if next(iter(origins.values())).expires_at > now:
                 return entry, ()  # the oldest is still kept: the usual answer, found at once
@@ -161,6 +175,13 @@ class Pools:
             del origins[origin]
             if entry.sending or not _idle(entry.pool):
                 entry.expires_at = now + entry.keep  # busy (a long download): look again later
+                origins[origin] = entry
+                continue
+            slot = entry.slot
+            keep = self.expiry if slot is None else self.keep_for(slot.delay)
+            if entry.used_at + keep > now:  # its pace asks for longer: kept for that
+                entry.keep = keep
+                entry.expires_at = entry.used_at + keep
                 origins[origin] = entry
             else:
                 closing.append(entry.pool)

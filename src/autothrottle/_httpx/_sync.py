@@ -202,8 +202,8 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, "_Tracer | _WireTracer"]):
         origins = self.origins
         if origins is not None:
             # First, so that nothing is to undo if it fails (making a pool may).
-            try:  # the slot's pace says how long to keep the origin's pool
-                taken = origins.pools.take(request.url, monotonic(), exchange.lease.slot.delay)
+            try:  # the lease's slot: its pace says how long to keep the origin's pool
+                taken = origins.pools.take(request.url, monotonic(), exchange.lease)
             except BaseException:
                 exchange.lease.release()
                 raise
