@@ -238,7 +238,7 @@ async def test_without_a_trace_of_the_callers_httpcore_stops_tracing_once_on_the
 
 def test_the_wire_tracer_stays_for_a_proxy_tunnels_connect() -> None:
     throttle = Throttle(start_delay=0.0)
-    tracer = _WireTracer(Exchange(throttle.acquire_blocking("k"), 0.0))
+    tracer = _WireTracer(Exchange(throttle.acquire_blocking("k"), 0.0), {})
     tracer.extensions = {"trace": tracer}
     connect = type("Request", (), {"method": b"CONNECT"})()
     get = type("Request", (), {"method": b"GET"})()

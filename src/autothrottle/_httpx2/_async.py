@@ -87,11 +87,11 @@ class _Tracer:
     entry: PooledOrigin
     closing: Sequence[Any]
 
-    def __init__(self, exchange: Exchange, user: object) -> None:
+    def __init__(self, exchange: Exchange, user: object, saved: dict[str, Any]) -> None:
         self.exchange = exchange
         self.user = user
         self.end: float | None = None
-        self.saved: dict[str, Any] = {}
+        self.saved = saved  # the request's own extensions, put back after sending
 
     async def __call__(self, name: str, info: dict[str, Any]) -> None:
         if name.endswith(COMPLETE):
@@ -119,14 +119,15 @@ class _WireTracer:
     __slots__ = ("closing", "entry", "exchange", "extensions", "saved")
 
     end = None  # never timed here: the response's return is
+    #: The extensions httpcore2 reads, this tracer in them (set once it is made).
+    extensions: dict[str, Any]
     #: Set by a plug over the pools per origin (:meth:`_HttpxPlug.wire`) only.
     entry: PooledOrigin
     closing: Sequence[Any]
 
-    def __init__(self, exchange: Exchange) -> None:
+    def __init__(self, exchange: Exchange, saved: dict[str, Any]) -> None:
         self.exchange = exchange
-        self.extensions: dict[str, Any] = {}
-        self.saved: dict[str, Any] = {}
+        self.saved = saved  # the request's own extensions, put back after sending
 
     async def __call__(self, name: str, info: dict[str, Any]) -> None:
         if name.endswith(STARTED):
@@ -218,12 +219,11 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, "_Tracer | _WireTracer"])
         user = extensions.get("trace")
         tracer: _Tracer | _WireTracer
         if user is None:
-            tracer = _WireTracer(exchange)
+            tracer = _WireTracer(exchange, extensions)
             tracer.extensions = request.extensions = {**extensions, "trace": tracer}
         else:
-            tracer = _Tracer(exchange, user)
+            tracer = _Tracer(exchange, user, extensions)
             request.extensions = {**extensions, "trace": tracer}
-        tracer.saved = extensions
         if origins is not None:
             tracer.entry, tracer.closing = taken
         return tracer
