@@ -658,9 +658,10 @@ async def servers_on(addresses: list[str]) -> AsyncIterator[list[int]]:
 async def test_a_thousand_hosts_leave_no_pool_and_little_memory_once_forgotten(
     package: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Time is moved on by hand past the keep-alive expiry (a minute here, so
-    # that no pool expires during a crawl slowed by tracing) and the store's
-    # idle timeout: the pools' clock and the throttle's are shifted.
+    # Time is moved on by hand past the keep-alive expiry (ten minutes here,
+    # so that no pool expires during a crawl slowed by tracing on a loaded
+    # machine, where it took over a minute) and the store's idle timeout: the
+    # pools' clock and the throttle's are shifted.
     shift = [0.0]
 
     def later() -> float:
@@ -670,7 +671,7 @@ async def test_a_thousand_hosts_leave_no_pool_and_little_memory_once_forgotten(
     count = 1000
     addresses = [f"127.0.{10 + i // 200}.{1 + i % 200}" for i in range(count)]
     throttle = Throttle(start_delay=0.0, store=MemoryStore(idle_timeout=30.0), clock=later)
-    limits = httpx.Limits(keepalive_expiry=60.0)
+    limits = httpx.Limits(keepalive_expiry=600.0)
     async with (
         servers_on(addresses) as ports,
         AsyncThrottledClient(throttle=throttle, limits=limits) as client,
@@ -686,7 +687,7 @@ async def test_a_thousand_hosts_leave_no_pool_and_little_memory_once_forgotten(
                 await asyncio.gather(*(client.get(url) for url in urls[start : start + 50]))
             busy = _adapter_bytes(tracemalloc.take_snapshot()) - before
             live = len(pools)
-            shift[0] = 120.0  # every host idle past the keep-alive expiry and the idle timeout
+            shift[0] = 1200.0  # every host idle past the keep-alive expiry and the idle timeout
             throttle.evict_idle()  # the slots are forgotten
             for _ in range(count // pools.SWEEP + 5):
                 await client.get(urls[0])  # each request closes a few idle pools
