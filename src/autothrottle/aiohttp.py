@@ -276,7 +276,10 @@ class _AiohttpPlug(Plug[ClientRequest, ClientResponse, "contextvars.Token[Exchan
             setattr(response, _EXCHANGE_ATTRIBUTE, exchange)
         except AttributeError:  # a response class with __slots__
             _INFO[response] = exchange
-        hold_until_finished(response, exchange.lease)
+        if response.connection is None:  # the body came with the headers: done
+            exchange.lease.release()
+        else:
+            hold_until_finished(response, exchange.lease)
         return response
 
     def close(self, response: ClientResponse) -> None:
