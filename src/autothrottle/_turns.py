@@ -98,7 +98,6 @@ class Plain:
             and 0.0 <= latency < _INF
             and (from_cache is None or from_cache is False)
             and not self._listeners
-            and slot.state.cache.miss_share == 1.0
         )
         if usual and headers is not None:
             # In a type the rules took already, none of the names they read
@@ -112,10 +111,13 @@ class Plain:
             lock = slot.gate.lock
             lock.acquire()  # not `with`: on every response, it costs twice as much
             try:
-                slot.respond(latency, status, self._clock(), sent_at, adjust, self._recovery)
+                # A slot that has seen a cache hit paces behind it: the rules'
+                # (asked under the lock: another thread may be counting a hit).
+                if slot.state.cache.miss_share == 1.0:
+                    slot.respond(latency, status, self._clock(), sent_at, adjust, self._recovery)
+                    return
             finally:
                 lock.release()
-            return
         self._by_rules(slot, latency, status, headers, adjust, sent_at, from_cache)
 
     def _by_rules(
