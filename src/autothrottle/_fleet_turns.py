@@ -58,7 +58,10 @@ FRESH_MOST = 0.1
 
 LATE_TOLERANCE = 0.002
 """Seconds a send may leave later than its turn's slack and still go on it
-(:meth:`Fleet._done`): the wake-up jitter of a process that is not stalled."""
+(:meth:`Fleet._done`): the wake-up jitter of a process that is not stalled.
+10 ms was tried (``benchmarks/redis_store.py``, paired 30-s crawls at load
+6-8): 80.0 and 90.7 % of the aggregate with 262 and 182 refused, against
+83.3 and 82.6 % with 98 and 96 at 2 ms."""
 
 SPACING_MARGIN = 1.02
 """Turns are reserved this much wider than the gap (rule 1): 10 ms of lateness per
