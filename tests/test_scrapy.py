@@ -496,7 +496,8 @@ def test_randomize_download_delay_set_by_the_project_wins() -> None:
 
 def test_the_debug_log_says_what_each_response_did(tmp_path: Path) -> None:
     host = "127.0.0.2"
-    with serving({host: RateLimited(rate=1, burst=1, headers=False)}) as sim:
+    # One token each 10 s: the second page is refused however late a loaded machine sends it.
+    with serving({host: RateLimited(rate=0.1, burst=1, headers=False)}) as sim:
         result = crawl(
             tmp_path,
             {
