@@ -29,11 +29,12 @@ class Answer:
 class Recording(Plug[str, Answer, str]):
     """A plug that writes down each step it is asked for."""
 
-    __slots__ = ("observe_raises", "steps")
+    __slots__ = ("observe_raises", "steps", "wire_raises")
 
-    def __init__(self, observe_raises: bool = False) -> None:
+    def __init__(self, observe_raises: bool = False, wire_raises: bool = False) -> None:
         self.steps: list[str] = []
         self.observe_raises = observe_raises
+        self.wire_raises = wire_raises
 
     def host_failure(self, error: BaseException) -> bool:
         return isinstance(error, HostDown)
@@ -44,6 +45,8 @@ class Recording(Plug[str, Answer, str]):
 
     def wire(self, exchange: Exchange, request: str) -> str:
         self.steps.append("wire")
+        if self.wire_raises:
+            raise RuntimeError("a connection pool could not be made")
         return "wiring"
 
     def unwire(self, request: str, wiring: str) -> None:
@@ -122,6 +125,17 @@ async def test_a_failed_observation_closes_the_response_and_releases() -> None:
     assert plug.steps == ["wire", "send", "unwire", "respond", "close"]
     assert answer.closed
     assert throttle.slot("k").in_flight == 0
+
+
+async def test_a_failed_wiring_releases_the_turn_and_sends_nothing() -> None:
+    throttle, plug = Throttle(start_delay=0.0), Recording(wire_raises=True)
+    with pytest.raises(RuntimeError, match="pool"):
+        await paced(plug, throttle, "k", OPTIONS, None, _async(_sender(plug, Answer())), "r")
+    with pytest.raises(RuntimeError, match="pool"):
+        paced_blocking(plug, throttle, "k", OPTIONS, None, _sender(plug, Answer()), "r")
+    assert plug.steps == ["wire", "wire"]
+    snapshot = throttle.slot("k").snapshot()
+    assert (snapshot.in_flight, snapshot.failures, snapshot.responses) == (0, 0, 0)
 
 
 async def test_a_request_cancelled_while_sending_releases_without_a_failure() -> None:

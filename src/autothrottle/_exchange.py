@@ -289,7 +289,11 @@ async def paced(
                 raise
             raise raised from error
     exchange = Exchange(lease, asked, key)
-    wiring = plug.wire(exchange, request)
+    try:
+        wiring = plug.wire(exchange, request)
+    except BaseException:
+        lease.release()  # nothing was sent: released, no failure counted
+        raise
     try:
         response = await send(request)
     except BaseException as error:
@@ -326,7 +330,11 @@ def paced_blocking(
             raise
         raise raised from error
     exchange = Exchange(lease, asked, key)
-    wiring = plug.wire(exchange, request)
+    try:
+        wiring = plug.wire(exchange, request)
+    except BaseException:
+        lease.release()  # nothing was sent: released, no failure counted
+        raise
     try:
         response = send(request)
     except BaseException as error:
