@@ -202,12 +202,10 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, "_Tracer | _WireTracer"])
     def wire(self, exchange: Exchange, request: httpx2.Request) -> _Tracer | _WireTracer:
         origins = self.origins
         if origins is not None:
-            # First, so that nothing is to undo if it fails (making a pool may).
-            try:  # the lease's slot: its pace says how long to keep the origin's pool
-                taken = origins.pools.take(request.url, monotonic(), exchange.lease)
-            except BaseException:
-                exchange.lease.release()
-                raise
+            # First, so that nothing is to undo if it fails (making a pool may: the
+            # skeleton then releases the lease). The lease's slot: its pace says how
+            # long to keep the origin's pool.
+            taken = origins.pools.take(request.url, monotonic(), exchange.lease)
         # The trace goes on a copy of the extensions, restored after sending: the
         # client copies them into redirect hops, which must not inherit this one's.
         extensions = request.extensions
