@@ -29,7 +29,6 @@ from ._events import Listeners, ThrottleEvent
 from ._headers import HeaderSignals, read_headers
 from ._limits import Budget, rounding
 from ._log import log_delay, log_pause, note, seconds_text
-from ._pace import RampUp
 from ._policies import AutoThrottlePolicy
 from ._policy import Sample, SlotConfig, new_sample
 from ._recovery import Recovery, first_of_burst, refused_pace
@@ -222,15 +221,11 @@ class Rules:
         # The ramp-up only ever holds a falling delay back: a delay kept or
         # raised skips it (most responses of a steady slot).
         if ramp is not None and new < old and state.refusal.refused_gap <= 0.0:
-            held = RampUp(ramp).hold(state.pace, new, now)
-            stated = state.limits.stated_gap(now)
-            if 0.0 < stated < held:
-                # The host stated the pace it allows: nothing to ramp up to.
-                held = max(new, stated)
+            held, ramp_to = slot.ramped(ramp, new, now)
             if held > new:
-                # The gate keeps lowering it toward `new` as time passes, so a
+                # The gate keeps lowering it toward `ramp_to` as time passes, so a
                 # slot whose next response is a long delay away is not stuck.
-                ramp_to, new, reason = new, held, "ramp-up"
+                new, reason = held, "ramp-up"
         if state.pace.adapt(new, now, ramp_to=ramp_to):
             slot.gate.wake()
         if self.debug:

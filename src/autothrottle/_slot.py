@@ -147,16 +147,18 @@ class LiveSlot:
             if status != 200:
                 new = old  # only a plain 200 may lower the delay
             elif policy.ramp_up is not None and refusal.refused_gap <= 0.0:
-                new, ramp_to = self._ramped(policy.ramp_up, new, now)
+                new, ramp_to = self.ramped(policy.ramp_up, new, now)
                 if pace.adapt(new, now, ramp_to=ramp_to):
                     gate.wake()
                 return
         if pace.adapt(new, now):
             gate.wake()
 
-    def _ramped(self, ramp: float, new: float, now: float) -> tuple[float, float]:
+    def ramped(self, ramp: float, new: float, now: float) -> tuple[float, float]:
         """The delay the ramp-up lets a falling delay take (``new`` asked), and
-        what it held back (0.0: nothing), as the rules' ``_adapt`` has it."""
+        what it held back (0.0: nothing): the rules' ``_adapt`` and :meth:`respond`
+        both ask it. A host that stated the pace it allows leaves nothing to ramp
+        up to."""
         state = self.state
         held = RampUp(ramp).hold(state.pace, new, now)
         stated = state.limits.stated_gap(now)
