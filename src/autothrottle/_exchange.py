@@ -40,7 +40,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, NoReturn, TypeVar, cast
 
 import anyio
 
@@ -95,7 +95,12 @@ _set_adjusted = vars(ThrottleInfo)["adjusted"].__set__
 class Exchange:
     """One request's lease and timing, from its turn to its response."""
 
-    __slots__ = ("_info", "key", "lease", "ready", "started", "waited", "wired")
+    __slots__ = ("_info", "key", "lease", "ready", "started", "waited", "wire_error", "wired")
+
+    #: What the wire turn raised (the fleet's bound, its store): the throttle's
+    #: own error, never the host's, whatever the client wraps it in. Set only
+    #: then (read with ``getattr``): the usual request pays nothing for it.
+    wire_error: Exception
 
     def __init__(self, lease: Lease, asked: float, key: str | None = None) -> None:
         self.lease = lease
@@ -133,7 +138,11 @@ class Exchange:
         if self.wired:
             self.ready = perf_counter()
             return 0.0
-        wait = self.lease.wire_wait()
+        try:
+            wait = self.lease.wire_wait()
+        except Exception as error:
+            self.wire_error = error
+            raise
         if wait <= 0.0:
             self.wired = True
             self.ready = perf_counter()
@@ -146,11 +155,15 @@ class Exchange:
         """
         if not self.wired:
             started = perf_counter()
-            if wait is None:
-                wait = self.lease.wire_wait()
-            while wait > 0.0:  # woken on time, or asked again after someone else went
-                await anyio.sleep(wait)
-                wait = self.lease.wire_wait()
+            try:
+                if wait is None:
+                    wait = self.lease.wire_wait()
+                while wait > 0.0:  # woken on time, or asked again after someone else went
+                    await anyio.sleep(wait)
+                    wait = self.lease.wire_wait()
+            except Exception as error:
+                self.wire_error = error
+                raise
             self.wired = True
             self.ready = perf_counter()
             self.waited += self.ready - started
@@ -161,24 +174,36 @@ class Exchange:
         """:meth:`on_wire` for a thread."""
         if not self.wired:
             started = perf_counter()
-            if wait is None:
-                wait = self.lease.wire_wait()
-            while wait > 0.0:
-                time.sleep(wait)
-                wait = self.lease.wire_wait()
+            try:
+                if wait is None:
+                    wait = self.lease.wire_wait()
+                while wait > 0.0:
+                    time.sleep(wait)
+                    wait = self.lease.wire_wait()
+            except Exception as error:
+                self.wire_error = error
+                raise
             self.wired = True
             self.ready = perf_counter()
             self.waited += self.ready - started
         else:
             self.ready = perf_counter()
 
-    def failed(self, error: BaseException, host_failure: HostFailure) -> None:
-        """Sending raised ``error``: record it if the host failed, and release."""
+    def failed(self, error: BaseException, host_failure: HostFailure) -> Exception | None:
+        """Sending raised ``error``: record it if the host failed, and release.
+
+        Returns what the wire turn raised, if it did (:attr:`wire_error`): then
+        nothing was sent, and ``error`` is that or the client's wrapping of it
+        (aiohttp makes a ``TimeoutError`` raised inside its connect a
+        ``ConnectionTimeoutError``), not the host's failure.
+        """
+        wired: Exception | None = getattr(self, "wire_error", None)
         try:
-            if isinstance(error, Exception) and host_failure(error):
+            if wired is None and isinstance(error, Exception) and host_failure(error):
                 self.lease.fail(error)
         finally:
             self.lease.release()
+        return wired
 
     def responded(
         self,
@@ -297,8 +322,10 @@ async def paced(
     try:
         response = await send(request)
     except BaseException as error:
-        exchange.failed(error, plug.host_failure)
-        raise
+        wired = exchange.failed(error, plug.host_failure)
+        if wired is None:
+            raise
+        _raise_wire_error(plug, wired, request)
     finally:
         plug.unwire(request, wiring)
     try:
@@ -338,8 +365,10 @@ def paced_blocking(
     try:
         response = send(request)
     except BaseException as error:
-        exchange.failed(error, plug.host_failure)
-        raise
+        wired = exchange.failed(error, plug.host_failure)
+        if wired is None:
+            raise
+        _raise_wire_error(plug, wired, request)
     finally:
         plug.unwire(request, wiring)
     try:
@@ -348,6 +377,19 @@ def paced_blocking(
         exchange.lease.release()  # released already if observing raised
         plug.close(response)
         raise
+
+
+def _raise_wire_error(
+    plug: Plug[Request, Any, Any], error: Exception, request: Request
+) -> NoReturn:
+    """Raise what the caller sees of an error the wire turn raised: a turn past
+    ``max_wait`` (a fleet's new turn at the wire, ``_fleet.WireCheck``) as one
+    past it at the turn (the plug's kind of timeout); anything else as raised."""
+    if isinstance(error, ThrottleTimeout):
+        raised = plug.timed_out(error, request)
+        if raised is not error:
+            raise raised from error
+    raise error
 
 
 _Schedule = Callable[[Callable[[], None]], object]
