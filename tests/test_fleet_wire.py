@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from autothrottle import ThrottleTimeout
 from autothrottle._fleet import WIRE_POLL, Fleet, SharedTurn, TurnAsk, WireCheck
 
 GAP = 0.5
@@ -41,7 +42,11 @@ class Store:
     async def take_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
         self.asked += 1
         await self.gate.wait()
+        if self.error is not None:
+            raise self.error
         return self.answer
+
+    error: BaseException | None = None
 
 
 def setup(answer: SharedTurn, late: float, until: float = math.inf) -> tuple[Any, Store, Any]:
@@ -66,7 +71,7 @@ def setup(answer: SharedTurn, late: float, until: float = math.inf) -> tuple[Any
     )
     lease: Any = SimpleNamespace(on_release="old", on_wire=None, released=False)
     turn = SharedTurn(0.0, "old", GAP, 0.0, time.monotonic() - late, 4, slack=0.016)
-    lease.on_wire = WireCheck(fleet, slot, lease, turn, until)
+    lease.on_wire = WireCheck(fleet, slot, lease, turn, until, None if until == math.inf else 1.0)
     return lease, store, slot
 
 
@@ -123,10 +128,41 @@ async def test_a_turn_answered_after_the_request_was_given_up_goes_back() -> Non
     assert store.released == ["new"]  # nothing held
 
 
-def test_a_new_turn_past_the_request_bound_is_not_waited_for() -> None:
+def test_a_new_turn_past_the_request_bound_fails_and_goes_back() -> None:
     lease, store, _ = setup(new_turn(2.0), late=0.08, until=time.monotonic() + 1.0)
-    assert lease.on_wire() == 0.0  # goes now: max_wait holds
-    assert store.late == ["old"] and lease.on_wire is None
+    with pytest.raises(ThrottleTimeout):  # not sent off its turn: max_wait and the host's limit
+        lease.on_wire()
+    assert store.late == ["old", "new"]  # both turns back, the new one's time too
+    assert lease.on_release is None  # nothing held for the lease's release to hand back
+    with pytest.raises(ThrottleTimeout):  # a client's retry of the write is refused again
+        lease.on_wire()
+    assert store.asked == 1
+
+
+def test_a_pause_past_the_request_bound_fails_at_the_wire() -> None:
+    pause = SharedTurn(3.0, None, GAP, 3.0, None, 4)  # the fleet's pause: ask again in 3 s
+    lease, store, _ = setup(pause, late=0.08, until=time.monotonic() + 1.0)
+    with pytest.raises(ThrottleTimeout):  # not sent through the host's pause
+        lease.on_wire()
+    assert store.late == ["old"] and lease.on_release is None
+
+
+def test_a_pause_within_the_bound_is_waited_then_a_turn_asked_for() -> None:
+    pause = SharedTurn(0.5, None, GAP, 0.5, None, 4)
+    lease, store, _ = setup(pause, late=0.08, until=time.monotonic() + 1.0)
+    assert lease.on_wire() == pytest.approx(0.5, abs=0.05)
+    assert lease.on_wire() > 0.3 and store.asked == 1  # not asked again before its end
+
+
+async def test_what_the_store_raised_at_the_wire_the_request_raises() -> None:
+    lease, store, _ = setup(new_turn(0.3), late=0.08)
+    store.error = RuntimeError("the store broke")
+    assert lease.on_wire() == WIRE_POLL
+    store.gate.set()
+    with pytest.raises(RuntimeError, match="the store broke"):  # not sent, as at its turn
+        for _ in range(100):  # bounded: the answer comes within a few loop turns
+            await asyncio.sleep(0)
+            assert lease.on_wire() == WIRE_POLL  # until the answer came: never "go"
 
 
 def test_a_turn_inside_a_run_notes_when_it_reached_the_wire() -> None:
@@ -138,7 +174,7 @@ def test_a_turn_inside_a_run_notes_when_it_reached_the_wire() -> None:
     slot: Any = SimpleNamespace(fleet_went=-math.inf)
     lease: Any = SimpleNamespace(on_wire=None)
     inside = SharedTurn(0.0, "x", GAP, 0.0, time.monotonic() - 0.3, 4, joined=True, closes=False)
-    fleet._check_at_wire(slot, lease, inside, False, None)
+    fleet._check_at_wire(slot, lease, inside, False, None, math.inf)
     assert slot.fleet_went == -math.inf  # not yet: the request waits for its connection
     assert lease.on_wire() == 0.0  # never held back: the next send is this process's own
     assert slot.fleet_went > -math.inf and lease.on_wire is None

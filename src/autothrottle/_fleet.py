@@ -194,7 +194,7 @@ class Fleet:
                     wait = 0.0
                 if self._done(slot, lease, turn, ask, skipped):
                     left = deadline - anyio.current_time()
-                    self._check_at_wire(slot, lease, turn, skipped, None if bound is None else left)
+                    self._check_at_wire(slot, lease, turn, skipped, bound, left)
                     return
                 skipped = skipped or turn.lease is not None
         except BaseException:
@@ -217,7 +217,7 @@ class Fleet:
                     wait = 0.0
                 if self._done(slot, lease, turn, ask, skipped):
                     left = deadline - time.monotonic()
-                    self._check_at_wire(slot, lease, turn, skipped, None if bound is None else left)
+                    self._check_at_wire(slot, lease, turn, skipped, bound, left)
                     return
                 skipped = skipped or turn.lease is not None
         except BaseException:
@@ -225,12 +225,18 @@ class Fleet:
             raise
 
     def _check_at_wire(
-        self, slot: LiveSlot, lease: Lease, turn: SharedTurn, skipped: bool, left: float | None
+        self,
+        slot: LiveSlot,
+        lease: Lease,
+        turn: SharedTurn,
+        skipped: bool,
+        bound: float | None,
+        left: float,
     ) -> None:
         """Have the lease look at its turn's slack again when its connection is
         ready (:class:`WireCheck`): the first request on a new connection, or
         one whose event loop was busy, reaches the wire long after its turn.
-        ``left``: what is left of the request's ``max_wait`` (None: no bound).
+        ``bound``: the request's ``max_wait`` (None: none), ``left`` what is left of it.
         A turn inside a run only notes when it reached the wire: the run's next
         turn goes a gap after that (rule 8), not after the moment it was let go."""
         if skipped or turn.due is None:
@@ -239,8 +245,8 @@ class Fleet:
             if not turn.closes:
                 lease.on_wire = functools.partial(self._on_the_wire, slot, lease)
             return
-        until = math.inf if left is None else time.monotonic() + left
-        lease.on_wire = WireCheck(self, slot, lease, turn, until)
+        until = math.inf if bound is None else time.monotonic() + left
+        lease.on_wire = WireCheck(self, slot, lease, turn, until, bound)
 
     @staticmethod
     def _on_the_wire(slot: LiveSlot, lease: Lease) -> float:
@@ -404,29 +410,65 @@ class WireCheck:
     slack, the turn goes back and another is taken, and the request waits for
     it at the wire, once per request as at its turn. :meth:`Lease.wire_wait`
     calls it: 0.0 when the request may go, else the seconds to wait before
-    asking again. A new turn later than the request's ``max_wait`` allows is
-    not waited for: the request goes at once (the bound holds; the pace slips
-    that once). Nothing is held when the request is given up meanwhile: a turn
+    asking again.
+
+    The bounds hold as at the turn (rule 3): a new turn, or a pause or the
+    cap the fleet answers with, that ends later than the request's
+    ``max_wait`` allows is not waited for, and the request is not sent
+    either (sent off its turn, through the pause, the host's limit would not
+    hold): the new turn goes back (its time too, when nobody reserved after
+    it) and :class:`~autothrottle.ThrottleTimeout` is raised, which the
+    request's exchange hands its caller as a turn past ``max_wait`` (never
+    the host's failure). What the store's ``take_turn`` raises (it answers
+    an outage itself, rule 6: anything else is a fault, or its task was
+    cancelled with the loop) the request raises, as at its turn
+    (:meth:`Fleet.take_turn`): neither sent off its turn nor counted as the
+    host's. Nothing is held when the request is given up meanwhile: a turn
     answered after that goes straight back.
     """
 
-    __slots__ = ("_again", "_fleet", "_lease", "_new", "_slot", "_task", "_turn", "_until")
+    __slots__ = (
+        "_again",
+        "_bound",
+        "_failed",
+        "_fleet",
+        "_lease",
+        "_new",
+        "_slot",
+        "_task",
+        "_turn",
+        "_until",
+    )
 
     def __init__(
-        self, fleet: Fleet, slot: LiveSlot, lease: Lease, turn: SharedTurn, until: float
+        self,
+        fleet: Fleet,
+        slot: LiveSlot,
+        lease: Lease,
+        turn: SharedTurn,
+        until: float,
+        bound: float | None = None,
     ) -> None:
         self._fleet, self._slot, self._lease, self._turn = fleet, slot, lease, turn
         self._until = until
+        self._bound = bound
         self._again = -math.inf  # -inf: the first look; else ask again from then
         self._task: asyncio.Task[SharedTurn] | None = None
         self._new: SharedTurn | None = None
+        self._failed = False
 
     def __call__(self) -> float:
+        if self._failed:  # asked again (a client's retry of the write): still past the bound
+            self._timed_out()
         now = time.monotonic()
+        task = self._task
+        if task is not None:
+            if not task.done():
+                return WIRE_POLL  # the new turn's answer is on its way
+            self._task = None
+            return self._taken(task.result())  # what take_turn raised, raised here
         if self._new is not None:
             return self._wait_for(self._new, now)
-        if self._task is not None:
-            return WIRE_POLL  # the new turn's answer is on its way
         if self._again == -math.inf:
             turn = self._turn
             assert turn.due is not None and turn.lease is not None
@@ -450,17 +492,25 @@ class WireCheck:
         return WIRE_POLL
 
     def _answered(self, task: asyncio.Task[SharedTurn]) -> None:
-        self._task = None
+        """The new turn's answer came: held by the request until it looks at it,
+        or handed back at once if the request was given up meanwhile (then
+        nobody looks). A failed task is left for the request's look to raise."""
         if task.cancelled() or task.exception() is not None:
-            self._new = SharedTurn(0.0, None, None, 0.0)  # go: the store could not say
+            return
+        lease = task.result().lease
+        if lease is None:
+            return
+        if self._lease.released:
+            self._task = None
+            self._fleet.store.released(self._slot.key, lease)
         else:
-            self._taken(task.result())
+            self._lease.on_release = functools.partial(self._fleet.released, self._slot, lease)
 
     def _taken(self, new: SharedTurn) -> float:
         now = time.monotonic()
         if new.lease is None and new.wait > 0.0:  # a pause, the cap: ask again then
             if now + new.wait > self._until:
-                return self._go()
+                self._timed_out()
             self._again = now + new.wait
             return new.wait
         if new.lease is not None:
@@ -475,9 +525,22 @@ class WireCheck:
         wait = 0.0 if new.due is None else new.due - now
         if new.joined:
             wait = max(wait, Fleet.after_own(self._slot, new, self._fleet.ask(self._slot)))
-        if wait <= 0.0 or now + wait > self._until:
+        if wait <= 0.0:
             return self._go()
+        if now + wait > self._until:
+            if new.lease is not None:  # unused: back, its time too if nobody reserved after
+                self._lease.on_release = None
+                self._fleet.store.late(self._slot.key, new.lease)
+            self._timed_out()
         return wait
+
+    def _timed_out(self) -> None:
+        """The wait passes the request's ``max_wait``: it fails, as at its turn
+        (rule 3). The check stays on the lease: a client that retries the
+        write on a new connection (urllib3's retries) is refused again, not
+        sent off its turn."""
+        self._failed = True
+        raise ThrottleTimeout(self._slot.key, self._bound or 0.0)
 
     def _go(self) -> float:
         self._lease.on_wire = None

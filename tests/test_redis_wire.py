@@ -1,0 +1,257 @@
+"""A fleet turn taken again at the wire keeps the request's ``max_wait`` and the
+host's limit together (the fleet's rules 1-3, ``docs/fleet.md``).
+
+A request let go on its turn may reach the wire late (a slow connect, a busy
+event loop: here a trace callback of the caller's that sleeps while other
+processes reserve the next turns, or pause the host). Its turn then goes back
+and another is taken; when that one, or the pause the fleet answers with,
+ends later than ``max_wait`` allows, the request fails as a turn past
+``max_wait`` does under its client, is not sent, counts no host failure, and
+leaves nothing reserved in Redis. Real Redis on 127.0.0.1:6379 (a prefix per
+test), real loopback servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+import redis
+from aiohttp import web
+
+from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
+from autothrottle._fleet import SPACING_MARGIN, TurnAsk
+from autothrottle.aiohttp import ThrottledSession
+from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
+from autothrottle.redis import RedisStore
+
+REDIS = "redis://127.0.0.1:6379/0"
+KEY = "127.0.0.2"
+GAP = 1.0  # FixedRatePolicy(1): the others' turns are a second apart
+LATE = 0.6  # how long the request takes from its turn to the wire: far past its slack
+MAX_WAIT = 2.0
+
+
+def _reachable(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+        return True
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _needs_redis() -> None:
+    if not _reachable(6379):
+        pytest.skip("no Redis on 127.0.0.1:6379: start one with `redis-server --daemonize yes`")
+
+
+class Site:
+    """A loopback server that counts what reached it."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[float] = []
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.arrivals.append(time.monotonic())
+        return web.Response(text="ok")
+
+
+@contextlib.asynccontextmanager
+async def site() -> AsyncIterator[Site]:
+    target = Site()
+    app = web.Application()
+    app.router.add_get("/", target.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, KEY, 0).start()
+    target.url = f"http://{KEY}:{runner.addresses[0][1]}/"
+    try:
+        yield target
+    finally:
+        await runner.cleanup()
+
+
+class Fleet:
+    """The other processes of the fleet (a store each) and a view of Redis."""
+
+    def __init__(self, pause: bool) -> None:
+        self.name = f"test-{uuid.uuid4().hex}"
+        self.pause = pause  # the others pause the host (a Retry-After), or reserve turns
+        self.others = [RedisStore(REDIS, prefix=self.name) for _ in range(4)]
+        self.admin = redis.Redis.from_url(REDIS)
+        self.tat: bytes | None = None
+        self.ours = RedisStore(REDIS, prefix=self.name)
+        self.throttle = Throttle(policy=FixedRatePolicy(1 / GAP), store=self.ours)
+
+    def leases(self) -> int:
+        return int(self.admin.zcard(f"{{{self.name}:{KEY}}}:l"))
+
+    def next_free(self) -> bytes | None:
+        return self.admin.hget(f"{{{self.name}:{KEY}}}:s", "tat")  # type: ignore[return-value]
+
+    async def crowd(self) -> None:
+        """While our request is on its way to the wire: the others reserve the
+        next four turns, or one of them is told to pause the host 5 s."""
+        assert self.leases() == 1  # ours: the request's turn was taken
+        if self.pause:
+            other = Throttle(policy=FixedRatePolicy(1 / GAP), store=self.others[0])
+            other.observe(KEY, latency=0.01, status=429, headers={"Retry-After": "5"})
+            await self.others[0].flush()
+        else:
+            for store in self.others:
+                ask = TurnAsk(GAP, 0.0, 60.0, 8, 300.0, 300.0)
+                assert (await store.take_turn(KEY, ask, time.monotonic())).lease is not None
+        self.tat = self.next_free()
+
+    def crowd_blocking(self) -> None:
+        asyncio.run(self.crowd_in_new_loop())
+
+    async def crowd_in_new_loop(self) -> None:
+        stores = self.others
+        self.others = [RedisStore(REDIS, prefix=self.name) for _ in stores]
+        try:
+            await self.crowd()
+        finally:
+            for store in self.others:
+                await store.aclose()
+            self.others = stores
+
+    async def check(self, target: Site) -> None:
+        """Nothing reached the host, no host failure, nothing left reserved."""
+        assert target.arrivals == []  # not sent off its turn, nor through the pause
+        assert self.throttle.slot(KEY).snapshot().failures == 0
+        await self.ours.flush()
+        assert self.leases() == (0 if self.pause else 4)  # only the others' turns
+        before, now = int(self.tat or 0), int(self.next_free() or 0)
+        if self.pause:  # nothing reserved in the pause; our late turn's time came back
+            assert now == before - round(GAP * SPACING_MARGIN * 1e6), (now, before)
+        else:  # the new turn, after the others', went back with its time
+            assert now == before
+
+    async def close(self) -> None:
+        for store in [*self.others, self.ours]:
+            await store.aclose()
+        self.admin.close()
+
+
+@pytest.fixture(params=["turns", "pause"])
+async def fleet(request: pytest.FixtureRequest) -> AsyncIterator[Fleet]:
+    made = Fleet(pause=request.param == "pause")
+    try:
+        yield made
+    finally:  # every client closed while the loop runs
+        await made.close()
+
+
+async def test_aiohttp_fails_at_the_wire_as_past_max_wait(fleet: Fleet) -> None:
+    async def slow_connect(session: Any, ctx: SimpleNamespace, params: Any) -> None:
+        await fleet.crowd()
+        await asyncio.sleep(LATE)
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(slow_connect)
+    async with (
+        site() as target,
+        ThrottledSession(throttle=fleet.throttle, trace_configs=[trace]) as session,
+    ):
+        with pytest.raises(ThrottleTimeout) as raised:
+            await asyncio.wait_for(
+                session.get(target.url, trace_request_ctx={"autothrottle": {"max_wait": MAX_WAIT}}),
+                10.0,
+            )
+        assert not isinstance(raised.value, aiohttp.ClientError)  # not a connection timeout
+        await fleet.check(target)
+
+
+def _slow_trace(crowd: Callable[[], Any]) -> Any:
+    async def trace(name: str, info: dict[str, Any]) -> None:
+        if name == "connection.connect_tcp.complete":
+            await crowd()
+            await asyncio.sleep(LATE)
+
+    return trace
+
+
+async def test_httpx_fails_at_the_wire_with_its_pool_timeout(fleet: Fleet) -> None:
+    async with site() as target, AsyncThrottledClient(throttle=fleet.throttle) as client:
+        with pytest.raises(httpx.PoolTimeout) as raised:
+            await asyncio.wait_for(
+                client.get(
+                    target.url,
+                    extensions={
+                        "autothrottle": {"max_wait": MAX_WAIT},
+                        "trace": _slow_trace(fleet.crowd),
+                    },
+                ),
+                10.0,
+            )
+        assert isinstance(raised.value, ThrottleTimeout)
+        await fleet.check(target)
+
+
+async def test_the_sync_httpx_client_fails_at_the_wire_with_its_pool_timeout(
+    fleet: Fleet,
+) -> None:
+    def trace(name: str, info: dict[str, Any]) -> None:
+        if name == "connection.connect_tcp.complete":
+            fleet.crowd_blocking()
+            time.sleep(LATE)
+
+    errors: list[BaseException] = []
+
+    def send(url: str) -> None:
+        with ThrottledClient(throttle=fleet.throttle) as client:
+            try:
+                client.get(url, extensions={"autothrottle": {"max_wait": MAX_WAIT}, "trace": trace})
+            except BaseException as error:
+                errors.append(error)
+
+    async with site() as target:
+        await asyncio.wait_for(asyncio.to_thread(send, target.url), 10.0)
+        assert len(errors) == 1 and isinstance(errors[0], httpx.PoolTimeout), errors
+        assert isinstance(errors[0], ThrottleTimeout)
+        fleet.ours.flush_blocking()
+        await fleet.check(target)
+
+
+async def test_requests_fails_at_the_wire_with_its_wait_timeout(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import requests
+    import urllib3.connection
+
+    from autothrottle.requests import ThrottledSession as RequestsSession
+    from autothrottle.requests import ThrottleWaitTimeout
+
+    connect = urllib3.connection.HTTPConnection.connect
+
+    def slow_connect(self: Any) -> None:
+        connect(self)
+        fleet.crowd_blocking()
+        time.sleep(LATE)
+
+    monkeypatch.setattr(urllib3.connection.HTTPConnection, "connect", slow_connect)
+    errors: list[BaseException] = []
+
+    def send(url: str) -> None:
+        with RequestsSession(throttle=fleet.throttle) as session:
+            try:
+                session.get(url, autothrottle={"max_wait": MAX_WAIT})
+            except BaseException as error:
+                errors.append(error)
+
+    async with site() as target:
+        await asyncio.wait_for(asyncio.to_thread(send, target.url), 10.0)
+        assert len(errors) == 1 and isinstance(errors[0], ThrottleWaitTimeout), errors
+        assert isinstance(errors[0], requests.Timeout)
+        fleet.ours.flush_blocking()
+        await fleet.check(target)
