@@ -122,10 +122,14 @@ class WireTurn:
         lock.acquire()  # not `with`: on every request, it costs twice as much
         try:
             now = self.clock()
+            sent_at = hold.sent_at
             if hold.wire_asked == -math.inf:  # its first ask: the connection is ready
-                took = min(now - hold.sent_at, _MAX_LEAD)
-                self.lead += _LEAD_WEIGHT * (took - self.lead)
-            last = self.counts_from(self._wire_last)
+                took = now - sent_at  # min(took, _MAX_LEAD), without its call
+                lead = self.lead
+                self.lead = lead + _LEAD_WEIGHT * ((took if took < _MAX_LEAD else _MAX_LEAD) - lead)
+            last = self._wire_last
+            if self.arrivals is not None:  # else counts_from says `last`, without its call
+                last = self.counts_from(last)
             pause_until = self.state.limits.pause_until
             if last is None:
                 at = pause_until
@@ -133,16 +137,16 @@ class WireTurn:
                 # Two requests may reach the wire in the other order than they
                 # were granted (the earlier one waited on a pool being built):
                 # between them goes the gap of the later grant of the two.
-                later = hold.sent_at >= self._wire_granted
-                at = last + (hold.wire_gap if later else self._wire_gap)
-                at = max(at, pause_until)
+                at = last + (hold.wire_gap if sent_at >= self._wire_granted else self._wire_gap)
+                if at < pause_until:
+                    at = pause_until
             if now < at and now > hold.wire_asked:
                 hold.wire_asked = now
                 return at - now
             # Go now; also when the clock has not moved since this hold last
             # asked (an injected clock that real sleeps do not advance).
             self._wire_last = now
-            self._wire_granted = hold.sent_at
+            self._wire_granted = sent_at
             self._wire_gap = hold.wire_gap
             return 0.0
         finally:
