@@ -226,7 +226,9 @@ class Exchange:
         if latency is None:
             end = perf_counter() if headers_at is None else headers_at
             start = self.ready if self.ready is not None else self.started
-            latency = max(end - start, 0.0)
+            latency = end - start
+            if not latency > 0.0:  # max(latency, 0.0), without its call
+                latency = 0.0
         try:
             self.lease.observe(
                 latency=latency,

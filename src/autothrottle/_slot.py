@@ -133,8 +133,10 @@ class LiveSlot:
         new = policy.next_delay(old, sample, config)
         limit = policy.in_flight_limit(memory)
         low = config.min_delay
-        if limit is not None and CacheShare.cap(state.cache, limit, max(new, low, 1e-6)):
-            gate.wake()
+        if limit is not None:
+            gap = low if low > new else new  # max(new, low, 1e-6), without its call
+            if CacheShare.cap(state.cache, limit, 1e-6 if gap < 1e-6 else gap):
+                gate.wake()
         if new < low:  # config.clamp(new), without its call
             new = low
         elif new > config.max_delay:
