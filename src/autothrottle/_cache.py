@@ -139,7 +139,9 @@ class CacheShare:
         at a send every ``gap`` seconds; True when the cap rose (the gate must re-check).
         """
         hits = (1.0 - cache.miss_share) * cache.hit_latency / gap
-        cap = max(1, math.ceil(limit + hits - 1e-9))
+        cap = math.ceil(limit + hits - 1e-9)
+        if cap < 1:  # max(1, cap), without its call: asked on every response
+            cap = 1
         rose = cap > cache.in_flight_cap > 0
         cache.in_flight_cap = cap
         return rose
