@@ -102,10 +102,13 @@ class Exchange:
     #: then (read with ``getattr``): the usual request pays nothing for it.
     wire_error: Exception
 
-    def __init__(self, lease: Lease, asked: float, key: str | None = None) -> None:
+    def __init__(
+        self, lease: Lease, asked: float, key: str | None = None, free: bool = False
+    ) -> None:
         self.lease = lease
         self.key = key  # the slot's key, when the caller has it: saves two calls
-        self.started = perf_counter()
+        # A free turn (``free``: granted as it was asked) waited nothing: no clock read.
+        self.started = asked if free else perf_counter()
         self.waited = self.started - asked
         self.ready: float | None = None
         self.wired = False
@@ -305,6 +308,7 @@ async def paced(
     asked = perf_counter()
     # A free turn without a coroutine; any other waits in the queue.
     lease = throttle.acquire_now(key, adjust=options.adjust, max_wait=bound, cost=options.cost)
+    free = lease is not None
     if lease is None:
         try:
             lease = await throttle.acquire(
@@ -315,7 +319,7 @@ async def paced(
             if raised is error:
                 raise
             raise raised from error
-    exchange = Exchange(lease, asked, key)
+    exchange = Exchange(lease, asked, key, free)
     try:
         wiring = plug.wire(exchange, request)
     except BaseException:
