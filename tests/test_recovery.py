@@ -224,3 +224,45 @@ def test_the_refused_pace_is_the_delay_or_littles_law(
 def test_the_floor_never_overflows_long_after_a_refusal() -> None:
     state = Refusal(refused_gap=1.0, recover_in=1e-6, backoff_at=0.0)
     assert Recovery().floor(state, 1e250) == pytest.approx(0.0)
+
+
+def test_a_pause_longer_than_the_burst_took_is_the_buckets_gap() -> None:
+    # A new host's burst of 2 in a second, then refused with "Retry-After: 19":
+    # its next token is due more than 18 s away, so less than a token came back
+    # over the burst; that token (the first success's) is due at the pause's
+    # end: the gap is the span plus the pause, 20.1 s, far above the ramp's pace.
+    recovery, state = Recovery(), Refusal()
+    succeed(recovery, state, [0.0, 1.0])
+    recovery.refused(state, pace=0.6, now=1.1, asked=19.0)
+    assert state.refused_gap == pytest.approx(20.1)
+
+
+@pytest.mark.parametrize(
+    ("times", "asked", "gap"),
+    [
+        ([0.0, 1.0], 19.0, 20.1),  # a burst, then the pause: the span plus the pause
+        ([], 5.0, 5.0),  # refused at once: the pause alone
+        ([0.0, 1.0], 1.0, 0.0),  # a whole second: the rounding of any token due within it
+        ([0.0, 0.5], 2.0, 0.0),  # not longer than the span by a second: says nothing
+        ([0.5], 2.0, 2.6),  # longer by a second: one token a pause left, then the pause
+        ([0.0, 0.3, 0.6], 19.0, 0.0),  # a rate, not a burst (or a fixed window's quota)
+        ([0.0], 0.0, 0.0),  # no pause asked
+    ],
+)
+def test_what_a_pause_says_of_the_gap(times: list[float], asked: float, gap: float) -> None:
+    recovery, state = Recovery(), Refusal()
+    succeed(recovery, state, times)
+    assert recovery.refill(state, asked, 1.1) == pytest.approx(gap)
+
+
+@pytest.mark.parametrize(("pace", "recover_in"), [(0.1, 15.0), (1.0, 15.0), (3.0, 24.0)])
+def test_the_floor_comes_back_in_no_fewer_than_eight_of_its_gaps(
+    pace: float, recover_in: float
+) -> None:
+    # At a host that allows one request every 3 s, 15 s is 5 gaps: the floor
+    # would be past the refused gap after a few sends, and refused again.
+    recovery, state = Recovery(), Refusal()
+    recovery.refused(state, pace=pace, now=1.0)
+    assert state.refused_gap == pace
+    assert state.recover_in == pytest.approx(recover_in)
+    assert recovery.floor(state, 1.0 + 2 * pace) > pace

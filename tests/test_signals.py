@@ -565,6 +565,80 @@ async def test_a_retry_after_for_a_pace_the_host_never_kept_is_held_whole() -> N
     assert until == pytest.approx(clock.now + 1.0)
 
 
+async def burst_then_refused(
+    clock: FakeClock, throttle: Throttle, gaps: list[float], last: float, retry_after: str
+) -> None:
+    """Successes sent ``gaps`` apart, then a 429 with ``Retry-After`` ``last`` later."""
+    slot = throttle.slot(KEY)
+    for gap in gaps:
+        slot.delay = gap
+        clock.advance(gap)
+        lease = await take(throttle)
+        lease.observe(latency=0.0, status=200)
+        lease.release()
+    slot.delay = last
+    clock.advance(last)
+    lease = await take(throttle)
+    lease.observe(latency=0.0, status=429, headers={"Retry-After": retry_after})
+    lease.release()
+
+
+async def test_a_slow_host_is_learned_from_its_first_retry_after() -> None:
+    # A host that allows one request every 20 s, with a burst of 2: the default
+    # policy's ramp sends 2 in a second, the third is refused with
+    # "Retry-After: 19" (its next token 18.9 s away). The pause plus the 1.1 s
+    # the burst took is the host's gap: after the pause the slot waits a gap,
+    # not the ramp's 0.6 s (which the host refused once every gap).
+    clock, throttle = fake(policy=AdaptiveConcurrencyPolicy(), start_delay=1.0)
+    slot = throttle.slot(KEY)
+    await burst_then_refused(clock, throttle, [0.0, 1.0], 0.1, "19")
+    assert record_of(slot).refused_gap == pytest.approx(20.1)
+    clock.advance(19.0)
+    lease = await take(throttle)
+    clock.advance(0.01)
+    lease.observe(latency=0.01, status=200)
+    lease.release()
+    assert slot.delay > 20.1
+    # The floor stays above the host's gap for the first gaps after the pause,
+    # and the slot is sent no faster.
+    for _ in range(3):
+        clock.advance(slot.delay - 0.51)  # 0.01 s after the send already passed
+        assert await gate_closed(throttle)
+        clock.advance(1.0)
+        lease = await take(throttle)
+        lease.observe(latency=0.01, status=200)
+        lease.release()
+        assert slot.delay > 20.1
+
+
+@pytest.mark.parametrize(
+    ("gaps", "retry_after", "refused_gap"),
+    [
+        # Two successes, refused 1.1 s after the first: "19" says the host's gap
+        # is the span plus the pause; "1" (a token within the second) and "2"
+        # (maybe not past the span) say nothing, the refused pace stands.
+        ([0.0, 1.0], "19", 20.1),
+        ([0.0, 1.0], "1", 0.1),
+        ([0.0, 1.0], "2", 0.1),
+        # Three, 0.55 s apart: a rate, which brackets the limit (a fixed window
+        # that let its quota through asks for a long pause too).
+        ([0.0, 0.5, 0.5], "19", 0.55),
+    ],
+)
+async def test_only_a_pause_longer_than_a_short_burst_took_says_how_slow_the_host_is(
+    gaps: list[float], retry_after: str, refused_gap: float
+) -> None:
+    clock, throttle = fake(policy=AdaptiveConcurrencyPolicy(), start_delay=0.5)
+    await burst_then_refused(clock, throttle, gaps, 0.1, retry_after)
+    assert record_of(throttle.slot(KEY)).refused_gap == pytest.approx(refused_gap)
+
+
+async def test_a_retry_after_that_is_not_obeyed_says_nothing_of_the_gap() -> None:
+    clock, throttle = fake(policy=AdaptiveConcurrencyPolicy(), start_delay=1.0, retry_after=False)
+    await burst_then_refused(clock, throttle, [0.0, 1.0], 0.1, "19")
+    assert record_of(throttle.slot(KEY)).refused_gap < 2.0
+
+
 # =================================================================================
 # rate-limit headers
 # =================================================================================

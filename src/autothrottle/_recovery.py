@@ -25,11 +25,15 @@ The rules are written out in ``docs/recovery.md``; in short:
   measured mostly the slot's start: the first refusal is bracketed, never
   past the larger of what got through and the refused rate over the backoff
   factor (a guess probed past sooner).
+* A refusal whose pause (``Retry-After``) is longer, by a whole second, than
+  the successes since the last refusal took says how slow the host is: they
+  were a token bucket's whole burst, and its gap is their span plus the pause.
 * After a refusal the delay may not fall below a floor that follows a cubic
   around the refused gap, as TCP CUBIC does around the window of its last loss:
   ``margin`` of the refused rate at once, the refused rate after ``time``
-  seconds with a long flat stretch around it, then rising ever faster beyond
-  (the rate doubles by ``2 * time``), so a host whose limit is higher is found.
+  seconds (at least 8 refused gaps) with a long flat stretch around it, then
+  rising ever faster beyond (the rate doubles by twice that), so a host whose
+  limit is higher is found.
 """
 
 from __future__ import annotations
@@ -59,6 +63,15 @@ _CLOSE = 1.25
 _GUESS_SPEEDUP = 0.7
 """A first refusal's guessed limit (no ramp-up) is reached, and probed past, in this
 share of ``time``: halved from the refused rate, it may lie far below the limit."""
+
+_WHOLE = 1.0
+"""A pause a refusal asks for (``Retry-After``) is read as rounded up to this: the
+host's next token is due within the last second of it."""
+
+_RECOVERY_SENDS = 8
+"""The floor comes back to the refused gap in no fewer of its gaps than this (as the
+ramp-up doubles a rate in no fewer than 8 sends): at a host that allows one request
+every 20 s, ``time`` is less than one gap, and the floor would be past it at once."""
 
 _BEYOND = 1.0
 """How fast the floor opens past the refused rate: by ``2 * time`` the rate has doubled."""
@@ -223,6 +236,7 @@ class Recovery:
         *,
         ramped: bool = True,
         factor: float = 2.0,
+        asked: float = 0.0,
     ) -> None:
         """Remember a refusal of sends ``pace`` seconds apart, at ``now``.
 
@@ -233,6 +247,10 @@ class Recovery:
         far above them is bracketed instead: never past the larger of what got
         through and the refused rate over ``factor``, the throttle's backoff
         factor, and probed past sooner when that is the guess.
+
+        ``asked``: the pause the refusal asks for (its ``Retry-After``, in
+        seconds; 0: none). Longer by a whole second than the successes since
+        the last refusal took, it says how slow the host is (:meth:`refill`).
         """
         refused_gap = pace
         guessed = False
@@ -261,10 +279,47 @@ class Recovery:
                 if guess > refused_gap:
                     refused_gap = guess
                     guessed = guess < 1.0 / allowed
+        refill = self.refill(refusal, asked, now)
+        if refill > refused_gap:
+            refused_gap, guessed = refill, False
         refusal.refused_gap = refused_gap
-        refusal.recover_in = self.time * (_GUESS_SPEEDUP if guessed else 1.0)
+        recover_in = self.time * (_GUESS_SPEEDUP if guessed else 1.0)
+        refusal.recover_in = max(recover_in, _RECOVERY_SENDS * refused_gap)
         refusal.backoff_at = now
         refusal.ok_count = refusal.ok_next = refusal.ok_all = 0
+
+    @staticmethod
+    def refill(refusal: Refusal, asked: float, now: float) -> float:
+        """The gap a token bucket's refusal at ``now`` reveals, from the pause it
+        asks for (``asked`` seconds, rounded up to the whole second); 0.0 when it
+        reveals none.
+
+        When the pause is longer than the span ``S`` of the successes since the
+        last refusal (the first of them to ``now``) by a whole second, the next
+        token is due more than ``S`` away, so the host's gap is longer than the
+        span: less than one token came back while it let them through. Then they
+        were its whole burst (a new host's full bucket, or the one token a pause
+        left), and the token of the first of them comes back when the pause
+        ends: the gap is ``S`` plus the pause, exactly within the rounding (at
+        most a second more). A host that allows one request every 20 s, after a
+        burst of 2 in a second, says ``Retry-After: 19``: its gap is 20 s, where
+        the refused pace (the ramp's 0.6 s) and the two successes (too few for a
+        rate) said nothing, and the slot was refused once every gap. A pause of
+        a second (``Retry-After: 1`` at a 10/s host, the rounding of a token
+        due within a gap) reveals nothing.
+
+        Only while the successes are too few to measure a rate (fewer than 3):
+        a fixed window that let its quota through and asks for a pause until it
+        resets reads the same, and taking its whole window for one request's
+        gap costs it all of its quota but one (at most half, here); with more
+        successes their rate brackets the limit as before.
+        """
+        if refusal.ok_all >= _MIN_SPAN or asked <= _WHOLE:
+            return 0.0
+        span = max(0.0, now - refusal.ok_all_first) if refusal.ok_all else 0.0
+        if asked - _WHOLE < span:
+            return 0.0
+        return span + asked
 
     def floor(self, refusal: Refusal, now: float) -> float:
         """The smallest delay the slot may use at ``now`` since its last refusal.

@@ -179,8 +179,7 @@ class Rules:
             if edge:
                 self._count_edge(slot, reason, latency, status)
             else:
-                floor = status == 429 and kept > 0.0 and not self._stated_gap(slot, now)
-                self.backoff(slot, reason, sent_at, now, latency=latency, status=status, kept=floor)
+                self._refused(slot, reason, read, sent_at, kept, now, latency, status)
             return
         if status == 200 and not cache_hit:
             # What the host let through, adjusted or not: the lower bound of its limit.
@@ -320,12 +319,14 @@ class Rules:
         latency: float | None = None,
         status: int | None = None,
         kept: bool = False,
+        asked: float = 0.0,
     ) -> bool:
         """Slow ``slot`` down, unless the signal is the lag of an earlier backoff.
 
         ``kept``: a 429 at a pace the host kept (none stated), which backs off no
-        further than the recovery floor (``docs/recovery.md``). Returns True if
-        the slot backed off.
+        further than the recovery floor (``docs/recovery.md``). ``asked``: the
+        pause the refusal asked for, which may say how slow the host is.
+        Returns True if the slot backed off.
         """
         state = slot.state
         if not first_of_burst(sent_at, state.refusal.backoff_at):
@@ -337,7 +338,7 @@ class Rules:
         pace = refused_pace(old, state.counters.last_latency, slot.gate.in_flight())
         new = max(config.policy.backoff_delay(pace, factor, config), old, BACKOFF_FLOOR)
         ramped = config.policy.ramp_up is not None
-        self.recovery.refused(state.refusal, pace, now, ramped=ramped, factor=factor)
+        self.recovery.refused(state.refusal, pace, now, ramped=ramped, factor=factor, asked=asked)
         if kept:
             new = min(new, max(old, self.recovery.floor(state.refusal, now), BACKOFF_FLOOR))
         new = config.clamp(new)
@@ -387,6 +388,29 @@ class Rules:
         policy = config.policy
         gap = config.clamp(policy.initial_delay(config)) if policy.strict_spacing else 0.0
         return max(gap, config.min_delay, slot.state.limits.stated_gap(now))
+
+    def _refused(
+        self,
+        slot: LiveSlot,
+        reason: str,
+        read: HeaderSignals | None,
+        sent_at: float | None,
+        kept: float,
+        now: float,
+        latency: float,
+        status: int,
+    ) -> None:
+        """A refusal that backs off: a 429 at a pace the host kept (``kept``, none
+        stated) no further than the floor; the pause its ``Retry-After`` asks
+        for (if obeyed), no longer than ``max_delay`` (a gap learned past it is
+        clamped to it), may say how slow the host is (``docs/recovery.md``)."""
+        floor = status == 429 and kept > 0.0 and not self._stated_gap(slot, now)
+        asked = 0.0
+        if read is not None and read.retry_after is not None and self.signals.retry_after:
+            asked = min(read.retry_after, slot.config.max_delay)
+        self.backoff(
+            slot, reason, sent_at, now, latency=latency, status=status, kept=floor, asked=asked
+        )
 
     def _edge_step(
         self, slot: LiveSlot, read: HeaderSignals | None, sent_at: float | None, now: float
