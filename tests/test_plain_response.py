@@ -28,6 +28,7 @@ from autothrottle import (
     Lease,
     Throttle,
 )
+from autothrottle._lease import lease_at
 from autothrottle._slot import LiveSlot
 from helpers import FakeClock
 
@@ -218,3 +219,18 @@ def test_the_usual_response_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch)
     other.observe(latency=0.01, status=200, headers=headers)
     assert taken == [200, 204, 301, 200]
     assert math.isfinite(throttle.slot(KEY).delay)
+
+
+@pytest.mark.parametrize("adjust", [True, False])
+def test_a_grants_lease_is_the_lease_its_class_makes(adjust: bool) -> None:
+    """The gate's grant makes its lease without calling the class (``lease_at``):
+    every field as ``Lease(...)`` sets it."""
+    clock = FakeClock()
+    throttle = Throttle(start_delay=0.0, clock=clock, wall_clock=clock.wall)
+    live = throttle._live(KEY)
+    reporter = object()
+    made = lease_at(live, reporter, 30.0, adjust, 5.0)  # type: ignore[arg-type]
+    spec = Lease(live, reporter, 5.0, 35.0, adjust)  # type: ignore[arg-type]
+    assert type(made) is Lease
+    assert _slots(made) == _slots(spec)
+    assert set(_slots(spec)) == set(Lease.__slots__) - {"__weakref__"}
