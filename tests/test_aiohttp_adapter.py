@@ -132,6 +132,25 @@ async def test_latency_excludes_pool_waiting() -> None:
     assert last is not None and 0.19 <= last < 0.6
 
 
+async def test_with_the_trace_config_latency_excludes_pool_waiting_too() -> None:
+    # A session built by hand: its connector is not hooked, so the trace
+    # config's connection signals find the exchange and start the latency clock.
+    policy = RecordingPolicy()
+    throttle = Throttle(start_delay=0.0, max_concurrency=8, policy=policy)
+    async with (
+        loopback_hosts(1) as (host,),
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1),
+            middlewares=(throttle_middleware(throttle),),
+            trace_configs=[throttle_trace_config()],
+        ) as session,
+    ):
+        await asyncio.gather(*(fetch(session, host.url("/delay/200")) for _ in range(5)))
+    assert host.max_in_service == 1
+    assert len(policy.latencies) == 5
+    assert all(0.19 <= latency < 0.6 for latency in policy.latencies), policy.latencies
+
+
 async def test_without_the_trace_config_latency_falls_back_to_the_middleware_time() -> None:
     policy = RecordingPolicy()
     throttle = Throttle(start_delay=0.0, policy=policy)

@@ -86,6 +86,8 @@ from yarl import URL
 from ._aiohttp_parts import (
     EXCHANGE,
     REQUEST,
+    TRACED,
+    WIRED,
     default_connector,
     hold_until_finished,
     hook_connector,
@@ -190,6 +192,7 @@ def throttle_trace_config() -> TraceConfig:
     and measures latency from the moment it hands the request on, which then
     includes connecting and waiting in the connector's pool.
     """
+    TRACED[0] = True  # the middleware sets EXCHANGE for its signals from now on
     config = TraceConfig()
     config.on_request_start.append(on_request_start)
     config.on_request_end.append(on_request_finish)
@@ -257,7 +260,9 @@ class _ThrottleMiddleware:
         return paced(_PLUG, self.throttle, key, options, options.max_wait, handler, request)
 
 
-class _AiohttpPlug(Plug[ClientRequest, ClientResponse, "contextvars.Token[Exchange | None]"]):
+class _AiohttpPlug(
+    Plug[ClientRequest, ClientResponse, "contextvars.Token[Exchange | None] | None"]
+):
     """How aiohttp sends and reads, for the request skeleton (``_exchange.paced``)."""
 
     __slots__ = ()
@@ -267,12 +272,18 @@ class _AiohttpPlug(Plug[ClientRequest, ClientResponse, "contextvars.Token[Exchan
 
     def wire(
         self, exchange: Exchange, request: ClientRequest
-    ) -> contextvars.Token[Exchange | None]:
-        # The connector's hook finds the exchange there, in this same task.
-        return EXCHANGE.set(exchange)
+    ) -> contextvars.Token[Exchange | None] | None:
+        # The connector's hook finds the exchange on the request it connects
+        # for; a TraceConfig's signals, in this same task, in EXCHANGE.
+        setattr(request, WIRED, exchange)
+        return EXCHANGE.set(exchange) if TRACED[0] else None
 
-    def unwire(self, request: ClientRequest, wiring: contextvars.Token[Exchange | None]) -> None:
-        EXCHANGE.reset(wiring)
+    def unwire(
+        self, request: ClientRequest, wiring: contextvars.Token[Exchange | None] | None
+    ) -> None:
+        setattr(request, WIRED, None)
+        if wiring is not None:
+            EXCHANGE.reset(wiring)
 
     def respond(
         self, exchange: Exchange, response: ClientResponse, wiring: object
