@@ -1,0 +1,102 @@
+"""The client's own lag read as the host's latency: the capacity site on a virtual clock.
+
+Run with ``python benchmarks/lag_replay.py`` (a few seconds; no network, no
+server). The capacity site of ``benchmarks/adaptive.py`` (4 workers, 50 ms a
+page, 80/s) crawled by the one policy (``AdaptiveConcurrencyPolicy()``, as
+adaptive.py's one-policy client: start 0.5 s, 16 per host, 32 tasks) on
+looptime's fake-time loop, each answer read ``--lag`` seconds late on
+average (exponential): what a loaded client's event loop does to every
+answer. The host's work is the same at every lag; what changes is what the
+client reads. For each lag it prints the goodput over the second half (as
+adaptive.py's "steady") against the 80/s the workers serve, and the limit
+the policy ended at; beside it, the same crawl with the limit pinned at the
+host's 4 workers (what the lag costs by holding a request in flight while
+the client reads it late, the policy's reading aside).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+
+import looptime
+
+from autothrottle import AdaptiveConcurrencyPolicy, Throttle
+
+HOST = "capacity.test"
+WORKERS = 4
+SERVICE = 0.05
+CAPACITY = WORKERS / SERVICE
+TASKS = 32
+WALL = 1_700_000_000.0
+
+
+async def crawl(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[float, float]:
+    """The steady goodput's share of the capacity, and the limit the policy ended at."""
+    loop = asyncio.get_running_loop()
+    rng = random.Random(seed)
+    # Pinned: the limit never moves from the host's workers (no queue is ever read).
+    policy = (
+        AdaptiveConcurrencyPolicy(initial_limit=WORKERS, alpha=0.0, beta=1e9)
+        if pinned
+        else AdaptiveConcurrencyPolicy()
+    )
+    throttle = Throttle(
+        policy=policy,
+        start_delay=0.5,
+        max_delay=10.0,
+        max_concurrency=16,
+        clock=loop.time,
+        wall_clock=lambda: WALL + loop.time(),
+    )
+    workers = asyncio.Semaphore(WORKERS)
+    served: list[float] = []
+
+    async def task() -> None:
+        while loop.time() < seconds:
+            lease = await throttle.acquire(HOST)
+            sent = loop.time()
+            async with workers:
+                await asyncio.sleep(SERVICE * rng.uniform(0.9, 1.1))
+            served.append(loop.time())
+            await asyncio.sleep(rng.expovariate(1.0 / lag) if lag else 0.0)
+            lease.observe(latency=loop.time() - sent, status=200)
+            lease.release()
+
+    await asyncio.gather(*(task() for _ in range(TASKS)))
+    state = throttle.store.load(HOST)
+    limit = state.policy_state.get("limit", 0.0) if state is not None else 0.0
+    steady = sum(1 for at in served if at >= seconds / 2) / (seconds / 2)
+    return steady / CAPACITY, limit
+
+
+def run(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[float, float]:
+    loop = looptime.new_event_loop(start=0.0)
+    try:
+        return loop.run_until_complete(crawl(seconds, lag, seed, pinned))
+    finally:
+        loop.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument(
+        "--lag", default="0,0.002,0.005,0.01,0.02,0.05", help="mean client lags, seconds"
+    )
+    args = parser.parse_args()
+    for lag in (float(x) for x in args.lag.split(",")):
+        policy = [run(args.seconds, lag, seed, False) for seed in range(args.seeds)]
+        pinned = [run(args.seconds, lag, seed, True) for seed in range(args.seeds)]
+        print(
+            f"lag {1000 * lag:4.0f} ms: one policy {statistics.fmean(s for s, _ in policy):4.0%} "
+            f"of {CAPACITY:.0f}/s, limits {', '.join(f'{limit:g}' for _, limit in policy)}; "
+            f"limit pinned at {WORKERS}: {statistics.fmean(s for s, _ in pinned):4.0%}"
+        )
+
+
+if __name__ == "__main__":
+    main()
