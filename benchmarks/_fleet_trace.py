@@ -17,14 +17,19 @@ was shorter than the limit's gap into its parts::
 * **transit**: the later request's way to the host (the wire and the host's
   own event loop) less the earlier's.
 
-The part that took the most off the gap names the cause. Instrumentation
-only: it patches the store and the fleet in the worker that asks for it.
+The part that took the most off the gap names the cause. It also says where
+the hosts' time went (``host_time_lost``: each band of gaps' time past the
+limit's, as a share of the aggregate), how late turns' answers came after
+their reserved time, and every garbage collection's pause in each worker.
+Instrumentation only: it patches the store and the fleet in the worker that
+asks for it.
 """
 
 from __future__ import annotations
 
 import collections
 import contextvars
+import gc
 import itertools
 import statistics
 import time
@@ -42,10 +47,27 @@ _current: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar
 )
 
 
+def collections_timed() -> dict[int, list[float]]:
+    """The wall-clock seconds of each garbage collection of this process, by
+    generation, from now on (a collection is a pause of its event loop)."""
+    pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    began = [0.0]
+
+    def timing(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            pauses[info["generation"]].append(time.perf_counter() - began[0])
+
+    gc.callbacks.append(timing)
+    return pauses
+
+
 def install(records: list[dict[str, Any]]) -> aiohttp.TraceConfig:
     """Patch this process's store and fleet to append one record per turn sent
     to ``records``; return the TraceConfig that stamps each send."""
     reserved: dict[str, float] = {}
+    hidden: dict[str, float] = {}  # how much later than its reserved time an answer came
     answer, done = RedisStore._answer, Fleet._done
 
     def traced_answer(self: RedisStore, key: str, ask: Any, reply: list[Any], *rest: Any) -> Any:
@@ -55,6 +77,10 @@ def install(records: list[dict[str, Any]]) -> aiohttp.TraceConfig:
             turns = int(_text(reply[7])) if len(reply) > 7 else 1
             spacing = float(_text(reply[8])) / 1e6 if len(reply) > 8 else 0.0
             reserved[turn.lease] = at
+            clock = getattr(self, "_send").server_clock  # noqa: B009
+            offset = min(getattr(clock, "_best"), getattr(clock, "_previous"))  # noqa: B009
+            if turn.due is not None and offset < float("inf"):
+                hidden[turn.lease] = turn.due - (at + offset)
             for i in range(2, turns + 1):
                 reserved[f"{turn.lease}:{i}"] = at + (i - 1) * spacing
         return turn
@@ -65,6 +91,7 @@ def install(records: list[dict[str, Any]]) -> aiohttp.TraceConfig:
             record = {
                 "key": slot.key,
                 "reserved": reserved.pop(turn.lease, None),
+                "hidden": hidden.pop(turn.lease, 0.0),
                 "due": turn.due,
                 "went": time.monotonic() if went else None,
                 "joined": turn.joined,
@@ -118,7 +145,12 @@ def _host_of(key: str) -> str:
     return key.split("://")[-1].split(":")[0].split("/")[0]
 
 
-def analyse(traces: list[list[dict[str, Any]]], doc: dict[str, Any], gap: float) -> dict[str, Any]:
+def analyse(
+    traces: list[list[dict[str, Any]]],
+    doc: dict[str, Any],
+    gap: float,
+    pauses: list[dict[int, list[float]]],
+) -> dict[str, Any]:
     """Line the workers' sends up with the hosts' arrivals; explain the short gaps."""
     sends: dict[str, list[tuple[float, int, dict[str, Any]]]] = collections.defaultdict(list)
     for worker, records in enumerate(traces):
@@ -195,6 +227,20 @@ def analyse(traces: list[list[dict[str, Any]]], doc: dict[str, Any], gap: float)
             ms: sum(1 for x in closing if x > ms / 1e3) / max(1, len(closing))
             for ms in (2, 5, 10, 15, 20, 30, 50)
         },
+        "answered_after_due_p50_p90_p99_max_ms": [
+            1e3 * pct([r.get("hidden", 0.0) for rs in traces for r in rs], q)
+            for q in (0.5, 0.9, 0.99, 1.0)
+        ],
+        "answered_after_due_share_over_2_10_ms": [
+            sum(1 for rs in traces for r in rs if r.get("hidden", 0.0) > ms / 1e3)
+            / max(1, sum(len(rs) for rs in traces))
+            for ms in (2, 10)
+        ],
+        "host_time_lost": _time_lost(doc, gap),
+        "gc_pauses_count_total_max_ms": [
+            {g: [len(p), 1e3 * sum(p), 1e3 * max(p, default=0.0)] for g, p in w.items()}
+            for w in pauses
+        ],
         "turns_not_sent": sum(1 for rs in traces for r in rs if r["went"] is None),
         "turns_taken_again_at_the_wire": sum(1 for rs in traces for r in rs if r.get("retaken")),
         "mean_parts_ms": {
@@ -203,3 +249,29 @@ def analyse(traces: list[list[dict[str, Any]]], doc: dict[str, Any], gap: float)
         },
         "worst": sorted(short, key=lambda s: s["gap"])[:15],
     }
+
+
+def _time_lost(doc: dict[str, Any], gap: float) -> dict[str, float]:
+    """Where the hosts' time went: each band of arrival gaps' time past the
+    limit's gap, as a share of all the time between arrivals (the aggregate's
+    loss). The first four gaps of a host (each worker's first send there, with
+    the room after a first turn) are counted apart from the bands."""
+    bands = {"first_four": 0.0, "margin": 0.0, "room": 0.0, "late": 0.0, "holes": 0.0}
+    total = 0.0
+    for host in doc["hosts"].values():
+        arrivals = sorted(host["series"]["requests"]["arrival"])
+        for index, (first, second) in enumerate(itertools.pairwise(arrivals)):
+            between = second - first
+            total += between
+            excess = between - gap
+            if index < 4:
+                bands["first_four"] += excess
+            elif between < gap * 1.03:  # the spacing margin and the wake-up's jitter
+                bands["margin"] += excess
+            elif between < gap * 1.2:  # the room for lateness after a send
+                bands["room"] += excess
+            elif between < gap * 1.6:  # a turn sent late, a pause
+                bands["late"] += excess
+            else:  # a turn not sent: handed back late, its time lost
+                bands["holes"] += excess
+    return {band: lost / total if total else 0.0 for band, lost in bands.items()}

@@ -73,6 +73,7 @@ def _crawler(
     async def run() -> dict[str, Any]:
         records: list[dict[str, Any]] = []
         traces = [_fleet_trace.install(records)] if trace else []
+        pauses = _fleet_trace.collections_timed() if trace else {}
         store = RedisStore(redis, prefix=prefix)
         throttle = Throttle(policy=FixedRatePolicy(RATE), store=store)
         counts: dict[str, int] = {}
@@ -108,7 +109,7 @@ def _crawler(
             "round_trips": store.round_trips,
             "turns": store.turns,
             "cpu_share": cpu_share,
-            **({"trace": records} if trace else {}),
+            **({"trace": records, "gc": pauses} if trace else {}),
         }
 
     out.put(asyncio.run(run()))
@@ -144,7 +145,8 @@ async def fleet_crawl(
     summary = summarize(doc, RATE)
     if trace:
         traces = [r.pop("trace") for r in results]
-        summary["trace"] = _fleet_trace.analyse(traces, doc, 1.0 / RATE)
+        pauses = [r.pop("gc") for r in results]
+        summary["trace"] = _fleet_trace.analyse(traces, doc, 1.0 / RATE, pauses)
         write_results("redis_store_trace", {"traces": traces, "hosts": doc["hosts"]})
     sent = sum(r["sent"] for r in results)
     summary.pop("per_host")
