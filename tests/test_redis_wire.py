@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import socket
 import time
 import uuid
@@ -31,7 +32,7 @@ from aiohttp import web
 from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
 from autothrottle._fleet import SPACING_MARGIN, TurnAsk
 from autothrottle.aiohttp import ThrottledSession
-from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
+from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
 
 REDIS = "redis://127.0.0.1:6379/0"
@@ -181,9 +182,12 @@ def _slow_trace(crowd: Callable[[], Any]) -> Any:
     return trace
 
 
-async def test_httpx_fails_at_the_wire_with_its_pool_timeout(fleet: Fleet) -> None:
-    async with site() as target, AsyncThrottledClient(throttle=fleet.throttle) as client:
-        with pytest.raises(httpx.PoolTimeout) as raised:
+@pytest.mark.parametrize("package", ["httpx", "httpx2"])
+async def test_httpx_fails_at_the_wire_with_its_pool_timeout(fleet: Fleet, package: str) -> None:
+    http = pytest.importorskip(package)
+    adapter = importlib.import_module(f"autothrottle.{package}")
+    async with site() as target, adapter.AsyncThrottledClient(throttle=fleet.throttle) as client:
+        with pytest.raises(http.PoolTimeout) as raised:
             await asyncio.wait_for(
                 client.get(
                     target.url,
