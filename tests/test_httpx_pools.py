@@ -9,6 +9,7 @@ pools' and the throttle's clocks moved on by hand.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from autothrottle import Throttle
+from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
 from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
 from autothrottle.store import MemoryStore
 from httpx_packages import PACKAGES, bind
@@ -421,3 +422,184 @@ def test_the_sync_client_gives_a_failed_requests_pool_back() -> None:
                 client.get(f"http://127.0.0.2:{closed_port('127.0.0.2')}/")
         assert sending(client) == [0, 0]
     assert throttle.slot("127.0.0.2").in_flight == 0
+
+
+# -- a kept connection, used again soon: the wire turn without httpcore's trace ----------
+
+
+@asynccontextmanager
+async def raw_server(
+    address: str, seconds: float, *, close_after: bool
+) -> AsyncIterator[tuple[str, list[tuple[float, int]]]]:
+    """An HTTP/1.1 server answering every request after ``seconds``; each request's
+    arrival time and connection. ``close_after``: the server closes each connection
+    once it has answered, saying nothing (as one does whose idle timeout ran out)."""
+    arrivals: list[tuple[float, int]] = []
+    connections = [0]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections[0] += 1
+        connection = connections[0]
+        try:
+            while await reader.readuntil(b"\r\n\r\n"):
+                arrivals.append((time.monotonic(), connection))
+                await asyncio.sleep(seconds)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+                if close_after:
+                    await asyncio.sleep(0.02)  # after the client has read the answer
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass  # the client closed it, or the test is over
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, address, 0)
+    try:
+        yield f"http://{address}:{server.sockets[0].getsockname()[1]}/", arrivals
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+class Spy(FixedDelayPolicy):
+    """A fixed delay that records every latency the throttle learns from."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(delay)
+        self.latencies: list[float] = []
+
+    def next_delay(self, delay: float, sample: Any, config: Any) -> float:
+        self.latencies.append(sample.latency)
+        return super().next_delay(delay, sample, config)
+
+
+def traced(package: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The httpcore events the throttle's own trace is called with, from now on."""
+    tracer = __import__(f"autothrottle._{package}._async", fromlist=["_"])._WireTracer
+    seen: list[str] = []
+    call = tracer.__call__
+
+    async def spy(self: Any, name: str, info: dict[str, Any]) -> None:
+        seen.append(name)
+        await call(self, name, info)
+
+    monkeypatch.setattr(tracer, "__call__", spy)
+    return seen
+
+
+@pytest.mark.parametrize("close_after", [False, True], ids=["kept", "closed-by-server"])
+async def test_a_connection_used_again_soon_takes_the_wire_turn_without_a_trace(
+    package: str, monkeypatch: pytest.MonkeyPatch, close_after: bool
+) -> None:
+    # The idle connection is ready when the request is handed over: the wire
+    # turn is taken then, with no httpcore event. A server that closed it in
+    # the meantime costs a new connection: the request still goes, spaced.
+    seen = traced(package, monkeypatch)
+    spy = Spy(0.25)
+    throttle = Throttle(start_delay=0.25, policy=spy)
+    async with (
+        raw_server("127.0.0.2", 0.06, close_after=close_after) as (url, arrivals),
+        AsyncThrottledClient(throttle=throttle) as client,
+    ):
+        for i in range(4):
+            response = await client.get(url)
+            assert response.status_code == 200
+            if i == 0:  # a new connection: timed from its headers, by the trace
+                assert any(name.endswith("send_request_headers.started") for name in seen)
+                first = len(seen)
+            assert "trace" not in response.request.extensions
+        assert sending(client) == [0]
+    assert len(seen) == first  # none after the first request
+    times = [at for at, _ in arrivals]
+    assert all(b - a >= 0.25 / 2 for a, b in itertools.pairwise(times)), times  # a lag's slack
+    connections = {connection for _, connection in arrivals}
+    assert len(connections) == (4 if close_after else 1)
+    assert len(spy.latencies) == 4
+    assert all(0.055 <= latency < 5.0 for latency in spy.latencies), spy.latencies
+    slot = throttle.slot("127.0.0.2").snapshot()
+    assert (slot.in_flight, slot.sent, slot.failures) == (0, 4, 0)
+
+
+async def test_the_sync_client_sends_on_a_connection_the_server_closed_too() -> None:
+    spy = Spy(0.25)
+    throttle = Throttle(start_delay=0.25, policy=spy)
+
+    def crawl(url: str) -> list[int]:
+        with ThrottledClient(throttle=throttle) as client:
+            return [client.get(url).status_code for _ in range(3)]
+
+    async with raw_server("127.0.0.2", 0.06, close_after=True) as (url, arrivals):
+        assert await asyncio.to_thread(crawl, url) == [200] * 3
+    times = [at for at, _ in arrivals]
+    assert all(b - a >= 0.25 / 2 for a, b in itertools.pairwise(times)), times  # a lag's slack
+    assert len({connection for _, connection in arrivals}) == 3
+    assert all(0.055 <= latency < 5.0 for latency in spy.latencies), spy.latencies
+    assert throttle.slot("127.0.0.2").in_flight == 0
+
+
+def wire_hook(monkeypatch: pytest.MonkeyPatch, hook: Any) -> None:
+    """Put ``hook`` on the wire turn of every request granted from now on (the
+    seam a fleet's turn uses: seconds to wait yet, or an error)."""
+    acquire_now = Throttle.acquire_now
+
+    def hooked(self: Throttle, key: str, **kwargs: Any) -> Any:
+        lease = acquire_now(self, key, **kwargs)
+        if lease is not None:
+            lease.on_wire = lambda: hook(lease)
+        return lease
+
+    monkeypatch.setattr(Throttle, "acquire_now", hooked)
+
+
+@pytest.mark.parametrize("wait", [0.03, 0.3])
+async def test_a_wire_turn_still_to_come_on_a_kept_connection_is_waited_for(
+    package: str, monkeypatch: pytest.MonkeyPatch, wait: float
+) -> None:
+    # A short wait (a turn granted early by the lead) is spent before sending
+    # on the idle connection; a longer one is traced, as on a new connection.
+    seen = traced(package, monkeypatch)
+    throttle = Throttle(start_delay=0.0)
+    async with (
+        raw_server("127.0.0.2", 0.0, close_after=False) as (url, arrivals),
+        AsyncThrottledClient(throttle=throttle) as client,
+    ):
+        await client.get(url)  # a new connection
+        first = len(seen)
+        until = time.monotonic() + wait
+
+        def later(lease: Any) -> float:
+            wait = until - time.monotonic()
+            if wait <= 0.0:
+                lease.on_wire = None
+            return max(wait, 0.0)
+
+        wire_hook(monkeypatch, later)
+        asked = time.monotonic()
+        assert (await client.get(url)).status_code == 200
+        assert sending(client) == [0]
+    assert arrivals[1][0] - asked >= wait - 0.01  # went at its wire turn
+    assert len(seen) > first if wait > 0.05 else len(seen) == first
+    assert throttle.slot("127.0.0.2").in_flight == 0
+
+
+async def test_a_wire_turn_that_fails_on_a_kept_connection_sends_nothing_and_gives_all_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with (
+        raw_server("127.0.0.2", 0.0, close_after=False) as (url, arrivals),
+        AsyncThrottledClient(throttle=throttle) as client,
+    ):
+        await client.get(url)
+
+        def past_bound(lease: Any) -> float:
+            raise ThrottleTimeout("127.0.0.2", 1.0, "max_wait")
+
+        wire_hook(monkeypatch, past_bound)
+        with pytest.raises(httpx.PoolTimeout):  # the client's own kind of timeout
+            await client.get(url)
+        assert sending(client) == [0]
+    assert len(arrivals) == 1
+    slot = throttle.slot("127.0.0.2").snapshot()
+    assert (slot.in_flight, slot.sent, slot.failures) == (0, 2, 0)

@@ -139,6 +139,45 @@ class _WireTracer:
                 self.extensions.pop("trace", None)
 
 
+class _Wired:
+    """The wiring of a request sent on its origin's idle connection, with no trace.
+
+    A pool per origin whose last request went less than ``Pools.RECENT``
+    ago and which has an idle connection sends on that connection at once:
+    the connection is ready when the request is handed over, so the wire
+    turn is taken then (:meth:`_PoolPerOrigin.send`) and the latency counts
+    from there, and httpcore2 emits no event (each an awaited call). If the
+    server closed that connection after all, httpcore2 opens another and the
+    request goes out later by the connect: its latency then counts the
+    connect too, which a strict pace's arrival guard reads as that request's
+    arrival coming later, so the next gap still counts from it
+    (``docs/scheduling.md``, rule 10).
+    """
+
+    __slots__ = ("closing", "entry", "exchange", "saved")
+
+    end = None  # never timed here: the response's return is
+
+    #: The longest wait for the wire turn (seconds) a request still spends
+    #: before it is sent on the idle connection: a turn granted early by the
+    #: lead (rule 10), whose connection stays recent and idle meanwhile. One
+    #: that waits longer is traced, as a request on a new connection is.
+    SOON = 0.05
+
+    def __init__(
+        self, saved: dict[str, Any], entry: PooledOrigin, closing: Sequence[Any], exchange: Exchange
+    ) -> None:
+        self.saved = saved  # the request's own extensions, put back after sending
+        self.entry = entry
+        self.closing = closing
+        self.exchange = exchange
+
+
+_WIRING = "autothrottle.wiring"
+"""Where a request sent through the pools per origin carries its wiring, for
+``_PoolPerOrigin.send``."""
+
+
 class _LeaseStream(httpx2.AsyncByteStream):
     """A response body that releases its request's lease once finished.
 
@@ -183,7 +222,10 @@ class _LeaseStream(httpx2.AsyncByteStream):
                 hold.release()
 
 
-class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, "_Tracer | _WireTracer"]):
+_Wiring = _Tracer | _WireTracer | _Wired
+
+
+class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
     """How httpx2 sends and reads, for the request skeleton (``_exchange.paced``).
 
     ``client``: the transport is a throttled client's own, which marks httpx2's
@@ -204,36 +246,51 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, "_Tracer | _WireTracer"])
     def timed_out(self, error: ThrottleTimeout, request: httpx2.Request) -> BaseException:
         return timed_out(error, request, self.client)
 
-    def wire(self, exchange: Exchange, request: httpx2.Request) -> _Tracer | _WireTracer:
+    def wire(self, exchange: Exchange, request: httpx2.Request) -> _Wiring:
         origins = self.origins
-        if origins is not None:
-            # First, so that nothing is to undo if it fails (making a pool may: the
-            # skeleton then releases the lease). The lease's slot: its pace says how
-            # long to keep the origin's pool.
-            taken = origins.pools.take(request.url, monotonic(), exchange.lease)
         # The trace goes on a copy of the extensions, restored after sending: the
         # client copies them into redirect hops, which must not inherit this one's.
         extensions = request.extensions
         user = extensions.get("trace")
-        tracer: _Tracer | _WireTracer
-        if user is None:
-            tracer = _WireTracer(exchange, extensions)
-            tracer.extensions = request.extensions = {**extensions, "trace": tracer}
-        else:
+        if origins is None:
+            if user is None:
+                wired = _WireTracer(exchange, extensions)
+                wired.extensions = request.extensions = {**extensions, "trace": wired}
+                return wired
             tracer = _Tracer(exchange, user, extensions)
             request.extensions = {**extensions, "trace": tracer}
-        if origins is not None:
-            tracer.entry, tracer.closing = taken
-        return tracer
+            return tracer
+        # First, so that nothing is to undo if it fails (making a pool may: the
+        # skeleton then releases the lease). The lease's slot: its pace says how
+        # long to keep the origin's pool.
+        entry, closing, recent = origins.pools.lend(request.url, monotonic(), exchange.lease)
+        wiring: _Wiring
+        if recent and user is None and not entry.opens_connection():
+            wiring = _Wired(extensions, entry, closing, exchange)
+            request.extensions = {**extensions, _WIRING: wiring}
+            return wiring
+        if user is None:
+            wiring = wired = _WireTracer(exchange, extensions)
+            wired.extensions = request.extensions = {
+                **extensions,
+                "trace": wired,
+                _WIRING: wired,
+            }
+        else:
+            wiring = _Tracer(exchange, user, extensions)
+            request.extensions = {**extensions, "trace": wiring, _WIRING: wiring}
+        wiring.entry = entry
+        wiring.closing = closing
+        return wiring
 
-    def unwire(self, request: httpx2.Request, wiring: _Tracer | _WireTracer) -> None:
+    def unwire(self, request: httpx2.Request, wiring: _Wiring) -> None:
         request.extensions = wiring.saved
         origins = self.origins
         if origins is not None:
             origins.pools.done(wiring.entry)
 
     def respond(
-        self, exchange: Exchange, response: httpx2.Response, wiring: _Tracer | _WireTracer
+        self, exchange: Exchange, response: httpx2.Response, wiring: _Wiring
     ) -> httpx2.Response:
         extensions = response.extensions
         exchange.responded(
@@ -367,12 +424,33 @@ class _PoolPerOrigin(httpx2.AsyncBaseTransport):
 
     def send(self, request: httpx2.Request) -> Awaitable[httpx2.Response]:
         """Send a throttled request through the pool its plug took for it."""
-        wiring: _Tracer | _WireTracer = request.extensions["trace"]
+        extensions = request.extensions
+        wiring: _Wiring = extensions[_WIRING]
         entry = wiring.entry
-        if wiring.closing or entry.opens_connection():
+        if type(wiring) is _Wired:
+            exchange = wiring.exchange
+            wait = exchange.wire_now()  # the wire turn, taken now if it is free
+            if wait > 0.0:
+                if wait <= _Wired.SOON:
+                    return self._send_wired(wiring, request, wait)
+                # A long wait: traced, so the turn is taken when the headers go.
+                tracer = _WireTracer(exchange, wiring.saved)
+                tracer.extensions = extensions  # this request's own copy
+                extensions["trace"] = tracer
+                return self._send_slowly(entry, request, wiring.closing)
+            if wiring.closing:
+                return self._send_slowly(entry, request, wiring.closing)
+        elif wiring.closing or entry.opens_connection():
             return self._send_slowly(entry, request, wiring.closing)
         pool: httpx2.AsyncBaseTransport = entry.pool
         return pool.handle_async_request(request)
+
+    async def _send_wired(
+        self, wiring: _Wired, request: httpx2.Request, wait: float
+    ) -> httpx2.Response:
+        """Send ``request`` on its origin's idle connection once its wire turn has come."""
+        await wiring.exchange.on_wire(wait)
+        return await self._send_slowly(wiring.entry, request, wiring.closing)
 
     async def _send_slowly(
         self, entry: PooledOrigin, request: httpx2.Request, closing: Sequence[Any]

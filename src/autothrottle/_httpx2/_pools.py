@@ -96,6 +96,11 @@ class Pools:
     #: A slot's pace times this is how long its origin's connection is kept:
     #: the next turn may come late by the throttle's jitter or the loop's lag.
     PACE_MARGIN = 1.5
+    #: An origin whose last request was taken this recently (seconds) still has
+    #: its idle connection open, as far as a request's wire turn goes: servers
+    #: close an idle connection later than this (gunicorn's 2 s is the
+    #: shortest common default; nginx's is 75 s).
+    RECENT = 1.0
 
     def __init__(
         self, make: Callable[[], Any], expiry: float, longest: float | None = None
@@ -119,11 +124,19 @@ class Pools:
     def take(
         self, url: httpx2.URL, now: float, lease: Lease | None = None
     ) -> tuple[PooledOrigin, Sequence[Any]]:
+        """The pool for ``url``'s origin and the pools to close (:meth:`lend`)."""
+        entry, closing, _ = self.lend(url, now, lease)
+        return entry, closing
+
+    def lend(
+        self, url: httpx2.URL, now: float, lease: Lease | None = None
+    ) -> tuple[PooledOrigin, Sequence[Any], bool]:
         """The pool for ``url``'s origin, made on first use and counted as
-        sending until :meth:`done`, and the pools to close: the oldest few
-        idle past their keep-alive, taken out of the table (one hold of the
-        lock for both). ``lease``: the request's, whose slot's pace may keep
-        the pool longer (unthrottled requests have none).
+        sending until :meth:`done`; the pools to close: the oldest few idle
+        past their keep-alive, taken out of the table (one hold of the lock
+        for both); and whether the origin's last request was taken less than
+        :attr:`RECENT` seconds ago. ``lease``: the request's, whose slot's
+        pace may keep the pool longer (unthrottled requests have none).
 
         The origin is read from httpx2's parsed form of the URL where it has
         one: three attribute reads, where ``url.host`` decodes an
@@ -141,16 +154,18 @@ class Pools:
             entry = origins.get(origin)
             if entry is None:
                 entry = origins[origin] = PooledOrigin(self._make(), now, self.expiry)
+                recent = False
             else:
                 origins.move_to_end(origin)
+                recent = now - entry.used_at < self.RECENT
                 entry.used_at = now
                 entry.expires_at = now + entry.keep
             if entry.slot is None and lease is not None:
                 entry.slot = lease.slot
             entry.sending += 1
             if next(iter(origins.values())).expires_at > now:
-                return entry, ()  # the oldest is still kept: the usual answer, found at once
-            return entry, self._expired(now)
+                return entry, (), recent  # the oldest is still kept: the usual, found at once
+            return entry, self._expired(now), recent
         finally:
             lock.release()
 
