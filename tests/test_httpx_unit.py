@@ -196,37 +196,52 @@ class _Chunks(httpx.AsyncByteStream):
         self.closed += 1
 
 
-async def test_lease_stream_releases_at_end_of_iteration_and_on_close() -> None:
+async def test_lease_stream_releases_on_close_once() -> None:
     throttle = Throttle(start_delay=0.0, max_delay=0.0)
     inner = _Chunks()
     stream = _LeaseStream(inner, await throttle.acquire("k"))
     assert throttle.slot("k").in_flight == 1
-    assert [chunk async for chunk in stream] == [b"a", b"b"]
-    assert throttle.slot("k").in_flight == 0
+    assert [chunk async for chunk in stream] == [b"a", b"b"]  # the inner stream's own
     await stream.aclose()
+    assert throttle.slot("k").in_flight == 0
     await stream.aclose()  # idempotent
     assert inner.closed == 2 and throttle.slot("k").in_flight == 0
 
-    closing = _LeaseStream(_Chunks(), await throttle.acquire("k"))
-    await closing.aclose()
-    assert throttle.slot("k").in_flight == 0
+
+def mocked(body: type[httpx.AsyncByteStream]) -> httpx.MockTransport:
+    return httpx.MockTransport(lambda request: httpx.Response(200, stream=body()))
 
 
-async def test_lease_stream_released_when_iteration_fails() -> None:
+async def test_a_body_read_to_the_end_releases_before_the_streams_close() -> None:
+    # httpx closes the stream once the body is read: the turn is free by then.
+    throttle = Throttle(start_delay=0.0, max_delay=0.0)
+    async with client_for(throttle, mocked(_Chunks)) as client:
+        assert (await client.get(URL)).content == b"ab"
+        assert throttle.slot("api.example").in_flight == 0
+        async with client.stream("GET", URL) as response:
+            assert throttle.slot("api.example").in_flight == 1
+            assert [chunk async for chunk in response.aiter_bytes()] == [b"a", b"b"]
+            assert throttle.slot("api.example").in_flight == 0
+
+
+async def test_a_body_that_fails_midway_releases() -> None:
     class Broken(_Chunks):
         async def __aiter__(self) -> AsyncIterator[bytes]:
             yield b"a"
             raise httpx.ReadError("reset")
 
     throttle = Throttle(start_delay=0.0)
-    stream = _LeaseStream(Broken(), await throttle.acquire("k"))
-    with pytest.raises(httpx.ReadError):
-        async for _ in stream:
-            pass
-    assert throttle.slot("k").in_flight == 0
+    async with client_for(throttle, mocked(Broken)) as client:
+        with pytest.raises(httpx.ReadError):
+            await client.get(URL)
+        assert throttle.slot("api.example").in_flight == 0
+        with pytest.raises(httpx.ReadError):
+            async with client.stream("GET", URL) as response:
+                await response.aread()
+        assert throttle.slot("api.example").in_flight == 0
 
 
-async def test_lease_stream_released_when_iteration_is_cancelled() -> None:
+async def test_a_body_whose_reading_is_cancelled_releases() -> None:
     class Hanging(_Chunks):
         async def __aiter__(self) -> AsyncIterator[bytes]:
             yield b"a"
@@ -234,18 +249,18 @@ async def test_lease_stream_released_when_iteration_is_cancelled() -> None:
             yield b"never"
 
     throttle = Throttle(start_delay=0.0)
-    stream = _LeaseStream(Hanging(), await throttle.acquire("k"))
-    chunks: list[bytes] = []
-
-    async def read() -> None:
-        async for chunk in stream:
-            chunks.append(chunk)
-
-    with pytest.raises(TimeoutError):
-        async with asyncio.timeout(0.1):
-            await read()
-    assert chunks == [b"a"]
-    assert throttle.slot("k").in_flight == 0
+    async with client_for(throttle, mocked(Hanging)) as client:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1):
+                await client.get(URL)
+        assert throttle.slot("api.example").in_flight == 0
+        chunks: list[bytes] = []
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.1), client.stream("GET", URL) as response:
+                async for chunk in response.aiter_bytes():
+                    chunks.append(chunk)
+        assert chunks == [b"a"]
+        assert throttle.slot("api.example").in_flight == 0
 
 
 def test_constructors_reject_bad_arguments() -> None:

@@ -174,36 +174,24 @@ _WIRING = "autothrottle.wiring"
 
 
 class _LeaseStream(httpx2.SyncByteStream):
-    """A response body that releases its request's lease once finished.
+    """A response body that releases its request's lease once closed.
 
-    Finished means: iterated to the end (or failed while iterating), closed,
-    or garbage-collected without either.
+    httpx2 closes a response's stream itself when its body has been read to
+    the end (``read``, ``aiter_bytes`` and the like), and when reading it
+    fails for a request not streamed; a streamed one is closed by its
+    ``with`` (or ``close``). So the close is the end: the body's
+    chunks pass straight from the inner stream, with no call of this one's
+    per chunk. A response garbage-collected unclosed releases too.
     """
 
-    __slots__ = ("_chunks", "_hold", "_inner")
-
-    _chunks: Iterator[bytes]
+    __slots__ = ("_hold", "_inner")
 
     def __init__(self, inner: httpx2.SyncByteStream, lease: Lease) -> None:
         self._inner = inner
         self._hold: Hold | None = Hold(lease, self)
 
     def __iter__(self) -> Iterator[bytes]:
-        # Its own iterator: httpx2 iterates a response's stream once. Not an
-        # async generator, which costs asyncio's hooks (a weak set's add, then
-        # its removal) on every response.
-        self._chunks = iter(self._inner)
-        return self
-
-    def __next__(self) -> bytes:
-        try:
-            return next(self._chunks)
-        except BaseException:  # the end, a failure, a cancellation
-            hold = self._hold  # released once: at the end of the body or the close
-            if hold is not None:
-                self._hold = None
-                hold.release()
-            raise
+        return iter(self._inner)
 
     def close(self) -> None:
         try:
@@ -211,7 +199,7 @@ class _LeaseStream(httpx2.SyncByteStream):
         finally:
             # After the inner close, so the connection is back in the pool
             # before the next request of the slot may go.
-            hold = self._hold  # released once: at the end of the body or the close
+            hold = self._hold  # released once
             if hold is not None:
                 self._hold = None
                 hold.release()
