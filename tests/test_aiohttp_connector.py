@@ -62,3 +62,50 @@ async def test_a_connector_you_give_keeps_its_limit() -> None:
     async with ThrottledSession(throttle=Throttle(), connector=connector) as session:
         assert session.connector is connector
         assert connector.limit == 7
+
+
+def test_a_request_with_no_room_for_the_exchange_hands_it_over_in_the_context() -> None:
+    """The middleware puts the exchange on the request it sends, for the
+    connector's hook; a request class that takes no attribute (none of
+    aiohttp's does so) hands it over in the context variable instead, where
+    the hook looks when the request has none."""
+    from autothrottle._aiohttp_parts import EXCHANGE
+    from autothrottle.aiohttp import _PLUG
+
+    exchange = object()
+    request = object()  # no __dict__: setattr raises
+    assert EXCHANGE.get() is None
+    wiring = _PLUG.wire(exchange, request)  # type: ignore[arg-type]
+    assert EXCHANGE.get() is exchange
+    _PLUG.unwire(request, wiring)  # type: ignore[arg-type]
+    assert EXCHANGE.get() is None
+
+
+async def test_the_hook_finds_the_exchange_in_the_context_when_the_request_has_none() -> None:
+    from autothrottle._aiohttp_parts import EXCHANGE, hook_connector
+
+    class Connector(aiohttp.BaseConnector):
+        async def connect(  # type: ignore[override]
+            self,
+            req: object,
+            traces: object,
+            timeout: object,  # noqa: ASYNC109 (aiohttp's own parameter)
+        ) -> str:
+            return "connection"
+
+    class Wired:
+        asked = 0
+
+        def wire_now(self) -> float:
+            Wired.asked += 1
+            return 0.0
+
+    connector = Connector()
+    hook_connector(connector)
+    token = EXCHANGE.set(Wired())  # type: ignore[arg-type]
+    try:
+        assert await connector.connect(object(), [], None) == "connection"  # type: ignore[arg-type]
+    finally:
+        EXCHANGE.reset(token)
+    assert Wired.asked == 1
+    await connector.close()

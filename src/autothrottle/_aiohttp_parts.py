@@ -183,6 +183,8 @@ def hook_connector(connector: BaseConnector) -> None:
     ) -> Connection:
         connection = await connect(req, traces, timeout)
         exchange: Exchange | None = getattr(req, WIRED, None)
+        if exchange is None:  # not throttled, or a request with no room for it
+            exchange = EXCHANGE.get()
         if exchange is not None and (wait := exchange.wire_now()) > 0.0:
             if wait > HOLD_FOR_WIRE:
                 connection, wait = await _wire_without_holding(

@@ -275,13 +275,19 @@ class _AiohttpPlug(
     ) -> contextvars.Token[Exchange | None] | None:
         # The connector's hook finds the exchange on the request it connects
         # for; a TraceConfig's signals, in this same task, in EXCHANGE.
-        setattr(request, WIRED, exchange)
+        try:
+            setattr(request, WIRED, exchange)
+        except AttributeError:  # a request with no room for it: the hook looks there too
+            return EXCHANGE.set(exchange)
         return EXCHANGE.set(exchange) if TRACED[0] else None
 
     def unwire(
         self, request: ClientRequest, wiring: contextvars.Token[Exchange | None] | None
     ) -> None:
-        setattr(request, WIRED, None)
+        try:  # noqa: SIM105 (contextlib.suppress costs a context manager a request)
+            setattr(request, WIRED, None)
+        except AttributeError:
+            pass
         if wiring is not None:
             EXCHANGE.reset(wiring)
 
