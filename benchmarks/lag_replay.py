@@ -9,7 +9,8 @@ average (exponential): what a loaded client's event loop does to every
 answer. The host's work is the same at every lag; what changes is what the
 client reads. For each lag it prints the goodput over the second half (as
 adaptive.py's "steady") against the 80/s the workers serve, and the limit
-the policy ended at; beside it, the same crawl with the limit pinned at the
+the policy ended at, and the mean queue at the host (requests waiting for a
+worker, the goal's measure); beside it, the same crawl with the limit pinned at the
 host's 4 workers (what the lag costs by holding a request in flight while
 the client reads it late, the policy's reading aside).
 """
@@ -33,13 +34,14 @@ TASKS = 32
 WALL = 1_700_000_000.0
 
 
-async def crawl(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[float, float]:
-    """The steady goodput's share of the capacity, and the limit the policy ended at."""
+async def crawl(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[float, float, float]:
+    """The steady goodput's share of the capacity, the mean queue at the host (requests
+    waiting for a worker, over the second half), and the limit the policy ended at."""
     loop = asyncio.get_running_loop()
     rng = random.Random(seed)
-    # Pinned: the limit never moves from the host's workers (no queue is ever read).
+    # Pinned: the limit never moves from the host's workers (never above, no queue read).
     policy = (
-        AdaptiveConcurrencyPolicy(initial_limit=WORKERS, alpha=0.0, beta=1e9)
+        AdaptiveConcurrencyPolicy(initial_limit=WORKERS, max_limit=WORKERS, beta=1e9)
         if pinned
         else AdaptiveConcurrencyPolicy()
     )
@@ -53,12 +55,16 @@ async def crawl(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[fl
     )
     workers = asyncio.Semaphore(WORKERS)
     served: list[float] = []
+    waited = [0.0]
 
     async def task() -> None:
         while loop.time() < seconds:
             lease = await throttle.acquire(HOST)
             sent = loop.time()
+            arrived = loop.time()
             async with workers:
+                if arrived >= seconds / 2:
+                    waited[0] += loop.time() - arrived
                 await asyncio.sleep(SERVICE * rng.uniform(0.9, 1.1))
             served.append(loop.time())
             await asyncio.sleep(rng.expovariate(1.0 / lag) if lag else 0.0)
@@ -69,10 +75,10 @@ async def crawl(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[fl
     state = throttle.store.load(HOST)
     limit = state.policy_state.get("limit", 0.0) if state is not None else 0.0
     steady = sum(1 for at in served if at >= seconds / 2) / (seconds / 2)
-    return steady / CAPACITY, limit
+    return steady / CAPACITY, waited[0] / (seconds / 2), limit
 
 
-def run(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[float, float]:
+def run(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[float, float, float]:
     loop = looptime.new_event_loop(start=0.0)
     try:
         return loop.run_until_complete(crawl(seconds, lag, seed, pinned))
@@ -92,9 +98,11 @@ def main() -> None:
         policy = [run(args.seconds, lag, seed, False) for seed in range(args.seeds)]
         pinned = [run(args.seconds, lag, seed, True) for seed in range(args.seeds)]
         print(
-            f"lag {1000 * lag:4.0f} ms: one policy {statistics.fmean(s for s, _ in policy):4.0%} "
-            f"of {CAPACITY:.0f}/s, limits {', '.join(f'{limit:g}' for _, limit in policy)}; "
-            f"limit pinned at {WORKERS}: {statistics.fmean(s for s, _ in pinned):4.0%}"
+            f"lag {1000 * lag:4.0f} ms: one policy {statistics.fmean(r[0] for r in policy):4.0%} "
+            f"of {CAPACITY:.0f}/s, queue {statistics.fmean(r[1] for r in policy):.2f}, "
+            f"limits {', '.join(f'{r[2]:g}' for r in policy)}; "
+            f"limit pinned at {WORKERS}: {statistics.fmean(r[0] for r in pinned):4.0%}, "
+            f"queue {statistics.fmean(r[1] for r in pinned):.2f}"
         )
 
 
