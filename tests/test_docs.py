@@ -1,5 +1,6 @@
 """The docs against the code: every flag ``--help`` shows is documented (and every flag the
-docs name exists), every install command works from a checkout, every page is in the site."""
+docs name exists), every install command works from a checkout, every page is in the site, and
+the docs' examples that can run on loopback run as a reader copies them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from autothrottle.cli._main import build_parser
 from autothrottle.sim._cli import build_parser as build_sim_parser
+from loopback import loopback_hosts
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -90,3 +92,25 @@ def test_every_page_is_in_the_site() -> None:
     assert "index.md" in pages
     missing = sorted(p for p in pages if f": {p}" not in nav)
     assert not missing, f"add to mkdocs.yml's nav: {missing}"
+
+
+def _python_block_after(page: Path, heading: str) -> str:
+    """The first Python code block under ``heading`` in ``page``, as a reader copies it."""
+    text = page.read_text()
+    section = text[text.index(heading) :]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match, f"{page.name}: no Python block under {heading!r}"
+    return match.group(1)
+
+
+async def test_the_guides_virtual_clock_test_runs_as_written() -> None:
+    """The guide's example test, copied into a test file, passes against a loopback server."""
+    source = _python_block_after(DOCS / "guide.md", "## Testing your code")
+    namespace: dict[str, object] = {}
+    exec(compile(source, "docs/guide.md", "exec"), namespace)  # the docs' own code
+    test = namespace["test_my_crawler_is_polite"]
+    assert any(m.name == "asyncio" for m in getattr(test, "pytestmark", ())), (
+        "pytest runs an async test only when marked (or under asyncio_mode = 'auto')"
+    )
+    async with loopback_hosts(1) as (host,):
+        await test(host.origin)  # type: ignore[operator]
