@@ -114,3 +114,14 @@ async def test_the_guides_virtual_clock_test_runs_as_written() -> None:
     )
     async with loopback_hosts(1) as (host,):
         await test(host.origin)  # type: ignore[operator]
+
+
+def test_the_simulators_python_example_runs_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/sim.md's first example, run as a script: four simulated hosts on loopback."""
+    source = _python_block_after(DOCS / "sim.md", "## From Python")
+    exec(compile(source, "docs/sim.md", "exec"), {"__name__": "__main__"})  # the docs' own code
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("127.0.0.4 served a CAPTCHA page") for line in lines)
+    requests, limited, max_in_window, _goodput = lines[-1].split()
+    assert int(requests) == 20  # what the example sent the rate-limited host
+    assert int(limited) < 20 and int(max_in_window) >= 1
