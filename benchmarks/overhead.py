@@ -50,7 +50,10 @@ Wall-clock rates and CPU times swing with other work on the machine.
 ``--instructions`` counts instructions instead (valgrind's callgrind, one
 request at a time, the difference between two run lengths so start-up
 cancels), which load does not change: use it to compare two versions of the
-code. It takes several minutes. ``--tasks 8`` counts the same with eight
+code. It takes several minutes. ``--bytecodes`` says where the added cost is, by
+function: the bytecodes each runs and the calls made of it a request
+(``sys.settrace`` over warm requests one at a time, throttled minus raw).
+``--tasks 8`` counts the same with eight
 concurrent tasks: with ``--policy adaptive`` they queue in the gate, so the
 waiting loop's cost (the driver's wake-ups) is counted too.
 
@@ -77,6 +80,7 @@ import subprocess
 import sys
 import time
 import types
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -527,7 +531,12 @@ def _parse() -> argparse.Namespace:
     parser.add_argument(
         "--clients",
         default="aiohttp,httpx",
-        help="with --instructions: which clients to count, comma-separated (default both)",
+        help="with --instructions or --bytecodes: which clients, comma-separated (default both)",
+    )
+    parser.add_argument(
+        "--bytecodes",
+        action="store_true",
+        help="per function, the bytecodes and calls a throttled request adds (sys.settrace)",
     )
     parser.add_argument("--count", nargs=4, help=argparse.SUPPRESS)  # one run under valgrind
     args = parser.parse_args()
@@ -748,6 +757,75 @@ def instructions_main(args: argparse.Namespace) -> None:
     print(f"results: {write_results(name, doc)}")
 
 
+# -- bytecodes (sys.settrace) ---------------------------------------------------------
+
+TRACED_REQUESTS = 50
+"""Warm requests traced per variant for ``--bytecodes`` (the counts are per request)."""
+
+
+async def _trace_requests(client: str, kind: str, url: str) -> dict[str, tuple[float, float]]:
+    """Per function (``file:qualname``): bytecodes run and calls made, a request."""
+    variant = Variant(kind, client, kind)
+    await variant.open(url, 1)
+    fetch = variant.fetch
+    assert fetch is not None
+    ops: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+
+    def tracer(frame: types.FrameType, event: str, arg: object) -> Any:
+        code = frame.f_code
+        name = f"{os.path.basename(code.co_filename)}:{code.co_qualname}"
+        if event == "opcode":
+            ops[name] += 1
+        elif event == "call":  # a coroutine's resumption counts as a call too
+            calls[name] += 1
+            frame.f_trace_opcodes = True
+        return tracer
+
+    try:
+        for _ in range(30):  # warm up: connections, caches, code paths
+            await fetch()
+        sys.settrace(tracer)
+        try:
+            for _ in range(TRACED_REQUESTS):
+                await fetch()
+        finally:
+            sys.settrace(None)
+    finally:
+        await variant.close()
+    n = TRACED_REQUESTS
+    return {name: (ops[name] / n, calls[name] / n) for name in ops.keys() | calls.keys()}
+
+
+def bytecodes_main(args: argparse.Namespace) -> None:
+    server = ServerProcess(args.server_delay / 1000)
+    try:
+        for client in args.clients.split(","):
+            raw = asyncio.run(_trace_requests(client, "raw", server.url))
+            throttled = asyncio.run(_trace_requests(client, "throttled", server.url))
+            rows = []
+            for name in raw.keys() | throttled.keys():
+                ops, calls = throttled.get(name, (0.0, 0.0))
+                raw_ops, raw_calls = raw.get(name, (0.0, 0.0))
+                if abs(ops - raw_ops) >= 1.0 or abs(calls - raw_calls) >= 0.5:
+                    rows.append((ops - raw_ops, calls - raw_calls, name))
+            rows.sort(key=lambda row: (-row[0], row[2]))
+            total = [sum(v[i] for v in d.values()) for d in (raw, throttled) for i in (0, 1)]
+            print_table(
+                f"{client}: what a throttled request adds, by function ({_policy_text()}; "
+                f"bytecodes {total[0]:,.0f} -> {total[2]:,.0f}, calls {total[1]:,.0f} -> "
+                f"{total[3]:,.0f} a request)",
+                ["function", "bytecodes added", "calls added"],
+                [(name, f"{ops:+.0f}", f"{calls:+.1f}") for ops, calls, name in rows],
+            )
+    finally:
+        server.stop()
+
+
+def _policy_text() -> str:
+    return "the adaptive default" if POLICY[0] == "adaptive" else "AutoThrottle's rule"
+
+
 def _tasks_text(tasks: int) -> str:
     return "one request at a time" if tasks == 1 else f"{tasks} concurrent tasks"
 
@@ -761,6 +839,9 @@ def main() -> None:
         return
     if args.instructions:
         instructions_main(args)
+        return
+    if args.bytecodes:
+        bytecodes_main(args)
         return
     print(
         f"overhead: {args.rounds} rounds x {args.seconds:g} s per variant, "
