@@ -243,6 +243,22 @@ def test_a_refusal_that_says_a_window_is_spent_pauses_until_its_reset() -> None:
     assert read(book, window(10, 7.5), now=0.0, refused=True) is None  # refused for another cause
 
 
+def test_answers_to_grants_of_one_moment_count_none_of_them_twice() -> None:
+    # Three grants at one moment (100, 200, 300 tokens), taken by the server in
+    # that order. Each answer's remaining counts those taken before it, and the
+    # grants of that moment count as spent after it, the smallest aside: the
+    # first answer reads 900 - 500 = 400, the truth; the others read 200 and
+    # -100, and used to stand, holding the slot a window for tokens it had.
+    book = TokenBook()
+    read(book, window(1000, 0.0), now=0.0, sent_at=0.0)
+    for cost in (100, 200, 300):
+        BUDGET.spend(book, cost, 1.0)
+    for remaining in (900, 700, 400):
+        read(book, window(remaining, 6.0), now=1.0, sent_at=1.0)
+    assert book.windows["tokens"].level == pytest.approx(400.0)
+    assert BUDGET.fits_at(book, 400, 1.0) == 1.0
+
+
 def test_no_wait_is_longer_than_max_pause() -> None:
     book = TokenBook()
     read(book, window(0, 1e9, limit=None), now=0.0)

@@ -10,7 +10,8 @@ cost fits (``docs/signals.md``, "Token budgets"):
 * a response's ``remaining`` is the level as the server counted it when the
   request arrived; requests granted since that request was sent are not in
   it yet, so their costs come off (:class:`TokenBook` keeps them; grants at
-  the very same moment are taken as later, but for one);
+  the very same moment are taken as later, but for one, and the highest of
+  their answers' readings stands);
 * the window refills at ``(limit - remaining) / reset`` tokens a second, as
   the last response at least a tenth empty said (nearer full, the reset is
   mostly the server's rounding), or, until one did, at no less than its limit
@@ -160,7 +161,15 @@ class TokenBudget:
                 window = book.windows[advertised.unit] = TokenWindow(advertised.unit)
             if sent >= window.read_sent:
                 spent = sum(tokens_of(cost, window.unit) for _, cost in since)
+                # Several grants of one moment: this answer's remaining counts
+                # those the server took before it, and `spent` counts them again;
+                # the reading of the one it took first is right, every other one
+                # lower, so the highest reading of the moment stands.
+                tie = sent_at is not None and len(own) > 1 and sent == window.read_sent
+                kept = window.level_at(now) if tie else -math.inf
                 _reread(window, advertised, now, sent, spent)
+                if kept > window.level:
+                    window.level = kept
             if refused and advertised.remaining == 0:
                 pause = max(pause or 0.0, advertised.reset)
         oldest = min((w.read_sent for w in book.windows.values()), default=-math.inf)
