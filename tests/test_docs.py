@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import argparse
 import re
+import textwrap
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from autothrottle import Throttle
 from autothrottle.cli._main import build_parser
 from autothrottle.sim._cli import build_parser as build_sim_parser
-from loopback import loopback_hosts
+from loopback import loopback_hosts, running_hosts
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -125,3 +127,42 @@ def test_the_simulators_python_example_runs_as_written(capsys: pytest.CaptureFix
     requests, limited, max_in_window, _goodput = lines[-1].split()
     assert int(requests) == 20  # what the example sent the rate-limited host
     assert int(limited) < 20 and int(max_in_window) >= 1
+
+
+def _python_blocks_in(page: Path, heading: str) -> list[str]:
+    """Every Python code block of the section under ``heading`` (up to the next ``## ``)."""
+    text = page.read_text()
+    section = text[text.index(heading) + len(heading) :]
+    section = section.split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+
+
+async def _run_awaiting(block: str, namespace: dict[str, object]) -> None:
+    """Run a block with top-level ``await``s as a reader does: in an async function."""
+    source = "async def _block():\n" + textwrap.indent(block, "    ") + "    return locals()\n"
+    exec(compile(source, "README.md", "exec"), namespace)  # the docs' own code
+    namespace.update(await namespace["_block"]())  # type: ignore[operator]
+
+
+async def test_the_readmes_async_quickstarts_run_against_a_loopback_host() -> None:
+    httpx_blocks = _python_blocks_in(ROOT / "README.md", "## Quickstart: httpx")
+    aiohttp_blocks = _python_blocks_in(ROOT / "README.md", "## Quickstart: aiohttp")
+    async with loopback_hosts(1) as (host,):
+        for block in (httpx_blocks[0], aiohttp_blocks[0]):
+            namespace: dict[str, object] = {}
+            await _run_awaiting(block.replace("https://example.com/", host.url("/")), namespace)
+            assert namespace["throttle"].stats().totals.sent == 1  # type: ignore[attr-defined]
+        assert namespace["body"] == "ok"
+        assert len(host.arrivals) == 2
+
+
+def test_the_readmes_thread_snippets_run_against_a_loopback_host() -> None:
+    threads_httpx = _python_blocks_in(ROOT / "README.md", "## Quickstart: httpx")[-1]
+    (threads_requests,) = _python_blocks_in(ROOT / "README.md", "## Quickstart: requests")
+    with running_hosts(1) as (host,):
+        urls = [host.url(f"/page/{i}") for i in range(3)]
+        for block in (threads_httpx, threads_requests):
+            namespace: dict[str, object] = {"urls": urls, "throttle": Throttle()}
+            exec(compile(block, "README.md", "exec"), namespace)  # the docs' own code
+            pages = namespace["pages"]
+            assert [p.status_code for p in pages] == [200] * 3  # type: ignore[attr-defined]
