@@ -509,7 +509,10 @@ def test_the_debug_log_says_what_each_response_did(tmp_path: Path) -> None:
         )
     lines = [line for line in result["log"].splitlines() if "[autothrottle.scrapy] INFO" in line]
     assert len(lines) == 2, lines
-    assert "status: 429" in lines[1]
-    assert "backoff: status 429" in lines[1]
-    assert "paused" in lines[1]
+    # Whichever page reached the host second was refused: on a loaded machine the
+    # first page's new connection may be slower than the second's 50 ms gap.
+    (refused,) = [line for line in lines if "status: 429" in line]
+    assert "backoff: status 429" in refused
+    assert "paused" in refused
+    assert any("status: 200" in line for line in lines), lines
     logging.getLogger(__name__).debug("%s", lines)
