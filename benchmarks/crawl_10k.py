@@ -203,12 +203,21 @@ async def _crawl_with(client: str, policy: str, crawl: _Crawl, rate: float) -> d
         from autothrottle.httpx import AsyncThrottledClient
 
         async with AsyncThrottledClient(throttle=throttle) as hx:
+            pools = hx._transport.inner.pools  # type: ignore[attr-defined]
+            make, made = pools._make, [0]
+
+            def counted() -> Any:  # each pool made opens a connection for its first request
+                made[0] += 1
+                return make()
+
+            pools._make = counted
 
             async def get_httpx(url: str) -> str:
                 return str((await hx.get(url)).status_code)
 
             await crawl.run(get_httpx, paced=False)
-            held["pools"] = len(hx._transport.inner.pools)  # type: ignore[attr-defined]
+            held["pools"] = len(pools)
+            held["pools_made"] = made[0]
             held["rss_end"] = _rss()
     else:
         from autothrottle.aiohttp import ThrottledSession
@@ -276,6 +285,7 @@ def client_run(
         "bytes_per_host": (held["rss_end"] - rss0) / len(urls),
         "slots": held["slots"],
         "pools": held.get("pools"),
+        "pools_made": held.get("pools_made"),
         "connector_waiting_hosts": crawl.connector_waiting,
         "connector_acquired_max": crawl.acquired_max,
         "profile_top": top,

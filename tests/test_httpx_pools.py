@@ -44,9 +44,12 @@ def table(package: str, expiry: float = 5.0, longest: float | None = 60.0) -> An
 URL = "http://a.test/"
 
 
-def lease_at(pace: float) -> Any:
-    """A request's lease as the table reads it: its slot's pace."""
-    return SimpleNamespace(slot=SimpleNamespace(delay=pace))
+def lease_at(pace: float, pause: float = 0.0) -> Any:
+    """A request's lease as the table reads it: its slot's pace, and a pause
+    that ends ``pause`` seconds after the slot's last activity."""
+    return SimpleNamespace(
+        slot=SimpleNamespace(delay=pace, last_activity=100.0, pause_until=100.0 + pause)
+    )
 
 
 # -- the table, on a hand-moved time ----------------------------------------------------
@@ -86,6 +89,17 @@ def test_the_pace_is_read_when_the_pool_is_found_idle(package: str) -> None:
     pools.done(entry)
     lease.slot.delay = 2.0  # the pace quickened meanwhile: 5 s are enough
     assert pools.expired(6.0) == [entry.pool]
+
+
+def test_a_pause_longer_than_the_pace_keeps_the_pool_for_the_pause(package: str) -> None:
+    pools = table(package)
+    entry, _ = pools.take(httpx.URL(URL), 0.0, lease_at(0.1, pause=20.0))
+    pools.done(entry)
+    assert pools.expired(29.0) == []  # kept for 1.5 x the pause
+    assert pools.expired(30.5) == [entry.pool]
+    ended, _ = pools.take(httpx.URL(URL), 0.0, lease_at(0.1, pause=-50.0))  # long over
+    pools.done(ended)
+    assert pools.expired(5.5) == [ended.pool]  # the expiry, as the pace asks
 
 
 def test_a_short_keep_behind_a_long_one_is_not_held_back(package: str) -> None:
@@ -164,8 +178,13 @@ async def servers(addresses: list[str]) -> AsyncIterator[tuple[list[str], list[t
         peers.append((host, request.transport.get_extra_info("peername")[1]))
         return web.Response(text="ok")
 
+    async def limited(request: web.Request) -> web.Response:
+        await ok(request)
+        return web.Response(status=429, headers={"Retry-After": "20"})
+
     app = web.Application()
     app.router.add_get("/", ok)
+    app.router.add_get("/limited", limited)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
@@ -216,6 +235,33 @@ async def test_a_host_paced_slower_than_the_keep_alive_keeps_its_connection(
         await client.get(urls[0])
         assert len(client._transport.inner.pools) == 2  # type: ignore[attr-defined]
     assert len(peers) == 4 and len(set(peers)) == 2, peers  # one connection per host
+
+
+async def test_a_host_that_asked_for_a_pause_keeps_its_connection_through_it(
+    shift: list[float],
+) -> None:
+    # The adaptive policy's delay stays short; the pause a Retry-After asked
+    # for is the host's pace, and the request after it finds its connection.
+    throttle = Throttle(
+        clock=lambda: time.monotonic() + shift[0], store=MemoryStore(idle_timeout=600.0)
+    )
+    async with (
+        servers(["127.0.0.2", "127.0.0.3"]) as (urls, peers),
+        AsyncThrottledClient(throttle=throttle) as client,
+    ):
+        assert (await client.get(urls[0] + "limited")).status_code == 429
+        await client.get(urls[1])
+        assert (
+            throttle.slot("127.0.0.2").delay
+            < 5.0
+            < throttle.slot("127.0.0.2").pause_until - (time.monotonic())
+        )
+        shift[0] = 20.0  # the pause is over, well past httpx's 5 s expiry
+        await client.get(urls[1])  # looks at the pools idle past their keep-alive
+        await client.get(urls[0])
+        assert len(client._transport.inner.pools) == 2  # type: ignore[attr-defined]
+    first = [peer for peer in peers if peer[0] == "127.0.0.2"]
+    assert len(first) == 2 and len(set(first)) == 1, peers  # one connection
 
 
 async def test_limits_you_set_keep_their_expiry(shift: list[float]) -> None:

@@ -82,7 +82,9 @@ class Pools:
     are made with httpx's keep-alive expiry at ``longest``, so only this
     table decides). The pace is read when a pool is found idle past the
     keep-alive it had, not on every request: a pool whose pace asks for
-    longer is kept for that from its last use, and keeps it from then on.
+    longer is kept for that from its last use, and keeps it from then on;
+    a slot's pause counts as its pace when longer, so a host that answered
+    with a ``Retry-After`` keeps its connection for the request after it.
     Each request looks at a few of the oldest, so closing keeps pace with
     opening; a pool kept longer than the ones behind it holds their closing
     back by at most ``longest``.
@@ -193,7 +195,7 @@ class Pools:
                 origins[origin] = entry
                 continue
             slot = entry.slot
-            keep = self.expiry if slot is None else self.keep_for(slot.delay)
+            keep = self.expiry if slot is None else self.keep_for(_pace(slot))
             if entry.used_at + keep > now:  # its pace asks for longer: kept for that
                 entry.keep = keep
                 entry.expires_at = entry.used_at + keep
@@ -210,6 +212,17 @@ class Pools:
             pools = [entry.pool for entry in self._origins.values()]
             self._origins.clear()
         return pools
+
+
+def _pace(slot: Slot) -> float:
+    """How long after its last request a slot's next may come: its delay, or a
+    pause when longer (a ``Retry-After``, a rate limit's reset: the adaptive
+    policy's usual wait at a host that refused), counted from the slot's last
+    activity, its last response (the throttle's clock, which the pools do not
+    share: a length, not a time)."""
+    pace = slot.delay
+    pause = slot.pause_until - slot.last_activity
+    return pause if pause > pace else pace
 
 
 def _idle(transport: Any) -> bool:
