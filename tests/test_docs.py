@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import sys
 import textwrap
 import tomllib
 from pathlib import Path
@@ -166,3 +168,17 @@ def test_the_readmes_thread_snippets_run_against_a_loopback_host() -> None:
             exec(compile(block, "README.md", "exec"), namespace)  # the docs' own code
             pages = namespace["pages"]
             assert [p.status_code for p in pages] == [200] * 3  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "examples").glob("*.py")))
+def test_every_example_runs(example: str) -> None:
+    """``python examples/NAME.py``, as the README says: each against its own loopback servers."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / example)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"statuses:? \[200\]", done.stdout), done.stdout[-2000:]
