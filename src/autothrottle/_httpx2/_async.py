@@ -142,16 +142,17 @@ class _WireTracer:
 class _Wired:
     """The wiring of a request sent on its origin's idle connection, with no trace.
 
-    A pool per origin whose last request went less than ``Pools.RECENT``
-    ago and which has an idle connection sends on that connection at once:
-    the connection is ready when the request is handed over, so the wire
-    turn is taken then (:meth:`_PoolPerOrigin.send`) and the latency counts
-    from there, and httpcore2 emits no event (each an awaited call). If the
-    server closed that connection after all, httpcore2 opens another and the
-    request goes out later by the connect: its latency then counts the
-    connect too, which a strict pace's arrival guard reads as that request's
-    arrival coming later, so the next gap still counts from it
-    (``docs/scheduling.md``, rule 10).
+    A request whose grant kept no gap after the slot's previous one (a slot
+    paced by its cap alone, or within a burst), to a pool per origin whose
+    last request went less than ``Pools.RECENT`` ago and which has an idle
+    connection, is sent on that connection at once: the connection is ready
+    when the request is handed over, so the wire turn is taken then
+    (:meth:`_PoolPerOrigin.send`) and the latency counts from there, and
+    httpcore2 emits no event (each an awaited call). A spaced grant is traced
+    still: httpcore2's locks yield to the event loop between the hand-over
+    and the headers, and on a busy loop that lag would shorten the gap the
+    host sees. If the server closed the idle connection after all, httpcore2
+    opens another, and the connect counts in that request's latency.
     """
 
     __slots__ = ("closing", "entry", "exchange", "saved")
@@ -253,7 +254,12 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
         # long to keep the origin's pool.
         entry, closing, recent = origins.pools.lend(request.url, monotonic(), exchange.lease)
         wiring: _Wiring
-        if recent and user is None and not entry.opens_connection():
+        if (
+            recent
+            and user is None
+            and exchange.lease.wire_gap == 0.0  # no spacing for the wire turn to keep
+            and not entry.opens_connection()
+        ):
             wiring = _Wired(extensions, entry, closing, exchange)
             request.extensions = {**extensions, _WIRING: wiring}
             return wiring
