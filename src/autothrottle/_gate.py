@@ -79,6 +79,7 @@ class Gate(WireTurn):
         "_queue",
         "_rng",
         "_soonest",
+        "_spaced",
         "_tokens",
         "_tokens_at",
         "_window_sends",
@@ -103,6 +104,10 @@ class Gate(WireTurn):
         self._soonest = math.inf
         # The gap the next send keeps after the last one, as send_at found it.
         self._gap = 0.0
+        # When the spacing rules let the next send go (the gap's end, or a
+        # pause's): a grant's due time, what rule 10 counts from while the
+        # host shows a request to spare.
+        self._spaced = -math.inf
         self.last_send: float | None = None
         self._factor = 1.0
         # The delay in force at the last grant: a gap once begun is never
@@ -160,11 +165,12 @@ class Gate(WireTurn):
         """
         last = self.last_send
         if self.arrivals is not None:  # else counts_from says `last`, without its call
-            last = self.counts_from(last)
+            last = self.counts_from(last, self._grant_due, self._gap)
         limits = self.state.limits
         at = limits.pause_until
         if last is None:
             self._gap = 0.0
+            self._spaced = at
         else:
             # When the spacing rules (delay, burst, budget, sustained pace) allow a send.
             pace = self.state.pace
@@ -189,6 +195,7 @@ class Gate(WireTurn):
             if self._window_sends:
                 spaced = self._windows_at(spaced)
             gap = self._gap = spaced - last if spaced > last else 0.0
+            self._spaced = spaced if spaced > at else at
             # Early by the time a grant takes to reach the wire, at most a
             # quarter of the gap: the wire turn still keeps the whole gap.
             lead = self.lead if self.lead < 0.25 * gap else 0.25 * gap
@@ -363,6 +370,8 @@ class Gate(WireTurn):
     def _grant(self, now: float, make: Callable[[float], H], cost: Cost | None = None) -> H:
         """Grant a hold at ``now``, right after :meth:`send_at` said it may go."""
         gap = self._gap
+        if self.arrivals is not None:  # a strict pace: when it was due (rule 10)
+            self.granted(now, self._spaced)
         self.last_send = now
         pace = self.state.pace
         # While the ramp-up bounds how fast the delay falls (a policy with one,

@@ -168,11 +168,8 @@ class Rules:
                 self._apply_pacing_headers(
                     slot, read, now, sent_at, refused=status >= 400, latest=latest
                 )
-        if status < 400:
-            # When this request reached the host, at the latest (a pace the
-            # headers just stated counts already). A refusal's latency is left
-            # out: answered without the work, it is no measure of the others.
-            slot.gate.answered(sent_at, latency, now)
+        if status < 400:  # a refusal, answered without the work, measures nothing else
+            self._arrived(slot, read, sent_at, latency, now)
         if cache_hit:
             state.counters.count_cache_hit()
         if reason is not None:
@@ -186,6 +183,21 @@ class Rules:
             self.recovery.count_success(state.refusal, now)
         if adjust:
             self._adapt(slot, latency, status, cache_hit, now)
+
+    def _arrived(
+        self,
+        slot: LiveSlot,
+        read: HeaderSignals | None,
+        sent_at: float | None,
+        latency: float,
+        now: float,
+    ) -> None:
+        """Tell the wire when this request reached the host, at the latest (a pace
+        the headers just stated counts already), and what the host's count
+        showed after it, unless other processes spend from that count too."""
+        counts = self.signals.rate_limit_headers and slot.senders == 1
+        budget = read.rate_limit if read is not None and counts else None
+        slot.gate.answered(sent_at, latency, now, budget)
 
     def _adapt(
         self, slot: LiveSlot, latency: float, status: int, cache_hit: bool, now: float

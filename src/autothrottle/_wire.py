@@ -7,7 +7,8 @@ gate that holds this: what went on the wire last, with which gap; how long a
 grant takes to reach the wire (the lead, by which a spaced grant is made
 early); and, while the slot's pace is strict, the arrival guard
 (:mod:`autothrottle._arrivals`): when the last request on the wire reached
-its host at the latest, and the margin a strict pace keeps.
+its host at the latest, and the margin a strict pace keeps; or, while the
+host's own count shows a request to spare, when the last send was due.
 
 :class:`~autothrottle._gate.Gate` is written over it. The fields here are
 written only by this module; the gate reads them through the public names
@@ -24,10 +25,11 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ._arrivals import ArrivalGuard
+from ._headers import RateLimit
 from ._policy import SlotConfig
 from ._state import SlotState
 
-__all__ = ["Clock", "Hold", "WireTurn"]
+__all__ = ["Clock", "Hold", "WireTurn", "shows_spare"]
 
 Clock = Callable[[], float]
 
@@ -62,12 +64,29 @@ _MAX_LEAD = 0.05
 handshake is not the usual way)."""
 
 
+def shows_spare(budget: RateLimit | None) -> bool:
+    """Whether an answer's budget shows the host a request to spare after it:
+    at least one left of a quota of requests, and fewer than the whole quota.
+
+    A count that stays at the whole quota whatever is sent (some hosts state
+    what their window allows, not what is left of it, and still refuse a
+    request that arrives early) shows nothing of this moment.
+    """
+    if budget is None or budget.unit != "requests" or budget.limit is None:
+        return False
+    return 1 <= budget.remaining < budget.limit
+
+
 class WireTurn:
     """What one slot's gate keeps of the wire: the last request on it, the lead,
     the arrival guard; and the slot's record, settings, clock and lock, which
     every layer of the gate reads."""
 
     __slots__ = (
+        "_grant_at",
+        "_grant_due",
+        "_spare",
+        "_wire_due",
         "_wire_gap",
         "_wire_granted",
         "_wire_last",
@@ -96,15 +115,42 @@ class WireTurn:
         # When the request that last went on the wire reached the host, at the
         # latest; kept only while the slot's pace is strict (rule 10).
         self.arrivals: ArrivalGuard | None = None
+        # While the host's count shows a request to spare after the last one
+        # on the wire, gaps count from when sends were due (rule 10): the
+        # last grant's time and due time, the last wire send's due time.
+        self._spare = False
+        self._grant_at = -math.inf
+        self._grant_due = -math.inf
+        self._wire_due = -math.inf
 
-    def counts_from(self, last: float | None) -> float | None:
-        """Where the next gap counts from after a send at ``last``: ``last``, or
-        with a strict pace the latest the last request on the wire may have
-        reached the host, and the arrival margin on top (rule 10)."""
+    def counts_from(
+        self, last: float | None, due: float = math.inf, gap: float = 0.0
+    ) -> float | None:
+        """Where the next gap counts from after a send at ``last`` (due at ``due``,
+        ``gap`` after the send before it): ``last``; with a strict pace the
+        latest the last request on the wire may have reached the host, and the
+        arrival margin on top; but while the host's count shows a request to
+        spare, when that send was due, at most one gap before it went (rule 10).
+
+        A send let go late (a busy event loop) then costs the pace nothing: the
+        next one keeps the schedule, and the host's spare request absorbs the
+        shorter gap between the two. One gap back at most, so a stall never
+        turns into a burst; the count the next answer shows says again.
+        """
         arrivals = self.arrivals
         if arrivals is None or last is None:
             return last
+        if self._spare:
+            if due >= last:
+                return last
+            back = last - gap
+            return due if due > back else back
         return arrivals.since(last, self.state.pace.delay)
+
+    def granted(self, now: float, due: float) -> None:
+        """The gate granted a hold at ``now``, due at ``due`` (the gap's end)."""
+        self._grant_at = now
+        self._grant_due = due if -math.inf < due < now else now
 
     def wire_wait(self, hold: Hold) -> float:
         """Pass a granted request onto the wire now, or say how long to wait first.
@@ -129,7 +175,7 @@ class WireTurn:
                 self.lead = lead + _LEAD_WEIGHT * ((took if took < _MAX_LEAD else _MAX_LEAD) - lead)
             last = self._wire_last
             if self.arrivals is not None:  # else counts_from says `last`, without its call
-                last = self.counts_from(last)
+                last = self.counts_from(last, self._wire_due, self._wire_gap)
             pause_until = self.state.limits.pause_until
             if last is None:
                 at = pause_until
@@ -146,22 +192,38 @@ class WireTurn:
             # Go now; also when the clock has not moved since this hold last
             # asked (an injected clock that real sleeps do not advance).
             self._wire_last = now
+            if self.arrivals is not None:
+                # When it was due: its turn here, or its grant's when later (rule 10).
+                due = self._grant_due if sent_at == self._grant_at else sent_at
+                if last is not None and at > due:
+                    due = at
+                self._wire_due = due if due < now else now
+                self._spare = False  # the count was read before this one took its share
             self._wire_granted = sent_at
             self._wire_gap = hold.wire_gap
             return 0.0
         finally:
             lock.release()
 
-    def answered(self, sent_at: float | None, latency: float, now: float) -> None:
+    def answered(
+        self, sent_at: float | None, latency: float, now: float, budget: RateLimit | None = None
+    ) -> None:
         """An answer came, ``latency`` seconds after its request (granted at
-        ``sent_at``) went on the wire: note when that request reached the host,
-        at the latest, while the slot's pace is strict (rule 10)."""
+        ``sent_at``) went on the wire, with the host's ``budget`` (None: no
+        count to go by): note when that request reached the host, at the
+        latest, while the slot's pace is strict, and whether the host's count
+        shows a request to spare after it (rule 10). A refusal at the stated
+        pace (a widened margin) says the count cannot be taken at its word."""
         arrivals = self.arrivals
         if arrivals is None:
             if not self._strict(now):
                 return
             arrivals = self.arrivals = ArrivalGuard()
+            if self._wire_last is not None:  # sent before the pace was strict: due when it went
+                self._wire_due = self._wire_last
         last = sent_at is not None and sent_at == self._wire_granted
+        if last:
+            self._spare = arrivals.refused_margin == 0.0 and shows_spare(budget)
         arrivals.answered(latency, self._wire_last if last else None)
 
     def widen_margin(self, gap: float) -> bool:
