@@ -117,11 +117,12 @@ class WireTurn:
         self.arrivals: ArrivalGuard | None = None
         # While the host's count shows a request to spare after the last one
         # on the wire, gaps count from when sends were due (rule 10): the
-        # last grant's time and due time, the last wire send's due time.
+        # last grant's time and due time, the last wire send's due time, kept
+        # while the pace is strict (inf: not known, count from when it went).
         self._spare = False
         self._grant_at = -math.inf
-        self._grant_due = -math.inf
-        self._wire_due = -math.inf
+        self._grant_due = math.inf
+        self._wire_due = math.inf
 
     def counts_from(
         self, last: float | None, due: float = math.inf, gap: float = 0.0
@@ -219,8 +220,6 @@ class WireTurn:
             if not self._strict(now):
                 return
             arrivals = self.arrivals = ArrivalGuard()
-            if self._wire_last is not None:  # sent before the pace was strict: due when it went
-                self._wire_due = self._wire_last
         last = sent_at is not None and sent_at == self._wire_granted
         if last:
             self._spare = arrivals.refused_margin == 0.0 and shows_spare(budget)
