@@ -131,12 +131,16 @@ class WireTurn:
         ``gap`` after the send before it): ``last``; with a strict pace the
         latest the last request on the wire may have reached the host, and the
         arrival margin on top; but while the host's count shows a request to
-        spare, when that send was due, at most one gap before it went (rule 10).
+        spare, when that send was due, at most half a gap before it went
+        (rule 10).
 
         A send let go late (a busy event loop) then costs the pace nothing: the
         next one keeps the schedule, and the host's spare request absorbs the
-        shorter gap between the two. One gap back at most, so a stall never
-        turns into a burst; the count the next answer shows says again.
+        shorter gap between the two. Half a gap back at most: a stall never
+        turns into a burst, and the other half of the spare is left for what
+        the client cannot see (a request held up on its way, or stamped late by
+        the host; a client whose wire turn is not the wire, as Scrapy's). The
+        count the next answer shows says again.
         """
         arrivals = self.arrivals
         if arrivals is None or last is None:
@@ -144,7 +148,7 @@ class WireTurn:
         if self._spare:
             if due >= last:
                 return last
-            back = last - gap
+            back = last - 0.5 * gap
             return due if due > back else back
         return arrivals.since(last, self.state.pace.delay)
 
