@@ -267,7 +267,9 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         if sample.status != 200 or sample.cache_hit or latency <= 0.0:
             state["limit"] = limit
             return delay
-        base = min(latency, state.get("base", latency) * (1.0 + self.base_decay))
+        base = state.get("base", latency) * (1.0 + self.base_decay)
+        if not base < latency:  # min(latency, base), without its call (on every response)
+            base = latency
         # The round's two lowest latencies (0: none yet); the second is the one
         # judged, so one lucky request that met no queue does not hide a queue.
         low = state.get("low") or latency
@@ -280,7 +282,7 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         # RTT: judging every response would move the limit many steps before
         # the first change could show in the latency.
         seen = state.get("seen", 0.0) + 1.0
-        if seen >= max(limit, float(self.round_size)):
+        if seen >= limit and seen >= self.round_size:
             queued = limit * (1.0 - base / second) if math.isfinite(second) else 0.0
             cap = min(self.max_limit, float(config.max_concurrency))
             steady = state.get("steady", 0.0)
