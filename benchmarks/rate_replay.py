@@ -28,6 +28,7 @@ import statistics
 from dataclasses import dataclass, field
 
 import looptime
+from _replay import through_bucket
 
 from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
 from autothrottle.sim._buckets import Bucket
@@ -75,16 +76,7 @@ async def crawl(seconds: float, seed: int, wire: float, lag: float, policy: str)
         while loop.time() < deadline:
             lease = await throttle.acquire(HOST)
             sent = loop.time()
-            await asyncio.sleep(wire)
-            arrival = loop.time()
-            if bucket.take(arrival):
-                run.ok.append(arrival)
-                await asyncio.sleep(0.01 * rng.uniform(0.9, 1.1))
-                status, headers = 200, {}
-            else:
-                run.refused.append(arrival)
-                status, headers = 429, {"Retry-After": str(bucket.retry_after())}
-            await asyncio.sleep(wire + (rng.expovariate(1.0 / lag) if lag else 0.0))
+            status, headers = await through_bucket(bucket, run.ok, run.refused, rng, wire, lag)
             slot = throttle.slot(HOST)
             before, backoffs = slot.delay, slot.snapshot().backoffs
             lease.observe(latency=loop.time() - sent, status=status, headers=headers)

@@ -32,6 +32,7 @@ import statistics
 from dataclasses import dataclass, field
 
 import looptime
+from _replay import through_bucket
 
 from autothrottle import Throttle
 from autothrottle.sim._buckets import Bucket
@@ -61,16 +62,7 @@ async def host(seconds: float, start: float, seed: int, wire: float, lag: float,
     while loop.time() < seconds:
         lease = await throttle.acquire(HOST)
         sent = loop.time()
-        await asyncio.sleep(wire)
-        arrival = loop.time()
-        if bucket.take(arrival):
-            run.ok.append(arrival)
-            await asyncio.sleep(0.01 * rng.uniform(0.9, 1.1))
-            status, headers = 200, {}
-        else:
-            run.refused.append(arrival)
-            status, headers = 429, {"Retry-After": str(bucket.retry_after())}
-        await asyncio.sleep(wire + (rng.expovariate(1.0 / lag) if lag else 0.0))
+        status, headers = await through_bucket(bucket, run.ok, run.refused, rng, wire, lag)
         slot = throttle.slot(HOST)
         before = slot.delay
         lease.observe(latency=loop.time() - sent, status=status, headers=headers)
@@ -82,7 +74,7 @@ async def host(seconds: float, start: float, seed: int, wire: float, lag: float,
             if record is not None:
                 learned = f"  gap {record.refused_gap:.2f} s, back in {record.recover_in:.0f} s"
             run.trace.append(
-                f"    {arrival - start:7.2f} s  Retry-After {headers['Retry-After']:>2}  "
+                f"    {run.refused[-1] - start:7.2f} s  Retry-After {headers['Retry-After']:>2}  "
                 f"delay {before:.3f} -> {snap.delay:.3f}  pause {snap.pause_remaining:.2f}{learned}"
             )
     return run
