@@ -124,9 +124,7 @@ class WireTurn:
         self._grant_due = math.inf
         self._wire_due = math.inf
 
-    def counts_from(
-        self, last: float | None, due: float = math.inf, gap: float = 0.0
-    ) -> float | None:
+    def counts_from(self, last: float | None, due: float, gap: float) -> float | None:
         """Where the next gap counts from after a send at ``last`` (due at ``due``,
         ``gap`` after the send before it): ``last``; with a strict pace the
         latest the last request on the wire may have reached the host, and the
