@@ -6,8 +6,12 @@ import asyncio
 import contextlib
 import dataclasses
 import math
+import os
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
+
+import pytest
 
 from autothrottle import Lease, Slot, SlotSnapshot, Throttle
 from autothrottle._gate import Gate, Ticket
@@ -154,3 +158,20 @@ async def wait_until(condition: Callable[[], Any], within: float = 10.0) -> None
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"condition not reached in {within} s")
+
+
+def reachable(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on ``host:port`` (a Redis server, say)."""
+    with contextlib.suppress(OSError), socket.create_connection((host, port), 0.5):
+        return True
+    return False
+
+
+def needs_redis() -> None:
+    """Skip the calling test when no Redis listens on 127.0.0.1:6379, but fail it
+    under CI, whose script starts one: a fleet test skipped there tests nothing."""
+    if reachable(6379):
+        return
+    if os.environ.get("CI"):
+        pytest.fail("Redis is not running on 127.0.0.1:6379 (.ci/run starts it)")
+    pytest.skip("no Redis on 127.0.0.1:6379: start one with `redis-server --daemonize yes`")

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import shutil
 import socket
 import subprocess
@@ -30,25 +29,15 @@ from autothrottle._fleet import FRESH_MOST, FRESH_ROOM, SPACING_MARGIN, TurnAsk
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
-from helpers import FakeClock
+from helpers import FakeClock, needs_redis, reachable
 
 REDIS = "redis://127.0.0.1:6379/0"
 HERE = Path(__file__).resolve().parent
 
 
-def _reachable(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-        return True
-    return False
-
-
 @pytest.fixture(autouse=True)
 def _needs_redis() -> None:
-    if _reachable(6379):
-        return
-    if os.environ.get("CI"):
-        pytest.fail("Redis is not running on 127.0.0.1:6379 (.ci/run starts it)")
-    pytest.skip("no Redis on 127.0.0.1:6379: start one with `redis-server --daemonize yes`")
+    needs_redis()
 
 
 def prefix() -> str:
@@ -255,7 +244,7 @@ def own_redis(port: int) -> Iterator[subprocess.Popen[bytes]]:
         stdout=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 10
-    while not _reachable(port) and time.monotonic() < deadline:
+    while not reachable(port) and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
         yield process

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +33,7 @@ from autothrottle._fleet import SPACING_MARGIN, TurnAsk
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
+from helpers import needs_redis
 
 REDIS = "redis://127.0.0.1:6379/0"
 KEY = "127.0.0.2"
@@ -42,16 +42,9 @@ LATE = 0.6  # how long the request takes from its turn to the wire: far past its
 MAX_WAIT = 2.0
 
 
-def _reachable(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-        return True
-    return False
-
-
 @pytest.fixture(autouse=True)
 def _needs_redis() -> None:
-    if not _reachable(6379):
-        pytest.skip("no Redis on 127.0.0.1:6379: start one with `redis-server --daemonize yes`")
+    needs_redis()
 
 
 class Site:

@@ -14,7 +14,6 @@ import itertools
 import json
 import logging
 import math
-import os
 import socket
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from autothrottle import (
 from autothrottle._scrapy_settings import throttle_from_settings
 from autothrottle.scrapy import AutoThrottleMiddleware
 from autothrottle.sim import Behaviour, Capacity, HostStats, RateLimited, SimServer, SoftBlock
+from helpers import needs_redis
 
 HERE = Path(__file__).resolve().parent
 ARRIVAL_JITTER = 0.015
@@ -314,17 +314,8 @@ def test_closing_mid_crawl_gives_waiting_requests_back_and_holds_nothing(
 # -- a fleet -------------------------------------------------------------------------------
 
 
-def _redis_reachable() -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", 6379), 0.5):
-        return True
-    return False
-
-
 def test_two_spider_processes_share_one_pace_through_redis(tmp_path: Path) -> None:
-    if not _redis_reachable():
-        if os.environ.get("CI"):
-            pytest.fail("Redis is not running on 127.0.0.1:6379")
-        pytest.skip("no Redis on 127.0.0.1:6379")
+    needs_redis()
     host = "127.0.0.2"
     settings = {
         "AUTOTHROTTLE_POLICY": "fixed-rate=4",
