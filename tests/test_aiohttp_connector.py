@@ -11,6 +11,7 @@ import asyncio
 import resource
 
 import aiohttp
+import pytest
 
 from autothrottle import Throttle
 from autothrottle.aiohttp import ThrottledSession
@@ -108,4 +109,75 @@ async def test_the_hook_finds_the_exchange_in_the_context_when_the_request_has_n
     finally:
         EXCHANGE.reset(token)
     assert Wired.asked == 1
+    await connector.close()
+
+
+class _Connection:
+    """What the hooked ``connect`` hands over: records how it was let go."""
+
+    def __init__(self) -> None:
+        self.closed = self.released = False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def release(self) -> None:
+        self.released = True
+
+
+class _Connector(aiohttp.BaseConnector):
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[_Connection] = []
+
+    async def connect(  # type: ignore[override]
+        self,
+        req: object,
+        traces: object,
+        timeout: object,  # noqa: ASYNC109 (aiohttp's own parameter)
+    ) -> _Connection:
+        self.made.append(_Connection())
+        return self.made[-1]
+
+
+class _Refusing:
+    """An exchange whose wire turn fails at its check number ``fails_at`` (1: the
+    first), after asking for a wait of ``wait`` seconds before it."""
+
+    def __init__(self, fails_at: int, wait: float) -> None:
+        self.fails_at, self.wait, self.asked, self.waited = fails_at, wait, 0, 0.0
+
+    def wire_now(self) -> float:
+        self.asked += 1
+        if self.asked == self.fails_at:
+            raise RuntimeError("the wire turn failed")
+        return self.wait
+
+    async def on_wire(self, wait: float | None = None) -> None:  # pragma: no cover (never reached)
+        raise AssertionError("the check failed before")
+
+
+@pytest.mark.parametrize(
+    ("fails_at", "wait"),
+    [(1, 0.0), (2, 0.06)],  # the first check; the check after a long wait, on a new connection
+    ids=["first-check", "after-handing-back"],
+)
+async def test_a_wire_turn_that_fails_keeps_no_connection(fails_at: int, wait: float) -> None:
+    """A wire turn's check can raise (a fleet's new turn past ``max_wait``, a
+    store's fault): the request fails, and the connection it was handed is
+    closed, not left checked out of the connector."""
+    from autothrottle._aiohttp_parts import EXCHANGE, hook_connector
+
+    connector = _Connector()
+    hook_connector(connector)
+    token = EXCHANGE.set(_Refusing(fails_at, wait))  # type: ignore[arg-type]
+    try:
+        with pytest.raises(RuntimeError, match="wire turn failed"):
+            await connector.connect(object(), [], None)  # type: ignore[arg-type]
+    finally:
+        EXCHANGE.reset(token)
+    assert len(connector.made) == fails_at
+    *handed_back, last = connector.made
+    assert all(made.released for made in handed_back)
+    assert last.closed
     await connector.close()

@@ -185,16 +185,18 @@ def hook_connector(connector: BaseConnector) -> None:
         exchange: Exchange | None = getattr(req, WIRED, None)
         if exchange is None:  # not throttled, or a request with no room for it
             exchange = EXCHANGE.get()
-        if exchange is not None and (wait := exchange.wire_now()) > 0.0:
-            if wait > HOLD_FOR_WIRE:
-                connection, wait = await _wire_without_holding(
-                    exchange, connection, wait, lambda: connect(req, traces, timeout)
-                )
-            try:
+        if exchange is None:
+            return connection
+        try:  # a wire turn given up (cancelled, past max_wait, a store's fault): no connection kept
+            if (wait := exchange.wire_now()) > 0.0:
+                if wait > HOLD_FOR_WIRE:
+                    connection, wait = await _wire_without_holding(
+                        exchange, connection, wait, lambda: connect(req, traces, timeout)
+                    )
                 await exchange.on_wire(wait)
-            except BaseException:
-                connection.close()
-                raise
+        except BaseException:
+            connection.close()  # a no-op on one handed back to the connector meanwhile
+            raise
         return connection
 
     connector.connect = connect_then_wire  # type: ignore[method-assign]
@@ -228,7 +230,11 @@ async def _wire_without_holding(
         await asyncio.sleep(wait)
         exchange.waited += perf_counter() - started
         connection = await connect()
-        wait = exchange.wire_now()
+        try:
+            wait = exchange.wire_now()
+        except BaseException:
+            connection.close()
+            raise
     return connection, wait
 
 
