@@ -266,3 +266,35 @@ def test_the_floor_comes_back_in_no_fewer_than_eight_of_its_gaps(
     assert state.refused_gap == pace
     assert state.recover_in == pytest.approx(recover_in)
     assert recovery.floor(state, 1.0 + 2 * pace) > pace
+
+
+def test_a_slow_start_then_two_successes_at_a_stated_pace_kept_it() -> None:
+    # A start delay of 0.5 s coming down to the stated 0.1 s: the window of
+    # successes spans 1.5 s, far more than 8 gaps, but the latest two came at
+    # the pace, and the slot never sends faster than a stated one.
+    recovery, state = Recovery(), Refusal()
+    succeed(recovery, state, [0.0, 0.5, 0.755, 0.8875, 0.9875, 1.0875, 1.1875, 1.2875])
+    assert recovery.let_through(state, 0.1, 1.3885, stated=True)
+    # The slot's own pace (a ramp) needs all of them: the latest two may be a
+    # token bucket's burst, filled while the ramp was slower.
+    assert not recovery.let_through(state, 0.1, 1.3885, stated=False)
+
+
+@pytest.mark.parametrize(
+    ("times", "now", "kept"),
+    [
+        ([0.0, 0.1], 0.2, True),  # two at the pace, the refused one a gap later
+        ([0.0, 0.125], 0.25, True),  # within 1.25 of the pace
+        ([0.0, 0.2], 0.3, False),  # a refusal between them: three gaps
+        ([0.0, 0.1], 0.35, False),  # a refusal between the latest and the refused one
+        ([0.1], 0.2, False),  # one success: a host that refuses the second request
+    ],
+)
+def test_at_a_stated_pace_the_latest_two_successes_say_whether_it_was_kept(
+    times: list[float], now: float, kept: bool
+) -> None:
+    recovery, state = Recovery(), Refusal()
+    succeed(recovery, state, [-5.0, -4.9])  # successes before a refusal: forgotten
+    recovery.refused(state, pace=0.1, now=-4.5)
+    succeed(recovery, state, times)
+    assert recovery.let_through(state, 0.1, now, stated=True) is kept

@@ -39,7 +39,7 @@ The rules are written out in ``docs/recovery.md``; in short:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ._validate import check_positive
 
@@ -75,6 +75,10 @@ every 20 s, ``time`` is less than one gap, and the floor would be past it at onc
 
 _BEYOND = 1.0
 """How fast the floor opens past the refused rate: by ``2 * time`` the rate has doubled."""
+
+_LOCAL = {"flat": False}
+"""A record field's metadata: this process's own observation, not written to a
+state file or a shared record (its default stands in a loaded one)."""
 
 _FLAT = 1e6
 """Phases of the floor's cubic past this are all the same: the floor is 0 by then."""
@@ -138,6 +142,9 @@ class Refusal:
             the counted one when it reaches ``RECENT_SUCCESSES``.
         ok_all: Every successful response since the last refusal.
         ok_all_first: The first of them.
+        ok_latest: The latest successful response (this process's own: not in
+            the flat form, so not in a state file or a shared record).
+        ok_before: The one before it (the same).
     """
 
     backoff_at: float = -math.inf
@@ -151,6 +158,8 @@ class Refusal:
     ok_next_first: float = -math.inf
     ok_all: int = 0
     ok_all_first: float = -math.inf
+    ok_latest: float = field(default=-math.inf, compare=False, metadata=_LOCAL)
+    ok_before: float = field(default=-math.inf, compare=False, metadata=_LOCAL)
 
     def bound(self, now: float) -> None:
         """Place a loaded record's times no later than ``now``: they are past events."""
@@ -159,6 +168,8 @@ class Refusal:
         self.ok_first = min(self.ok_first, now)
         self.ok_next_first = min(self.ok_next_first, now)
         self.ok_all_first = min(self.ok_all_first, now)
+        self.ok_latest = min(self.ok_latest, now)
+        self.ok_before = min(self.ok_before, now)
 
 
 class Recovery:
@@ -186,6 +197,7 @@ class Recovery:
         if refusal.ok_all == 0:
             refusal.ok_all_first = now
         refusal.ok_all += 1
+        refusal.ok_before, refusal.ok_latest = refusal.ok_latest, now
         if refusal.ok_count == 0:
             refusal.ok_first = now
         refusal.ok_count += 1
@@ -208,7 +220,7 @@ class Recovery:
         counts for little."""
         return _rate(refusal.ok_all, refusal.ok_all_first, now)
 
-    def let_through(self, refusal: Refusal, gap: float, now: float) -> bool:
+    def let_through(self, refusal: Refusal, gap: float, now: float, *, stated: bool) -> bool:
         """Whether the host let the slot run at sends ``gap`` apart lately, as a
         refusal answered at ``now`` sees it: the successes since the last refusal
         came within ``_CLOSE`` of that pace (the evidence that a refusal at it is
@@ -222,11 +234,22 @@ class Recovery:
         will do: a host that holds the slot below the pace refuses its second
         request already, or with a burst a later one, after which the
         successes come too slowly to count.
+
+        ``stated``: the pace is one the slot was told the host allows, and the
+        slot never sends faster. Then the latest two successes at it will do
+        too: gaps above the pace before them were the slot's own (a start delay
+        coming down to it), and a refusal between them would have spaced them
+        three gaps apart. A pace of the slot's own (a ramp running down its
+        delay) needs them all: its latest two may be a token bucket's burst,
+        filled while the ramp was slower.
         """
-        span = now - refusal.ok_first
-        if refusal.ok_count < _KEPT or span <= 0.0:
+        if refusal.ok_count < _KEPT:
             return False
-        return refusal.ok_count * _CLOSE * gap >= span
+        slack = _CLOSE * gap
+        if stated and now - refusal.ok_before <= _KEPT * slack:
+            return True
+        span = now - refusal.ok_first
+        return span > 0.0 and refusal.ok_count * slack >= span
 
     def refused(
         self,

@@ -434,7 +434,7 @@ class Rules:
         gap = self._stated_gap(slot, now)
         if gap <= 0.0 or slot.state.pace.delay > gap:
             return 0.0
-        if not self._kept(slot, read, sent_at, gap, now):
+        if not self._kept(slot, read, sent_at, gap, now, stated=True):
             return 0.0
         return gap if slot.gate.widen_margin(gap) else 0.0
 
@@ -467,7 +467,7 @@ class Rules:
         """The pace a refusal answered was sent at, if the host kept it lately; else 0.0."""
         state = slot.state
         gap = refused_pace(state.pace.delay, state.counters.last_latency, slot.gate.in_flight())
-        return gap if self._kept(slot, read, sent, gap, now) else 0.0
+        return gap if self._kept(slot, read, sent, gap, now, stated=False) else 0.0
 
     def _kept(
         self,
@@ -476,15 +476,18 @@ class Rules:
         sent_at: float | None,
         gap: float,
         now: float,
+        *,
+        stated: bool,
     ) -> bool:
         """Whether a refusal answered at ``now`` is of a request sent at a pace of
-        ``gap`` the host let the slot keep lately (the first of its burst), and
-        asks for no pause longer than the gap rounded up to the second."""
+        ``gap`` (``stated``: one the host allows) the host let the slot keep lately
+        (the first of its burst), and asks for no pause longer than the gap
+        rounded up to the second."""
         state = slot.state
         if sent_at is None or gap <= 0.0 or not first_of_burst(sent_at, state.refusal.backoff_at):
             return False
         # In a fleet this process sees its share of the successes the host let through.
-        if not self.recovery.let_through(state.refusal, gap * slot.senders, now):
+        if not self.recovery.let_through(state.refusal, gap * slot.senders, now, stated=stated):
             return False  # the host has not kept this pace: it is too fast
         return rounding(read, gap)
 

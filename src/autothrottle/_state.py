@@ -55,8 +55,14 @@ _RECORDS: dict[str, type[Any]] = {
     "counters": Counters,
 }
 
-_RECORD_OF = {f.name: record for record, kind in _RECORDS.items() for f in fields(kind)}
-"""Each flat field's record."""
+_RECORD_OF = {
+    f.name: record
+    for record, kind in _RECORDS.items()
+    for f in fields(kind)
+    if f.metadata.get("flat", True)
+}
+"""Each flat field's record (a field marked ``flat: False`` is the process's own,
+never written or read: its default stands in a loaded record)."""
 
 assert sorted(FLAT) == sorted(_RECORD_OF), "every record field has its place in the flat form"
 
