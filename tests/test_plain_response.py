@@ -5,9 +5,11 @@ usual one (a 2xx/3xx with no header the rules read, no listener, no cache:
 ``_turns.Plain``), and to the rules otherwise; the rules are the spec. Two
 throttles with the same settings and the same injected clock are driven by
 the same random requests: one answers the usual responses by the fast path,
-the other has a listener, which sends every response to the rules. After each
-step the two slots' whole state (the record, the gate's and the wire's
-memory, the cap, in flight, the next send time) must be the same.
+the other has a listener, which sends every response to the rules; a
+response released as it is observed is released in the same step by the first
+(``Lease.finish``), after it by the second. After each step the two slots'
+whole state (the record, the gate's and the wire's memory, the cap, in
+flight, the next send time) must be the same.
 """
 
 from __future__ import annotations
@@ -125,9 +127,14 @@ def _pair(config: dict[str, Any]) -> tuple[FakeClock, Throttle, Throttle]:
     return clock, fast, spec
 
 
-def _answer(leases: list[Lease], index: int, op: tuple[Any, ...]) -> None:
+def _answer(leases: list[Lease], index: int, op: tuple[Any, ...], *, finish: bool) -> None:
+    """Observe a response; released with it: in one step (``finish``), or after it."""
     _, _, latency, status, headers, from_cache, release = op
     lease = leases[index]
+    if release and finish:
+        lease.finish(latency, status, HEADERS[headers], from_cache)
+        leases.remove(lease)
+        return
     lease.observe(latency=latency, status=status, headers=HEADERS[headers], from_cache=from_cache)
     if release:
         lease.release()
@@ -139,6 +146,8 @@ def _answer(leases: list[Lease], index: int, op: tuple[Any, ...]) -> None:
 def test_the_fast_path_and_the_rules_leave_the_same_state(
     config: dict[str, Any], steps: list[tuple[Any, ...]]
 ) -> None:
+    # The fast throttle's finished responses are released with them (``finish``),
+    # the spec's after them (``observe``, then ``release``).
     clock, fast, spec = _pair(config)
     open_leases: list[list[Lease]] = [[], []]
     for op in steps:
@@ -154,10 +163,10 @@ def test_the_fast_path_and_the_rules_leave_the_same_state(
                     leases.append(lease)
         elif open_leases[0]:
             index = op[1] % len(open_leases[0])
-            for leases in open_leases:
+            for leases, finish in zip(open_leases, (True, False), strict=True):
                 if kind == "answer":
                     clock.advance(op[2])
-                    _answer(leases, index, op)
+                    _answer(leases, index, op, finish=finish)
                     clock.advance(-op[2])  # both throttles answer at the same moment
                 elif kind == "fail":
                     leases[index].fail(ConnectionError("reset"))

@@ -216,6 +216,7 @@ class Exchange:
         *,
         from_cache: bool = False,
         latency: float | None = None,
+        finished: bool = False,
     ) -> None:
         """Observe the response (its headers arrived at ``headers_at``, default now).
 
@@ -223,6 +224,8 @@ class Exchange:
         response then teaches nothing, as a cache header would say.
         ``latency``: the client timed the exchange itself (Scrapy's
         ``download_latency``); it is taken as is, and ``headers_at`` ignored.
+        ``finished``: the response is finished already (its body came with its
+        headers): the lease is released in the same step (:meth:`Lease.finish`).
         On an error the lease is released and the error raised: the caller
         must close the response, which nobody else will.
         """
@@ -232,15 +235,14 @@ class Exchange:
             latency = end - start
             if not latency > 0.0:  # max(latency, 0.0), without its call
                 latency = 0.0
+        lease = self.lease
         try:
-            self.lease.observe(
-                latency=latency,
-                status=status,
-                headers=headers,
-                from_cache=from_cache or None,
-            )
+            if finished:
+                lease.finish(latency, status, headers, from_cache or None)
+            else:
+                lease.observe(latency, status, headers, from_cache or None)
         except BaseException:
-            self.lease.release()
+            lease.release()
             raise
 
 

@@ -373,6 +373,32 @@ class Fleet:
             ok = status == 200 and not backed_off
             self.report(slot, sent_at, backed_off=backed_off, ok=ok)
 
+    def answered(
+        self,
+        slot: LiveSlot,
+        lease: Lease,
+        latency: float,
+        status: int,
+        headers: Mapping[str, str] | None,
+        from_cache: bool | None,
+        done: bool,
+    ) -> None:
+        """A lease's response (the reporter's): :meth:`observe`; ``done``, then
+        the gate lets go of the lease, whatever observing raised."""
+        try:
+            self.observe(
+                slot,
+                latency=latency,
+                status=status,
+                headers=headers,
+                adjust=lease.adjust,
+                sent_at=lease.sent_at,
+                from_cache=from_cache,
+            )
+        finally:
+            if done:
+                slot.gate.release(lease)
+
     def fail(self, slot: LiveSlot, error: BaseException, *, sent_at: float) -> None:
         """The rules' :meth:`~Rules.fail`, then the change goes to the fleet."""
         with slot.gate.lock:

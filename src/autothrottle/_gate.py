@@ -349,13 +349,21 @@ class Gate(WireTurn):
         """Stop counting ``hold`` as in flight."""
         lock = self.lock
         lock.acquire()
-        try:
+        try:  # let_go's steps, without its call: on every request
             self._holds.discard(hold)
             self.state.counters.touch(self.clock())
             if self._queue:  # wake()'s first check, without its call
                 self.wake()
         finally:
             lock.release()
+
+    def let_go(self, hold: Hold, now: float) -> None:
+        """:meth:`release` at ``now``, the lock held already (a response that
+        finished as it was applied: ``_turns.Plain.answered``)."""
+        self._holds.discard(hold)
+        self.state.counters.touch(now)
+        if self._queue:
+            self.wake()
 
     # -- inside the gate -------------------------------------------------------------
 

@@ -15,17 +15,21 @@ __all__ = ["Lease", "lease_at"]
 class Reporter(Protocol):
     """Where a lease reports its response: the throttle's rules."""
 
-    def observe(
+    def answered(
         self,
         slot: LiveSlot,
-        *,
+        lease: Lease,
         latency: float,
         status: int,
         headers: Mapping[str, str] | None,
-        adjust: bool,
-        sent_at: float | None,
-        from_cache: bool | None = None,
-    ) -> None: ...
+        from_cache: bool | None,
+        done: bool,
+    ) -> None:
+        """Apply ``lease``'s response to ``slot`` (its ``adjust`` and ``sent_at``
+        are the lease's). ``done``: the response is finished as it is observed,
+        and ``slot``'s gate lets go of ``lease`` in the same step (the lease has
+        marked itself released already); whatever observing raises, it lets go."""
+        ...
 
     def fail(self, slot: LiveSlot, error: BaseException, *, sent_at: float) -> None: ...
 
@@ -108,7 +112,6 @@ class Lease:
 
     def observe(
         self,
-        *,
         latency: float,
         status: int,
         headers: Mapping[str, str] | None = None,
@@ -121,15 +124,27 @@ class Lease:
         ``response.from_cache``): the response is then a cache hit, as if a
         header had said so (``docs/signals.md``, "Caches").
         """
-        self._reporter.observe(
-            self._live,
-            latency=latency,
-            status=status,
-            headers=headers,
-            adjust=self.adjust,
-            sent_at=self.sent_at,
-            from_cache=from_cache,
-        )
+        self._reporter.answered(self._live, self, latency, status, headers, from_cache, False)
+
+    def finish(
+        self,
+        latency: float,
+        status: int,
+        headers: Mapping[str, str] | None = None,
+        from_cache: bool | None = None,
+    ) -> None:
+        """:meth:`observe`, then :meth:`release`, in one step: for a response
+        that is finished as it arrives (its body came with its headers, or it
+        has none). The lease is released even if observing raises.
+        """
+        if self._released or self.on_release is not None:  # expired, or a fleet's
+            try:
+                self.observe(latency, status, headers, from_cache)
+            finally:
+                self.release()
+            return
+        self._released = True  # the gate lets go of it as the response is applied
+        self._reporter.answered(self._live, self, latency, status, headers, from_cache, True)
 
     def fail(self, error: BaseException) -> None:
         """Record that the request failed without a response (refused, reset, timed out).

@@ -15,7 +15,7 @@ from typing import Any
 
 from ._events import ThrottleEvent
 from ._hosts import HostSettings
-from ._lease import Lease, Reporter
+from ._lease import Lease
 from ._parts import KeyFunction, assemble
 from ._policies import AdaptiveConcurrencyPolicy, AutoThrottlePolicy
 from ._policy import DelayPolicy, SlotConfig
@@ -477,7 +477,7 @@ class Throttle:
                 as if a header had said so. False or None: the headers decide.
         """
         slot = self._live(key)
-        reporter: Reporter = self._rules if self._fleet is None else self._fleet
+        reporter = self._rules if self._fleet is None else self._fleet
         reporter.observe(
             slot,
             latency=latency,

@@ -80,18 +80,18 @@ class Plain:
         """A request failed without a response: the rules'."""
         self._rules.fail(slot, error, sent_at=sent_at)
 
-    def observe(
+    def answered(
         self,
         slot: LiveSlot,
-        *,
+        lease: Lease,
         latency: float,
         status: int,
         headers: Mapping[str, str] | None,
-        adjust: bool,
-        sent_at: float | None,
-        from_cache: bool | None = None,
+        from_cache: bool | None,
+        done: bool,
     ) -> None:
-        """Apply one response: in one call if it is the usual one, else by the rules."""
+        """Apply one response: in one call if it is the usual one, else by the
+        rules; ``done``: and let go of ``lease`` under the same hold of the lock."""
         usual = (
             type(status) is int
             and status in self._usual
@@ -108,18 +108,30 @@ class Plain:
             elif self._reads:
                 raw = type(headers) in RAW_TYPES
                 usual = passed_raw(headers) if raw else PASSED.issuperset(headers)
+        gate = slot.gate
         if usual:
-            lock = slot.gate.lock
+            lock = gate.lock
             lock.acquire()  # not `with`: on every response, it costs twice as much
             try:
                 # A slot that has seen a cache hit paces behind it: the rules'
                 # (asked under the lock: another thread may be counting a hit).
                 if slot.state.cache.miss_share == 1.0:
-                    slot.respond(latency, status, self._clock(), sent_at, adjust, self._recovery)
+                    now = self._clock()
+                    try:
+                        slot.respond(
+                            latency, status, now, lease.sent_at, lease.adjust, self._recovery
+                        )
+                    finally:
+                        if done:
+                            gate.let_go(lease, now)
                     return
             finally:
                 lock.release()
-        self._by_rules(slot, latency, status, headers, adjust, sent_at, from_cache)
+        try:
+            self._by_rules(slot, latency, status, headers, lease.adjust, lease.sent_at, from_cache)
+        finally:
+            if done:
+                gate.release(lease)
 
     def _by_rules(
         self,

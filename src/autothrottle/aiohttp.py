@@ -298,14 +298,17 @@ class _AiohttpPlug(
         from_cache = type(response) is not ClientResponse and (
             getattr(response, "from_cache", False) is True
         )
-        exchange.responded(response.status, response.headers, from_cache=from_cache)
+        # No connection: the body came with the headers, and the response is
+        # finished as it is observed (one step, under one hold of the slot's lock).
+        finished = response.connection is None
+        exchange.responded(
+            response.status, response.headers, from_cache=from_cache, finished=finished
+        )
         try:
             setattr(response, _EXCHANGE_ATTRIBUTE, exchange)
         except AttributeError:  # a response class with __slots__
             _INFO[response] = exchange
-        if response.connection is None:  # the body came with the headers: done
-            exchange.lease.release()
-        else:
+        if not finished:
             hold_until_finished(response, exchange.lease)
         return response
 
