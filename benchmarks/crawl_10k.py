@@ -37,6 +37,13 @@ What it reports, from the simulator's ground truth:
   loop ran (a 50 ms ticker's lateness, 99th percentile);
 * memory per slot: the client's resident memory grown over the crawl, with
   10,000 live slots (and their connections, pools and tasks), per host;
+* the garbage collector's passes over the crawl (``gc.callbacks``): how
+  many full (generation-2) passes, their CPU a request and the young
+  passes', and the longest pause; ``--census`` also counts, at the
+  deadline, the objects it tracks a host by type (a plain container named
+  by the object that holds it) and the garbage left in the oldest
+  generation; ``--gc-threshold`` and ``--gc-freeze`` try the collector's
+  settings in the crawler (docs/benchmarks.md, "The garbage collector");
 * for aiohttp, the most hosts at once whose requests waited in the
   connector for a connection (``ThrottledSession``'s connector allows half
   the process's file descriptors; aiohttp's own default, 100 connections,
@@ -57,7 +64,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import cProfile
+import gc
 import io
 import multiprocessing
 import os
@@ -124,6 +133,91 @@ def _rss() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+class _Collections:
+    """The collector's passes during the crawl (``gc.callbacks``): per generation,
+    how many, their CPU time and the objects they freed; the longest pause."""
+
+    def __init__(self) -> None:
+        self.passes = [0, 0, 0]
+        self.cpu = [0.0, 0.0, 0.0]
+        self.collected = [0, 0, 0]
+        self.longest = 0.0  # wall seconds, any generation
+        self.full: list[tuple[float, float]] = []  # each generation-2 pass: when, CPU seconds
+        self.on = False
+        self._began = (0.0, 0.0)
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if not self.on:
+            return
+        if phase == "start":
+            self._began = (time.process_time(), time.perf_counter())
+            return
+        generation = info["generation"]
+        self.passes[generation] += 1
+        self.cpu[generation] += time.process_time() - self._began[0]
+        self.collected[generation] += info["collected"]
+        if generation == 2:
+            self.full.append((time.monotonic(), time.process_time() - self._began[0]))
+        self.longest = max(self.longest, time.perf_counter() - self._began[1])
+
+
+_PLAIN = (list, dict, set, tuple, collections.deque, collections.Counter)
+
+
+def _name(o: object) -> str:
+    """A tracked object's type, and for a function, method or coroutine its code."""
+    kind = type(o)
+    code = getattr(o, "__qualname__", None) if kind.__name__ in ("coroutine", "function") else None
+    if kind.__name__ == "method":
+        code = f"{type(o.__self__).__qualname__}.{o.__func__.__name__}"  # type: ignore[attr-defined]
+    name = f"{kind.__module__}.{kind.__qualname__}"
+    return name if code is None else f"{name} {code}"
+
+
+def _census(top: int = 60) -> dict[str, Any]:
+    """The objects the collector tracks now, by type (module and name), most first.
+
+    A plain container (list, dict, set, tuple, deque, Counter) is named with
+    the object that holds it (the holder of an instance's ``__dict__`` for a
+    dict that is one), so that what a library keeps per host can be told apart.
+    """
+    # What is garbage now is not what the crawl keeps: collected first, and what
+    # of it was in the oldest generation (only a full pass frees it) counted.
+    old = {id(o) for o in gc.get_objects(generation=2)}
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.collect()
+    gc.set_debug(0)
+    garbage = collections.Counter(_name(o) for o in gc.garbage if id(o) in old)
+    gc.garbage.clear()
+    gc.collect()
+    objects = gc.get_objects()
+    holder: dict[int, str] = {}
+    for o in objects:
+        if isinstance(o, _PLAIN):
+            continue  # a container's contents are named by the container's holder
+        for inner in gc.get_referents(o):
+            if isinstance(inner, _PLAIN) and id(inner) not in holder:
+                holder[id(inner)] = _name(o)
+    for o in objects:  # an instance's __dict__ holds containers for the instance
+        if type(o) is dict and id(o) in holder:
+            for inner in gc.get_referents(o):
+                if isinstance(inner, _PLAIN) and id(inner) not in holder:
+                    holder[id(inner)] = holder[id(o)]
+    by_type: collections.Counter[str] = collections.Counter(
+        _name(o) + (f" in {holder[id(o)]}" if id(o) in holder else "")
+        if isinstance(o, _PLAIN)
+        else _name(o)
+        for o in objects
+    )
+    del objects
+    return {
+        "tracked": sum(by_type.values()),
+        "types": dict(by_type.most_common(top)),
+        "old_garbage": sum(garbage.values()),
+        "old_garbage_types": dict(garbage.most_common(top // 2)),
+    }
+
+
 class _Crawl:
     """One host's task per base URL, each started at its turn, fetching until the deadline."""
 
@@ -140,6 +234,8 @@ class _Crawl:
         self.connector: Any = None  # aiohttp's, to watch its waiters
         self.connector_waiting = 0
         self.acquired_max = 0
+        self.collections = _Collections()
+        self.census: dict[str, Any] | None = None  # asked for: taken at the deadline
 
     def count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -182,10 +278,14 @@ class _Crawl:
         try:
             await asyncio.sleep(max(0.0, self.start - time.monotonic()))
             cpu0, responses0 = time.process_time(), self.responses()
+            self.collections.on = True
             await asyncio.wait(tasks, timeout=self.deadline - time.monotonic())
             # The crawl alone: not the tasks' start, nor their cancelling.
             self.cpu = time.process_time() - cpu0
+            self.collections.on = False
             self.crawled = self.responses() - responses0
+            if self.census is not None:  # what the crawl keeps alive, at its end
+                self.census = _census()
         finally:
             for task in tasks:
                 task.cancel()
@@ -248,13 +348,32 @@ async def _crawl_with(client: str, policy: str, crawl: _Crawl, rate: float) -> d
 
 
 def client_run(
-    client: str, policy: str, urls: list[str], seconds: float, rate: float, profile: str | None
+    client: str,
+    policy: str,
+    urls: list[str],
+    seconds: float,
+    rate: float,
+    profile: str | None,
+    collector: dict[str, Any],
 ) -> dict[str, Any]:
-    """One crawl in this (fresh) process: the client's own figures."""
+    """One crawl in this (fresh) process: the client's own figures.
+
+    ``collector``: ``census`` (count what the collector tracks at the end),
+    ``threshold`` (``gc.set_threshold``'s arguments, or None: Python's) and
+    ``freeze`` (``gc.freeze()`` once the modules are imported and the crawl set up).
+    """
     import autothrottle.aiohttp
     import autothrottle.httpx  # noqa: F401
 
     crawl = _Crawl(urls, seconds, rate)
+    if collector["census"]:
+        crawl.census = {}
+    gc.callbacks.append(crawl.collections)
+    if collector["threshold"] is not None:
+        gc.set_threshold(*collector["threshold"])
+    if collector["freeze"]:
+        gc.collect()
+        gc.freeze()
     rss0 = _rss()
     # CPU time, not the wall clock: on shared cores a wall-clock profile blames
     # whatever ran when the process was descheduled.
@@ -273,6 +392,7 @@ def client_run(
         top = out.getvalue()
     lags = sorted(crawl.lags)
     cpu = crawl.cpu
+    passes = crawl.collections
     return {
         "client_counts": crawl.counts,
         "responses": crawl.crawled,
@@ -289,6 +409,13 @@ def client_run(
         "connector_waiting_hosts": crawl.connector_waiting,
         "connector_acquired_max": crawl.acquired_max,
         "profile_top": top,
+        "gc_passes": passes.passes,
+        "gc_cpu": passes.cpu,
+        "gc_collected": passes.collected,
+        "gc_longest_pause": passes.longest,
+        "gc_full": [(round(at - crawl.start, 2), round(cpu, 4)) for at, cpu in passes.full],
+        "gc_frozen": gc.get_freeze_count(),
+        "census": crawl.census,
     }
 
 
@@ -345,7 +472,7 @@ async def one_run(
             mine = await asyncio.to_thread(
                 pool.apply,
                 client_run,
-                (client, policy, urls, args.seconds, args.rate, profile),
+                (client, policy, urls, args.seconds, args.rate, profile, args.collector),
             )
         await sim.wait_idle(http)
         sim_cpu = _proc_cpu(sim.pid) - sim_cpu0
@@ -410,7 +537,20 @@ async def bench(args: argparse.Namespace, sim: SimProcess) -> list[dict[str, Any
             runs.append(await one_run(sim, args, client, policy))
             if runs[-1]["profile_top"]:
                 print(runs[-1]["profile_top"])
+            if runs[-1]["census"]:
+                print_census(runs[-1])
     return runs
+
+
+def print_census(r: dict[str, Any]) -> None:
+    census, hosts = r["census"], r["hosts"]
+    tracked = census["tracked"]
+    print(f"  tracked objects at the deadline: {tracked:,} ({tracked / hosts:.0f} a host)")
+    for name, n in census["types"].items():
+        print(f"    {n:>9,}  {n / hosts:7.2f} a host  {name}")
+    print(f"  garbage in the oldest generation at the deadline: {census['old_garbage']:,}")
+    for name, n in census["old_garbage_types"].items():
+        print(f"    {n:>9,}  {name}")
 
 
 def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> list[tuple[str, ...]]:
@@ -431,6 +571,12 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> list[tuple[s
                 f"{r['sim_cpu_per_request'] * 1e6:.0f}" if r["sim_cpu_per_request"] else "-",
                 f"{r['bytes_per_host'] / 1e3:.1f}",
                 f"{r['slots']}",
+                f"{r['gc_passes'][2]}",
+                *(
+                    f"{cpu / max(1, r['responses']) * 1e6:.0f}"
+                    for cpu in (r["gc_cpu"][2], r["gc_cpu"][0] + r["gc_cpu"][1])
+                ),
+                f"{r['gc_longest_pause'] * 1e3:.0f}",
             )
         )
         if r["client"] != "raw":
@@ -451,6 +597,10 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> list[tuple[s
             "sim CPU µs/req",
             "client KB/host",
             "slots",
+            "gen-2 passes",
+            "gen-2 CPU µs/req",
+            "gen-0/1 CPU µs/req",
+            "longest gc pause ms",
         ],
         rows,
     )
@@ -487,6 +637,21 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--profile", action="store_true", help="cProfile each crawl")
     parser.add_argument(
+        "--census",
+        action="store_true",
+        help="count the objects the collector tracks at each crawl's end, by type",
+    )
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="the crawler calls gc.freeze() once set up (docs/benchmarks.md, the collector)",
+    )
+    parser.add_argument(
+        "--gc-threshold",
+        metavar="N[,N,N]",
+        help="the crawler calls gc.set_threshold(N, ...) first (Python's: 700,10,10)",
+    )
+    parser.add_argument(
         "--name", default="crawl_10k", help="results file: benchmarks/results/NAME.json"
     )
     args = parser.parse_args()
@@ -502,6 +667,15 @@ def parse_args() -> argparse.Namespace:
     if not set(args.clients) <= CLIENTS:
         parser.error(f"--client: expected aiohttp, httpx, raw, both or all, got {args.client!r}")
     args.policies = ["fixed", "adaptive"] if args.policy == "both" else [args.policy]
+    threshold = None
+    if args.gc_threshold:
+        try:
+            threshold = tuple(int(n) for n in args.gc_threshold.split(","))
+        except ValueError:
+            parser.error(f"--gc-threshold: expected 1-3 integers, got {args.gc_threshold!r}")
+        if not 1 <= len(threshold) <= 3 or min(threshold) < 0:
+            parser.error(f"--gc-threshold: expected 1-3 integers >= 0, got {args.gc_threshold!r}")
+    args.collector = {"census": args.census, "freeze": args.gc_freeze, "threshold": threshold}
     return args
 
 
