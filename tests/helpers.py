@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import gc
 import math
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -175,3 +176,40 @@ def needs_redis() -> None:
     if os.environ.get("CI"):
         pytest.fail("Redis is not running on 127.0.0.1:6379 (.ci/run starts it)")
     pytest.skip("no Redis on 127.0.0.1:6379: start one with `redis-server --daemonize yes`")
+
+
+_REQUESTS_MADE_BY = ("autothrottle", "httpx", "httpcore", "httpx2", "httpcore2")
+
+
+def _made_by_a_request(found: object) -> str | None:
+    """What an object the collector found is, if the throttle or an httpx
+    client made it (a frame or coroutine counts by its code's package)."""
+    kind = type(found)
+    if kind.__module__.split(".")[0] in _REQUESTS_MADE_BY:
+        return f"{kind.__module__}.{kind.__qualname__}"
+    code = getattr(found, "f_code", None) or getattr(found, "cr_code", None)
+    if code is not None and any(f"/{name}/" in code.co_filename for name in _REQUESTS_MADE_BY):
+        return f"{kind.__name__} {code.co_qualname}"
+    return None
+
+
+@contextlib.contextmanager
+def left_for_the_collector() -> Iterator[list[str]]:
+    """What the block leaves that only the garbage collector can free (objects
+    in or behind a reference cycle), of the throttle's and httpx's own: their
+    names, filled in as the block ends. Reference counting frees everything
+    else at once; a cycle waits for a collection, which in a long crawl is a
+    pass over every live object."""
+    gc.collect()
+    found: list[str] = []
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield found
+        gc.collect()
+        found.extend(sorted(filter(None, map(_made_by_a_request, gc.garbage))))
+    finally:
+        gc.garbage.clear()
+        gc.set_debug(0)
+        gc.enable()
+        gc.collect()

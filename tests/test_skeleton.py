@@ -9,9 +9,10 @@ from typing import Any
 import anyio
 import pytest
 
-from autothrottle import Throttle, ThrottleTimeout
+from autothrottle import Lease, Throttle, ThrottleTimeout
 from autothrottle._exchange import Exchange, Plug, paced, paced_blocking
 from autothrottle._request import RequestOptions
+from helpers import left_for_the_collector
 
 
 class HostDown(OSError):
@@ -29,9 +30,10 @@ class Answer:
 class Recording(Plug[str, Answer, str]):
     """A plug that writes down each step it is asked for."""
 
-    __slots__ = ("observe_raises", "steps", "wire_raises")
+    __slots__ = ("exchange", "observe_raises", "steps", "wire_raises")
 
     def __init__(self, observe_raises: bool = False, wire_raises: bool = False) -> None:
+        self.exchange: Exchange | None = None  # the last request's
         self.steps: list[str] = []
         self.observe_raises = observe_raises
         self.wire_raises = wire_raises
@@ -45,6 +47,7 @@ class Recording(Plug[str, Answer, str]):
 
     def wire(self, exchange: Exchange, request: str) -> str:
         self.steps.append("wire")
+        self.exchange = exchange
         if self.wire_raises:
             raise RuntimeError("a connection pool could not be made")
         return "wiring"
@@ -166,6 +169,43 @@ async def test_a_turn_not_come_in_time_raises_the_plugs_error_and_sends_nothing(
     assert plug.steps == ["timed out"]
     held.release()
     assert throttle.slot("k").in_flight == 0
+
+
+async def test_a_turn_not_come_in_time_leaves_nothing_for_the_collector() -> None:
+    # The error's traceback keeps the skeleton's frames: none of them may
+    # keep the error, or the request waits in a cycle for a collection.
+    throttle, plug = Throttle(start_delay=0.0, max_concurrency=1), Recording()
+    held = await throttle.acquire("k")
+    with left_for_the_collector() as left, pytest.raises(TimeoutError):
+        await paced(plug, throttle, "k", OPTIONS, 0.01, _async(_sender(plug, Answer())), "r")
+    held.release()
+    assert left == []
+
+
+@pytest.mark.parametrize("raised", ["timed out", "store failed"])
+async def test_an_error_of_the_wire_turn_leaves_nothing_for_the_collector(
+    raised: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fleet's wire turn may raise (a new turn past max_wait, the store's
+    # error): the exchange that kept it and the skeleton's frame let it go.
+    def wire_wait(lease: Lease) -> float:
+        if raised == "timed out":
+            raise ThrottleTimeout("k", 0.01)
+        raise ConnectionError("the store is down")
+
+    monkeypatch.setattr(Lease, "wire_wait", wire_wait)
+    throttle, plug = Throttle(start_delay=0.0), Recording()
+
+    async def send(request: str) -> Answer:
+        assert plug.exchange is not None
+        await plug.exchange.on_wire()
+        raise AssertionError("never sent")
+
+    with left_for_the_collector() as left:
+        with pytest.raises((TimeoutError, ConnectionError)):
+            await paced(plug, throttle, "k", OPTIONS, None, send, "r")
+        plug.exchange = None
+    assert left == []
 
 
 class _NoAwait(Throttle):

@@ -201,6 +201,8 @@ class Exchange:
         ``ConnectionTimeoutError``), not the host's failure.
         """
         wired: Exception | None = getattr(self, "wire_error", None)
+        if wired is not None:
+            del self.wire_error  # its frames refer to this exchange: no cycle kept
         try:
             if wired is None and isinstance(error, Exception) and host_failure(error):
                 self.lease.fail(error)
@@ -317,10 +319,7 @@ async def paced(
                 key, adjust=options.adjust, max_wait=bound, cost=options.cost
             )
         except ThrottleTimeout as error:
-            raised = plug.timed_out(error, request)
-            if raised is error:
-                raise
-            raise raised from error
+            _raise_timed_out(plug, error, request)
     exchange = Exchange(lease, asked, key, free)
     try:
         wiring = plug.wire(exchange, request)
@@ -333,7 +332,10 @@ async def paced(
         wired = exchange.failed(error, plug.host_failure)
         if wired is None:
             raise
-        _raise_wire_error(plug, wired, request)
+        try:
+            _raise_wire_error(plug, wired, request)
+        finally:
+            del wired  # as in _raise_timed_out
     finally:
         plug.unwire(request, wiring)
     try:
@@ -360,10 +362,7 @@ def paced_blocking(
             key, adjust=options.adjust, max_wait=bound, cost=options.cost
         )
     except ThrottleTimeout as error:
-        raised = plug.timed_out(error, request)
-        if raised is error:
-            raise
-        raise raised from error
+        _raise_timed_out(plug, error, request)
     exchange = Exchange(lease, asked, key)
     try:
         wiring = plug.wire(exchange, request)
@@ -376,7 +375,10 @@ def paced_blocking(
         wired = exchange.failed(error, plug.host_failure)
         if wired is None:
             raise
-        _raise_wire_error(plug, wired, request)
+        try:
+            _raise_wire_error(plug, wired, request)
+        finally:
+            del wired  # as in _raise_timed_out
     finally:
         plug.unwire(request, wiring)
     try:
@@ -387,6 +389,24 @@ def paced_blocking(
         raise
 
 
+def _raise_timed_out(
+    plug: Plug[Request, Any, Any], error: ThrottleTimeout, request: Request
+) -> NoReturn:
+    """Raise the plug's kind of timeout for a turn that did not come in time.
+
+    The traceback keeps this frame: its locals are let go as the error leaves,
+    or the error would refer to itself through them, a cycle that keeps the
+    request and its frames until the garbage collector finds them.
+    """
+    raised = plug.timed_out(error, request)
+    try:
+        if raised is error:
+            raise error
+        raise raised from error
+    finally:
+        del raised, error
+
+
 def _raise_wire_error(
     plug: Plug[Request, Any, Any], error: Exception, request: Request
 ) -> NoReturn:
@@ -394,10 +414,11 @@ def _raise_wire_error(
     ``max_wait`` (a fleet's new turn at the wire, ``_fleet.WireCheck``) as one
     past it at the turn (the plug's kind of timeout); anything else as raised."""
     if isinstance(error, ThrottleTimeout):
-        raised = plug.timed_out(error, request)
-        if raised is not error:
-            raise raised from error
-    raise error
+        _raise_timed_out(plug, error, request)
+    try:
+        raise error
+    finally:
+        del error  # as in _raise_timed_out
 
 
 _Schedule = Callable[[Callable[[], None]], object]
