@@ -15,6 +15,7 @@ import time
 import tracemalloc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -24,9 +25,9 @@ from aiohttp import web
 from autothrottle import AutoThrottlePolicy, Throttle
 from autothrottle._exchange import Exchange
 from autothrottle._httpx._async import _WireTracer
-from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport
+from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport, ThrottledClient
 from autothrottle.store import MemoryStore
-from helpers import wait_until
+from helpers import left_for_the_collector, wait_until
 from httpx_packages import PACKAGES, bind
 from loopback import LoopbackHost, loopback_hosts
 
@@ -239,13 +240,13 @@ async def test_without_a_trace_of_the_callers_httpcore_stops_tracing_once_on_the
 def test_the_wire_tracer_stays_for_a_proxy_tunnels_connect() -> None:
     throttle = Throttle(start_delay=0.0)
     tracer = _WireTracer(Exchange(throttle.acquire_blocking("k"), 0.0), {})
-    tracer.extensions = {"trace": tracer}
-    connect = type("Request", (), {"method": b"CONNECT"})()
-    get = type("Request", (), {"method": b"GET"})()
+    extensions = {"trace": tracer}  # httpcore's tunnel shares the request's
+    connect = SimpleNamespace(method=b"CONNECT", extensions=extensions)
+    get = SimpleNamespace(method=b"GET", extensions=extensions)
     asyncio.run(tracer("http11.send_request_headers.started", {"request": connect}))
-    assert tracer.extensions == {"trace": tracer}  # the tunnel's CONNECT: not yet
+    assert extensions == {"trace": tracer}  # the tunnel's CONNECT: not yet
     asyncio.run(tracer("http11.send_request_headers.started", {"request": get}))
-    assert tracer.extensions == {}
+    assert extensions == {}
 
 
 # -- per-request control -----------------------------------------------------
@@ -450,6 +451,65 @@ async def test_refused_connection_releases_and_counts_a_failure() -> None:
     assert_idle(throttle, "127.0.0.2")
     slot = throttle.slot("127.0.0.2").snapshot()
     assert (slot.sent, slot.responses, slot.failures) == (1, 0, 1)
+
+
+# -- what a request leaves for the garbage collector ---------------------------
+
+
+@pytest.mark.parametrize("route", ["client", "transport"])
+async def test_a_finished_request_leaves_nothing_for_the_garbage_collector(route: str) -> None:
+    # A request's exchange, lease and wiring, and its response with everything
+    # the response holds, are freed by reference counting once the caller
+    # drops them: a cycle would wait for a collection, which in a long crawl
+    # walks every live object. Spaced turns: each request waits in the queue
+    # and takes its wire turn at the headers (the traced path).
+    throttle = fixed(0.02)
+    made = AsyncThrottledClient(throttle=throttle) if route == "client" else client_for(throttle)
+    async with loopback_hosts(1) as (host,), made as client:
+        await client.get(host.url("/warm-up"))  # the connection and its pool, made once
+        with left_for_the_collector() as left:
+            for _ in range(3):
+                assert (await client.get(host.url("/"))).status_code == 200
+            async with client.stream("GET", host.url("/stream/3/0")) as response:
+                async for _chunk in response.aiter_bytes():
+                    pass
+            del response
+    assert left == []
+
+
+async def test_a_failed_cancelled_or_timed_out_request_leaves_nothing_for_the_collector() -> None:
+    throttle = fixed(0.05)
+    port = closed_port("127.0.0.3")
+    async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as client:
+        await client.get(host.url("/warm-up"))
+        with left_for_the_collector() as left:
+            with pytest.raises(httpx.ConnectError):
+                await client.get(f"http://127.0.0.3:{port}/")
+            waiting = asyncio.ensure_future(client.get(host.url("/")))
+            await client.get(host.url("/"))  # meanwhile the other one queues: cancelled
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            del waiting
+            with pytest.raises(httpx.PoolTimeout):  # its turn not come within max_wait
+                await client.get(host.url("/"), extensions={"autothrottle": {"max_wait": 0.001}})
+    assert left == []
+
+
+def test_the_sync_clients_finished_request_leaves_nothing_for_the_collector() -> None:
+    async def serve_then(check: Any) -> None:
+        async with loopback_hosts(1) as (host,):
+            await asyncio.to_thread(check, host)
+
+    def check(host: LoopbackHost) -> None:
+        with ThrottledClient(throttle=fixed(0.02)) as client:
+            client.get(host.url("/warm-up"))
+            with left_for_the_collector() as left:
+                for _ in range(3):
+                    assert client.get(host.url("/")).status_code == 200
+        assert left == []
+
+    asyncio.run(serve_then(check))
 
 
 # -- AsyncThrottledClient ---------------------------------------------------------

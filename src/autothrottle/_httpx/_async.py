@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import inspect  # unasync: -
 import logging
+import weakref
 from collections.abc import (
     AsyncIterator,
     Awaitable,  # unasync: -
@@ -32,6 +33,7 @@ from .._throttle import Throttle
 from ._common import (
     COMPLETE,
     STARTED,
+    STREAM_REFERS_BACK,
     ClientOptions,
     DefaultTimeout,
     DefaultTimeoutDict,
@@ -108,18 +110,21 @@ class _WireTracer:
     """httpcore ``trace`` callback for a request with none of the caller's own.
 
     It takes the wire turn when the request's headers are about to go out,
-    then takes itself off the request (``extensions``, the dict httpcore
-    reads): httpcore stops emitting events, each of which costs an awaited
-    call. The latency then ends when httpcore hands the response back, as it
-    does under aiohttp. Through an HTTPS proxy it stays for the tunnel's
-    ``CONNECT`` and leaves at the real request, whose sending starts the latency.
+    then takes itself off the request (the ``extensions`` of the request
+    httpcore sends, the dict it reads): httpcore stops emitting events, each
+    of which costs an awaited call. The latency then ends when httpcore hands
+    the response back, as it does under aiohttp. Through an HTTPS proxy it
+    stays for the tunnel's ``CONNECT`` and leaves at the real request, whose
+    sending starts the latency.
+
+    It keeps no reference to those extensions, which refer to it: a cycle
+    there would keep the request's exchange and lease for the collector to
+    find, where reference counting frees them when the request is done.
     """
 
-    __slots__ = ("closing", "entry", "exchange", "extensions", "saved")
+    __slots__ = ("closing", "entry", "exchange", "saved")
 
     end = None  # never timed here: the response's return is
-    #: The extensions httpcore reads, this tracer in them (set once it is made).
-    extensions: dict[str, Any]
     #: Set by a plug over the pools per origin (:meth:`_HttpxPlug.wire`) only.
     entry: PooledOrigin
     closing: Sequence[Any]
@@ -134,8 +139,9 @@ class _WireTracer:
             wait = exchange.wire_now()
             if wait > 0.0:
                 await exchange.on_wire(wait)
-            if getattr(info.get("request"), "method", None) != b"CONNECT":
-                self.extensions.pop("trace", None)
+            request = info.get("request")
+            if request is not None and request.method != b"CONNECT":
+                request.extensions.pop("trace", None)
 
 
 class _Wired:
@@ -187,13 +193,24 @@ class _LeaseStream(httpx.AsyncByteStream):
     ``async with`` (or ``aclose``). So the close is the end: the body's
     chunks pass straight from the inner stream, with no call of this one's
     per chunk. A response garbage-collected unclosed releases too.
+
+    httpx's client wraps this stream in one that refers back to the response
+    (``STREAM_REFERS_BACK``); once closed, that wrapper has done its work, and
+    the close puts this stream in its place: the response, its request and
+    everything they hold are then freed when the caller drops the response,
+    not left in a cycle for the garbage collector.
     """
 
-    __slots__ = ("_hold", "_inner")
+    __slots__ = ("_hold", "_inner", "_response")
 
-    def __init__(self, inner: httpx.AsyncByteStream, lease: Lease) -> None:
+    def __init__(
+        self, inner: httpx.AsyncByteStream, lease: Lease, response: httpx.Response | None = None
+    ) -> None:
         self._inner = inner
         self._hold: Hold | None = Hold(lease, self)
+        self._response = (
+            weakref.ref(response) if response is not None and STREAM_REFERS_BACK else None
+        )
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._inner.__aiter__()  # unasync: return iter(self._inner)
@@ -208,6 +225,18 @@ class _LeaseStream(httpx.AsyncByteStream):
             if hold is not None:
                 self._hold = None
                 hold.release()
+            if self._response is not None:
+                self._unbind()
+
+    def _unbind(self) -> None:
+        """Take the client's wrapper, which refers back to the response, off it."""
+        ref, self._response = self._response, None
+        response = None if ref is None else ref()
+        if response is None:
+            return
+        refers_back = getattr(response.stream, "_response", None) is response
+        if refers_back:  # httpx's wrapper: its work (``elapsed``) was done before this close
+            response.stream = self
 
 
 _Wiring = _Tracer | _WireTracer | _Wired
@@ -243,7 +272,7 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
         if origins is None:
             if user is None:
                 wired = _WireTracer(exchange, extensions)
-                wired.extensions = request.extensions = {**extensions, "trace": wired}
+                request.extensions = {**extensions, "trace": wired}
                 return wired
             tracer = _Tracer(exchange, user, extensions)
             request.extensions = {**extensions, "trace": tracer}
@@ -263,12 +292,8 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
             request.extensions = {**extensions, _WIRING: wiring}
             return wiring
         if user is None:
-            wiring = wired = _WireTracer(exchange, extensions)
-            wired.extensions = request.extensions = {
-                **extensions,
-                "trace": wired,
-                _WIRING: wired,
-            }
+            wiring = _WireTracer(exchange, extensions)
+            request.extensions = {**extensions, "trace": wiring, _WIRING: wiring}
         else:
             wiring = _Tracer(exchange, user, extensions)
             request.extensions = {**extensions, "trace": wiring, _WIRING: wiring}
@@ -299,7 +324,7 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
             exchange.lease.release()
         else:
             stream: httpx.AsyncByteStream = response.stream  # type: ignore[assignment]
-            response.stream = _LeaseStream(stream, exchange.lease)
+            response.stream = _LeaseStream(stream, exchange.lease, response)
         return response
 
     async def aclose(self, response: httpx.Response) -> None:
@@ -431,9 +456,7 @@ class _PoolPerOrigin(httpx.AsyncBaseTransport):
                 if wait <= _Wired.SOON:
                     return self._send_wired(wiring, request, wait)
                 # A long wait: traced, so the turn is taken when the headers go.
-                tracer = _WireTracer(exchange, wiring.saved)
-                tracer.extensions = extensions  # this request's own copy
-                extensions["trace"] = tracer
+                extensions["trace"] = _WireTracer(exchange, wiring.saved)  # its own copy
                 return self._send_slowly(entry, request, wiring.closing)
             if wiring.closing:
                 return self._send_slowly(entry, request, wiring.closing)

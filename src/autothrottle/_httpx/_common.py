@@ -8,6 +8,7 @@ user set is told from httpx's default. The pools kept per origin are in
 
 from __future__ import annotations
 
+import inspect
 import ssl
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
@@ -40,6 +41,21 @@ STARTED = ".send_request_headers.started"
 COMPLETE = ".receive_response_headers.complete"
 
 raw_names(httpx.Headers)  # the engine checks a response's names undecoded
+
+
+def _refers_back() -> bool:
+    """Whether the client wraps each response's stream in one that refers back
+    to the response (httpx 0.28's ``BoundAsyncStream``, for ``elapsed``): a
+    reference cycle per response, which only the garbage collector frees."""
+    bound = getattr(getattr(httpx, "_client", None), "BoundAsyncStream", None)
+    try:
+        return bound is not None and "response" in inspect.signature(bound).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+STREAM_REFERS_BACK = _refers_back()
+"""Read once: a throttled response's stream breaks that cycle when it closes."""
 
 
 class ClientOptions(TypedDict, total=False):
