@@ -6,21 +6,27 @@ page, 80/s) crawled by the one policy (``AdaptiveConcurrencyPolicy()``, as
 adaptive.py's one-policy client: start 0.5 s, 16 per host, 32 tasks) on
 looptime's fake-time loop, each answer read ``--lag`` seconds late on
 average (exponential): what a loaded client's event loop does to every
-answer. The host's work is the same at every lag; what changes is what the
-client reads. For each lag it prints the goodput over the second half (as
-adaptive.py's "steady") against the 80/s the workers serve, and the limit
-the policy ended at, and the mean queue at the host (requests waiting for a
-worker, the goal's measure); beside it, the same crawl with the limit pinned at the
-host's 4 workers (what the lag costs by holding a request in flight while
-the client reads it late, the policy's reading aside).
+answer. The client's timers are as late (each draws its own lag from the
+same law): a request the gate told to wait is let go late, as a loaded loop
+lets it go, and the gate sees that. The host's work is the same at every
+lag; what changes is what the client reads. For each lag it prints the
+goodput over the second half (as adaptive.py's "steady") against the 80/s
+the workers serve, the mean queue at the host (requests waiting for a
+worker, the goal's measure) and the limit the policy ended at; beside it,
+the same crawl with the limit pinned at the host's 4 workers (what the lag
+costs by holding a request in flight while the client reads it late, the
+policy's reading aside).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import random
 import statistics
+from collections.abc import Callable
+from typing import Any
 
 import looptime
 
@@ -33,12 +39,29 @@ CAPACITY = WORKERS / SERVICE
 TASKS = 32
 WALL = 1_700_000_000.0
 
+_CLIENT = contextvars.ContextVar("client", default=False)
+"""True while a task runs the client's own code (its timers run late), not the host's."""
+
+
+def lag_client_timers(loop: asyncio.AbstractEventLoop, rng: random.Random, lag: float) -> None:
+    """Make every timer the client sets on ``loop`` fire late by an exponential lag of
+    mean ``lag``, as a loaded event loop runs it; the host's timers stay on time."""
+    call_at = loop.call_at
+
+    def late_call_at(when: float, callback: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        if lag and _CLIENT.get():
+            when += rng.expovariate(1.0 / lag)
+        return call_at(when, callback, *args, **kw)
+
+    loop.call_at = late_call_at  # type: ignore[method-assign]
+
 
 async def crawl(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[float, float, float]:
     """The steady goodput's share of the capacity, the mean queue at the host (requests
     waiting for a worker, over the second half), and the limit the policy ended at."""
     loop = asyncio.get_running_loop()
     rng = random.Random(seed)
+    lag_client_timers(loop, random.Random(seed + 1000), lag)
     # Pinned: the limit never moves from the host's workers (never above, no queue read).
     policy = (
         AdaptiveConcurrencyPolicy(initial_limit=WORKERS, max_limit=WORKERS, beta=1e9)
@@ -59,7 +82,9 @@ async def crawl(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[fl
 
     async def task() -> None:
         while loop.time() < seconds:
+            _CLIENT.set(True)
             lease = await throttle.acquire(HOST)
+            _CLIENT.set(False)
             sent = loop.time()
             arrived = loop.time()
             async with workers:
