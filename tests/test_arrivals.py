@@ -98,7 +98,7 @@ def test_an_answer_slower_than_the_least_moves_the_arrival_by_the_excess() -> No
     assert guard.latest == -math.inf  # no excess: nothing moved
     guard.answered(0.090, wired_at=1.0)  # held up 80 ms somewhere
     assert guard.latest == pytest.approx(1.080)
-    assert guard.since(1.0, gap=0.5) == pytest.approx(1.080)
+    assert guard.since(1.0, gap=0.5, lateness=0.0) == pytest.approx(1.080)
 
 
 def test_an_answer_faster_than_any_lately_counts_as_the_path_speeding_up() -> None:
@@ -136,7 +136,7 @@ def test_a_loaded_client_reading_every_answer_late_is_not_a_held_up_arrival() ->
         guard.answered(0.014, wired_at=None)
     guard.answered(0.014, wired_at=20.0)
     assert guard.least_latency() == pytest.approx(0.014)
-    assert guard.since(20.0, gap=0.5) == pytest.approx(20.0)
+    assert guard.since(20.0, gap=0.5, lateness=0.0) == pytest.approx(20.0)
 
 
 def test_the_gap_after_a_refusal_at_the_pace_keeps_the_makeup_once() -> None:
@@ -148,60 +148,65 @@ def test_the_gap_after_a_refusal_at_the_pace_keeps_the_makeup_once() -> None:
     gap = 0.5
     assert guard.widen(gap, now=10.02)  # the answer to a request sent at 10.0
     most = MAX_MARGIN_SHARE * gap
-    assert guard.since(10.0, gap) == pytest.approx(10.0 + MARGIN_STEP + most)
+    assert guard.since(10.0, gap, 0.0) == pytest.approx(10.0 + MARGIN_STEP + most)
     # A gap counted from a send made after the refusal came keeps the margin only.
-    assert guard.since(10.5 + MARGIN_STEP + most, gap) == pytest.approx(
+    assert guard.since(10.5 + MARGIN_STEP + most, gap, 0.0) == pytest.approx(
         10.5 + 2 * MARGIN_STEP + most
     )
 
 
 def test_the_margin_is_the_averaged_lateness_within_its_share_of_the_gap() -> None:
     guard = ArrivalGuard()
-    assert guard.margin(0.5) == 0.0  # nothing observed: no margin at all
-    guard.late(0.002)
-    guard.late(0.004)
-    assert guard.lateness == pytest.approx(0.003)  # the plain mean of the first ones
-    assert guard.margin(0.5) == pytest.approx(0.003)
-    assert guard.since(1.0, gap=0.5) == pytest.approx(1.003)
-    guard.late(1.0)
-    assert guard.margin(0.5) == pytest.approx(MAX_MARGIN_SHARE * 0.5)
+    assert guard.margin(0.5, lateness=0.0) == 0.0  # nothing observed: no margin at all
+    assert guard.margin(0.5, lateness=0.003) == pytest.approx(0.003)
+    assert guard.since(1.0, gap=0.5, lateness=0.003) == pytest.approx(1.003)
+    assert guard.margin(0.5, lateness=1.0) == pytest.approx(MAX_MARGIN_SHARE * 0.5)
+
+
+def test_the_gates_lateness_is_the_plain_mean_of_the_first_then_about_the_last_10() -> None:
+    _, throttle = strict()
+    gate = gate_of(throttle.slot(KEY))
+    gate.late(0.002)
+    gate.late(0.004)
+    gate.late(-0.001)  # a timer that fired early counts as on time
+    assert gate.lateness == pytest.approx(0.002)
+    for _ in range(100):
+        gate.late(0.010)
+    gate.late(0.0)
+    assert gate.lateness == pytest.approx(0.009, abs=1e-6)  # the last weighs a tenth
 
 
 def test_a_busy_clients_lateness_widens_no_gap_past_what_the_quick_answers_vary() -> None:
     # Timers 8 ms late on a busy client; the host's quick answers lately vary
     # by 3 ms over their least: the margin is 3 ms, not 8 on every gap.
     guard = ArrivalGuard()
-    for _ in range(5):
-        guard.late(0.008)
     for i in range(2 * LATENCY_WINDOW):
         guard.answered(0.010 + 0.001 * (i % 8), wired_at=None)  # 10 ... 17 ms
     assert guard.spread == pytest.approx(0.002)
-    assert guard.margin(0.5) == pytest.approx(0.002)
-    assert guard.since(1.0, gap=0.5) == pytest.approx(1.002)
+    assert guard.margin(0.5, lateness=0.008) == pytest.approx(0.002)
+    assert guard.since(1.0, gap=0.5, lateness=0.008) == pytest.approx(1.002)
 
 
 def test_the_margin_is_the_lateness_where_the_quick_answers_vary_more() -> None:
     guard = ArrivalGuard()
-    guard.late(0.0005)
     for i in range(2 * LATENCY_WINDOW):
         guard.answered(0.010 + 0.004 * (i % 2), wired_at=None)
-    assert guard.margin(0.5) == pytest.approx(0.0005)
+    assert guard.margin(0.5, lateness=0.0005) == pytest.approx(0.0005)
     # ... and at least MARGIN_STEP of it where they vary less than that.
     quiet = ArrivalGuard()
-    quiet.late(0.003)
     for _ in range(2 * LATENCY_WINDOW):
         quiet.answered(0.010, wired_at=None)
-    assert quiet.margin(0.5) == pytest.approx(MARGIN_STEP)
+    assert quiet.margin(0.5, lateness=0.003) == pytest.approx(MARGIN_STEP)
 
 
 def test_a_refusal_at_the_stated_pace_doubles_the_margin_up_to_its_share() -> None:
     guard = ArrivalGuard()
     gap = 0.5
     assert guard.widen(gap, now=1.0)
-    assert guard.margin(gap) == pytest.approx(MARGIN_STEP)
+    assert guard.margin(gap, lateness=0.0) == pytest.approx(MARGIN_STEP)
     margins = [MARGIN_STEP]
     while guard.widen(gap, now=1.0):
-        margins.append(guard.margin(gap))
+        margins.append(guard.margin(gap, lateness=0.0))
     assert margins == pytest.approx([0.001, 0.002, 0.004, 0.008, 0.010])
     assert not guard.widen(gap, now=1.0)  # at its most: the next refusal is no jitter
 
@@ -211,14 +216,12 @@ def test_a_busy_clients_lateness_leaves_the_host_its_refusal_steps() -> None:
     # at the pace are still jitter, each a step, as many as on an idle machine.
     guard = ArrivalGuard()
     gap = 0.5
-    for _ in range(5):
-        guard.late(0.030)
-    assert guard.margin(gap) == pytest.approx(MAX_MARGIN_SHARE * gap)
+    assert guard.margin(gap, lateness=0.030) == pytest.approx(MAX_MARGIN_SHARE * gap)
     steps = 0
     while guard.widen(gap, now=1.0):
         steps += 1
     assert steps == 5  # 1, 2, 4, 8, 10 ms
-    assert guard.margin(gap) == pytest.approx(MAX_MARGIN_SHARE * gap)
+    assert guard.margin(gap, lateness=0.030) == pytest.approx(MAX_MARGIN_SHARE * gap)
 
 
 # -- the gate: a strict pace counts from the latest arrival ---------------------------------

@@ -32,8 +32,8 @@ it, from what the client can observe (``docs/scheduling.md``, rule 10):
   host: a later request as lucky on its way arrives early by what no
   latency shows. Every gap is wider by a margin for it: the client's own
   timer noise (how late a request that was told to wait is let go,
-  averaged: a fraction of a millisecond on an idle machine, a few on a busy
-  one), but no more than the quicker answers lately stand above the least
+  averaged by the gate: a fraction of a millisecond on an idle machine, a
+  few on a busy one), but no more than the quicker answers lately stand above the least
   (the first quarter of the last 16 over their least, at least
   ``MARGIN_STEP``): on a busy client the lateness grows past anything the
   host's arrivals vary by (at load 6 on 200 strict hosts, 7.7 ms a gap
@@ -53,8 +53,8 @@ it, from what the client can observe (``docs/scheduling.md``, rule 10):
 
 The margin is never more than ``MAX_MARGIN_SHARE`` of the gap: a refusal that
 the refusals' own margin at its most does not stop is no longer jitter. The
-guard is pure: it is given wire times, latencies and lateness, on whatever
-clock the caller keeps, and holds no clock of its own. The gate owns one per
+guard is pure: it is given wire times, latencies and the gate's lateness, on
+whatever clock the caller keeps, and holds no clock of its own. The gate owns one per
 slot whose pace is strict.
 """
 
@@ -81,10 +81,6 @@ MAX_MARGIN_SHARE = 0.02
 """The margin is at most this share of the gap: a refusal it does not stop is no
 longer jitter, and the pace keeps at least 98 % of what was stated."""
 
-_LATE_WEIGHT = 0.1
-"""Least weight of one grant's lateness in the averaged timing noise (about the last
-10 count; the first ones weigh 1/n, so it starts as their plain mean)."""
-
 
 class ArrivalGuard:
     """The latest moment the last request on the wire may have reached its host.
@@ -95,7 +91,6 @@ class ArrivalGuard:
             every gap by (0 until one).
         refused_at: When the last refusal at the stated pace came (``-inf``:
             none); a gap counted from a send made before it keeps the makeup.
-        lateness: The averaged lateness of the slot's grants, in seconds.
         spread: How far the quicker answers lately stand above the least: the
             first quarter of the last ``2 * LATENCY_WINDOW`` latencies over
             their least (inf until that many).
@@ -104,11 +99,9 @@ class ArrivalGuard:
     __slots__ = (
         "_answers",
         "_count",
-        "_lates",
         "_least",
         "_next",
         "_recent",
-        "lateness",
         "latest",
         "refused_at",
         "refused_margin",
@@ -119,8 +112,6 @@ class ArrivalGuard:
         self.latest = -math.inf
         self.refused_margin = 0.0
         self.refused_at = -math.inf
-        self.lateness = 0.0
-        self._lates = 0
         self._least = math.inf
         self._next = math.inf
         self._count = 0
@@ -155,28 +146,24 @@ class ArrivalGuard:
         if wired_at is not None and late > 0.0 and wired_at + late > self.latest:
             self.latest = wired_at + late
 
-    def late(self, seconds: float) -> None:
-        """A request told to wait was let go ``seconds`` after its time."""
-        self._lates += 1
-        weight = max(_LATE_WEIGHT, 1.0 / self._lates)  # the plain mean of the first ones
-        self.lateness += weight * (max(0.0, seconds) - self.lateness)
-
-    def margin(self, gap: float) -> float:
-        """Seconds a gap of about ``gap`` is widened by: the client's lateness, no
-        more than the spread of the quicker answers shows (at least
-        ``MARGIN_STEP``), or the refusals' margin when that is more."""
+    def margin(self, gap: float, lateness: float) -> float:
+        """Seconds a gap of about ``gap`` is widened by: the client's ``lateness``
+        (the gate's average), no more than the spread of the quicker answers
+        shows (at least ``MARGIN_STEP``), or the refusals' margin when that is
+        more."""
         spread = self.spread if self.spread > MARGIN_STEP else MARGIN_STEP
-        noise = self.lateness if self.lateness < spread else spread
+        noise = lateness if lateness < spread else spread
         margin = self.refused_margin if self.refused_margin > noise else noise
         most = MAX_MARGIN_SHARE * gap
         return margin if margin < most else most
 
-    def since(self, last: float, gap: float) -> float:
+    def since(self, last: float, gap: float, lateness: float) -> float:
         """Where the next gap (about ``gap`` long) counts from, after a request sent
         at ``last``: its latest arrival when that is later, and the margin on top
-        (and the makeup, when ``last`` came before the last refusal at the pace)."""
+        (for the client's ``lateness``; and the makeup, when ``last`` came
+        before the last refusal at the pace)."""
         latest = self.latest
-        at = (latest if latest > last else last) + self.margin(gap)
+        at = (latest if latest > last else last) + self.margin(gap, lateness)
         if last <= self.refused_at:
             # The first gap after a refusal at the stated pace: the makeup.
             at += MAX_MARGIN_SHARE * gap

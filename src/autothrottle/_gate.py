@@ -114,7 +114,7 @@ class Gate(WireTurn):
         # shortened by a delay that fell since (rule 3).
         self._begun = 0.0
         # When the head was told it may go: how late it comes is the timing
-        # noise of this process (rule 10, the arrival margin).
+        # noise of this process (rule 10, the arrival margin) and its lag.
         self._due = -math.inf
         # The burst allowance of a policy with burst > 1: a token bucket that
         # refills one token per delay, up to the burst.
@@ -318,9 +318,7 @@ class Gate(WireTurn):
             self._due = now + wait
             return wait
         if self._due > -math.inf:
-            arrivals = self.arrivals
-            if arrivals is not None:
-                arrivals.late(now - self._due)
+            self.late(now - self._due)
             self._due = -math.inf
         self._queue.popleft()
         ticket.hold = self._grant(now, make, ticket.cost)

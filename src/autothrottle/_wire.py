@@ -12,9 +12,12 @@ host's own count shows a request to spare, when the last send was due.
 
 :class:`~autothrottle._gate.Gate` is written over it. The fields here are
 written only by this module; the gate reads them through the public names
-below (``lead``, :meth:`WireTurn.counts_from`, and ``arrivals``, which it
-tells how late a head came after it was told it may go: the timing noise of
-this process). Like the gate, it reads time only through the injected clock.
+below (``lead``, :meth:`WireTurn.counts_from`, ``arrivals``) and
+:meth:`WireTurn.late`, by which the gate tells how late a head came after it
+was told it may go: the timing noise of this process, kept on every slot
+(``lateness``, and ``lag``, what of it a latency carries: the adaptive
+policy discounts it, ``docs/signals.md``, "The client's own lag"). Like the
+gate, it reads time only through the injected clock.
 """
 
 from __future__ import annotations
@@ -63,6 +66,15 @@ _MAX_LEAD = 0.05
 """Seconds one grant's way to the wire counts for at most (a new connection's
 handshake is not the usual way)."""
 
+_LATE_WEIGHT = 0.1
+"""Least weight of one grant's lateness in the averaged timing noise (about the last
+10 count; the first ones weigh 1/n, so it starts as their plain mean)."""
+
+TIMER_GRAIN = 0.001
+"""Seconds of a timer's lateness that are its grain, not the client's lag: asyncio's
+selector waits whole milliseconds (rounded up), so a timer on an idle loop
+fires up to 1 ms late, where an answer read on the same loop is not."""
+
 
 def shows_spare(budget: RateLimit | None) -> bool:
     """Whether an answer's budget shows the host a request to spare after it:
@@ -85,6 +97,7 @@ class WireTurn:
     __slots__ = (
         "_grant_at",
         "_grant_due",
+        "_lates",
         "_spare",
         "_wire_due",
         "_wire_gap",
@@ -93,6 +106,8 @@ class WireTurn:
         "arrivals",
         "clock",
         "config",
+        "lag",
+        "lateness",
         "lead",
         "lock",
         "state",
@@ -123,6 +138,14 @@ class WireTurn:
         self._grant_at = -math.inf
         self._grant_due = math.inf
         self._wire_due = math.inf
+        # How late the gate's heads came after they were told they may go,
+        # averaged (the timing noise of this process: the arrival margin of a
+        # strict pace), and what of it is the client's lag rather than a
+        # timer's grain (a latency carries it too: the adaptive policy's
+        # estimate discounts it).
+        self.lateness = 0.0
+        self.lag = 0.0
+        self._lates = 0
 
     def counts_from(self, last: float | None, due: float, gap: float) -> float | None:
         """Where the next gap counts from after a send at ``last`` (due at ``due``,
@@ -148,7 +171,23 @@ class WireTurn:
                 return last
             back = last - 0.5 * gap
             return due if due > back else back
-        return arrivals.since(last, self.state.pace.delay)
+        return arrivals.since(last, self.state.pace.delay, self.lateness)
+
+    def late(self, seconds: float) -> None:
+        """A head told to wait was let go ``seconds`` after its time (a grant
+        after a timed wait, on any slot): the averaged ``lateness`` and ``lag``.
+
+        Only a timed wait counts: a head woken by a release resumes within the
+        loop's turn, and says less of how late a busy loop reads what came.
+        """
+        self._lates += 1
+        weight = 1.0 / self._lates  # the plain mean of the first ones
+        if weight < _LATE_WEIGHT:
+            weight = _LATE_WEIGHT
+        lateness = self.lateness
+        lateness += weight * ((seconds if seconds > 0.0 else 0.0) - lateness)
+        self.lateness = lateness
+        self.lag = lateness - TIMER_GRAIN if lateness > TIMER_GRAIN else 0.0
 
     def granted(self, now: float, due: float) -> None:
         """The gate granted a hold at ``now``, due at ``due`` (the gap's end)."""
