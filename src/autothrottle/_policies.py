@@ -187,7 +187,11 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
     request that happened to meet no queue does not hide one. From the two it
     reads how many of its in-flight
     requests wait at the host rather than being served:
-    ``queued = limit * (1 - base / round_min)``. Under ``alpha`` queued it
+    ``queued = limit * (1 - base / round_min)``. A loaded client reads every
+    latency late by its own lag, the round's lowest too: that part of a rise
+    is the client's, not a queue at the host, so the rise is judged above
+    ``base + sample.lag`` (the lag the gate measured, 0 on an idle client).
+    Under ``alpha`` queued it
     raises the limit by ``step``; above ``beta`` it lowers it by ``step``.
     Until the first round above ``beta`` it doubles the limit instead (a slow
     start, as TCP's), and at that round goes back to the last limit that
@@ -283,7 +287,11 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         # the first change could show in the latency.
         seen = state.get("seen", 0.0) + 1.0
         if seen >= limit and seen >= self.round_size:
-            queued = limit * (1.0 - base / second) if math.isfinite(second) else 0.0
+            # The client's own lag is in every latency read, but not in the
+            # host's queue: a rise it explains is no queue (docs/signals.md,
+            # "The client's own lag"). 0 on an idle client: no change there.
+            floor = base + sample.lag
+            queued = limit * (1.0 - floor / second) if math.isfinite(second) else 0.0
             cap = min(self.max_limit, float(config.max_concurrency))
             steady = state.get("steady", 0.0)
             if queued < self.alpha and sample.in_flight >= limit - 1.0:

@@ -41,6 +41,10 @@ class Sample:
         cache_hit: True when a cache (CDN, proxy) answered: the latency says
             nothing about the origin.
         state: Per-slot scratch space for policies that need memory.
+        lag: Seconds the client itself has lately been late to run what was
+            due (its event loop's lag, averaged; 0 on an idle client): a
+            latency is read that late too, on average, and that part is not
+            the host's (``docs/signals.md``, "The client's own lag").
     """
 
     latency: float
@@ -48,6 +52,7 @@ class Sample:
     in_flight: int
     cache_hit: bool = False
     state: dict[str, float] = field(default_factory=dict)
+    lag: float = 0.0
 
 
 _new_object = object.__new__
@@ -56,20 +61,28 @@ _set_status = vars(Sample)["status"].__set__
 _set_in_flight = vars(Sample)["in_flight"].__set__
 _set_cache_hit = vars(Sample)["cache_hit"].__set__
 _set_state = vars(Sample)["state"].__set__
+_set_lag = vars(Sample)["lag"].__set__
 
 
 def new_sample(
-    latency: float, status: int, in_flight: int, cache_hit: bool, state: dict[str, float]
+    latency: float,
+    status: int,
+    in_flight: int,
+    cache_hit: bool,
+    state: dict[str, float],
+    lag: float,
 ) -> Sample:
-    """``Sample(latency, status, in_flight, cache_hit, state)``, the same object,
-    made for every response at half the cost: a frozen dataclass's ``__init__``
-    sets each field through ``object.__setattr__``; this sets the slots directly."""
+    """``Sample(latency, status, in_flight, cache_hit, state, lag)``, the same
+    object, made for every response at half the cost: a frozen dataclass's
+    ``__init__`` sets each field through ``object.__setattr__``; this sets the
+    slots directly."""
     sample: Sample = _new_object(Sample)
     _set_latency(sample, latency)
     _set_status(sample, status)
     _set_in_flight(sample, in_flight)
     _set_cache_hit(sample, cache_hit)
     _set_state(sample, state)
+    _set_lag(sample, lag)
     return sample
 
 

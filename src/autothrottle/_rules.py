@@ -261,7 +261,8 @@ class Rules:
             share = CacheShare.miss(cache, state.counters.responses)
         policy = config.policy
         memory = state.pace.policy_state
-        sample = new_sample(latency, status, slot.gate.in_flight(), cache_hit, memory)
+        gate = slot.gate
+        sample = new_sample(latency, status, gate.in_flight(), cache_hit, memory, gate.lag)
         if share == 1.0:
             # No cache in front (most slots): the origin's pace is the slot's,
             # with no headroom and no hits to add, cap or none.
