@@ -12,10 +12,11 @@ lets it go, and the gate sees that. The host's work is the same at every
 lag; what changes is what the client reads. For each lag it prints the
 goodput over the second half (as adaptive.py's "steady") against the 80/s
 the workers serve, the mean queue at the host (requests waiting for a
-worker, the goal's measure) and the limit the policy ended at; beside it,
-the same crawl with the limit pinned at the host's 4 workers (what the lag
-costs by holding a request in flight while the client reads it late, the
-policy's reading aside).
+worker, the goal's measure), the limit the policy ended at and the
+lateness the gate measured (docs/signals.md, "The client's own lag"); beside
+it, the same crawl with the limit pinned at the host's 4 workers (what the
+lag costs by holding a request in flight while the client reads it late,
+the policy's reading aside).
 """
 
 from __future__ import annotations
@@ -56,9 +57,12 @@ def lag_client_timers(loop: asyncio.AbstractEventLoop, rng: random.Random, lag: 
     loop.call_at = late_call_at  # type: ignore[method-assign]
 
 
-async def crawl(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[float, float, float]:
+async def crawl(
+    seconds: float, lag: float, seed: int, pinned: bool
+) -> tuple[float, float, float, float]:
     """The steady goodput's share of the capacity, the mean queue at the host (requests
-    waiting for a worker, over the second half), and the limit the policy ended at."""
+    waiting for a worker, over the second half), the limit the policy ended at, and
+    the lateness the gate measured (its average as the crawl ended)."""
     loop = asyncio.get_running_loop()
     rng = random.Random(seed)
     lag_client_timers(loop, random.Random(seed + 1000), lag)
@@ -100,10 +104,11 @@ async def crawl(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[fl
     state = throttle.store.load(HOST)
     limit = state.policy_state.get("limit", 0.0) if state is not None else 0.0
     steady = sum(1 for at in served if at >= seconds / 2) / (seconds / 2)
-    return steady / CAPACITY, waited[0] / (seconds / 2), limit
+    lateness = throttle.slot(HOST)._live.gate.lateness
+    return steady / CAPACITY, waited[0] / (seconds / 2), limit, lateness
 
 
-def run(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[float, float, float]:
+def run(seconds: float, lag: float, seed: int, pinned: bool) -> tuple[float, float, float, float]:
     loop = looptime.new_event_loop(start=0.0)
     try:
         return loop.run_until_complete(crawl(seconds, lag, seed, pinned))
@@ -125,7 +130,8 @@ def main() -> None:
         print(
             f"lag {1000 * lag:4.0f} ms: one policy {statistics.fmean(r[0] for r in policy):4.0%} "
             f"of {CAPACITY:.0f}/s, queue {statistics.fmean(r[1] for r in policy):.2f}, "
-            f"limits {', '.join(f'{r[2]:g}' for r in policy)}; "
+            f"limits {', '.join(f'{r[2]:g}' for r in policy)}, "
+            f"lateness {1000 * statistics.fmean(r[3] for r in policy):.1f} ms; "
             f"limit pinned at {WORKERS}: {statistics.fmean(r[0] for r in pinned):4.0%}, "
             f"queue {statistics.fmean(r[1] for r in pinned):.2f}"
         )
