@@ -545,6 +545,10 @@ async def run_one(
             figures["final_delay"] = snap.delay
             record = throttle.store.load(host)
             figures["policy_state"] = {} if record is None else dict(record.policy_state)
+            # How late the client let its timed waits go, and the lag the policy
+            # discounts (docs/signals.md, "The client's own lag"), as the run ended.
+            gate = throttle.slot(host)._live.gate
+            figures["client_lag"] = {"lateness": gate.lateness, "lag": gate.lag}
     return figures
 
 
@@ -923,9 +927,11 @@ async def bench(args: argparse.Namespace, sim: SimProcess) -> list[dict[str, Any
         for client in args.clients:
             print(f"  {name:<12} {CLIENT_LABELS[client]:<50} {args.seconds:g} s ...", end="")
             r = await run_one(sim, hosts[name], site, client, args)
+            lag = r.get("client_lag")
             print(
                 f" goodput {r['goodput']:.1f}/s ({r['goodput_share']:.0%}), "
-                f"errors {r['error_share']:.1%}, queue {r['mean_queue']:.2f}",
+                f"errors {r['error_share']:.1%}, queue {r['mean_queue']:.2f}"
+                + (f", client lag {1000 * lag['lag']:.1f} ms" if lag else ""),
                 flush=True,
             )
             runs.append(r)
