@@ -54,6 +54,11 @@ the host's (for the CDN: the origin's) time-average queue, the busiest
 1-second window, and when the goodput settled. The goals are in
 docs/benchmarks.md; they are printed at the end, met or missed, never part
 of the test run.
+
+``--busy 0.02`` holds the client's own event loop 20 ms of every 40 while
+autothrottle's aiohttp and httpx clients crawl: a busy client, whose loop
+reads every answer late (docs/signals.md, "The client's own lag"). Each run
+of those clients reports the lateness its throttle measured.
 """
 
 from __future__ import annotations
@@ -284,6 +289,29 @@ async def run_aiohttp(
         await _run_workers(fetch, base, seconds)
 
 
+@contextlib.asynccontextmanager
+async def _busy_loop(busy: float) -> Any:
+    """With ``busy`` > 0, hold the client's event loop ``busy`` seconds out of every
+    ``2 * busy`` while the crawl runs: a client with work of its own (parsing its
+    pages), whose loop then runs everything late, the answers' reading too."""
+
+    async def hold() -> None:
+        while True:
+            await asyncio.sleep(busy)
+            end = time.perf_counter() + busy
+            while time.perf_counter() < end:
+                pass
+
+    task = asyncio.ensure_future(hold()) if busy > 0 else None
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 async def run_fixed(base: str, seconds: float, tally: Tally) -> None:
     gate = asyncio.Semaphore(MAX_CONCURRENCY)
     timeout = aiohttp.ClientTimeout(total=30)
@@ -510,7 +538,8 @@ async def run_one(
         if client in THROTTLED:
             throttle = make_throttle(site, client, args)
             runner = run_httpx if client == "httpx" else run_aiohttp
-            await runner(base, seconds, throttle, softblock, tally)
+            async with _busy_loop(args.busy):
+                await runner(base, seconds, throttle, softblock, tally)
         elif client == "fixed":
             await run_fixed(base, seconds, tally)
         else:
@@ -548,7 +577,8 @@ async def run_one(
             # How late the client let its timed waits go, and the lag the policy
             # discounts (docs/signals.md, "The client's own lag"), as the run ended.
             gate = throttle.slot(host)._live.gate
-            figures["client_lag"] = {"lateness": gate.lateness, "lag": gate.lag}
+            if hasattr(gate, "lag"):  # a checkout from before the lag was measured has none
+                figures["client_lag"] = {"lateness": gate.lateness, "lag": gate.lag}
     return figures
 
 
@@ -931,7 +961,11 @@ async def bench(args: argparse.Namespace, sim: SimProcess) -> list[dict[str, Any
             print(
                 f" goodput {r['goodput']:.1f}/s ({r['goodput_share']:.0%}), "
                 f"errors {r['error_share']:.1%}, queue {r['mean_queue']:.2f}"
-                + (f", client lag {1000 * lag['lag']:.1f} ms" if lag else ""),
+                + (
+                    f", client late {1000 * lag['lateness']:.1f} ms, lag {1000 * lag['lag']:.1f}"
+                    if lag
+                    else ""
+                ),
                 flush=True,
             )
             runs.append(r)
@@ -1013,6 +1047,14 @@ def _parse_args() -> argparse.Namespace:
         metavar="NAME=VALUE,...",
         help="AdaptiveConcurrencyPolicy keywords for the one-policy client, e.g. beta=0.6",
     )
+    parser.add_argument(
+        "--busy",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="hold the client's event loop SECONDS of every 2 x SECONDS (autothrottle's "
+        "aiohttp and httpx clients): a busy client, whose loop runs everything late",
+    )
     parser.add_argument("--seed", type=int, default=1, help="the simulator's jitter seed")
     parser.add_argument("--name", default="adaptive", help="results file name (default adaptive)")
     args = parser.parse_args()
@@ -1035,6 +1077,8 @@ def _parse_args() -> argparse.Namespace:
         parser.error(str(exc))
     if args.target is not None and not args.target > 0:
         parser.error("--target must be > 0")
+    if not 0 <= args.busy <= 1:
+        parser.error("--busy must be in [0, 1] seconds")
     if not (args.name and all(ch.isalnum() or ch in "-_" for ch in args.name)):
         parser.error("--name must be letters, digits, - or _")
     return args
@@ -1076,6 +1120,7 @@ def main() -> None:
                 "max_concurrency": MAX_CONCURRENCY,
                 "target_override": args.target,
                 "throttle_args": args.throttle_args,
+                "busy": args.busy,
                 "adaptive_args": args.adaptive,
                 "sites": {b: SITES[b].__dict__ for b in sites},
                 "seed": args.seed,
