@@ -311,7 +311,7 @@ async def paced(
     cancelled on the way releases the lease (``docs/adapters.md``)."""
     asked = perf_counter()
     # A free turn without a coroutine; any other waits in the queue.
-    lease = throttle.acquire_now(key, adjust=options.adjust, max_wait=bound, cost=options.cost)
+    lease = throttle.acquire_now(key, options.adjust, bound, options.cost)
     free = lease is not None
     if lease is None:
         try:

@@ -137,6 +137,14 @@ class Gate(WireTurn):
                 self._expire(self.clock())
         return len(self._holds)
 
+    def in_flight_at(self, now: float) -> int:
+        """:meth:`in_flight`, the clock read at ``now`` already (the usual
+        response's count, ``LiveSlot.respond``: a clock read fewer)."""
+        if self._holds and now >= self._soonest:
+            with self.lock:
+                self._expire(now)
+        return len(self._holds)
+
     def queued(self) -> int:
         """Tickets waiting."""
         return len(self._queue)

@@ -129,7 +129,7 @@ class LiveSlot:
             return
         pace, memory = state.pace, state.pace.policy_state
         old = pace.delay
-        sample = new_sample(latency, status, gate.in_flight(), False, memory, gate.lag)
+        sample = new_sample(latency, status, gate.in_flight_at(now), False, memory, gate.lag)
         new = policy.next_delay(old, sample, config)
         limit = policy.in_flight_limit(memory)
         low = config.min_delay

@@ -376,7 +376,6 @@ class Throttle:
     def acquire_now(
         self,
         key: str,
-        *,
         adjust: bool = True,
         max_wait: float | None = None,
         cost: Cost | Mapping[str, float] | None = None,
@@ -388,7 +387,8 @@ class Throttle:
         without building a coroutine. Unlike :meth:`try_acquire`, a throttle
         whose store is shared (a fleet) answers None rather than raising: its
         turn is only known after a round trip to the store. Arguments as for
-        :meth:`acquire`, checked before a turn is taken.
+        :meth:`acquire`, checked before a turn is taken; they may also be
+        given in order (the adapters do: a keyword costs on every request).
         """
         tokens = None if cost is None else check_cost(cost)
         if max_wait is not None:
