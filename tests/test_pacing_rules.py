@@ -326,3 +326,53 @@ def test_a_response_that_may_not_lower_the_delay_leaves_no_ramp_to_fall_along() 
     assert throttle.try_acquire("a") is None
     clock.advance(0.1)
     assert throttle.try_acquire("a") is not None
+
+
+STATED = {"RateLimit-Policy": '"p";q=10;w=1', "RateLimit": '"p";r=9;t=1'}
+
+
+def test_scrapys_rule_adapts_from_the_pace_the_host_states_not_from_the_start_delay() -> None:
+    # Scrapy's settings start at 0.5 s; the first answer says 10 a second. The
+    # rule adapts from 0.1 s, (0.1 + 0.01) / 2, and the gap begun at 0.5 s is
+    # shortened too: the next send goes 0.1 s after the first, not 0.5 s.
+    clock, throttle = fake(start_delay=0.5)
+    slot = throttle.slot(KEY)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    clock.advance(0.01)
+    lease.observe(latency=0.01, status=200, headers=STATED)
+    lease.release()
+    assert slot.delay == pytest.approx(0.055)
+    clock.advance(0.089)
+    assert throttle.try_acquire(KEY) is None
+    clock.advance(0.001)
+    assert throttle.try_acquire(KEY) is not None
+
+
+def test_a_stated_pace_lowers_the_delay_no_further_than_the_policys_target() -> None:
+    # A host that says 10 a second but answers in 300 ms: Scrapy's rule keeps
+    # its target, 0.3 s, whatever the host states.
+    clock, throttle = fake(start_delay=0.5)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    clock.advance(0.3)
+    lease.observe(latency=0.3, status=200, headers=STATED)
+    lease.release()
+    assert throttle.slot(KEY).delay == pytest.approx(0.3)
+
+
+def test_only_the_hosts_first_statement_replaces_the_delay() -> None:
+    # Once the pace is stated, the rule adapts from its own delay again: a
+    # delay that slow answers raised halves toward a fast one, as Scrapy's does.
+    clock, throttle = fake(start_delay=0.5)
+    slot = throttle.slot(KEY)
+    for latency in (0.01, 2.0, 2.0, 0.01):
+        clock.advance(max(0.0, gate_of(slot).send_at(clock()) - clock()))
+        lease = throttle.try_acquire(KEY)
+        assert lease is not None
+        clock.advance(latency)
+        lease.observe(latency=latency, status=200, headers=STATED)
+        lease.release()
+    # 0.055, then the target 2.0 (above the halfway 1.03), 2.0 again, then
+    # halfway from 2.0, not from the stated 0.1
+    assert slot.delay == pytest.approx(1.005)

@@ -151,9 +151,11 @@ class Rules:
             else None  # the usual answer, without a call
         )
         read = None
+        first = False  # the host states its pace for the first time
         if self._reads_headers:
             read = read_headers(status, fields, now=self._wall_clock(), from_cache=cache_hit)
             cache_hit = read.cache_hit
+            first = read.rate_limit is not None and not state.limits.stated_gap(now)
         # A refusal at the pace the host was said to allow widens the margin a step.
         edge = 0.0 if reason is None else self._edge_step(slot, read, sent_at, now)
         kept = edge or (0.0 if reason is None else self._kept_gap(slot, read, sent_at, now))
@@ -182,7 +184,8 @@ class Rules:
             # What the host let through, adjusted or not: the lower bound of its limit.
             self.recovery.count_success(state.refusal, now)
         if adjust:
-            self._adapt(slot, latency, status, cache_hit, now)
+            start = self._stated_start(state, now) if first else 0.0
+            self._adapt(slot, latency, status, cache_hit, now, start)
 
     def _arrived(
         self,
@@ -199,10 +202,28 @@ class Rules:
         budget = read.rate_limit if read is not None and counts else None
         slot.gate.answered(sent_at, latency, now, budget)
 
+    @staticmethod
+    def _stated_start(state: SlotState, now: float) -> float:
+        """The pace the host's headers state, when below a delay it was never
+        refused at (0.0: none): the policy adapts from it, not from that delay
+        (``docs/signals.md``, "Rate-limit headers": a stated start)."""
+        stated = state.limits.stated_gap(now)
+        if stated < state.pace.delay and state.refusal.refused_gap <= 0.0:
+            return stated
+        return 0.0
+
     def _adapt(
-        self, slot: LiveSlot, latency: float, status: int, cache_hit: bool, now: float
+        self,
+        slot: LiveSlot,
+        latency: float,
+        status: int,
+        cache_hit: bool,
+        now: float,
+        start: float = 0.0,
     ) -> None:
-        """The policy's next delay, within the bounds every policy shares."""
+        """The policy's next delay, within the bounds every policy shares;
+        ``start``: a pace the host just stated, adapted from in place of the
+        delay when it is less (:meth:`_stated_start`)."""
         state = slot.state
         config = slot.config
         old = state.pace.delay
@@ -216,7 +237,7 @@ class Rules:
             if slow > old:
                 new = slow
         else:
-            new = self._policy_delay(slot, latency, status, cache_hit)
+            new = self._policy_delay(slot, latency, status, cache_hit, start or old)
             reason = "cache hit" if cache_hit else "latency"
         new = config.clamp(new)
         if not state.refusal.refused_gap <= 0.0:  # else no floor (floor() says 0.0)
@@ -237,14 +258,22 @@ class Rules:
                 # The gate keeps lowering it toward `ramp_to` as time passes, so a
                 # slot whose next response is a long delay away is not stuck.
                 new, reason = held, "ramp-up"
+        if start and new < old:
+            # The delay was a guess made before the host said its pace: the gap it
+            # began is shortened too, as by a delay set by hand (scheduling rule 3).
+            slot.gate.set_by_hand()
+            reason = "stated pace"
         if state.pace.adapt(new, now, ramp_to=ramp_to):
             slot.gate.wake()
         if self.debug:
             log_delay(slot.key, slot.gate.in_flight(), old, new, reason, latency, status)
 
     @staticmethod
-    def _policy_delay(slot: LiveSlot, latency: float, status: int, cache_hit: bool) -> float:
-        """The policy's delay for a response that reached the origin.
+    def _policy_delay(
+        slot: LiveSlot, latency: float, status: int, cache_hit: bool, previous: float
+    ) -> float:
+        """The policy's delay for a response that reached the origin, adapted from
+        ``previous`` (the slot's delay, or a pace the host just stated).
 
         The policy paces the origin: it is handed the gap between requests that
         reach it (the delay over the miss share), and its answer is scaled back
@@ -266,7 +295,7 @@ class Rules:
         if share == 1.0:
             # No cache in front (most slots): the origin's pace is the slot's,
             # with no headroom and no hits to add, cap or none.
-            delay = policy.next_delay(state.pace.delay, sample, config)
+            delay = policy.next_delay(previous, sample, config)
         else:
             delay = Rules._paced_behind_cache(slot, share, sample)
         limit = policy.in_flight_limit(memory)  # as the sample left it
