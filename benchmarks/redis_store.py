@@ -5,6 +5,9 @@ Run with ``python benchmarks/redis_store.py`` (about two minutes; Redis on
 Loopback only. It prints each goal met or missed with its figure.
 ``--trace`` (with ``--crawl-only`` for the crawl alone) explains the gaps
 shorter than the limit's at the hosts (``benchmarks/_fleet_trace.py``).
+Each worker's full garbage collections are counted (their CPU, what they
+walk, the longest pause of any); ``--gc-freeze`` and ``--gc-threshold`` try
+the collector's settings in the workers (``docs/fleet.md``).
 
 * **The fleet crawl** (the goals): four worker processes share 200 hosts
   through one ``RedisStore``, each with ``Throttle(policy=FixedRatePolicy(2))``
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import multiprocessing
 import sys
@@ -67,24 +71,39 @@ def _crawler(
     seconds: float,
     out: Any,
     trace: bool = False,
+    collector: dict[str, Any] | None = None,
 ) -> None:
-    """One worker process: two tasks per host until ``start + seconds`` (wall clock)."""
+    """One worker process: two tasks per host until ``start + seconds`` (wall clock).
+
+    ``collector``: ``threshold`` (``gc.set_threshold``'s arguments, or None:
+    Python's) and ``freeze`` (``gc.freeze()`` once set up, before the crawl).
+    """
+    collector = collector or {}
 
     async def run() -> dict[str, Any]:
         records: list[dict[str, Any]] = []
         traces = [_fleet_trace.install(records)] if trace else []
-        pauses = _fleet_trace.collections_timed() if trace else {}
+        pauses = _fleet_trace.collections_timed()
         store = RedisStore(redis, prefix=prefix)
         throttle = Throttle(policy=FixedRatePolicy(RATE), store=store)
         counts: dict[str, int] = {}
         connector = aiohttp.TCPConnector(limit=0)
         timeout = aiohttp.ClientTimeout(total=30)
-        await asyncio.sleep(max(0.0, start - time.time()))
-        deadline = time.monotonic() + seconds
-        cpu = time.process_time()
+        if collector.get("threshold"):
+            gc.set_threshold(*collector["threshold"])
         async with ThrottledSession(
             throttle=throttle, connector=connector, timeout=timeout, trace_configs=traces
         ) as s:
+            if collector.get("freeze"):  # set up: what is alive now stays
+                gc.collect()
+                gc.freeze()
+            await asyncio.sleep(max(0.0, start - time.time()))
+            for passes in pauses.values():
+                passes.clear()  # the crawl's own
+            full_cpu = _full_passes_cpu()
+            tracked = len(gc.get_objects())  # what a full pass walks (none of it frozen)
+            deadline = time.monotonic() + seconds
+            cpu = time.process_time()
 
             async def worker(base: str) -> None:
                 while time.monotonic() < deadline:
@@ -109,14 +128,41 @@ def _crawler(
             "round_trips": store.round_trips,
             "turns": store.turns,
             "cpu_share": cpu_share,
-            **({"trace": records, "gc": pauses} if trace else {}),
+            "gc": pauses,
+            "gc_full_cpu": full_cpu,
+            "gc_tracked": tracked,
+            "gc_frozen": gc.get_freeze_count(),
+            **({"trace": records} if trace else {}),
         }
 
     out.put(asyncio.run(run()))
 
 
+def _full_passes_cpu() -> list[float]:
+    """The CPU seconds of each full (generation-2) garbage collection from now
+    on: the wall-clock pause also counts the time the process waited for a
+    core, which on a loaded machine is most of it."""
+    spent: list[float] = []
+    began = [0.0]
+
+    def timing(phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            began[0] = time.process_time()
+        else:
+            spent.append(time.process_time() - began[0])
+
+    gc.callbacks.append(timing)
+    return spent
+
+
 async def fleet_crawl(
-    redis: str, seconds: float, hosts: int = HOSTS, trace: bool = False
+    redis: str,
+    seconds: float,
+    hosts: int = HOSTS,
+    trace: bool = False,
+    collector: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     spec = f"rate:rate={RATE:g},burst=1,headers=false"
     sim = SimProcess(["--many", f"{hosts}={spec}", "--seed", "1"])
@@ -129,7 +175,8 @@ async def fleet_crawl(
             start = time.time() + 3.0  # every worker imported and ready
             workers = [
                 multiprocessing.Process(
-                    target=_crawler, args=(redis, prefix, urls, start, seconds, queue, trace)
+                    target=_crawler,
+                    args=(redis, prefix, urls, start, seconds, queue, trace, collector),
                 )
                 for _ in range(WORKERS)
             ]
@@ -143,9 +190,19 @@ async def fleet_crawl(
     finally:
         sim.stop()
     summary = summarize(doc, RATE)
+    pauses = [r.pop("gc") for r in results]
+    summary["gc"] = [
+        {
+            "tracked": r.pop("gc_tracked"),
+            "frozen": r.pop("gc_frozen"),
+            "full": len(p[2]),
+            "full_cpu_ms": 1e3 * sum(r.pop("gc_full_cpu")),
+            "longest_ms": 1e3 * max(max(p[g], default=0.0) for g in (0, 1, 2)),
+        }
+        for p, r in zip(pauses, results, strict=True)
+    ]
     if trace:
         traces = [r.pop("trace") for r in results]
-        pauses = [r.pop("gc") for r in results]
         summary["trace"] = _fleet_trace.analyse(traces, doc, 1.0 / RATE, pauses)
         write_results("redis_store_trace", {"traces": traces, "hosts": doc["hosts"]})
     sent = sum(r["sent"] for r in results)
@@ -310,7 +367,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         flush=True,
     )
     crawl = results["fleet_crawl"] = await fleet_crawl(
-        args.redis, args.seconds, args.hosts, args.trace
+        args.redis, args.seconds, args.hosts, args.trace, args.collector
     )
     share = crawl["aggregate_rate"] / crawl["limit_sum"]
     print(
@@ -333,6 +390,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )
     cpu = [f"{worker['cpu_share']:.0%}" for worker in crawl["workers"]]
     print(f"  each worker's CPU (of one core): {', '.join(cpu)}", flush=True)
+    collections = ", ".join(
+        f"{w['full']} ({w['full_cpu_ms']:.0f} ms CPU; {w['tracked']:,} tracked, "
+        f"{w['frozen']:,} frozen; longest pause {w['longest_ms']:.0f} ms)"
+        for w in crawl["gc"]
+    )
+    print(f"  each worker's full garbage collections: {collections}", flush=True)
     if "trace" in crawl:
         print(json.dumps(crawl["trace"], indent=1), flush=True)
     if args.crawl_only:
@@ -380,7 +443,24 @@ if __name__ == "__main__":
     parser.add_argument(
         "--name", default="redis_store", help="results file name (default redis_store)"
     )
+    parser.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="each worker calls gc.freeze() once set up (docs/fleet.md, the garbage collector)",
+    )
+    parser.add_argument(
+        "--gc-threshold",
+        metavar="N[,N,N]",
+        help="each worker calls gc.set_threshold(N, ...) first (Python's: 700,10,10)",
+    )
     arguments = parser.parse_args()
+    threshold = None
+    if arguments.gc_threshold:
+        try:
+            threshold = tuple(int(n) for n in arguments.gc_threshold.split(","))
+        except ValueError:
+            parser.error(f"--gc-threshold: expected 1-3 integers, got {arguments.gc_threshold!r}")
+    arguments.collector = {"freeze": arguments.gc_freeze, "threshold": threshold}
     if arguments.quick:
         arguments.seconds = 10.0
     if not 1 <= arguments.hosts <= 1000:
