@@ -75,6 +75,7 @@ import socket
 import statistics
 import sys
 import time
+import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -174,6 +175,37 @@ def _name(o: object) -> str:
     return name if code is None else f"{name} {code}"
 
 
+_CODE = ("cr_code", "gi_code", "ag_code", "__code__", "f_code")
+_CODED = (
+    types.CoroutineType,
+    types.GeneratorType,
+    types.AsyncGeneratorType,
+    types.FunctionType,
+    types.MethodType,
+    types.FrameType,
+)
+
+
+def _package(o: object, holder: str | None) -> str:
+    """Whose an object is: the package of its type, of its code (a coroutine,
+    function, method or generator), or of its holder (a plain container)."""
+    if holder is not None:
+        return holder
+    kind = type(o)
+    code = None
+    if kind in _CODED:  # no other object is asked: an attribute may be anything
+        target = o.__func__ if isinstance(o, types.MethodType) else o
+        code = next((getattr(target, a) for a in _CODE if hasattr(target, a)), None)
+    if isinstance(code, types.CodeType):
+        path = code.co_filename.replace("\\", "/")
+        for name in ("autothrottle", "httpx", "httpcore", "anyio", "asyncio", "h11"):
+            if f"/{name}/" in path:
+                return name
+        return "the crawl" if path.endswith("crawl_10k.py") else "other"
+    module = kind.__module__
+    return module.split(".")[0].lstrip("_") if isinstance(module, str) else "other"
+
+
 def _census(top: int = 60) -> dict[str, Any]:
     """The objects the collector tracks now, by type (module and name), most first.
 
@@ -191,27 +223,28 @@ def _census(top: int = 60) -> dict[str, Any]:
     gc.garbage.clear()
     gc.collect()
     objects = gc.get_objects()
-    holder: dict[int, str] = {}
+    holder: dict[int, tuple[str, str]] = {}  # a container's: (holder's name, its package)
     for o in objects:
         if isinstance(o, _PLAIN):
             continue  # a container's contents are named by the container's holder
         for inner in gc.get_referents(o):
             if isinstance(inner, _PLAIN) and id(inner) not in holder:
-                holder[id(inner)] = _name(o)
+                holder[id(inner)] = (_name(o), _package(o, None))
     for o in objects:  # an instance's __dict__ holds containers for the instance
         if type(o) is dict and id(o) in holder:
             for inner in gc.get_referents(o):
                 if isinstance(inner, _PLAIN) and id(inner) not in holder:
                     holder[id(inner)] = holder[id(o)]
-    by_type: collections.Counter[str] = collections.Counter(
-        _name(o) + (f" in {holder[id(o)]}" if id(o) in holder else "")
-        if isinstance(o, _PLAIN)
-        else _name(o)
-        for o in objects
-    )
+    by_type: collections.Counter[str] = collections.Counter()
+    by_package: collections.Counter[str] = collections.Counter()
+    for o in objects:
+        held = holder.get(id(o)) if isinstance(o, _PLAIN) else None
+        by_type[_name(o) + ("" if held is None else f" in {held[0]}")] += 1
+        by_package[_package(o, None if held is None else held[1])] += 1
     del objects
     return {
         "tracked": sum(by_type.values()),
+        "packages": dict(by_package.most_common()),
         "types": dict(by_type.most_common(top)),
         "old_garbage": sum(garbage.values()),
         "old_garbage_types": dict(garbage.most_common(top // 2)),
@@ -546,6 +579,8 @@ def print_census(r: dict[str, Any]) -> None:
     census, hosts = r["census"], r["hosts"]
     tracked = census["tracked"]
     print(f"  tracked objects at the deadline: {tracked:,} ({tracked / hosts:.0f} a host)")
+    packages = list(census["packages"].items())[:12]
+    print("  a host, by package:", ", ".join(f"{p} {n / hosts:.1f}" for p, n in packages))
     for name, n in census["types"].items():
         print(f"    {n:>9,}  {n / hosts:7.2f} a host  {name}")
     print(f"  garbage in the oldest generation at the deadline: {census['old_garbage']:,}")
