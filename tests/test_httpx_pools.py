@@ -611,8 +611,8 @@ def wire_hook(monkeypatch: pytest.MonkeyPatch, hook: Any) -> None:
     seam a fleet's turn uses: seconds to wait yet, or an error)."""
     acquire_now = Throttle.acquire_now
 
-    def hooked(self: Throttle, key: str, **kwargs: Any) -> Any:
-        lease = acquire_now(self, key, **kwargs)
+    def hooked(self: Throttle, key: str, *args: Any, **kwargs: Any) -> Any:
+        lease = acquire_now(self, key, *args, **kwargs)
         if lease is not None:
             lease.on_wire = lambda: hook(lease)
         return lease
