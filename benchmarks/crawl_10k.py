@@ -674,7 +674,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--census",
         action="store_true",
-        help="count the objects the collector tracks at each crawl's end, by type",
+        help="count the objects the collector tracks at each crawl's end, by type and by package",
     )
     parser.add_argument(
         "--gc-freeze",
