@@ -222,6 +222,16 @@ async def test_bypass_is_neither_delayed_nor_counted(via: str) -> None:
     assert all("x-autothrottle" not in {h.lower() for h in a.headers} for a in host.arrivals)
 
 
+@pytest.mark.parametrize("name", ["x-autothrottle", "X-AUTOTHROTTLE", "X-AutoThrottle"])
+async def test_the_control_header_is_read_and_stripped_in_any_case(name: str) -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        assert await fetch(session, host.url("/"), headers={name: "slot=manual"}) == 200
+    assert throttle.slot("manual").sent == 1
+    assert throttle.slot(key(host)).sent == 0
+    assert all("x-autothrottle" not in {h.lower() for h in a.headers} for a in host.arrivals)
+
+
 @pytest.mark.parametrize("via", [VIA_CTX, VIA_HEADER])
 async def test_no_adjust_waits_but_keeps_the_delay(via: str) -> None:
     throttle = Throttle(start_delay=0.3, max_delay=60.0)
