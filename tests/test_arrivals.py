@@ -434,3 +434,24 @@ def test_a_refusal_at_the_stated_pace_after_a_slow_start_costs_a_margin_step() -
     refused_at = refuse_next(clock, throttle, refused)
     assert slot.delay == delay  # no backoff
     assert slot.pause_until <= refused_at + 0.1 + 1e-9  # one gap, not the whole second
+
+
+def test_a_refusal_at_the_pace_a_spent_budget_states_costs_a_margin_step() -> None:
+    # A token bucket paced at exactly its rate answers every request with r=0
+    # (and its policy, 10 a second): the pace is stated on every answer, and
+    # a refusal at it is jitter, not a reason to back off and wait a second.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=AutoThrottlePolicy(), start_delay=0.5)
+    slot = throttle.slot(KEY)
+    spent = {"RateLimit-Policy": '"default";q=10;w=1', "RateLimit": '"default";r=0;t=1'}
+    for _ in range(30):  # 3 s, past the window the first answer stated its pace for
+        clock.advance(max(0.0, gate_of(slot).send_at(clock.now) - clock.now))
+        lease = throttle.try_acquire(KEY)
+        assert lease is not None
+        clock.advance(0.012)
+        lease.observe(latency=0.012, status=200, headers=spent)
+        lease.release()
+    delay = slot.delay
+    refused_at = refuse_next(clock, throttle, {**spent, "Retry-After": "1"})
+    assert slot.delay == delay  # no backoff
+    assert slot.pause_until <= refused_at + 0.1 + 1e-9  # one gap, not the whole second

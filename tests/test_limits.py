@@ -64,6 +64,17 @@ def test_a_unit_spent_at_the_policys_own_pace_ends_the_window_one_gap_after_the_
     assert wait == pytest.approx(0.1 - 0.05)
 
 
+def test_a_spent_budget_renews_the_policys_own_pace() -> None:
+    # A host paced at exactly its rate says r=0 after every request: its pace
+    # is stated all the same, and must not lapse a window after the last r > 0.
+    limits = Limits()
+    budget = RateLimit(0, 1.0, 10, window=1.0)
+    Budget(300.0).apply(limits, budget, 100.0, 99.95, refused=False)
+    assert limits.sustained_gap == pytest.approx(0.1)
+    assert limits.sustained_until == pytest.approx(101.0)
+    assert limits.stated_gap(100.5) == pytest.approx(0.1)
+
+
 def test_a_refusal_pauses_for_the_whole_reset() -> None:
     budget = RateLimit(0, 1.0, 10, window=1.0)
     assert Budget(300.0).apply(Limits(), budget, 100.0, 99.95, refused=True) == 1.0

@@ -94,15 +94,11 @@ class Budget:
         or 5xx, so the request that spent the last unit was not this one.
         """
         limits.rate_limit = budget
-        if budget.remaining <= 0:
-            return self._spent(budget, now, sent_at, refused=refused)
-        spacing = budget.spacing
-        if budget.reset >= 1.0 and budget.reset.is_integer():
-            # Whole seconds, rounded up by the server: the reset may be a second nearer.
-            spacing = (budget.reset - 1.0) / budget.remaining
-        limits.budget_gap = spacing
-        limits.budget_until = now + min(budget.reset, self.max_pause)
-        # With several windows, the long-run pace is the slowest window's.
+        # With several windows, the long-run pace is the slowest window's. Every
+        # answer that states it renews it, a spent budget's too: a host paced at
+        # exactly its rate says r=0 after each request, and the pace it states
+        # must not lapse under it (a refusal at it would then be no refusal at
+        # the stated pace: docs/recovery.md).
         paced = budget.slowest
         sustained = paced.sustained
         if sustained is not None:
@@ -111,6 +107,14 @@ class Budget:
             limits.sustained_gap = sustained
             horizon = max(budget.reset, paced.window or 0.0)
             limits.sustained_until = now + min(horizon, self.max_pause)
+        if budget.remaining <= 0:
+            return self._spent(budget, now, sent_at, refused=refused)
+        spacing = budget.spacing
+        if budget.reset >= 1.0 and budget.reset.is_integer():
+            # Whole seconds, rounded up by the server: the reset may be a second nearer.
+            spacing = (budget.reset - 1.0) / budget.remaining
+        limits.budget_gap = spacing
+        limits.budget_until = now + min(budget.reset, self.max_pause)
         return None
 
     @staticmethod
