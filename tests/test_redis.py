@@ -285,6 +285,7 @@ async def test_fail_closed_waits_for_redis_instead_of_going_alone() -> None:
     throttle = Throttle(start_delay=0.0, store=store, max_wait=0.5)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(throttle.acquire("host"), 1.0)
+    await store.aclose()
 
 
 def test_bad_arguments_are_named() -> None:
@@ -316,6 +317,8 @@ async def test_alone_each_process_keeps_its_share_of_the_fleets_pace() -> None:
         second = await stores[1].take_turn("host", ask(0.1, 8, 5.0), time.monotonic())
         assert second.lease is None
         assert second.wait == pytest.approx(0.2, abs=0.05)  # 0.1 s times 2 processes
+        for store in stores:
+            await store.aclose()
 
 
 # -- faults: each wait obeys the local bounds, each fault touches only what it must ---------
@@ -361,6 +364,7 @@ async def test_fail_closed_raises_throttle_timeout_at_max_wait_while_redis_is_do
         with pytest.raises(ThrottleTimeout):
             await asyncio.wait_for(throttle.acquire("host"), 5.0)
         assert time.monotonic() - started < 2.0
+        await store.aclose()
 
 
 async def test_a_pause_from_the_fleet_lasts_at_most_the_local_max_pause() -> None:
@@ -375,6 +379,8 @@ async def test_a_pause_from_the_fleet_lasts_at_most_the_local_max_pause() -> Non
     (await asyncio.wait_for(hasty.acquire("host"), 10.0)).release()
     assert 0.8 <= time.monotonic() - started <= 3.0  # the pause, as long as max_pause allows
     (await asyncio.wait_for(hasty.acquire("host"), 10.0)).release()  # waited out: no more
+    for store in (patient.store, hasty.store):
+        await store.aclose()  # type: ignore[attr-defined]
 
 
 async def test_a_fleet_delay_above_the_local_max_delay_spaces_sends_by_max_delay() -> None:
@@ -390,6 +396,8 @@ async def test_a_fleet_delay_above_the_local_max_delay_spaces_sends_by_max_delay
         (await asyncio.wait_for(quick.acquire("host"), 10.0)).release()
     assert time.monotonic() - started <= 3.0  # the second and third within max_delay each
     assert quick.slot("host").delay <= 0.5
+    for store in (slow.store, quick.store):
+        await store.aclose()  # type: ignore[attr-defined]
 
 
 async def test_a_reserved_turn_further_than_max_wait_fails_at_once_and_is_handed_back() -> None:
