@@ -85,15 +85,6 @@ def test_a_request_with_no_room_for_the_exchange_hands_it_over_in_the_context() 
 async def test_the_hook_finds_the_exchange_in_the_context_when_the_request_has_none() -> None:
     from autothrottle._aiohttp_parts import EXCHANGE, hook_connector
 
-    class Connector(aiohttp.BaseConnector):
-        async def connect(  # type: ignore[override]
-            self,
-            req: object,
-            traces: object,
-            timeout: object,  # noqa: ASYNC109 (aiohttp's own parameter)
-        ) -> str:
-            return "connection"
-
     class Wired:
         asked = 0
 
@@ -101,13 +92,14 @@ async def test_the_hook_finds_the_exchange_in_the_context_when_the_request_has_n
             Wired.asked += 1
             return 0.0
 
-    connector = Connector()
+    connector = _Connector()
     hook_connector(connector)
     token = EXCHANGE.set(Wired())  # type: ignore[arg-type]
     try:
-        assert await connector.connect(object(), [], None) == "connection"  # type: ignore[arg-type]
+        connection = await connector.connect(object(), [], None)  # type: ignore[arg-type]
     finally:
         EXCHANGE.reset(token)
+    assert connection is connector.made[0] and not connection.closed
     assert Wired.asked == 1
     await connector.close()
 
