@@ -157,6 +157,22 @@ async def test_throttles_with_different_prefixes_share_nothing() -> None:
     assert second - first < 1.0  # each went at once; one shared slot at 0.2/s would wait 5 s
 
 
+async def test_closing_the_store_sends_a_lingering_hand_back_and_leaves_no_timer() -> None:
+    """A finished lease waits up to a linger to ride with a turn; ``async with``
+    (``aclose``) sends it at once, and no timer is left to start a send on a
+    loop that is ending."""
+    name = prefix()
+    admin = redis.Redis.from_url(REDIS)
+    async with RedisStore(REDIS, prefix=name) as store:
+        turn = await store.take_turn("host", ask(0.0), time.monotonic())
+        assert turn.lease is not None
+        store.released("host", turn.lease)
+        assert admin.zcard(f"{{{name}:host}}:l") == 1  # lingering: not sent yet
+    assert admin.zcard(f"{{{name}:host}}:l") == 0  # handed back as the store closed
+    assert store._send._lingering is None  # the timer itself
+    admin.close()
+
+
 async def test_a_crashed_workers_lease_comes_back_after_it_expires() -> None:
     name = prefix()
     crashed, alive = RedisStore(REDIS, prefix=name), RedisStore(REDIS, prefix=name)

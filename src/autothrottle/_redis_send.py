@@ -155,6 +155,10 @@ class Sender:
         self._flush_soon()
 
     async def flush(self) -> None:
+        lingering = self._lingering
+        if lingering is not None:  # what it would send goes now: no timer left behind
+            lingering.cancel()
+            self._lingering = None
         if self._sender is not None and not self._sender.done():
             await asyncio.gather(self._sender, return_exceptions=True)
         if self.async_client is not None or self.url is not None:

@@ -42,7 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 try:
     import redis as _needed  # noqa: F401  (the extra this module needs)
@@ -286,12 +286,21 @@ class RedisStore:
             self._hand_back(key, run.drop(), run.spacing)
 
     async def aclose(self) -> None:
-        """Flush, then close the Redis clients."""
+        """Hand back the turns reserved and not taken, flush, then close the Redis
+        clients. Call it (or use ``async with``) before the event loop ends:
+        without it the last finished leases wait for their lease's expiry in
+        Redis, and a send still lingering is cut off with the loop."""
         self._drop_runs()
         await self.flush()
         if self._send.async_client is not None:
             await self._send.async_client.aclose()
         self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     def close(self) -> None:
         """Flush what the sync client has to send, stop its sender, close the sync client."""
