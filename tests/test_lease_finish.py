@@ -115,3 +115,29 @@ async def test_finish_hands_the_slot_to_the_waiters_in_order() -> None:
     await asyncio.wait_for(asyncio.gather(*waiters), 10.0)
     assert order == [0, 1, 2]
     assert throttle.slot(KEY).in_flight == 0
+
+
+class _FailingClock(FakeClock):
+    """A clock that raises while ``failing`` (an injected clock with a bug)."""
+
+    failing = False
+
+    def __call__(self) -> float:
+        if self.failing:
+            raise RuntimeError("the clock's own bug")
+        return self.now
+
+
+def test_finish_releases_when_applying_fails_before_the_gate_lets_go() -> None:
+    """Whatever the reporter raises, however early, the lease's hold goes:
+    ``finish`` marked the lease released, so nobody else would let it go."""
+    clock = _FailingClock()
+    throttle = Throttle(start_delay=0.0, clock=clock, wall_clock=clock.wall)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    clock.failing = True
+    with pytest.raises(RuntimeError, match="clock's own bug"):
+        lease.finish(0.01, 200, {"Server": "x"})
+    clock.failing = False
+    assert lease.released
+    assert throttle.slot(KEY).in_flight == 0

@@ -144,7 +144,13 @@ class Lease:
                 self.release()
             return
         self._released = True  # the gate lets go of it as the response is applied
-        self._reporter.answered(self._live, self, latency, status, headers, from_cache, True)
+        try:
+            self._reporter.answered(self._live, self, latency, status, headers, from_cache, True)
+        except BaseException:
+            # Raised before the gate let go, perhaps: nobody else will now (letting
+            # go of a hold twice is harmless).
+            self._live.gate.release(self)
+            raise
 
     def fail(self, error: BaseException) -> None:
         """Record that the request failed without a response (refused, reset, timed out).
