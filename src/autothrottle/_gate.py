@@ -132,10 +132,7 @@ class Gate(WireTurn):
 
     def in_flight(self) -> int:
         """Holds not yet released nor expired."""
-        if self._holds and self.clock() >= self._soonest:
-            with self.lock:
-                self._expire(self.clock())
-        return len(self._holds)
+        return self.in_flight_at(self.clock()) if self._holds else 0
 
     def in_flight_at(self, now: float) -> int:
         """:meth:`in_flight`, the clock read at ``now`` already (the usual
