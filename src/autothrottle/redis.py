@@ -85,6 +85,10 @@ __all__ = ["RedisStore"]
 class RedisStore:
     """Slot state shared by every process using the same Redis and ``prefix``.
 
+    Close it before the event loop ends, ``async with RedisStore(...) as store:``
+    or :meth:`aclose` (a thread's :meth:`close`): it hands back what this
+    process reserved and did not use.
+
     Args:
         url_or_client: A ``redis://`` URL (async and sync clients are made
             from it), or a redis-py client: ``redis.asyncio.Redis`` or
