@@ -455,3 +455,28 @@ def test_a_refusal_at_the_pace_a_spent_budget_states_costs_a_margin_step() -> No
     refused_at = refuse_next(clock, throttle, {**spent, "Retry-After": "1"})
     assert slot.delay == delay  # no backoff
     assert slot.pause_until <= refused_at + 0.1 + 1e-9  # one gap, not the whole second
+
+
+def test_a_refusal_at_a_stated_pace_widens_the_gap_under_a_policy_with_a_shorter_delay() -> None:
+    # The adaptive policy's own delay follows the latency (a few ms here), and
+    # the host's headers state 10/s, which the gate keeps apart from it: the
+    # margin and the makeup are shares of the 100-ms gap the sends keep, not
+    # of that delay, or a refusal's step would widen nothing.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=AdaptiveConcurrencyPolicy(), start_delay=0.5)
+    slot = throttle.slot(KEY)
+    stated = {"RateLimit-Policy": '"default";q=10;w=1', "RateLimit": '"default";r=10;t=1'}
+    for _ in range(30):
+        clock.advance(max(0.0, gate_of(slot).send_at(clock.now) - clock.now))
+        lease = throttle.try_acquire(KEY)
+        assert lease is not None and lease.wire_wait() == 0.0
+        lease.observe(latency=0.012, status=200, headers=stated)
+        lease.release()
+    assert slot.delay < 0.02  # the policy's own delay, a fraction of the stated gap
+    refused = {**stated, "RateLimit": '"default";r=0;t=1', "Retry-After": "1"}
+    refused_at = refuse_next(clock, throttle, refused)
+    assert slot.snapshot().backoffs == 1 and slot.delay < 0.1  # a step, not a backoff
+    makeup = MAX_MARGIN_SHARE * 0.1
+    assert gate_of(slot).send_at(clock.now) == pytest.approx(
+        refused_at + 0.1 + MARGIN_STEP + makeup, abs=1e-6
+    )

@@ -171,7 +171,11 @@ class WireTurn:
                 return last
             back = last - 0.5 * gap
             return due if due > back else back
-        return arrivals.since(last, self.state.pace.delay, self.lateness)
+        # The margin's share is of the gap the sends keep: a pace the host stated
+        # is kept apart from the policy's own delay (the adaptive one's is a
+        # fraction of it), and 2 % of that delay would leave no room for a step.
+        delay = self.state.pace.delay
+        return arrivals.since(last, gap if gap > delay else delay, self.lateness)
 
     def late(self, seconds: float) -> None:
         """A head told to wait was let go ``seconds`` after its time (a grant
