@@ -106,6 +106,26 @@ def test_the_blocking_skeleton_takes_the_same_steps() -> None:
     assert throttle.slot("k").snapshot().responses == 1
 
 
+class Unwired(Recording):
+    """A plug whose wiring leaves nothing to undo: it answers None."""
+
+    __slots__ = ()
+
+    def wire(self, exchange: Exchange, request: str) -> Any:
+        super().wire(exchange, request)
+        return None
+
+
+async def test_a_wiring_of_none_is_not_undone_and_still_handed_to_respond() -> None:
+    """An adapter with nothing to undo after sending (aiohttp's) answers None
+    from ``wire``; the skeleton then makes no ``unwire`` call, on either path."""
+    throttle, plug = Throttle(start_delay=0.0), Unwired()
+    await paced(plug, throttle, "k", OPTIONS, None, _async(_sender(plug, Answer())), "r")
+    paced_blocking(plug, throttle, "k", OPTIONS, None, _sender(plug, Answer()), "r")
+    assert plug.steps == ["wire", "send", "respond"] * 2
+    assert throttle.slot("k").snapshot().responses == 2
+
+
 @pytest.mark.parametrize(
     ("error", "failures"), [(HostDown("refused"), 1), (ValueError("bad URL"), 0)]
 )

@@ -274,11 +274,13 @@ class Plug(Generic[Request, Response, Wiring]):
 
     def wire(self, exchange: Exchange, request: Request) -> Wiring:
         """Just before sending: let the client's connection hook find ``exchange``
-        (rule 2); what is returned is handed to :meth:`unwire` and :meth:`respond`."""
+        (rule 2); what is returned is handed to :meth:`unwire` (unless it is
+        None: nothing to undo) and :meth:`respond`."""
         raise NotImplementedError
 
     def unwire(self, request: Request, wiring: Wiring) -> None:
-        """Sending is over (answered, failed or cancelled): undo :meth:`wire`."""
+        """Sending is over (answered, failed or cancelled): undo :meth:`wire`
+        (not called when it returned None)."""
         raise NotImplementedError
 
     def respond(self, exchange: Exchange, response: Response, wiring: Wiring) -> Response:
@@ -337,7 +339,8 @@ async def paced(
         finally:
             del wired  # as in _raise_timed_out
     finally:
-        plug.unwire(request, wiring)
+        if wiring is not None:  # None: nothing to undo, and no call for it
+            plug.unwire(request, wiring)
     try:
         return plug.respond(exchange, response, wiring)
     except BaseException:
@@ -380,7 +383,8 @@ def paced_blocking(
         finally:
             del wired  # as in _raise_timed_out
     finally:
-        plug.unwire(request, wiring)
+        if wiring is not None:
+            plug.unwire(request, wiring)
     try:
         return plug.respond(exchange, response, wiring)
     except BaseException:
