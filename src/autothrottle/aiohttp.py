@@ -88,7 +88,6 @@ from ._aiohttp_parts import (
     EXCHANGE,
     REQUEST,
     TRACED,
-    WIRED,
     default_connector,
     hold_until_finished,
     hook_connector,
@@ -279,9 +278,12 @@ class _AiohttpPlug(
         self, exchange: Exchange, request: ClientRequest
     ) -> contextvars.Token[Exchange | None] | None:
         # The connector's hook finds the exchange on the request it connects
-        # for; a TraceConfig's signals, in this same task, in EXCHANGE.
+        # for; a TraceConfig's signals, in this same task, in EXCHANGE. The
+        # request keeps it after sending (nothing to undo, so the skeleton
+        # makes no call for it): a user middleware that sends the request
+        # again hands it through here first, which puts the new one there.
         try:
-            setattr(request, WIRED, exchange)
+            request._autothrottle_exchange = exchange  # type: ignore[attr-defined]  # noqa: SLF001
         except AttributeError:  # a request with no room for it: the hook looks there too
             return EXCHANGE.set(exchange)
         return EXCHANGE.set(exchange) if TRACED[0] else None
@@ -289,10 +291,6 @@ class _AiohttpPlug(
     def unwire(
         self, request: ClientRequest, wiring: contextvars.Token[Exchange | None] | None
     ) -> None:
-        try:  # noqa: SIM105 (contextlib.suppress costs a context manager a request)
-            setattr(request, WIRED, None)
-        except AttributeError:
-            pass
         if wiring is not None:
             EXCHANGE.reset(wiring)
 
@@ -309,8 +307,8 @@ class _AiohttpPlug(
         exchange.responded(
             response.status, response.headers, from_cache=from_cache, finished=finished
         )
-        try:
-            setattr(response, _EXCHANGE_ATTRIBUTE, exchange)
+        try:  # the attribute named by _EXCHANGE_ATTRIBUTE, set without setattr's call
+            response._autothrottle_exchange = exchange  # type: ignore[attr-defined]  # noqa: SLF001
         except AttributeError:  # a response class with __slots__
             _INFO[response] = exchange
         if not finished:
