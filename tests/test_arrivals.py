@@ -250,6 +250,27 @@ def test_a_held_up_request_pushes_the_next_one_back_by_what_it_lost() -> None:
     assert later is not None and later.wire_wait() == 0.0  # the wire keeps it too
 
 
+def test_a_latency_timed_from_after_the_wire_turn_counts_what_it_missed() -> None:
+    # Scrapy's download_latency starts at its download handler: here 60 ms after
+    # the wire turn (a busy loop), and the answer took the least latency from
+    # there. The request reached the host that much late, and the next gap
+    # counts from there, as if the latency had been timed from the turn.
+    clock, throttle = strict()
+    slot = throttle.slot(KEY)
+    run_at_the_pace(clock, throttle, EARLY_ANSWERS + 1)  # the least latency: 10 ms
+    clock.advance(max(0.0, gate_of(slot).send_at(clock.now) - clock.now))
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None and lease.wire_wait() == 0.0
+    sent = clock.now
+    lease.started_late(0.060)
+    lease.observe(latency=0.010, status=200)
+    lease.release()
+    assert gate_of(slot).send_at(clock.now) == pytest.approx(sent + 0.5 + 0.060)
+    # Only for the request that was last on the wire: the next one starts anew.
+    assert run_at_the_pace(clock, throttle, 1) == pytest.approx(sent + 0.5 + 0.060)
+    assert gate_of(slot).send_at(clock.now) == pytest.approx(sent + 1.0 + 0.060)
+
+
 def test_a_pace_nobody_stated_is_not_pushed_back() -> None:
     clock = FakeClock()
     throttle = Throttle(clock=clock, policy=AutoThrottlePolicy(), start_delay=0.5, max_delay=0.5)

@@ -110,6 +110,14 @@ class Lease:
                 return wait
         return self._live.gate.wire_wait(self)
 
+    def started_late(self, seconds: float) -> None:
+        """Say, before observing, that the latency given for this request was
+        timed from ``seconds`` after its wire turn (Scrapy's ``download_latency``
+        starts at its download handler): a strict pace's arrival guard counts
+        them too, so that a request held up on its way to the wire does not let
+        the next one arrive early (``docs/scheduling.md``, rule 10)."""
+        self._live.gate.started_late(self.sent_at, seconds)
+
     def observe(
         self,
         latency: float,

@@ -97,6 +97,7 @@ class WireTurn:
     __slots__ = (
         "_grant_at",
         "_grant_due",
+        "_late_start",
         "_lates",
         "_spare",
         "_wire_due",
@@ -135,6 +136,9 @@ class WireTurn:
         # last grant's time and due time, the last wire send's due time, kept
         # while the pace is strict (inf: not known, count from when it went).
         self._spare = False
+        # Seconds the last request on the wire started its client's latency
+        # clock after its wire turn (:meth:`started_late`).
+        self._late_start = 0.0
         self._grant_at = -math.inf
         self._grant_due = math.inf
         self._wire_due = math.inf
@@ -245,6 +249,7 @@ class WireTurn:
                     due = at
                 self._wire_due = due if due < now else now
                 self._spare = False  # the count was read before this one took its share
+                self._late_start = 0.0
             self._wire_granted = sent_at
             self._wire_gap = hold.wire_gap
             return 0.0
@@ -268,7 +273,21 @@ class WireTurn:
         last = sent_at is not None and sent_at == self._wire_granted
         if last:
             self._spare = arrivals.refused_margin == 0.0 and shows_spare(budget)
+            latency += self._late_start
         arrivals.answered(latency, self._wire_last if last else None)
+
+    def started_late(self, sent_at: float, seconds: float) -> None:
+        """The request granted at ``sent_at`` started its client's latency clock
+        ``seconds`` after its wire turn: while it is the last on the wire, the
+        arrival guard counts them in its answer's latency (rule 10), the policy
+        does not. A client whose wire turn is not the wire (Scrapy's: its
+        ``download_latency`` starts at the download handler, a loop turn or more
+        after the turn, milliseconds on a busy loop) would otherwise let the
+        next request, sent on time, arrive early by what the turn's way to the
+        handler took."""
+        with self.lock:
+            if self.arrivals is not None and sent_at == self._wire_granted:
+                self._late_start = seconds if seconds > 0.0 else 0.0
 
     def widen_margin(self, gap: float) -> bool:
         """A refusal at the stated pace ``gap``: the arrival margin grows a step,
