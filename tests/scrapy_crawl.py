@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
@@ -36,6 +37,18 @@ BASE_SETTINGS: dict[str, Any] = {
     "DOWNLOAD_DELAY_JITTER": 0.0,
     "DOWNLOAD_TIMEOUT": 10,
 }
+
+
+class Stall:
+    """A downloader middleware after autothrottle's (``"__main__.Stall": 960``)
+    that blocks the loop for ``request.meta["stall"]`` seconds: the request is
+    held up between its wire turn and Scrapy's download handler, as a busy
+    loop holds it up."""
+
+    def process_request(self, request: scrapy.Request, spider: Any = None) -> None:
+        stall = request.meta.get("stall")
+        if stall:
+            time.sleep(stall)
 
 
 class TestSpider(scrapy.Spider):

@@ -152,6 +152,35 @@ def test_a_crawl_is_paced_at_the_host_by_the_throttle_alone(tmp_path: Path) -> N
     assert_nothing_held(result)
 
 
+def test_a_request_held_up_after_its_wire_turn_pushes_the_next_one_back(
+    tmp_path: Path,
+) -> None:
+    """Scrapy's download_latency starts at its download handler; a loop busy
+    between the wire turn and the handler (here a middleware after this one
+    blocks it 80 ms) holds the request up on its way to the host, and at a
+    strict pace the next request, sent on time, would arrive 80 ms early."""
+    host = "127.0.0.2"
+    with serving({host: Capacity(workers=4, service_time=0.01, jitter=0.0)}) as sim:
+        requests = pages(sim, host, 10)
+        requests[6]["meta"] = {"stall": 0.08}
+        result = crawl(
+            tmp_path,
+            {
+                "AUTOTHROTTLE_POLICY": "fixed-delay=0.2",
+                "DOWNLOADER_MIDDLEWARES": {
+                    "autothrottle.scrapy.AutoThrottleMiddleware": 950,
+                    "__main__.Stall": 960,
+                },
+            },
+            requests,
+        )
+        truth = sim.stats(host)
+    assert truth.ok == 10
+    spacing = gaps(list(truth.arrivals))[1:]  # the first: Scrapy's handler starting
+    assert min(spacing) >= 0.2 - ARRIVAL_JITTER, spacing
+    assert_nothing_held(result)
+
+
 def test_the_delay_adapts_to_download_latency(tmp_path: Path) -> None:
     host = "127.0.0.2"
     with serving({host: Capacity(workers=1, service_time=0.2, jitter=0.0)}) as sim:

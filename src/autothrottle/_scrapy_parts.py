@@ -92,12 +92,17 @@ def as_meta(options: RequestOptions) -> dict[str, Any]:
 
 class Held:
     """A request's exchange while it is in Scrapy's downloader, with a backstop:
-    a request dropped without a response or an error releases when collected."""
+    a request dropped without a response or an error releases when collected.
 
-    __slots__ = ("exchange", "finalizer")
+    ``headers_at``: when its response headers came (``perf_counter``; None
+    until then), on the clock its wire turn was timed on.
+    """
+
+    __slots__ = ("exchange", "finalizer", "headers_at")
 
     def __init__(self, request: Request, exchange: Exchange) -> None:
         self.exchange = exchange
+        self.headers_at: float | None = None
         loop = asyncio.get_running_loop()
         self.finalizer = weakref.finalize(request, _release_soon, loop, exchange.lease)
         self.finalizer.atexit = False

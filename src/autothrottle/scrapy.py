@@ -149,6 +149,7 @@ class AutoThrottleMiddleware:
         CLOSING[crawler] = self._begin_closing
         connect = crawler.signals.connect
         connect(self._spider_closed, signal=signals.spider_closed)
+        connect(self._headers, signal=signals.headers_received)
         connect(self._downloaded, signal=signals.response_downloaded)
         connect(self._response_received, signal=signals.response_received)
         connect(self._blocked, signal=blocked)
@@ -218,6 +219,14 @@ class AutoThrottleMiddleware:
             self._answered(request, response, held)
         return response
 
+    def _headers(self, request: Request, **kwargs: Any) -> None:
+        """Scrapy's ``headers_received``: when the answer began, on the clock of
+        the wire turn (Scrapy's ``download_latency`` is timed from its download
+        handler, which starts later: :meth:`_answered`)."""
+        held = self._held.get(request)
+        if held is not None:
+            held.headers_at = perf_counter()
+
     def _downloaded(self, response: Response, request: Request, spider: Spider) -> None:
         """Scrapy's ``response_downloaded``: the body is in, the handler done.
 
@@ -237,7 +246,16 @@ class AutoThrottleMiddleware:
         latency = request.meta.get("download_latency")
         key = exchange.lease.slot.key
         before = self.throttle.slot(key).snapshot() if self._debug else None
+        ready, headers_at = exchange.ready, held.headers_at
         try:
+            if latency is not None and ready is not None and headers_at is not None:
+                # The turn's way to Scrapy's download handler, which
+                # download_latency misses: a loop busy then holds the request
+                # up on its way to the host, and a strict pace's next request,
+                # sent on time, would arrive early by as much.
+                late = headers_at - ready - float(latency)
+                if late > 0.0:
+                    exchange.lease.started_late(late)
             exchange.responded(
                 response.status,
                 response_headers(response),
