@@ -31,12 +31,25 @@ from autothrottle import (
     Throttle,
 )
 from autothrottle._lease import lease_at
+from autothrottle._policies import usual_step
 from autothrottle._slot import LiveSlot
+from autothrottle.policy import Sample, SlotConfig
 from helpers import FakeClock
 
 KEY = "example.com"
 
+
+class OwnAdaptive(AdaptiveConcurrencyPolicy):
+    """A user's subclass: its own hooks are asked with a sample (no shipped step)."""
+
+    __slots__ = ()
+
+    def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
+        return super().next_delay(delay, sample, config) * 1.5
+
+
 POLICIES = {
+    "own adaptive": lambda: OwnAdaptive(round_size=2),
     "adaptive": lambda: AdaptiveConcurrencyPolicy(round_size=2),
     "adaptive, no ramp": lambda: AdaptiveConcurrencyPolicy(ramp_up=None, round_size=3),
     "autothrottle": AutoThrottlePolicy,
@@ -243,3 +256,52 @@ def test_a_grants_lease_is_the_lease_its_class_makes(adjust: bool) -> None:
     assert type(made) is Lease
     assert _slots(made) == _slots(spec)
     assert set(_slots(spec)) == set(Lease.__slots__) - {"__weakref__"}
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_a_shipped_step_is_taken_only_for_the_shipped_class(name: str) -> None:
+    """The usual response's step without a sample is a shipped policy's own rule:
+    never a subclass's, nor one whose hook was replaced on the instance."""
+    policy = POLICIES[name]()
+    shipped = type(policy) in (AdaptiveConcurrencyPolicy, AutoThrottlePolicy)
+    by_hooks = usual_step(FixedRatePolicy(1.0))
+    assert (usual_step(policy) is not by_hooks) is shipped
+    policy.next_delay = lambda delay, sample, config: delay  # type: ignore[method-assign]
+    assert usual_step(policy) is by_hooks
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["adaptive", "adaptive, no ramp", "autothrottle", "own adaptive", "aimd"]),
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 2.0),
+            st.sampled_from([200, 200, 204, 304, 429]),
+            st.booleans(),
+            st.integers(0, 70),
+            st.floats(0.0, 0.01),
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([1, 4, 64]),
+)
+def test_a_shipped_step_answers_as_its_hooks(
+    name: str, samples: list[tuple[float, int, bool, int, float]], cap: int
+) -> None:
+    """Step by step, the step's (delay, limit) is next_delay's and in_flight_limit's,
+    and it leaves the policy's memory as they do."""
+    policy = POLICIES[name]()
+    step = usual_step(policy)
+    config = SlotConfig(0.1, 0.0, 60.0, 2.0, cap, 0.0, policy)
+    by_step: dict[str, float] = {}
+    by_hooks: dict[str, float] = {}
+    delay_step = delay_hooks = 0.1
+    for latency, status, cache_hit, in_flight, lag in samples:
+        delay_step, limit = step(
+            policy, delay_step, latency, status, cache_hit, in_flight, lag, by_step, config
+        )
+        sample = Sample(latency, status, in_flight, cache_hit, by_hooks, lag)
+        delay_hooks = policy.next_delay(delay_hooks, sample, config)
+        assert delay_step == delay_hooks
+        assert limit == policy.in_flight_limit(by_hooks)
+        assert by_step == by_hooks

@@ -7,9 +7,9 @@ shares (the throttle applies those, so each class here states only its idea).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-from ._policy import DelayPolicy, Sample, SlotConfig
+from ._policy import DelayPolicy, Sample, SlotConfig, new_sample
 from ._validate import check_int, check_number, check_positive
 
 __all__ = [
@@ -18,6 +18,8 @@ __all__ = [
     "AutoThrottlePolicy",
     "FixedDelayPolicy",
     "FixedRatePolicy",
+    "UsualStep",
+    "usual_step",
 ]
 
 
@@ -34,8 +36,17 @@ class AutoThrottlePolicy(DelayPolicy):
     __slots__ = ()
 
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
-        target = sample.latency / config.target_concurrency
-        return max(target, (delay + target) / 2.0)
+        return _autothrottle_step(
+            self,
+            delay,
+            sample.latency,
+            sample.status,
+            sample.cache_hit,
+            sample.in_flight,
+            sample.lag,
+            sample.state,
+            config,
+        )[0]
 
     def __repr__(self) -> str:
         return "AutoThrottlePolicy()"
@@ -263,52 +274,17 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         self.ramp_up = None if ramp_up is None else check_positive("ramp_up", ramp_up)
 
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
-        state = sample.state
-        latency = sample.latency
-        limit = state.get("limit", self.initial_limit)  # as in_flight_limit, without its call
-        if not limit > 0.0:
-            limit = self.initial_limit
-        if sample.status != 200 or sample.cache_hit or latency <= 0.0:
-            state["limit"] = limit
-            return delay
-        base = state.get("base", latency) * (1.0 + self.base_decay)
-        if not base < latency:  # min(latency, base), without its call (on every response)
-            base = latency
-        # The round's two lowest latencies (0: none yet); the second is the one
-        # judged, so one lucky request that met no queue does not hide a queue.
-        low = state.get("low") or latency
-        second = state.get("second") or math.inf
-        if latency < low:
-            low, second = latency, low
-        elif latency < second:
-            second = latency
-        # Judge once per round (about one round trip), as Vegas does once per
-        # RTT: judging every response would move the limit many steps before
-        # the first change could show in the latency.
-        seen = state.get("seen", 0.0) + 1.0
-        if seen >= limit and seen >= self.round_size:
-            # The client's own lag is in every latency read, but not in the
-            # host's queue: a rise it explains is no queue (docs/signals.md,
-            # "The client's own lag"). 0 on an idle client: no change there.
-            floor = base + sample.lag
-            queued = limit * (1.0 - floor / second) if math.isfinite(second) else 0.0
-            cap = min(self.max_limit, float(config.max_concurrency))
-            steady = state.get("steady", 0.0)
-            if queued < self.alpha and sample.in_flight >= limit - 1.0:
-                # Slow start, as TCP's: double until the first queue shows.
-                limit = min(limit + self.step if steady else limit * 2.0, cap)
-            elif queued > self.beta:
-                # Leaving slow start: back to the last limit that showed no queue.
-                limit = max(limit - self.step if steady else limit / 2.0, 1.0)
-                state["steady"] = 1.0
-            seen, low, second = 0.0, 0.0, 0.0
-        # Item by item: update(**...) builds a dict of its keywords first, per response.
-        state["limit"] = limit
-        state["base"] = base
-        state["seen"] = seen
-        state["low"] = low
-        state["second"] = second if math.isfinite(second) else 0.0
-        return base / limit
+        return _adaptive_step(
+            self,
+            delay,
+            sample.latency,
+            sample.status,
+            sample.cache_hit,
+            sample.in_flight,
+            sample.lag,
+            sample.state,
+            config,
+        )[0]
 
     def in_flight_limit(self, state: dict[str, float]) -> float | None:
         """The slot's limit: ``initial_limit`` until it has one (or one loaded from a
@@ -324,3 +300,123 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
             f"AdaptiveConcurrencyPolicy(initial_limit={self.initial_limit!r}, "
             f"step={self.step!r}, ramp_up={self.ramp_up!r})"
         )
+
+
+UsualStep = Callable[
+    [DelayPolicy, float, float, int, bool, int, float, dict[str, float], SlotConfig],
+    tuple[float, float | None],
+]
+"""A shipped policy's rule in one call, without a :class:`Sample`:
+``step(policy, delay, latency, status, cache_hit, in_flight, lag, state, config)``
+gives ``(next_delay, in_flight_limit)``, the two hooks' answers to that sample
+(``in_flight_limit`` as the state is left)."""
+
+
+def _autothrottle_step(
+    policy: DelayPolicy,
+    delay: float,
+    latency: float,
+    status: int,
+    cache_hit: bool,
+    in_flight: int,
+    lag: float,
+    state: dict[str, float],
+    config: SlotConfig,
+) -> tuple[float, float | None]:
+    """:meth:`AutoThrottlePolicy.next_delay`'s rule (the latency alone counts)."""
+    target = latency / config.target_concurrency
+    return max(target, (delay + target) / 2.0), None
+
+
+def _adaptive_step(
+    policy: AdaptiveConcurrencyPolicy,
+    delay: float,
+    latency: float,
+    status: int,
+    cache_hit: bool,
+    in_flight: int,
+    lag: float,
+    state: dict[str, float],
+    config: SlotConfig,
+) -> tuple[float, float]:
+    """:meth:`AdaptiveConcurrencyPolicy.next_delay`'s rule, and the limit it leaves."""
+    limit = state.get("limit", policy.initial_limit)  # as in_flight_limit, without its call
+    if not limit > 0.0:
+        limit = policy.initial_limit
+    if status != 200 or cache_hit or latency <= 0.0:
+        state["limit"] = limit
+        return delay, limit
+    base = state.get("base", latency) * (1.0 + policy.base_decay)
+    if not base < latency:  # min(latency, base), without its call (on every response)
+        base = latency
+    # The round's two lowest latencies (0: none yet); the second is the one
+    # judged, so one lucky request that met no queue does not hide a queue.
+    low = state.get("low") or latency
+    second = state.get("second") or math.inf
+    if latency < low:
+        low, second = latency, low
+    elif latency < second:
+        second = latency
+    # Judge once per round (about one round trip), as Vegas does once per
+    # RTT: judging every response would move the limit many steps before
+    # the first change could show in the latency.
+    seen = state.get("seen", 0.0) + 1.0
+    if seen >= limit and seen >= policy.round_size:
+        # The client's own lag is in every latency read, but not in the
+        # host's queue: a rise it explains is no queue (docs/signals.md,
+        # "The client's own lag"). 0 on an idle client: no change there.
+        floor = base + lag
+        queued = limit * (1.0 - floor / second) if math.isfinite(second) else 0.0
+        cap = min(policy.max_limit, float(config.max_concurrency))
+        steady = state.get("steady", 0.0)
+        if queued < policy.alpha and in_flight >= limit - 1.0:
+            # Slow start, as TCP's: double until the first queue shows.
+            limit = min(limit + policy.step if steady else limit * 2.0, cap)
+        elif queued > policy.beta:
+            # Leaving slow start: back to the last limit that showed no queue.
+            limit = max(limit - policy.step if steady else limit / 2.0, 1.0)
+            state["steady"] = 1.0
+        seen, low, second = 0.0, 0.0, 0.0
+    # Item by item: update(**...) builds a dict of its keywords first, per response.
+    state["limit"] = limit
+    state["base"] = base
+    state["seen"] = seen
+    state["low"] = low
+    state["second"] = second if math.isfinite(second) else 0.0
+    return base / limit, limit
+
+
+_STEPS: dict[type, Callable[..., tuple[float, float | None]]] = {
+    AdaptiveConcurrencyPolicy: _adaptive_step,
+    AutoThrottlePolicy: _autothrottle_step,
+}
+
+
+def usual_step(policy: DelayPolicy) -> UsualStep:
+    """What answers a usual response for ``policy`` in one call: a shipped
+    policy's rule, the very one its :meth:`~DelayPolicy.next_delay` runs,
+    without building a :class:`Sample` (a frozen dataclass whose every field
+    is set through a descriptor: it cost as much as the policy's own rule).
+    Any other policy, a subclass too, or one whose hooks were replaced on the
+    instance, is asked through its hooks with a sample, as always."""
+    step = _STEPS.get(type(policy))
+    own = getattr(policy, "__dict__", {})
+    if step is None or "next_delay" in own or "in_flight_limit" in own:
+        return _by_hooks
+    return step
+
+
+def _by_hooks(
+    policy: DelayPolicy,
+    delay: float,
+    latency: float,
+    status: int,
+    cache_hit: bool,
+    in_flight: int,
+    lag: float,
+    state: dict[str, float],
+    config: SlotConfig,
+) -> tuple[float, float | None]:
+    """Any policy's answer, through its hooks and a sample."""
+    sample = new_sample(latency, status, in_flight, cache_hit, state, lag)
+    return policy.next_delay(delay, sample, config), policy.in_flight_limit(state)

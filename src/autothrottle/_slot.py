@@ -24,7 +24,8 @@ from ._cache import CacheShare
 from ._gate import Gate
 from ._headers import RateLimit
 from ._pace import RampUp
-from ._policy import SlotConfig, new_sample
+from ._policies import UsualStep, usual_step
+from ._policy import SlotConfig
 from ._recovery import Recovery
 from ._state import SlotState
 from ._validate import check_number
@@ -51,6 +52,9 @@ class LiveSlot:
             that share of the host's answers.
         fleet_went: When this process last let a fleet turn of the slot go
             (``time.monotonic``; the fleet's, ``autothrottle._fleet`` rule 8).
+        step: The policy's answer to the usual response in one call
+            (``_policies.usual_step``: a shipped policy's without a sample).
+            The policy is the slot's for good (:meth:`configure` keeps it).
     """
 
     __slots__ = (
@@ -62,6 +66,7 @@ class LiveSlot:
         "noted",
         "senders",
         "state",
+        "step",
         "view",
     )
 
@@ -83,6 +88,7 @@ class LiveSlot:
         self.senders = 1
         self.fleet_went = -math.inf
         self.hold_maker: Callable[[float], Any] | None = None
+        self.step: UsualStep = usual_step(config.policy)
 
     def configure(self, config: SlotConfig) -> None:
         """Run with new settings from now on (``Throttle.set_host``), keeping the policy:
@@ -127,11 +133,11 @@ class LiveSlot:
             recovery.count_success(refusal, now)
         if not adjust:
             return
-        pace, memory = state.pace, state.pace.policy_state
-        old = pace.delay
-        sample = new_sample(latency, status, gate.in_flight_at(now), False, memory, gate.lag)
-        new = policy.next_delay(old, sample, config)
-        limit = policy.in_flight_limit(memory)
+        pace, in_flight = state.pace, gate.in_flight_at(now)
+        old, memory = pace.delay, pace.policy_state
+        new, limit = self.step(
+            policy, old, latency, status, False, in_flight, gate.lag, memory, config
+        )
         low = config.min_delay
         if limit is not None:
             gap = low if low > new else new  # max(new, low, 1e-6), without its call
