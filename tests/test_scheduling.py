@@ -23,6 +23,8 @@ import itertools
 import math
 import random
 import statistics
+from collections import OrderedDict
+from typing import Any
 
 import anyio
 import pytest
@@ -34,6 +36,7 @@ from autothrottle import (
     Lease,
     Slot,
     Throttle,
+    _table,
 )
 from autothrottle._gate import Ticket
 from autothrottle.store import MemoryStore
@@ -591,6 +594,45 @@ class TestIdleEviction:
         clock.advance(1e9)
         throttle.slot("b")
         assert len(store) == 2
+
+    @pytest.mark.parametrize("atomic", [True, False])
+    def test_a_use_of_a_known_slot_makes_it_the_newest(
+        self, atomic: bool, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Taken without the table's lock (one atomic step each, under the GIL)
+        or with it (a free-threaded build), a use moves the slot to the end: the
+        sweep looks at the least recently used first."""
+        monkeypatch.setattr(_table, "_ATOMIC", atomic)
+        clock, throttle, store = self.make(idle_timeout=10.0)
+        for key in ("a", "b", "c"):
+            grant(throttle.slot(key), throttle).release()
+        throttle.slot("a")
+        assert [slot.key for slot in throttle.slots()] == ["b", "c", "a"]
+        clock.advance(11.0)
+        grant(throttle.slot("a"), throttle).release()  # a use, then a sweep on the next new slot
+        throttle.slot("d")
+        assert sorted(store) == ["a", "d"]
+
+    def test_a_slot_forgotten_as_it_is_looked_up_is_made_anew(self) -> None:
+        """A sweep on another thread may forget the slot between the lock-free
+        lookup and its move to the end: the use then goes the locked way and
+        makes the slot anew, in the table (never the forgotten one)."""
+        _clock, throttle, store = self.make()
+        old = throttle.slot("a")
+        table = throttle._table
+
+        class ForgetsOnMove(OrderedDict[str, Any]):
+            def move_to_end(self, key: str, last: bool = True) -> None:
+                if key == "a" and "a" in self:
+                    del self[key]  # the other thread's sweep, just before the move
+                    store.discard(key)
+                super().move_to_end(key, last)
+
+        table._slots = ForgetsOnMove(table._slots)
+        fresh = throttle.slot("a")
+        assert fresh is not old
+        assert table.get("a") is not None and table.get("a").view is fresh
+        assert store.load("a") is record_of(fresh)
 
 
 # =================================================================================

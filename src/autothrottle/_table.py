@@ -12,6 +12,7 @@ only revisits known hosts still forgets the stale ones.
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -23,6 +24,10 @@ __all__ = ["SlotTable"]
 
 _HIT_SWEEP = 256
 """Uses of known slots between two bounded looks for idle ones."""
+
+_ATOMIC = getattr(sys, "_is_gil_enabled", lambda: True)()
+"""Whether one operation on an ``OrderedDict`` is atomic (the GIL): a use of a
+known slot then takes no lock. A free-threaded build takes it every time."""
 
 
 class SlotTable:
@@ -46,7 +51,25 @@ class SlotTable:
         return self._slots.get(key)
 
     def get_or_create(self, key: str) -> LiveSlot:
-        """The live slot for ``key``, made on first use (thread-safe)."""
+        """The live slot for ``key``, made on first use (thread-safe).
+
+        A use of a known slot takes no lock (on every request, a lock taken and
+        let go costs more than the rest): its lookup and its move to the end
+        are each one atomic step; a slot forgotten between the two (the move
+        finds no key) goes the locked way, which makes it anew. One forgotten
+        just after is as one forgotten after the locked way returned it.
+        Every ``_HIT_SWEEP``-th use goes the locked way, and looks for idle ones.
+        """
+        slots = self._slots
+        slot = slots.get(key)
+        if slot is not None and _ATOMIC and self._hits < _HIT_SWEEP - 1:
+            try:
+                slots.move_to_end(key)
+            except KeyError:
+                pass
+            else:
+                self._hits += 1
+                return slot
         lock = self._lock
         lock.acquire()  # not `with`: on every request, it costs twice as much
         try:
