@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import logging
 import socket
 import weakref
@@ -550,6 +551,53 @@ async def test_user_trace_configs_still_run() -> None:
         assert session.trace_configs == [mine]
     assert seen == ["start 1", "connection", "end 200"]
     assert throttle.slot("traced").sent == 1
+
+
+_REQUEST_METHODS = ["get", "options", "head", "post", "put", "patch", "delete", "request"]
+
+
+@pytest.mark.parametrize("name", _REQUEST_METHODS)
+async def test_every_request_method_reads_the_options_and_is_throttled(name: str) -> None:
+    """ThrottledSession gives the session request methods of its own, which
+    call aiohttp's ``_request`` directly: each reads ``trace_request_ctx``
+    options, and each request without them goes through the throttle too."""
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        call = getattr(session, name)
+        first: tuple[str, ...] = ("PUT",) if name == "request" else ()
+        ctx = {"autothrottle": {"slot": "api"}}
+        async with call(*first, host.url("/a"), trace_request_ctx=ctx) as response:
+            await response.read()
+        async with call(*first, host.url("/b")) as response:
+            await response.read()
+    assert throttle.slot("api").sent == 1
+    assert throttle.slot(key(host)).sent == 1
+    assert [a.path for a in host.arrivals] == ["/a", "/b"]
+
+
+async def test_the_request_methods_take_aiohttps_arguments_and_defaults() -> None:
+    """Each method a ThrottledSession has in place of aiohttp's passes
+    ``_request`` what aiohttp's would: the same parameters, the same
+    defaults (``head`` does not follow redirects, ``get`` does)."""
+    async with ThrottledSession(throttle=Throttle()) as session:
+        for name in _REQUEST_METHODS:
+            ours = inspect.signature(getattr(session, name)).parameters
+            theirs = inspect.signature(getattr(aiohttp.ClientSession, name)).parameters
+            assert [(p.name, p.kind, p.default) for p in ours.values()] == [
+                (p.name, p.kind, p.default) for p in theirs.values() if p.name != "self"
+            ], name
+
+
+async def test_a_redirect_is_followed_as_aiohttps_methods_would() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
+        target = host.url("/end")
+        for ctx in (None, {"autothrottle": {}}):
+            async with session.get(host.url(f"/redirect?to={target}"), trace_request_ctx=ctx) as r:
+                assert (r.status, len(r.history)) == (200, 1)
+        for ctx in (None, {"autothrottle": {}}):
+            async with session.head(host.url(f"/redirect?to={target}"), trace_request_ctx=ctx) as r:
+                assert (r.status, len(r.history)) == (302, 0)
 
 
 async def test_a_middleware_making_its_own_request_keeps_the_outer_options() -> None:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from types import SimpleNamespace
 from typing import Any
 
+import aiohttp.client
 from aiohttp import (
     ClientRequest,
     ClientResponse,
@@ -22,6 +23,7 @@ from aiohttp import (
     TraceRequestEndParams,
     TraceRequestExceptionParams,
     TraceRequestStartParams,
+    hdrs,
 )
 from aiohttp.connector import BaseConnector, Connection, TCPConnector
 
@@ -32,6 +34,11 @@ from ._request import (
     RequestOptions,
     options_from_mapping,
 )
+
+_RequestContextManager = aiohttp.client._RequestContextManager  # noqa: SLF001
+"""What aiohttp's request methods return (an awaitable and async context
+manager around ``_request``'s coroutine): the session's own methods here
+return it too."""
 
 __all__ = [
     "EXCHANGE",
@@ -244,11 +251,14 @@ def hook_request_options(session: ClientSession) -> None:
     What :func:`throttle_trace_config` does, without a TraceConfig: with any
     trace config at all, aiohttp builds the parameters of, and awaits, every
     signal of every request (about 14 µs a request, ``docs/benchmarks.md``).
-    This wraps the session's ``_request`` once instead (every request method
-    goes through it, as the connector's ``connect`` is wrapped): a request
-    without ``trace_request_ctx`` goes on untouched, unless it is made from
-    inside another (a middleware's own request), where the outer options must
-    not leak into it.
+    This gives the session its own request methods instead (``get``,
+    ``post``, ... and ``request``, which ``ws_connect`` uses), each calling
+    aiohttp's ``_request`` as aiohttp's own does: a request without
+    ``trace_request_ctx`` goes on untouched, unless it is made from inside
+    another (a middleware's own request), where the outer options must not
+    leak into it. A wrapper around ``_request`` would do the same, but
+    passing every keyword on costs a request about 2.5k instructions; that
+    wrapper stays for a caller of ``_request`` itself.
     """
     send = session._request  # noqa: SLF001 (aiohttp's one entry of every request method)
 
@@ -261,6 +271,78 @@ def hook_request_options(session: ClientSession) -> None:
     # Past aiohttp's warning about setting attributes (in its debug mode): the
     # session is ours, made by ThrottledSession.
     object.__setattr__(session, "_request", request)
+    methods = {
+        "request": _any_method(send),
+        "get": _method_with_redirects(send, hdrs.METH_GET, True),
+        "options": _method_with_redirects(send, hdrs.METH_OPTIONS, True),
+        "head": _method_with_redirects(send, hdrs.METH_HEAD, False),
+        "post": _method_with_data(send, hdrs.METH_POST),
+        "put": _method_with_data(send, hdrs.METH_PUT),
+        "patch": _method_with_data(send, hdrs.METH_PATCH),
+        "delete": _method(send, hdrs.METH_DELETE),
+    }
+    for name, method in methods.items():
+        object.__setattr__(session, name, method)
+
+
+_Send = Callable[..., Coroutine[Any, Any, ClientResponse]]
+"""The session's ``_request``."""
+
+
+def _any_method(send: _Send) -> Callable[..., _RequestContextManager]:
+    """``session.request(method, url, **kwargs)``."""
+
+    def request(method: str, url: Any, **kwargs: Any) -> _RequestContextManager:
+        if "trace_request_ctx" in kwargs or REQUEST.get() is not None:
+            return _RequestContextManager(_with_options(send, method, url, kwargs))
+        return _RequestContextManager(send(method, url, **kwargs))
+
+    return request
+
+
+def _method_with_redirects(
+    send: _Send, verb: str, follow: bool
+) -> Callable[..., _RequestContextManager]:
+    """``session.get`` (``options``, ``head``): redirects followed by default or not."""
+
+    def method(
+        url: Any, *, allow_redirects: bool = follow, **kwargs: Any
+    ) -> _RequestContextManager:
+        if "trace_request_ctx" in kwargs or REQUEST.get() is not None:
+            kwargs["allow_redirects"] = allow_redirects
+            return _RequestContextManager(_with_options(send, verb, url, kwargs))
+        return _RequestContextManager(send(verb, url, allow_redirects=allow_redirects, **kwargs))
+
+    return method
+
+
+def _method_with_data(send: _Send, verb: str) -> Callable[..., _RequestContextManager]:
+    """``session.post`` (``put``, ``patch``)."""
+
+    def method(url: Any, *, data: Any = None, **kwargs: Any) -> _RequestContextManager:
+        if "trace_request_ctx" in kwargs or REQUEST.get() is not None:
+            kwargs["data"] = data
+            return _RequestContextManager(_with_options(send, verb, url, kwargs))
+        return _RequestContextManager(send(verb, url, data=data, **kwargs))
+
+    return method
+
+
+def _method(send: _Send, verb: str) -> Callable[..., _RequestContextManager]:
+    """``session.delete``."""
+
+    def method(url: Any, **kwargs: Any) -> _RequestContextManager:
+        if "trace_request_ctx" in kwargs or REQUEST.get() is not None:
+            return _RequestContextManager(_with_options(send, verb, url, kwargs))
+        return _RequestContextManager(send(verb, url, **kwargs))
+
+    return method
+
+
+def _with_options(
+    send: _Send, verb: str, url: Any, kwargs: dict[str, Any]
+) -> Coroutine[Any, Any, ClientResponse]:
+    return _request_with_options(send, kwargs.get("trace_request_ctx"), (verb, url), kwargs)
 
 
 async def _request_with_options(

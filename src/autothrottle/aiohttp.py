@@ -28,10 +28,11 @@ it) with these additions, which you may also install yourself with
   connection established or a pooled one taken) it takes the request's turn
   on the wire, so the host sees the slot's spacing however long the request
   waited for a connection, and starts the latency clock there.
-* A hook on the session's ``_request`` that reads the per-request options
-  from ``trace_request_ctx``. A session you build yourself reads them with
-  :func:`throttle_trace_config` instead, at the cost of aiohttp's trace
-  machinery on every request.
+* Request methods of the session's own (``get``, ``post``, ... and
+  ``request``) that read the per-request options from ``trace_request_ctx``
+  and call aiohttp's ``_request`` as aiohttp's methods do. A session you
+  build yourself reads them with :func:`throttle_trace_config` instead, at
+  the cost of aiohttp's trace machinery on every request.
 
 Per-request options, in either form (they are merged)::
 
@@ -437,10 +438,12 @@ else:
         share its slots.
 
         The wire turn and the latency clock hook the session's connector (its
-        ``connect``), and ``trace_request_ctx`` options are read by a hook on the
-        session's ``_request``, so neither costs aiohttp's trace signals.
-        ``request_options=False`` leaves that hook out (``trace_request_ctx``
-        options are then ignored; the ``X-AutoThrottle`` header still works).
+        ``connect``), and ``trace_request_ctx`` options are read by the
+        session's request methods (its own ``get``, ``post``, ... ``request``,
+        each calling aiohttp's ``_request``), so neither costs aiohttp's trace
+        signals. ``request_options=False`` keeps aiohttp's methods
+        (``trace_request_ctx`` options are then ignored; the ``X-AutoThrottle``
+        header still works).
         """
 
 
