@@ -173,6 +173,25 @@ async def test_closing_the_store_sends_a_lingering_hand_back_and_leaves_no_timer
     admin.close()
 
 
+async def test_closing_the_store_while_redis_is_down_leaves_no_retry_timer() -> None:
+    """Redis down, the store tries it again every ``retry_after``; closed
+    meanwhile, it leaves no timer to start a send on a loop that is ending."""
+    store = RedisStore(
+        f"redis://127.0.0.1:{_free_port()}/0", prefix=prefix(), timeout=0.1, retry_after=0.2
+    )
+    turn = await store.take_turn("host", ask(0.0), time.monotonic())
+    assert turn.lease is None  # down: this process goes alone
+    await store.aclose()
+    sends: list[bool] = []
+
+    async def send_loop(everything: bool) -> None:
+        sends.append(everything)
+
+    store._send._send_loop = send_loop  # type: ignore[method-assign]
+    await asyncio.sleep(0.5)  # past the retry
+    assert sends == []
+
+
 async def test_a_crashed_workers_lease_comes_back_after_it_expires() -> None:
     name = prefix()
     crashed, alive = RedisStore(REDIS, prefix=name), RedisStore(REDIS, prefix=name)

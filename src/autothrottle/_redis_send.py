@@ -98,6 +98,7 @@ class Sender:
         self._unused: dict[str, tuple[float, list[str]]] = {}
         self._sender: asyncio.Task[None] | None = None
         self._lingering: asyncio.TimerHandle | None = None
+        self._retrying: asyncio.TimerHandle | None = None  # Redis down: the next try
         self._sync_sender = threading.Lock()
         self._flusher: threading.Thread | None = None
         self._wake_flusher = threading.Condition(self._lock)
@@ -171,7 +172,8 @@ class Sender:
             self._send_blocking()
 
     def close(self) -> None:
-        """Flush what the sync client has to send, stop its sender, close the sync client."""
+        """Flush what the sync client has to send, stop its sender, close the sync
+        client; cancel the timers (a linger, a retry while Redis is down)."""
         if self._closed:
             return
         if self.sync_client is not None:
@@ -179,6 +181,10 @@ class Sender:
         with self._lock:
             self._closed = True
             self._wake_flusher.notify_all()
+        for timer in (self._retrying, self._lingering):  # nothing starts a send any more
+            if timer is not None:
+                timer.cancel()
+        self._retrying = self._lingering = None
         if self.sync_client is not None:
             self.sync_client.close()
 
@@ -465,7 +471,18 @@ class Sender:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        loop.call_later(self.outage.retry_after, self._kick_async, loop, True)
+        retrying = self._retrying
+        if retrying is not None:
+            retrying.cancel()
+        if self._closed:  # no send starts after the close
+            self._retrying = None
+            return
+        self._retrying = loop.call_later(self.outage.retry_after, self._retry, loop)
+
+    def _retry(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``retry_after`` has passed since Redis went down: try it again."""
+        self._retrying = None
+        self._kick_async(loop, True)
 
     def _settle(self, commands: Commands, results: list[Any], turns: list[Ask]) -> None:
         """Redis answered. A data error (a key of the wrong type) concerns its slot
