@@ -9,6 +9,7 @@ Plain numbers for the turns; the store is a fake that records what it was told.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from types import SimpleNamespace
@@ -163,6 +164,54 @@ async def test_what_the_store_raised_at_the_wire_the_request_raises() -> None:
         for _ in range(100):  # bounded: the answer comes within a few loop turns
             await asyncio.sleep(0)
             assert lease.on_wire() == WIRE_POLL  # until the answer came: never "go"
+
+
+async def test_what_the_store_raised_after_the_request_was_given_up_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="autothrottle")
+    lease, store, _ = setup(new_turn(0.3), late=0.08)
+    store.error = RuntimeError("the store broke")
+    assert lease.on_wire() == WIRE_POLL
+    lease.released = True  # cancelled while the new turn was being taken
+    store.gate.set()
+    for _ in range(100):  # bounded: the answer comes within a few loop turns
+        await asyncio.sleep(0)
+        if caplog.records:
+            break
+    assert ["the store broke" in record.getMessage() for record in caplog.records] == [True]
+
+
+async def test_what_the_store_raised_before_the_request_was_given_up_is_logged_at_release(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="autothrottle")
+    lease, store, _ = setup(new_turn(0.3), late=0.08)
+    store.error = RuntimeError("the store broke")
+    assert lease.on_wire() == WIRE_POLL
+    store.gate.set()
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if lease.on_release is not None:
+            break
+    assert not caplog.records  # left for the request's look to raise
+    lease.on_release()  # given up without looking: released
+    assert ["the store broke" in record.getMessage() for record in caplog.records] == [True]
+
+
+async def test_what_the_store_raised_and_the_request_raised_is_not_logged_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="autothrottle")
+    lease, store, _ = setup(new_turn(0.3), late=0.08)
+    store.error = RuntimeError("the store broke")
+    assert lease.on_wire() == WIRE_POLL
+    store.gate.set()
+    with pytest.raises(RuntimeError, match="the store broke"):
+        for _ in range(100):
+            await asyncio.sleep(0)
+            lease.on_wire()
+    assert lease.on_release is None and not caplog.records
 
 
 def test_a_turn_inside_a_run_notes_when_it_reached_the_wire() -> None:

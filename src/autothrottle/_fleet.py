@@ -110,6 +110,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -136,6 +137,8 @@ from ._fleet_turns import (
 from ._lease import Lease
 from ._rules import Rules
 from ._slot import LiveSlot
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "FRESH_AFTER",
@@ -450,7 +453,8 @@ class WireCheck:
     cancelled with the loop) the request raises, as at its turn
     (:meth:`Fleet.take_turn`): neither sent off its turn nor counted as the
     host's. Nothing is held when the request is given up meanwhile: a turn
-    answered after that goes straight back.
+    answered after that goes straight back, and an error, with nobody to
+    raise it to, is logged.
     """
 
     __slots__ = (
@@ -492,6 +496,8 @@ class WireCheck:
             if not task.done():
                 return WIRE_POLL  # the new turn's answer is on its way
             self._task = None
+            if not task.cancelled() and task.exception() is not None:
+                self._lease.on_release = None  # raised here, to the request: not lost
             return self._taken(task.result())  # what take_turn raised, raised here
         if self._new is not None:
             return self._wait_for(self._new, now)
@@ -520,8 +526,17 @@ class WireCheck:
     def _answered(self, task: asyncio.Task[SharedTurn]) -> None:
         """The new turn's answer came: held by the request until it looks at it,
         or handed back at once if the request was given up meanwhile (then
-        nobody looks). A failed task is left for the request's look to raise."""
-        if task.cancelled() or task.exception() is not None:
+        nobody looks). A failed task is left for the request's look to raise;
+        with nobody to look (given up before or after the answer), its error
+        is logged, never lost and never raised here."""
+        if task.cancelled():  # the loop is ending
+            return
+        error = task.exception()
+        if error is not None:
+            if self._lease.released:
+                self._lost(error)
+            else:  # logged if the request is let go without looking
+                self._lease.on_release = functools.partial(self._lost, error)
             return
         lease = task.result().lease
         if lease is None:
@@ -531,6 +546,17 @@ class WireCheck:
             self._fleet.store.released(self._slot.key, lease)
         else:
             self._lease.on_release = functools.partial(self._fleet.released, self._slot, lease)
+
+    def _lost(self, error: BaseException) -> None:
+        """The new turn failed with nobody to raise it to: say so in the log."""
+        logger.warning(
+            "autothrottle: slot %r: a fleet turn taken again at the wire failed after its "
+            "request was given up (%s: %s)",
+            self._slot.key,
+            type(error).__name__,
+            error,
+            exc_info=(type(error), error, error.__traceback__),
+        )
 
     def _taken(self, new: SharedTurn) -> float:
         now = time.monotonic()
