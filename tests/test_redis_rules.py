@@ -142,6 +142,38 @@ def test_a_refusal_without_the_fleets_successes_is_counted(server: redis.Redis) 
     assert slot.field("oks") == 0  # the count starts again
 
 
+def test_a_refusal_after_a_slow_start_is_jitter_when_the_latest_two_kept_the_pace(
+    server: redis.Redis,
+) -> None:
+    # The fleet's first success came slowly (a start, a delay coming back down
+    # after a backoff), its latest two at the pace: the slow start's span is
+    # no sign that the host did not keep the pace, which it did for the latest.
+    slot = Slot(server)
+    gap_us = 200_000
+    slot.merge(delay_us=gap_us, backed_off=False, oks=1)
+    time.sleep(1.2)  # three successes spanning 1.2 s: more than 3 x 1.25 gaps
+    slot.merge(delay_us=gap_us, backed_off=False, oks=1)
+    slot.merge(delay_us=gap_us, backed_off=False, oks=1)
+    slot.merge(delay_us=2 * gap_us, backed_off=True, oks=0, pause_us=1_000_000)
+    assert slot.field("delay") == gap_us  # jitter: the fleet's pace stays
+    assert slot.field("oks") == 3  # and the count goes on
+
+
+def test_a_refusal_after_two_successes_slower_than_the_pace_is_counted(
+    server: redis.Redis,
+) -> None:
+    slot = Slot(server)
+    gap_us = 200_000
+    slot.merge(delay_us=gap_us, backed_off=False, oks=1)
+    time.sleep(0.6)  # the host let the fleet through at a third of its pace
+    slot.merge(delay_us=gap_us, backed_off=False, oks=1)
+    time.sleep(0.6)
+    slot.merge(delay_us=2 * gap_us, backed_off=True, oks=0)
+    assert slot.field("delay") == 2 * gap_us  # counted: the pace was not kept
+    assert slot.field("oks") == 0
+    assert server.hget(slot.state, "ok_before") is None  # the latest two start again
+
+
 def test_a_strict_pace_rises_only_by_a_counted_backoff(server: redis.Redis) -> None:
     slot = Slot(server)
     slot.merge(delay_us=GAP_US, backed_off=False, oks=1)

@@ -57,10 +57,13 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    that the fleet kept is the host's jitter, judged on the fleet's successes
    as one process judges its own (``docs/recovery.md``, "At the stated
    pace"): at least two since the fleet's last counted backoff, coming
-   within 1.25 gaps each. Each process sees only its share of them, so one
-   process alone would take the refusal for a real one: the fleet's delay
-   stays, and the pause the refusal asked for lasts at most one gap. Any
-   other backoff is counted: it dates the fleet's backoff, starts the
+   within 1.25 gaps each, or the latest two within 2.5 gaps of the refusal
+   (the fleet never sends faster than a strict pace: wider gaps before them
+   were its own slowness, a start or a delay coming back down, and a slow
+   start made the first jitter refusal a full backoff). Each process sees
+   only its share of them, so one process alone would take the refusal for
+   a real one: the fleet's delay stays, and the pause the refusal asked for
+   lasts at most one gap. Any other backoff is counted: it dates the fleet's backoff, starts the
    successes' count again, and never lowers the delay. Otherwise the
    process's delay becomes the fleet's, but a strict pace rises only by a
    counted backoff. Of two pauses the later end wins. The last record is

@@ -12,8 +12,9 @@ on the server's clock by the script. Keys of one slot share a hash tag
 Hash ``{prefix:slot}:s`` fields: ``tat`` (the next free send time), ``last``
 (``tat`` less the gap it was reserved with), ``delay`` (the fleet's delay, µs), ``pause``
 (paused until), ``backoff_at`` (the fleet's last counted backoff), ``record``
-(the last shared ``SlotState`` as JSON), ``version``, and ``oks`` and
-``ok_first`` (the fleet's successes since its last counted backoff, from when). Sorted set
+(the last shared ``SlotState`` as JSON), ``version``, ``oks`` and
+``ok_first`` (the fleet's successes since its last counted backoff, from when), and
+``ok_latest`` and ``ok_before`` (when the latest two of them were merged). Sorted set
 ``{prefix:slot}:l``: the leases in flight, scored by their expiry;
 ``{prefix:slot}:p``: the processes that took a turn, by when.
 """
@@ -108,11 +109,14 @@ MERGE = (
 -- ARGV: delay (µs), backed off (1/0), sent (µs before now; '' unknown), pause (µs from
 --       now; 0: none), record, ttl (ms), successes since the last change, strict (1/0)
 local delay = tonumber(ARGV[1])
-local state = redis.call('HMGET', KEYS[1], 'delay', 'backoff_at', 'pause', 'oks', 'ok_first')
+local state = redis.call('HMGET', KEYS[1], 'delay', 'backoff_at', 'pause', 'oks', 'ok_first',
+  'ok_latest', 'ok_before')
 local stored = tonumber(state[1])
 local backoff_at = tonumber(state[2])
 local oks = tonumber(state[4]) or 0
 local ok_first = tonumber(state[5])
+local ok_latest = tonumber(state[6])
+local ok_before = tonumber(state[7])
 local pause_for = tonumber(ARGV[4])
 local strict = ARGV[8] == '1'
 -- Rule 5: a request sent before the fleet's last backoff is the lag of that backoff
@@ -121,10 +125,13 @@ local strict = ARGV[8] == '1'
 local lag = false
 if backoff_at and ARGV[3] ~= '' then lag = now - tonumber(ARGV[3]) < backoff_at end
 -- Rule 5: a backoff at a strict pace the fleet kept (its successes since its last
--- counted backoff came at that pace: docs/recovery.md, "At the stated pace", judged
--- on the fleet's successes) is the host's jitter: the pace stays, and a pause it
--- asks for lasts at most one gap.
-local kept = strict and stored and ok_first and oks >= 2 and oks * 1.25 * stored >= now - ok_first
+-- counted backoff came at that pace, or the latest two did: docs/recovery.md, "At
+-- the stated pace", judged on the fleet's successes) is the host's jitter: the pace
+-- stays, and a pause it asks for lasts at most one gap. The latest two will do: the
+-- fleet never sends faster than a strict pace, so wider gaps before them were its
+-- own slowness (a start, a delay coming back down after a backoff).
+local kept = strict and stored and ok_first and oks >= 2 and (
+  oks * 1.25 * stored >= now - ok_first or (ok_before and now - ok_before <= 2.5 * stored))
 if ARGV[2] == '1' and lag then
   delay = stored or delay
 elseif ARGV[2] == '1' and kept then
@@ -134,7 +141,9 @@ elseif ARGV[2] == '1' and kept then
 elseif ARGV[2] == '1' then
   if stored and stored > delay then delay = stored end
   redis.call('HSET', KEYS[1], 'backoff_at', us(now), 'oks', '0')
+  redis.call('HDEL', KEYS[1], 'ok_latest', 'ok_before')
   oks = 0
+  ok_latest, ok_before = nil, nil
 elseif lag and stored and delay < stored then
   delay = stored
 elseif strict and stored and delay > stored then
@@ -148,7 +157,10 @@ if new_oks > 0 then
     ok_first = now - (now - ok_first) * 8 / oks
     oks = 8
   end
-  redis.call('HSET', KEYS[1], 'oks', tostring(oks), 'ok_first', us(ok_first))
+  if new_oks >= 2 then ok_before = now else ok_before = ok_latest end
+  ok_latest = now
+  redis.call('HSET', KEYS[1], 'oks', tostring(oks), 'ok_first', us(ok_first),
+    'ok_latest', us(ok_latest), 'ok_before', us(ok_before or now))
 end
 redis.call('HSET', KEYS[1], 'delay', us(delay))
 if pause_for > 0 and now + pause_for > (tonumber(state[3]) or 0) then
