@@ -305,3 +305,25 @@ def test_a_shipped_step_answers_as_its_hooks(
         assert delay_step == delay_hooks
         assert limit == policy.in_flight_limit(by_hooks)
         assert by_step == by_hooks
+
+
+def test_a_cap_changed_elsewhere_is_set_again_by_the_next_usual_response() -> None:
+    """The usual response skips the cache's cap when the policy's limit and the
+    cap are what it last left (the same two give the same cap); a cap another
+    writer changed (a loaded or shared record) is set again, as the rules do."""
+    config = {"policy": "adaptive", "start_delay": 0.0, "min_delay": 0.0, "max_delay": 60.0}
+    clock, fast, spec = _pair({**config, "max_concurrency": 64, "strict_scrapy": False})
+    for _ in range(6):
+        for throttle in (fast, spec):
+            lease = throttle.try_acquire(KEY)
+            assert lease is not None
+            lease.finish(0.05, 200, None)
+        clock.advance(1.0)
+    caps = [throttle._live(KEY).gate.cap() for throttle in (fast, spec)]
+    assert caps[0] == caps[1] > 1
+    for throttle in (fast, spec):
+        throttle._live(KEY).state.cache.in_flight_cap = 1  # another writer's
+        lease = throttle.try_acquire(KEY)
+        assert lease is not None
+        lease.finish(0.05, 200, None)
+    assert [throttle._live(KEY).gate.cap() for throttle in (fast, spec)] == caps

@@ -52,12 +52,16 @@ class LiveSlot:
             that share of the host's answers.
         fleet_went: When this process last let a fleet turn of the slot go
             (``time.monotonic``; the fleet's, ``autothrottle._fleet`` rule 8).
+        capped: The policy's limit and the cap it gave, at the last usual
+            response that applied one (:meth:`respond`: the same two again,
+            with no cache hit to count, give the same cap).
         step: The policy's answer to the usual response in one call
             (``_policies.usual_step``: a shipped policy's without a sample).
             The policy is the slot's for good (:meth:`configure` keeps it).
     """
 
     __slots__ = (
+        "capped",
         "config",
         "fleet_went",
         "gate",
@@ -89,6 +93,7 @@ class LiveSlot:
         self.fleet_went = -math.inf
         self.hold_maker: Callable[[float], Any] | None = None
         self.step: UsualStep = usual_step(config.policy)
+        self.capped: tuple[float, int] = (0.0, -1)
 
     def configure(self, config: SlotConfig) -> None:
         """Run with new settings from now on (``Throttle.set_host``), keeping the policy:
@@ -114,9 +119,7 @@ class LiveSlot:
         """The usual response (``_turns.Plain`` checked it, and holds the lock) in
         one call: the rules' steps for it, each record written by its owner; the
         rules stay the spec, and a test compares the two field for field."""
-        state = self.state
-        gate = self.gate
-        config = self.config
+        state, gate, config = self.state, self.gate, self.config
         policy = config.policy
         state.counters.count_response(status, latency, now)
         limits = state.limits
@@ -139,10 +142,12 @@ class LiveSlot:
             policy, old, latency, status, False, in_flight, gate.lag, memory, config
         )
         low = config.min_delay
-        if limit is not None:
+        cache = state.cache
+        if limit is not None and self.capped != (limit, cache.in_flight_cap):
             gap = low if low > new else new  # max(new, low, 1e-6), without its call
-            if CacheShare.cap(state.cache, limit, 1e-6 if gap < 1e-6 else gap):
+            if CacheShare.cap(cache, limit, 1e-6 if gap < 1e-6 else gap):
                 gate.wake()
+            self.capped = (limit, cache.in_flight_cap)
         if new < low:  # config.clamp(new), without its call
             new = low
         elif new > config.max_delay:
