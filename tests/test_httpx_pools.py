@@ -36,9 +36,11 @@ def pools_module(package: str) -> Any:
     return __import__(f"autothrottle._{package}._pools", fromlist=["Pools"])
 
 
-def table(package: str, expiry: float = 5.0, longest: float | None = 60.0) -> Any:
+def table(
+    package: str, expiry: float = 5.0, longest: float | None = 60.0, threads: bool = True
+) -> Any:
     """A pools table whose pools are plain objects (nothing to close)."""
-    return pools_module(package).Pools(object, expiry, longest)
+    return pools_module(package).Pools(object, expiry, longest, threads=threads)
 
 
 URL = "http://a.test/"
@@ -113,16 +115,20 @@ def test_a_short_keep_behind_a_long_one_is_not_held_back(package: str) -> None:
     assert pools.expired(46.0) == [slow.pool]
 
 
-def test_a_pool_still_sending_is_kept_past_its_keep_alive(package: str) -> None:
-    pools = table(package)
+@pytest.mark.parametrize("threads", [True, False])
+def test_a_pool_still_sending_is_kept_past_its_keep_alive(package: str, threads: bool) -> None:
+    pools = table(package, threads=threads)
     entry, _ = pools.take(httpx.URL(URL), 0.0, lease_at(20.0))
     assert pools.expired(100.0) == []  # its request is not done
     pools.done(entry)
     assert pools.expired(100.0 + 30.0) == [entry.pool]
 
 
-def test_taking_a_pool_hands_back_the_oldest_idle_past_their_keep_alive(package: str) -> None:
-    pools = table(package)
+@pytest.mark.parametrize("threads", [True, False])
+def test_taking_a_pool_hands_back_the_oldest_idle_past_their_keep_alive(
+    package: str, threads: bool
+) -> None:
+    pools = table(package, threads=threads)
     old, _ = pools.take(httpx.URL("http://old.test/"), 0.0)  # kept 5 s
     pools.done(old)
     kept, closing = pools.take(httpx.URL(URL), 4.0)
@@ -131,6 +137,17 @@ def test_taking_a_pool_hands_back_the_oldest_idle_past_their_keep_alive(package:
     entry, closing = pools.take(httpx.URL(URL), 6.0)
     assert entry is kept and closing == [old.pool]  # taken out of the table, to be closed
     assert len(pools) == 1
+
+
+def test_only_the_sync_clients_table_is_locked(package: str) -> None:
+    """The async client's table is used from its event loop's thread alone;
+    the sync client's from any thread that sends."""
+    throttle = Throttle()
+    pools = AsyncThrottledClient(throttle=throttle)._transport.inner.pools
+    assert pools._lock is None
+    assert pools.expired(0.0) == [] and pools.clear() == []  # usable without one
+    with ThrottledClient(throttle=throttle) as client:
+        assert client._transport.inner.pools._lock is not None
 
 
 def test_an_origin_is_its_scheme_host_and_port(package: str) -> None:

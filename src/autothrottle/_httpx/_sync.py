@@ -592,7 +592,9 @@ class ThrottledClient(httpx.Client):
 
     def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.BaseTransport:
         make = super()._init_transport
-        pools = None if args else pools_for(self._throttle, make, self._pool_per_host, kwargs)
+        threads = True
+        per_host = self._pool_per_host
+        pools = None if args else pools_for(self._throttle, make, per_host, kwargs, threads)
         return self._wrap(make(*args, **kwargs) if pools is None else _PoolPerOrigin(pools))
 
     def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.BaseTransport:

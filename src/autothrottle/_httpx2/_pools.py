@@ -15,6 +15,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import anyio
@@ -73,22 +74,21 @@ class PooledOrigin:
 class Pools:
     """The pools of a client's origins, least recently used first.
 
-    Thread-safe: the lock guards the table and the making of a pool, which
-    is cheap (about 70 us: it shares the client's SSL context), never a
-    pool's requests or its closing. A pool idle past its keep-alive is
-    handed back to be closed. The keep-alive is ``expiry``, or the pace of
-    the origin's slot when that is longer (times :attr:`PACE_MARGIN`), up to
-    ``longest``: a host paced every 20 s keeps its connection from one
-    request to the next instead of opening a new one each time (the pools
-    are made with httpx2's keep-alive expiry at ``longest``, so only this
-    table decides). The pace is read when a pool is found idle past the
-    keep-alive it had, not on every request: a pool whose pace asks for
-    longer is kept for that from its last use, and keeps it from then on;
-    a slot's pause counts as its pace when longer, so a host that answered
-    with a ``Retry-After`` keeps its connection for the request after it.
-    Each request looks at a few of the oldest, so closing keeps pace with
-    opening; a pool kept longer than the ones behind it holds their closing
-    back by at most ``longest``.
+    Thread-safe with ``threads`` (the sync client's): the lock guards the table and the making
+    of a pool, which is cheap (about 70 us: it shares the client's SSL context), never a pool's
+    requests or its closing. The async client's pools are used from its event loop's thread
+    alone, as httpcore2's own async pool is, and never await inside the table: they take no lock
+    (two acquisitions a request, about 3k instructions). A pool idle past its keep-alive is
+    handed back to be closed. The keep-alive is ``expiry``, or the pace of the origin's slot
+    when that is longer (times :attr:`PACE_MARGIN`), up to ``longest``: a host paced every 20 s
+    keeps its connection from one request to the next instead of opening a new one each time
+    (the pools are made with httpx2's keep-alive expiry at ``longest``, so only this table
+    decides). The pace is read when a pool is found idle past the keep-alive it had, not on
+    every request: a pool whose pace asks for longer is kept for that from its last use, and
+    keeps it from then on; a slot's pause counts as its pace when longer, so a host that
+    answered with a ``Retry-After`` keeps its connection for the request after it. Each request
+    looks at a few of the oldest, so closing keeps pace with opening; a pool kept longer than
+    the ones behind it holds their closing back by at most ``longest``.
     """
 
     __slots__ = ("_lock", "_make", "_origins", "expiry", "longest")
@@ -105,11 +105,16 @@ class Pools:
     RECENT = 1.0
 
     def __init__(
-        self, make: Callable[[], Any], expiry: float, longest: float | None = None
+        self,
+        make: Callable[[], Any],
+        expiry: float,
+        longest: float | None = None,
+        *,
+        threads: bool = True,
     ) -> None:
         self._make = make
         self._origins: OrderedDict[Origin, PooledOrigin] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock() if threads else None
         self.expiry = expiry
         self.longest = expiry if longest is None else max(expiry, longest)
 
@@ -151,7 +156,8 @@ class Pools:
             origin = (url.scheme, url.host, url.port)
         origins = self._origins
         lock = self._lock
-        lock.acquire()  # not `with`: on every request, it costs twice as much
+        if lock is not None:
+            lock.acquire()  # not `with`: on every request, it costs twice as much
         try:
             entry = origins.get(origin)
             if entry is None:
@@ -169,18 +175,22 @@ class Pools:
                 return entry, (), recent  # the oldest is still kept: the usual, found at once
             return entry, self._expired(now), recent
         finally:
-            lock.release()
+            if lock is not None:
+                lock.release()
 
     def done(self, entry: PooledOrigin) -> None:
         """A request of ``entry``'s pool is sent: answered, failed or cancelled."""
         lock = self._lock
+        if lock is None:
+            entry.sending -= 1
+            return
         lock.acquire()
         entry.sending -= 1
         lock.release()
 
     def expired(self, now: float) -> list[Any]:
         """The pools idle past their keep-alive among the oldest few, taken out of the table."""
-        with self._lock:
+        with self._lock or nullcontext():
             return self._expired(now)
 
     def _expired(self, now: float) -> list[Any]:
@@ -209,7 +219,7 @@ class Pools:
         return closing
 
     def clear(self) -> list[Any]:
-        with self._lock:
+        with self._lock or nullcontext():
             pools = [entry.pool for entry in self._origins.values()]
             self._origins.clear()
         return pools
@@ -307,9 +317,16 @@ LONGEST_KEEP_ALIVE = 60.0
 
 
 def pools_for(
-    throttle: Throttle, make: Callable[..., Any], pool_per_host: bool | None, kwargs: dict[str, Any]
+    throttle: Throttle,
+    make: Callable[..., Any],
+    pool_per_host: bool | None,
+    kwargs: dict[str, Any],
+    threads: bool = True,
 ) -> Pools | None:
     """The per-origin pools of a client built with ``_init_transport(**kwargs)``, or None.
+
+    ``threads``: the client may send from several threads (the sync client):
+    the table is locked (:class:`Pools`).
 
     Every pool shares one SSL context, made once here as httpx2 makes its
     own for a client: making one per pool cost 30-60 ms and most of a
@@ -341,7 +358,7 @@ def pools_for(
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=longest,
         )
-    return Pools(lambda: make(**settings), expiry, longest)
+    return Pools(lambda: make(**settings), expiry, longest, threads=threads)
 
 
 def check_pool_per_host(pool_per_host: object, transport: object) -> bool | None:
