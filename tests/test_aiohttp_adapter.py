@@ -600,6 +600,34 @@ async def test_a_redirect_is_followed_as_aiohttps_methods_would() -> None:
                 assert (r.status, len(r.history)) == (302, 0)
 
 
+class _Cached(ClientResponse):
+    """Stands for a cache's response class (aiohttp-client-cache's says ``from_cache``)."""
+
+    from_cache = True
+
+
+class _Fresh(ClientResponse):
+    from_cache = False
+
+
+@pytest.mark.parametrize(
+    ("response_class", "hits"), [(ClientResponse, 0), (_Fresh, 0), (_Cached, 1)]
+)
+async def test_a_response_class_that_says_from_cache_is_a_cache_hit(
+    response_class: type[ClientResponse], hits: int
+) -> None:
+    """aiohttp's own response is read on a shorter way than any other class;
+    both observe the response, and only the other looks for ``from_cache``."""
+    throttle = Throttle(start_delay=0.0)
+    async with (
+        loopback_hosts(1) as (host,),
+        ThrottledSession(throttle=throttle, response_class=response_class) as session,
+    ):
+        assert await fetch(session, host.url("/")) == 200
+    snapshot = throttle.slot(key(host)).snapshot()
+    assert (snapshot.responses, snapshot.cache_hits, snapshot.in_flight) == (1, hits, 0)
+
+
 async def test_a_middleware_making_its_own_request_keeps_the_outer_options() -> None:
     async def fetch_token(request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         if request.url.path == "/api":

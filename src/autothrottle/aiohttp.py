@@ -298,16 +298,21 @@ class _AiohttpPlug(
     def respond(
         self, exchange: Exchange, response: ClientResponse, wiring: object
     ) -> ClientResponse:
-        # aiohttp's own response has no from_cache (a failed getattr costs).
-        from_cache = type(response) is not ClientResponse and (
-            getattr(response, "from_cache", False) is True
-        )
         # No connection: the body came with the headers, and the response is
         # finished as it is observed (one step, under one hold of the slot's lock).
-        finished = response.connection is None
-        exchange.responded(
-            response.status, response.headers, from_cache=from_cache, finished=finished
-        )
+        if type(response) is ClientResponse:
+            # aiohttp's own: no from_cache to look for (a failed getattr costs),
+            # and its fields read without the calls of their property and reify.
+            finished = response._connection is None  # noqa: SLF001
+            exchange.responded(response.status, response._headers, finished=finished)  # noqa: SLF001
+        else:  # another class (aiohttp-client-cache's says from_cache)
+            finished = response.connection is None
+            exchange.responded(
+                response.status,
+                response.headers,
+                from_cache=getattr(response, "from_cache", False) is True,
+                finished=finished,
+            )
         try:  # the attribute named by _EXCHANGE_ATTRIBUTE, set without setattr's call
             response._autothrottle_exchange = exchange  # type: ignore[attr-defined]  # noqa: SLF001
         except AttributeError:  # a response class with __slots__
