@@ -22,6 +22,7 @@ import weakref
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import aiohttp
 import pytest
@@ -821,3 +822,20 @@ async def test_isinstance_tells_a_throttled_session() -> None:
         assert isinstance(by_hand, ThrottledSession)
         assert not isinstance(plain, ThrottledSession)
     assert not isinstance("a session", ThrottledSession)
+
+
+async def test_a_patch_of_request_made_before_the_session_is_what_it_calls() -> None:
+    """The session's request methods call the ``_request`` it had when it was
+    made: a mock of ``ClientSession._request`` patched before is seen."""
+    calls: list[tuple[str, str]] = []
+
+    async def fake(self: aiohttp.ClientSession, method: str, url: str, **kwargs: Any) -> Any:
+        calls.append((method, url))
+        raise RuntimeError("mocked")
+
+    with mock.patch.object(aiohttp.ClientSession, "_request", fake):
+        async with ThrottledSession(throttle=Throttle()) as session:
+            for call in (session.get, session.post):
+                with pytest.raises(RuntimeError, match="mocked"):
+                    await call("http://127.0.0.2/")
+    assert calls == [("GET", "http://127.0.0.2/"), ("POST", "http://127.0.0.2/")]
