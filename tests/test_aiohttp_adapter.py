@@ -839,3 +839,38 @@ async def test_a_patch_of_request_made_before_the_session_is_what_it_calls() -> 
                 with pytest.raises(RuntimeError, match="mocked"):
                     await call("http://127.0.0.2/")
     assert calls == [("GET", "http://127.0.0.2/"), ("POST", "http://127.0.0.2/")]
+
+
+async def test_a_websocket_handshake_goes_through_the_session_and_is_released() -> None:
+    """``ws_connect`` sends its handshake through the session's ``request``
+    (the session's own method): it is paced on the host's slot, and the
+    upgraded connection does not hold the slot."""
+    from aiohttp import web
+
+    async def echo(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        async for message in ws:
+            await ws.send_str(message.data)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/ws", echo)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    throttle = Throttle(start_delay=0.0)
+    try:
+        async with (
+            ThrottledSession(throttle=throttle) as session,
+            session.ws_connect(f"http://127.0.0.1:{port}/ws") as ws,
+        ):
+            await ws.send_str("hello")
+            assert (await ws.receive_str()) == "hello"
+            assert throttle.slot("127.0.0.1").in_flight == 0
+    finally:
+        await runner.cleanup()
+    snapshot = throttle.slot("127.0.0.1").snapshot()
+    assert (snapshot.sent, snapshot.responses, snapshot.in_flight) == (1, 1, 0)
