@@ -615,6 +615,33 @@ async def test_a_pool_per_host_serves_every_host_and_closes_every_pool() -> None
     assert_idle(throttle, a.address)
 
 
+async def test_each_response_carries_its_own_throttle_info() -> None:
+    async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=fixed(0.0)) as client:
+        first, second = [await client.get(host.url("/")) for _ in range(2)]
+    infos = [response.extensions["autothrottle"] for response in (first, second)]
+    assert [info.slot for info in infos] == [host.address] * 2
+    assert infos[0] is not infos[1] and infos[0].sent_at <= infos[1].sent_at
+    assert first.http_version == "HTTP/1.1"  # httpx's own extensions kept
+
+
+async def test_a_transports_shared_extensions_are_left_alone() -> None:
+    """A transport of your own may hand out one extensions dict to every
+    response: each throttled response gets its own copy."""
+    shared: dict[str, Any] = {"reason_phrase": b"OK"}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        response = httpx.Response(200)
+        response.extensions = shared  # httpx >= 0.28 copies a dict given to Response()
+        return response
+
+    inner = httpx.MockTransport(answer)
+    transport = AsyncThrottledTransport(inner, throttle=fixed(0.0))
+    async with AsyncThrottledClient(throttle=fixed(0.0), transport=transport) as client:
+        first, second = [await client.get(f"http://h{i}.test/") for i in range(2)]
+    assert shared == {"reason_phrase": b"OK"}
+    assert [r.extensions["autothrottle"].slot for r in (first, second)] == ["h0.test", "h1.test"]
+
+
 async def test_a_pool_per_host_keeps_each_hosts_spacing() -> None:
     throttle = fixed(0.1)
     client = AsyncThrottledClient(throttle=throttle)

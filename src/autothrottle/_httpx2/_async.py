@@ -312,15 +312,18 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
         self, exchange: Exchange, response: httpx2.Response, wiring: _Wiring
     ) -> httpx2.Response:
         extensions = response.extensions
-        exchange.responded(
-            response.status_code,
-            response.headers,
-            wiring.end,
-            # hishel's marks, looked for before asking: no call for the usual response
-            from_cache=("caching" in extensions or "from_cache" in extensions)
-            and from_cache(extensions),
-        )
-        response.extensions = {**extensions, "autothrottle": exchange.info()}
+        if "caching" in extensions or "from_cache" in extensions:  # hishel's marks
+            cached = from_cache(extensions)
+            status, headers = response.status_code, response.headers
+            exchange.responded(status, headers, wiring.end, from_cache=cached)
+        else:  # the usual response: no keyword, no call
+            exchange.responded(response.status_code, response.headers, wiring.end)
+        if self.origins is not None:
+            # httpcore2's own dict, made for this response alone (by the pool
+            # per origin, httpx2's own transport): no copy needed.
+            extensions["autothrottle"] = exchange.info()
+        else:  # the inner transport's response, whose dict may be shared: a copy
+            response.extensions = {**extensions, "autothrottle": exchange.info()}
         if response.is_closed:  # the inner transport already read the body
             exchange.lease.release()
         else:
