@@ -1,13 +1,22 @@
-"""The exchange's hold: a lease released when its response is finished or collected."""
+"""The exchange's hold: a lease released when its response is finished or collected.
+
+Each test runs with :class:`Hold` and with :func:`watch` (a hold made by the
+owner itself, one object): the same rules.
+"""
 
 from __future__ import annotations
 
 import gc
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 from autothrottle import Throttle
-from autothrottle._exchange import Hold
+from autothrottle._exchange import Hold, watch
+from autothrottle._lease import Lease
 from helpers import wait_until
 
 
@@ -15,10 +24,18 @@ class Response:
     """Stands for a client's response object: what the hold's life follows."""
 
 
-def test_release_is_once_and_forgets_the_owner() -> None:
+def _watch(lease: Lease, owner: object) -> Any:
+    return watch(owner, lease)
+
+
+HOLDS = pytest.mark.parametrize("hold_of", [Hold, _watch], ids=["Hold", "watch"])
+
+
+@HOLDS
+def test_release_is_once_and_forgets_the_owner(hold_of: Callable[[Lease, object], Any]) -> None:
     throttle = Throttle(start_delay=0.0, max_concurrency=1)
     owner = Response()
-    hold = Hold(throttle.acquire_blocking("k"), owner)
+    hold = hold_of(throttle.acquire_blocking("k"), owner)
     hold.release()
     hold.release()
     assert throttle.slot("k").in_flight == 0
@@ -30,13 +47,16 @@ def test_release_is_once_and_forgets_the_owner() -> None:
     next_lease.release()
 
 
-def test_an_owner_collected_in_a_thread_is_released_from_another_thread() -> None:
+@HOLDS
+def test_an_owner_collected_in_a_thread_is_released_from_another_thread(
+    hold_of: Callable[[Lease, object], Any],
+) -> None:
     throttle = Throttle(start_delay=0.0)
     lease = throttle.acquire_blocking("k")
     released_by: list[str] = []
     lease.on_release = lambda: released_by.append(threading.current_thread().name)
     owner = Response()
-    Hold(lease, owner)
+    hold_of(lease, owner)
     del owner
     gc.collect()
     for _ in range(1000):
@@ -47,11 +67,41 @@ def test_an_owner_collected_in_a_thread_is_released_from_another_thread() -> Non
     assert throttle.slot("k").in_flight == 0
 
 
-async def test_an_owner_collected_under_a_loop_is_released_on_the_loop() -> None:
+@HOLDS
+async def test_an_owner_collected_under_a_loop_is_released_on_the_loop(
+    hold_of: Callable[[Lease, object], Any],
+) -> None:
     throttle = Throttle(start_delay=0.0)
     owner = Response()
-    Hold(await throttle.acquire("k"), owner)
+    hold_of(await throttle.acquire("k"), owner)
     del owner
     gc.collect()
     assert throttle.slot("k").in_flight == 1  # deferred: the collector may be anywhere
+    await wait_until(lambda: throttle.slot("k").in_flight == 0)
+
+
+class Closer:
+    """A caller's object that finishes the response when it is collected."""
+
+    hold: Any
+    owner: object
+
+    def __del__(self) -> None:
+        self.hold.release()
+
+
+@HOLDS
+async def test_a_release_by_a_finalizer_in_the_owners_collection_is_deferred(
+    hold_of: Callable[[Lease, object], Any],
+) -> None:
+    """The collector may have run inside the gate's lock: a finalizer that
+    finishes the response as it is collected releases later, on the loop."""
+    throttle = Throttle(start_delay=0.0)
+    owner, closer = Response(), Closer()
+    closer.hold = hold_of(await throttle.acquire("k"), owner)
+    closer.owner = owner
+    owner.closer = closer  # type: ignore[attr-defined]  # a cycle: only the collector frees it
+    del owner, closer
+    gc.collect()
+    assert throttle.slot("k").in_flight == 1
     await wait_until(lambda: throttle.slot("k").in_flight == 0)

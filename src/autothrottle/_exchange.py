@@ -55,8 +55,10 @@ __all__ = [
     "HostFailure",
     "Plug",
     "ThrottleInfo",
+    "Watch",
     "paced",
     "paced_blocking",
+    "watch",
 ]
 
 HostFailure = Callable[[BaseException], bool]
@@ -501,16 +503,67 @@ class Hold:
         self._release_soon()
 
     def _release_soon(self) -> None:
-        lease = self._lease
-        if lease.released:
-            return
-        try:
-            if self._schedule is not None:
-                self._schedule(lease.release)
-            else:
-                threading.Thread(target=lease.release, name="autothrottle-release").start()
-        except RuntimeError:  # the loop is closed, or the interpreter is shutting down
+        _release_soon(self._lease, self._schedule)
+
+
+def _release_soon(lease: Lease, schedule: _Schedule | None) -> None:
+    """Release ``lease`` soon, not now: on the loop of ``schedule``, or in a
+    short-lived thread (the collector may have run inside the gate's lock)."""
+    if lease.released:
+        return
+    try:
+        if schedule is not None:
+            schedule(lease.release)
+        else:
+            threading.Thread(target=lease.release, name="autothrottle-release").start()
+    except RuntimeError:  # the loop is closed, or the interpreter is shutting down
+        lease.release()
+
+
+class Watch(weakref.ref):  # type: ignore[type-arg]
+    """:class:`Hold`'s rules for an owner that keeps its own hold: a weak
+    reference to the owner that is the hold (made by :func:`watch`).
+
+    One object, made without a frame of ours, where a :class:`Hold` is two
+    and a bound method: the httpx adapter makes one for every response.
+    :meth:`release` when the response is finished; if the owner is collected
+    first, the lease is released soon (deferred, as :class:`Hold` defers it),
+    and a later :meth:`release` does nothing.
+    """
+
+    __slots__ = ("lease", "schedule")
+
+    lease: Lease | None
+    schedule: _Schedule | None
+
+    def release(self) -> None:
+        """The response is finished: release now (idempotent)."""
+        lease = self.lease
+        if lease is not None:
+            self.lease = None
+            _WATCHED.discard(self)
             lease.release()
+
+
+def watch(owner: object, lease: Lease) -> Watch:
+    """Hold ``lease`` until the returned :class:`Watch` is released, or
+    ``owner`` collected. ``owner`` must not refer to ``lease`` but through it."""
+    ref = Watch(owner, _on_watch_collected)
+    ref.lease = lease
+    try:  # _scheduler's first answer, without its call
+        ref.schedule = asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:
+        ref.schedule = _scheduler()
+    _WATCHED.add(ref)
+    return ref
+
+
+def _on_watch_collected(ref: Watch) -> None:
+    _WATCHED.discard(ref)
+    lease = ref.lease
+    if lease is not None:
+        ref.lease = None
+        _release_soon(lease, ref.schedule)
 
 
 def _note_on_span(exchange: Exchange) -> None:
