@@ -28,7 +28,7 @@ from typing import Any, Self, Unpack, cast
 import httpx2
 
 from .._errors import ThrottleTimeout
-from .._exchange import Exchange, Hold, Plug, paced
+from .._exchange import Exchange, Plug, Watch, paced, watch
 from .._lease import Lease
 from .._throttle import Throttle
 from ._common import (
@@ -202,13 +202,13 @@ class _LeaseStream(httpx2.AsyncByteStream):
     not left in a cycle for the garbage collector.
     """
 
-    __slots__ = ("_hold", "_inner", "_response")
+    __slots__ = ("_inner", "_response", "_watch")
 
     def __init__(
         self, inner: httpx2.AsyncByteStream, lease: Lease, response: httpx2.Response | None = None
     ) -> None:
         self._inner = inner
-        self._hold: Hold | None = Hold(lease, self)
+        self._watch: Watch | None = watch(self, lease)
         self._response = (
             weakref.ref(response) if response is not None and STREAM_REFERS_BACK else None
         )
@@ -222,22 +222,20 @@ class _LeaseStream(httpx2.AsyncByteStream):
         finally:
             # After the inner close, so the connection is back in the pool
             # before the next request of the slot may go.
-            hold = self._hold  # released once
-            if hold is not None:
-                self._hold = None
-                hold.release()
-            if self._response is not None:
-                self._unbind()
-
-    def _unbind(self) -> None:
-        """Take the client's wrapper, which refers back to the response, off it."""
-        ref, self._response = self._response, None
-        response = None if ref is None else ref()
-        if response is None:
-            return
-        refers_back = getattr(response.stream, "_response", None) is response
-        if refers_back:  # httpx2's wrapper: its work (``elapsed``) was done before this close
-            response.stream = self
+            held = self._watch  # released once
+            if held is not None:
+                self._watch = None
+                held.release()
+            ref = self._response
+            if ref is not None:
+                # Take the client's wrapper, which refers back to the response,
+                # off it: its work (``elapsed``) was done before this close.
+                self._response = None
+                response = ref()
+                if response is not None:
+                    refers_back: bool = getattr(response.stream, "_response", None) is response
+                    if refers_back:
+                        response.stream = self
 
 
 _Wiring = _Tracer | _WireTracer | _Wired
