@@ -270,6 +270,20 @@ def test_a_shipped_step_is_taken_only_for_the_shipped_class(name: str) -> None:
     assert usual_step(policy) is by_hooks
 
 
+@pytest.mark.parametrize("kind", [AdaptiveConcurrencyPolicy, AutoThrottlePolicy])
+@pytest.mark.parametrize("hook", ["next_delay", "in_flight_limit"])
+def test_a_shipped_class_whose_hook_was_patched_is_asked_through_it(
+    kind: type, hook: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hook patched on a shipped class (a test's monkeypatch, say) is the rule
+    from then on: a slot made after it asks the hooks, not the shipped step."""
+    by_hooks = usual_step(FixedRatePolicy(1.0))
+    assert usual_step(kind()) is not by_hooks
+    original = getattr(kind, hook)
+    monkeypatch.setattr(kind, hook, lambda self, *args: original(self, *args))
+    assert usual_step(kind()) is by_hooks
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.sampled_from(["adaptive", "adaptive, no ramp", "autothrottle", "own adaptive", "aimd"]),

@@ -386,10 +386,15 @@ def _adaptive_step(
     return base / limit, limit
 
 
-_STEPS: dict[type, Callable[..., tuple[float, float | None]]] = {
-    AdaptiveConcurrencyPolicy: _adaptive_step,
-    AutoThrottlePolicy: _autothrottle_step,
+_STEPS: dict[type, tuple[Callable[..., tuple[float, float | None]], object, object]] = {
+    kind: (step, kind.next_delay, kind.in_flight_limit)
+    for kind, step in (
+        (AdaptiveConcurrencyPolicy, _adaptive_step),
+        (AutoThrottlePolicy, _autothrottle_step),
+    )
 }
+"""Each shipped policy's step, and the hooks it stands for (a class whose hooks
+were patched since is asked through them)."""
 
 
 def usual_step(policy: DelayPolicy) -> UsualStep:
@@ -397,11 +402,21 @@ def usual_step(policy: DelayPolicy) -> UsualStep:
     policy's rule, the very one its :meth:`~DelayPolicy.next_delay` runs,
     without building a :class:`Sample` (a frozen dataclass whose every field
     is set through a descriptor: it cost as much as the policy's own rule).
-    Any other policy, a subclass too, or one whose hooks were replaced on the
-    instance, is asked through its hooks with a sample, as always."""
-    step = _STEPS.get(type(policy))
+    Any other policy, a subclass too, or one whose hooks were replaced (on the
+    instance or its class, before the slot was made), is asked through its
+    hooks with a sample, as always."""
+    kind = type(policy)
+    known = _STEPS.get(kind)
+    if known is None:
+        return _by_hooks
+    step, next_delay, in_flight_limit = known
     own = getattr(policy, "__dict__", {})
-    if step is None or "next_delay" in own or "in_flight_limit" in own:
+    if (
+        kind.next_delay is not next_delay
+        or kind.in_flight_limit is not in_flight_limit
+        or "next_delay" in own
+        or "in_flight_limit" in own
+    ):
         return _by_hooks
     return step
 
