@@ -278,12 +278,13 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
         # First, so that nothing is to undo if it fails (making a pool may: the
         # skeleton then releases the lease). The lease's slot: its pace says how
         # long to keep the origin's pool.
-        entry, closing, recent = origins.pools.lend(request.url, monotonic(), exchange.lease)
+        lease = exchange.lease
+        entry, closing, recent = origins.pools.lend(request.url, monotonic(), lease)
         wiring: _Wiring
         if (
             recent
             and user is None
-            and exchange.lease.wire_gap == 0.0  # no spacing for the wire turn to keep
+            and lease.wire_gap == 0.0  # no spacing for the wire turn to keep
             and not entry.opens_connection()
         ):
             wiring = _Wired(extensions, entry, closing, exchange)
@@ -301,9 +302,9 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
 
     def unwire(self, request: httpx.Request, wiring: _Wiring) -> None:
         request.extensions = wiring.saved
-        origins = self.origins
-        if origins is not None:
-            origins.pools.done(wiring.entry)
+        if self.origins is not None:
+            # Pools.done, without its call (no lock to take)  # unasync: -
+            wiring.entry.sending -= 1  # unasync: self.origins.pools.done(wiring.entry)
 
     def respond(
         self, exchange: Exchange, response: httpx.Response, wiring: _Wiring

@@ -279,12 +279,13 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
         # First, so that nothing is to undo if it fails (making a pool may: the
         # skeleton then releases the lease). The lease's slot: its pace says how
         # long to keep the origin's pool.
-        entry, closing, recent = origins.pools.lend(request.url, monotonic(), exchange.lease)
+        lease = exchange.lease
+        entry, closing, recent = origins.pools.lend(request.url, monotonic(), lease)
         wiring: _Wiring
         if (
             recent
             and user is None
-            and exchange.lease.wire_gap == 0.0  # no spacing for the wire turn to keep
+            and lease.wire_gap == 0.0  # no spacing for the wire turn to keep
             and not entry.opens_connection()
         ):
             wiring = _Wired(extensions, entry, closing, exchange)
@@ -302,9 +303,9 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
 
     def unwire(self, request: httpx2.Request, wiring: _Wiring) -> None:
         request.extensions = wiring.saved
-        origins = self.origins
-        if origins is not None:
-            origins.pools.done(wiring.entry)
+        if self.origins is not None:
+            # Pools.done, without its call (no lock to take)
+            wiring.entry.sending -= 1
 
     def respond(
         self, exchange: Exchange, response: httpx2.Response, wiring: _Wiring
