@@ -129,6 +129,43 @@ async def test_a_turn_answered_after_the_request_was_given_up_goes_back() -> Non
     assert store.released == ["new"]  # nothing held
 
 
+def test_a_turn_reached_during_the_processs_own_pause_goes_back_and_is_taken_anew() -> None:
+    # A 429 paused this process's slot after its turn was let go: the gate
+    # would hold the request to the pause's end, past its turn and into the
+    # next process's. The turn goes back; a new one is taken after the pause.
+    lease, store, slot = setup(new_turn(0.4), late=0.005)
+    slot.state.pause_until = time.monotonic() + 0.05
+    wait = lease.on_wire()
+    assert 0.0 < wait <= 0.05
+    assert store.released == ["old"] and store.late == [] and store.asked == 0
+    assert lease.on_release is None and lease.on_wire is not None  # nothing held; looks again
+    time.sleep(wait + 0.005)
+    assert 0.2 < lease.on_wire() <= 0.4  # the new turn's due (the sync client asked at once)
+    assert store.asked == 1 and lease.on_release.args[1] == "new"
+
+
+def test_a_pause_past_the_request_bound_at_the_wire_fails_at_once() -> None:
+    lease, store, slot = setup(new_turn(0.4), late=0.005, until=time.monotonic() + 1.0)
+    slot.state.pause_until = time.monotonic() + 5.0
+    with pytest.raises(ThrottleTimeout):
+        lease.on_wire()
+    assert store.released == ["old"] and store.asked == 0
+
+
+async def test_a_new_turn_due_during_the_processs_own_pause_goes_back() -> None:
+    lease, store, slot = setup(new_turn(-0.001), late=0.08)
+    assert lease.on_wire() == WIRE_POLL  # late: a new turn is being taken
+    slot.state.pause_until = time.monotonic() + 0.3  # meanwhile a 429 paused the slot
+    store.gate.set()
+    for _ in range(100):  # bounded: the answer comes within a few loop turns
+        await asyncio.sleep(0)
+        wait = lease.on_wire()
+        if wait != WIRE_POLL:
+            break
+    assert wait == pytest.approx(0.3, abs=0.1)  # the pause, not a send at its end
+    assert store.late == ["old"] and store.released == ["new"]
+
+
 def test_a_new_turn_past_the_request_bound_fails_and_goes_back() -> None:
     lease, store, _ = setup(new_turn(2.0), late=0.08, until=time.monotonic() + 1.0)
     with pytest.raises(ThrottleTimeout):  # not sent off its turn: max_wait and the host's limit

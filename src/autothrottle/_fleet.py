@@ -507,9 +507,13 @@ class WireCheck:
         if self._again == -math.inf:
             turn = self._turn
             assert turn.due is not None and turn.lease is not None
-            if now - turn.due <= turn.slack + LATE_TOLERANCE:
+            paused = self._paused()
+            if not paused and now - turn.due <= turn.slack + LATE_TOLERANCE:
                 return self._go()
             self._lease.on_release = None
+            if paused:
+                self._fleet.store.released(self._slot.key, turn.lease)
+                return self._wait_out(now, paused)
             self._fleet.store.late(self._slot.key, turn.lease)
         elif now < self._again:
             return self._again - now
@@ -581,13 +585,43 @@ class WireCheck:
         if new.joined:
             wait = max(wait, Fleet.after_own(self._slot, new, self._fleet.ask(self._slot)))
         if wait <= 0.0:
-            return self._go()
+            paused = self._paused()
+            if not paused:
+                return self._go()
+            if new.lease is not None:
+                self._lease.on_release = None
+                self._fleet.store.released(self._slot.key, new.lease)
+            self._new = None
+            return self._wait_out(now, paused)
         if now + wait > self._until:
             if new.lease is not None:  # unused: back, its time too if nobody reserved after
                 self._lease.on_release = None
                 self._fleet.store.late(self._slot.key, new.lease)
             self._timed_out()
         return wait
+
+    def _paused(self) -> float:
+        """Seconds this process's own pause of the slot still runs (0.0: none).
+
+        The slot's gate holds a paused request after this check let it go,
+        with no second look: a turn let go into a pause left late, at the
+        end of it, just before the next process's punctual turn (a 429's
+        1-s ``Retry-After`` held turns 0.5 s past their time in a loaded
+        fleet crawl: a refusal, and three requests in a second at the host).
+        So a pause voids the turn here as at the turn (rule 2,
+        :meth:`Fleet._done`): it goes back, and a new one is taken when the
+        pause is over.
+        """
+        left = self._slot.state.pause_until - self._fleet.clock()
+        return left if left > 0.0 else 0.0
+
+    def _wait_out(self, now: float, paused: float) -> float:
+        """Wait out this process's pause, then take a new turn; past the request's
+        ``max_wait``, fail at once (rule 3)."""
+        if now + paused > self._until:
+            self._timed_out()
+        self._again = now + paused
+        return paused
 
     def _timed_out(self) -> None:
         """The wait passes the request's ``max_wait``: it fails, as at its turn
