@@ -440,9 +440,11 @@ class WireCheck:
     or its event loop busy (tens to hundreds of milliseconds on a loaded
     machine, after :meth:`Fleet._done` let it go on time). Later than the
     slack, the turn goes back and another is taken, and the request waits for
-    it at the wire, once per request as at its turn. :meth:`Lease.wire_wait`
-    calls it: 0.0 when the request may go, else the seconds to wait before
-    asking again.
+    it at the wire, once per request as at its turn. A pause of this
+    process's own that runs then voids the turn, as at the turn (rule 2):
+    it goes back, and a new one is taken when the pause is over.
+    :meth:`Lease.wire_wait` calls it: 0.0 when the request may go, else the
+    seconds to wait before asking again.
 
     The bounds hold as at the turn (rule 3): a new turn, or a pause or the
     cap the fleet answers with, that ends later than the request's
