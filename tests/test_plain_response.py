@@ -58,6 +58,14 @@ POLICIES = {
     "fixed delay": lambda: FixedDelayPolicy(0.05),
 }
 
+SHIPPED_STEPS: dict[type, Any] = {
+    AdaptiveConcurrencyPolicy: AdaptiveConcurrencyPolicy,
+    AutoThrottlePolicy: AutoThrottlePolicy,
+    FixedDelayPolicy: lambda: FixedDelayPolicy(0.05),
+    FixedRatePolicy: lambda: FixedRatePolicy(20.0),
+}
+"""The shipped policies that answer the usual response without a sample."""
+
 HEADERS: list[dict[str, str] | None] = [
     None,
     {},
@@ -263,30 +271,31 @@ def test_a_shipped_step_is_taken_only_for_the_shipped_class(name: str) -> None:
     """The usual response's step without a sample is a shipped policy's own rule:
     never a subclass's, nor one whose hook was replaced on the instance."""
     policy = POLICIES[name]()
-    shipped = type(policy) in (AdaptiveConcurrencyPolicy, AutoThrottlePolicy)
-    by_hooks = usual_step(FixedRatePolicy(1.0))
+    shipped = type(policy) in SHIPPED_STEPS
+    by_hooks = usual_step(AIMDPolicy())
     assert (usual_step(policy) is not by_hooks) is shipped
     policy.next_delay = lambda delay, sample, config: delay  # type: ignore[method-assign]
     assert usual_step(policy) is by_hooks
 
 
-@pytest.mark.parametrize("kind", [AdaptiveConcurrencyPolicy, AutoThrottlePolicy])
+@pytest.mark.parametrize("kind", SHIPPED_STEPS)
 @pytest.mark.parametrize("hook", ["next_delay", "in_flight_limit"])
 def test_a_shipped_class_whose_hook_was_patched_is_asked_through_it(
     kind: type, hook: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hook patched on a shipped class (a test's monkeypatch, say) is the rule
     from then on: a slot made after it asks the hooks, not the shipped step."""
-    by_hooks = usual_step(FixedRatePolicy(1.0))
-    assert usual_step(kind()) is not by_hooks
+    by_hooks = usual_step(AIMDPolicy())
+    policy = SHIPPED_STEPS[kind]()
+    assert usual_step(policy) is not by_hooks
     original = getattr(kind, hook)
     monkeypatch.setattr(kind, hook, lambda self, *args: original(self, *args))
-    assert usual_step(kind()) is by_hooks
+    assert usual_step(policy) is by_hooks
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.sampled_from(["adaptive", "adaptive, no ramp", "autothrottle", "own adaptive", "aimd"]),
+    st.sampled_from(sorted(POLICIES)),
     st.lists(
         st.tuples(
             st.floats(0.0, 2.0),

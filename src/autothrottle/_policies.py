@@ -70,7 +70,7 @@ class FixedDelayPolicy(DelayPolicy):
         return self.delay
 
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
-        return self.delay
+        return _fixed_delay_step(self, delay, 0.0, 0, False, 0, 0.0, sample.state, config)[0]
 
     def __repr__(self) -> str:
         return f"FixedDelayPolicy(delay={self.delay!r})"
@@ -113,7 +113,7 @@ class FixedRatePolicy(DelayPolicy):
         return 1.0 / self.per_second
 
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
-        return 1.0 / self.per_second
+        return _fixed_rate_step(self, delay, 0.0, 0, False, 0, 0.0, sample.state, config)[0]
 
     def __repr__(self) -> str:
         extra = f", windows={list(self.windows)!r}" if self.windows else ""
@@ -328,6 +328,36 @@ def _autothrottle_step(
     return max(target, (delay + target) / 2.0), None
 
 
+def _fixed_delay_step(
+    policy: FixedDelayPolicy,
+    delay: float,
+    latency: float,
+    status: int,
+    cache_hit: bool,
+    in_flight: int,
+    lag: float,
+    state: dict[str, float],
+    config: SlotConfig,
+) -> tuple[float, None]:
+    """:meth:`FixedDelayPolicy.next_delay`'s rule: its delay, whatever the response."""
+    return policy.delay, None
+
+
+def _fixed_rate_step(
+    policy: FixedRatePolicy,
+    delay: float,
+    latency: float,
+    status: int,
+    cache_hit: bool,
+    in_flight: int,
+    lag: float,
+    state: dict[str, float],
+    config: SlotConfig,
+) -> tuple[float, None]:
+    """:meth:`FixedRatePolicy.next_delay`'s rule: one send a ``1 / per_second``."""
+    return 1.0 / policy.per_second, None
+
+
 def _adaptive_step(
     policy: AdaptiveConcurrencyPolicy,
     delay: float,
@@ -391,6 +421,8 @@ _STEPS: dict[type, tuple[Callable[..., tuple[float, float | None]], object, obje
     for kind, step in (
         (AdaptiveConcurrencyPolicy, _adaptive_step),
         (AutoThrottlePolicy, _autothrottle_step),
+        (FixedDelayPolicy, _fixed_delay_step),
+        (FixedRatePolicy, _fixed_rate_step),
     )
 }
 """Each shipped policy's step, and the hooks it stands for (a class whose hooks
