@@ -36,6 +36,13 @@ kept apart: the server's loop runs in a thread of the test process, so on a
 loaded machine it stamps one arrival late and the next on time. Unpaced, the
 gaps here are 0-2 ms; the promise (benchmarks/wire_gap.py) is 5 ms."""
 
+THREAD_JITTER = 0.04
+"""The same allowance where eight threads send: a thread that took its wire turn
+can wait for CPython's GIL before it writes, up to a switch interval (5 ms) for
+each other thread that wants it, so on a loaded machine its request reaches the
+host late by tens of milliseconds and the next one, on time, looks early (seen
+once: a 19 ms gap at a 50 ms pace). Unpaced, the gaps here are 0-20 ms."""
+
 CLIENTS = ["httpx", "aiohttp"]
 
 
@@ -257,7 +264,7 @@ def test_eight_threads_over_four_hosts_keep_each_hosts_spacing(
 ) -> None:
     pytest.importorskip(package)
     adapter = importlib.import_module(f"autothrottle.{package}")
-    delay = 0.05
+    delay = 0.1
     throttle = Throttle(policy=FixedDelayPolicy(delay), max_concurrency=2)
     client = adapter.ThrottledClient(throttle=throttle, pool_per_host=pool_per_host)
     with running_hosts(4) as hosts, client as http:
@@ -270,7 +277,7 @@ def test_eight_threads_over_four_hosts_keep_each_hosts_spacing(
     assert statuses == [200] * len(urls)
     for host in hosts:
         assert len(host.arrivals) == 6
-        assert min(host.gaps()) >= delay - ARRIVAL_JITTER, host.gaps()
+        assert min(host.gaps()) >= delay - THREAD_JITTER, host.gaps()
     assert all(slot.in_flight == 0 for slot in throttle.slots())
     if pool_per_host:
         assert len(pools) == 0  # every one closed with the client
