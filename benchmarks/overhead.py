@@ -63,6 +63,14 @@ installs sniffio, and a failing import searches ``sys.path`` each time
 ``--no-sniffio-stub`` is given, a stub ``sniffio`` module answering "asyncio"
 is put in ``sys.modules`` so httpx runs at the speed it has with sniffio
 installed.
+
+``--body-bytes N`` makes the server send a body of N bytes that does not
+arrive with the headers, as most real pages' do not: the headers first, the
+body 20 ms later (``BODY_PAUSE``: a client slowed by valgrind has read the
+headers by then). A throttled aiohttp response then holds its slot until the
+body ends (the adapter's hold path), which the default ~120-byte body, read
+with its headers, never takes. The aiohttp figures say how many bodies came
+after their headers.
 """
 
 from __future__ import annotations
@@ -116,11 +124,18 @@ GOAL_RATIO = {"aiohttp": 0.85, "httpx": 0.97}
 """Least throughput of the throttled client over the raw one, zero-work server."""
 GOAL_RATIO_SLOW = 0.99
 """The same against a server that takes 1 ms or more."""
+BODY_PAUSE = 0.02
+"""With ``--body-bytes``: seconds between the headers and the body."""
+BODY_BYTES = [0]
+"""This run's ``--body-bytes`` (0: the small body, sent with the headers)."""
+HELD = [0, 0]
+"""With ``--body-bytes``: aiohttp responses whose body had not arrived with
+their headers, and responses, so far."""
 
 # -- the server (its own process) --------------------------------------------------------
 
 
-def _serve(conn: Connection, delay: float) -> None:
+def _serve(conn: Connection, delay: float, body_bytes: int = 0) -> None:
     """Serve ``GET /`` on 127.0.0.1 until the parent says stop (or goes away)."""
     from aiohttp import web
 
@@ -129,9 +144,24 @@ def _serve(conn: Connection, delay: float) -> None:
             await asyncio.sleep(delay)
         return web.Response(body=BODY, content_type="text/html")
 
+    body = b"x" * body_bytes
+
+    async def later(request: web.Request) -> web.StreamResponse:
+        """The headers at once (a StreamResponse sends them at ``prepare``),
+        the body after ``BODY_PAUSE``."""
+        if delay > 0:
+            await asyncio.sleep(delay)
+        response = web.StreamResponse(headers={"Content-Type": "text/html"})
+        response.content_length = body_bytes
+        await response.prepare(request)
+        await asyncio.sleep(BODY_PAUSE)
+        await response.write(body)
+        await response.write_eof()
+        return response
+
     async def main() -> None:
         app = web.Application()
-        app.router.add_get("/", index)
+        app.router.add_get("/", later if body_bytes else index)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
@@ -150,10 +180,10 @@ def _serve(conn: Connection, delay: float) -> None:
 class ServerProcess:
     """The loopback server in a child process; ``url`` once started."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, body_bytes: int = 0) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, delay), daemon=True)
+        self._proc = ctx.Process(target=_serve, args=(child, delay, body_bytes), daemon=True)
         self._proc.start()
         child.close()
         try:
@@ -291,7 +321,16 @@ class Variant:
                     if response.status != 200:
                         raise RuntimeError(f"unexpected status {response.status}")
 
-            self.fetch = fetch_aiohttp
+            async def fetch_aiohttp_later() -> None:
+                """``fetch_aiohttp`` that counts the responses whose body came later."""
+                async with session.get(url) as response:
+                    HELD[0] += not response.content.is_eof()
+                    HELD[1] += 1
+                    body = await response.read()
+                    if response.status != 200 or len(body) != BODY_BYTES[0]:
+                        raise RuntimeError(f"unexpected {response.status}, {len(body)} bytes")
+
+            self.fetch = fetch_aiohttp_later if BODY_BYTES[0] else fetch_aiohttp
 
     async def close(self) -> None:
         await self._stack.aclose()
@@ -538,6 +577,15 @@ def _parse() -> argparse.Namespace:
         action="store_true",
         help="per function, the bytecodes and calls a throttled request adds (sys.settrace)",
     )
+    parser.add_argument(
+        "--body-bytes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the server sends a body of N bytes after its headers, not with them (default 0: "
+        "the ~120-byte body with the headers); aiohttp's throttled responses then hold their "
+        "slot until the body ends",
+    )
     parser.add_argument("--count", nargs=4, help=argparse.SUPPRESS)  # one run under valgrind
     args = parser.parse_args()
     if args.quick:
@@ -550,6 +598,8 @@ def _parse() -> argparse.Namespace:
         parser.error("--tasks must be in [1, 64]")
     if not 0 <= args.server_delay <= 1000:
         parser.error("--server-delay must be in [0, 1000] ms")
+    if not 0 <= args.body_bytes <= 10**7:
+        parser.error("--body-bytes must be in [0, 10**7]")
     return args
 
 
@@ -681,12 +731,18 @@ async def _count_requests(client: str, kind: str, n: int, url: str, tasks: int =
 
     try:
         await asyncio.gather(*(worker(20 // tasks + 1) for _ in range(tasks)))
+        HELD[:] = [0, 0]
         await asyncio.gather(*(worker(n // tasks) for _ in range(tasks)))
     finally:
         await variant.close()
+    if BODY_BYTES[0]:
+        print(f"held {HELD[0]} {HELD[1]}")
 
 
-def _instructions(client: str, kind: str, n: int, url: str, tasks: int = 1) -> int:
+def _instructions(
+    client: str, kind: str, n: int, url: str, tasks: int = 1, held: list[int] | None = None
+) -> int:
+    """Instructions of one run; ``held`` gains its responses held (``HELD``)."""
     command = [
         "valgrind",
         "--tool=callgrind",
@@ -697,6 +753,8 @@ def _instructions(client: str, kind: str, n: int, url: str, tasks: int = 1) -> i
         POLICY[0],
         "--tasks",
         str(tasks),
+        "--body-bytes",
+        str(BODY_BYTES[0]),
         "--count",
         client,
         kind,
@@ -704,32 +762,42 @@ def _instructions(client: str, kind: str, n: int, url: str, tasks: int = 1) -> i
         url,
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=1800)
+    for line in done.stdout.splitlines():
+        if held is not None and line.startswith("held "):
+            held[:] = [a + int(b) for a, b in zip(held, line.split()[1:], strict=True)]
     for line in done.stderr.splitlines():
         if "Collected :" in line:
             return int(line.rsplit(":", 1)[1].strip())
     raise RuntimeError(f"valgrind gave no count: {done.stderr[-500:]}")
 
 
-def _per_request(client: str, kind: str, url: str, tasks: int = 1) -> float:
+def _per_request(
+    client: str, kind: str, url: str, tasks: int = 1, held: list[int] | None = None
+) -> float:
     few, many = COUNT_RUNS["engine" if kind == "engine" else client]
-    low = _instructions(client, kind, few, url, tasks)
-    high = _instructions(client, kind, many, url, tasks)
+    low = _instructions(client, kind, few, url, tasks, held)
+    high = _instructions(client, kind, many, url, tasks, held)
     return (high - low) / (many - few)
 
 
 def instructions_main(args: argparse.Namespace) -> None:
     if shutil.which("valgrind") is None:
         sys.exit("--instructions needs valgrind (apt-get install valgrind)")
-    server = ServerProcess(args.server_delay / 1000)
+    server = ServerProcess(args.server_delay / 1000, args.body_bytes)
     counts: dict[str, dict[str, float]] = {}
+    held: dict[str, list[int]] = {}
     try:
         for client in args.clients.split(","):
             counts[client] = {}
             for kind in ("raw", "throttled", "engine"):
                 print(f"  counting {client} {kind} under valgrind ...", flush=True)
-                counts[client][kind] = _per_request(client, kind, server.url, args.tasks)
+                held[f"{client} {kind}"] = tally = [0, 0]
+                counts[client][kind] = _per_request(client, kind, server.url, args.tasks, tally)
     finally:
         server.stop()
+    for name, (late, total) in held.items():
+        if total:
+            print(f"  {name}: {late} of {total} bodies came after their headers")
     rows = []
     for client, c in counts.items():
         added = c["throttled"] - c["raw"]
@@ -745,15 +813,23 @@ def instructions_main(args: argparse.Namespace) -> None:
             )
         )
     print_table(
-        f"instructions per request (callgrind, {_tasks_text(args.tasks)}; "
+        f"instructions per request (callgrind, {_tasks_text(args.tasks)}{_body_text()}; "
         "load does not change them)",
         ["client", "raw", "throttled", "added", "engine alone", "adapter", "raw/throttled"],
         rows,
     )
-    doc = {"per_request": counts, "policy": args.policy, "tasks": args.tasks}
+    doc = {
+        "per_request": counts,
+        "policy": args.policy,
+        "tasks": args.tasks,
+        "body_bytes": args.body_bytes,
+        "bodies_after_headers": {k: v for k, v in held.items() if v[1]},
+    }
     name = (
         "overhead_instructions" if args.tasks == 1 else f"overhead_instructions_{args.tasks}tasks"
     )
+    if args.body_bytes:
+        name += f"_body{args.body_bytes}"
     print(f"results: {write_results(name, doc)}")
 
 
@@ -798,7 +874,7 @@ async def _trace_requests(client: str, kind: str, url: str) -> dict[str, tuple[f
 
 
 def bytecodes_main(args: argparse.Namespace) -> None:
-    server = ServerProcess(args.server_delay / 1000)
+    server = ServerProcess(args.server_delay / 1000, args.body_bytes)
     try:
         for client in args.clients.split(","):
             raw = asyncio.run(_trace_requests(client, "raw", server.url))
@@ -830,9 +906,14 @@ def _tasks_text(tasks: int) -> str:
     return "one request at a time" if tasks == 1 else f"{tasks} concurrent tasks"
 
 
+def _body_text() -> str:
+    return f", a {BODY_BYTES[0]:,}-byte body after the headers" if BODY_BYTES[0] else ""
+
+
 def main() -> None:
     args = _parse()
     POLICY[0] = args.policy
+    BODY_BYTES[0] = args.body_bytes
     if args.count:
         client, kind, n, url = args.count
         asyncio.run(_count_requests(client, kind, int(n), url, args.tasks))
@@ -846,11 +927,11 @@ def main() -> None:
     print(
         f"overhead: {args.rounds} rounds x {args.seconds:g} s per variant, "
         f"{args.concurrency} concurrent tasks, server in a separate process "
-        f"(answers after {args.server_delay:g} ms), sniffio {SNIFFIO}, "
+        f"(answers after {args.server_delay:g} ms{_body_text()}), sniffio {SNIFFIO}, "
         f"load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
-    server = ServerProcess(args.server_delay / 1000)
+    server = ServerProcess(args.server_delay / 1000, args.body_bytes)
     try:
         results = asyncio.run(bench(args, server.url))
     finally:
@@ -867,9 +948,12 @@ def main() -> None:
         "policy": args.policy,
         "sniffio": SNIFFIO,
         "server_delay_ms": args.server_delay,
+        "body_bytes": args.body_bytes,
         "load_average_end": os.getloadavg(),
     }
     name = "overhead" if not args.server_delay else f"overhead_delay{args.server_delay:g}ms"
+    if args.body_bytes:
+        name += f"_body{args.body_bytes}"
     path = write_results(name, results)
     print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}")
     print(f"results: {path}")
