@@ -736,19 +736,27 @@ _RAW_VALUES = st.sampled_from([b"1", b"HIT", b"5", b"limit=10, remaining=3, rese
     st.lists(st.tuples(_RAW_NAMES, _RAW_VALUES), max_size=6),
     st.sampled_from([200, 304, 429]),
     st.booleans(),
+    st.sampled_from(["raw", "the adapter's"]),
 )
 def test_httpx_raw_names_read_as_the_decoded_names(
-    raw: list[tuple[bytes, bytes]], status: int, from_cache: bool
+    raw: list[tuple[bytes, bytes]], status: int, from_cache: bool, fields: str
 ) -> None:
     """Checking httpx's names undecoded finds what decoding them all finds,
-    whatever names were passed over before (the second read uses them)."""
-    from autothrottle._headers import raw_names
+    whatever names were passed over before (the second read uses them): by
+    ``Headers.raw``, and by the httpx adapter's own way (its list of fields)."""
+    import autothrottle._httpx._common  # noqa: F401 (registers the adapter's way)
+    from autothrottle._headers import RAW_TYPES, raw_names
 
-    raw_names(httpx.Headers)
-    full = read_headers(status, _DecodedHeaders(raw), now=NOW, from_cache=from_cache)
-    for _ in range(2):
-        fast = read_headers(status, httpx.Headers(raw), now=NOW, from_cache=from_cache)
-        assert fast == full
+    adapters = RAW_TYPES[httpx.Headers]
+    try:
+        if fields == "raw":
+            raw_names(httpx.Headers)
+        full = read_headers(status, _DecodedHeaders(raw), now=NOW, from_cache=from_cache)
+        for _ in range(2):
+            fast = read_headers(status, httpx.Headers(raw), now=NOW, from_cache=from_cache)
+            assert fast == full
+    finally:
+        RAW_TYPES[httpx.Headers] = adapters
 
 
 def test_the_raw_names_passed_over_are_bounded() -> None:

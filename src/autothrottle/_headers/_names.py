@@ -10,7 +10,9 @@ reads it; ``docs/signals.md`` ("Header dialects") says what each means.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from operator import attrgetter, itemgetter
+from typing import Any
 
 from ._values import MAX_FIELD
 
@@ -112,16 +114,24 @@ PASSED_RAW: set[bytes] = set()
 ``.raw`` is its ``(name, value)`` pairs in bytes (httpx's ``Headers``, see
 :func:`raw_names`): ASCII names only, as the server spelled them."""
 
-RAW_TYPES: set[type] = set()
-"""The header types :func:`raw_names` was told of."""
+Fields = Callable[[Any], Iterable[tuple[Any, ...]]]
+"""How to get a header type's fields: each a tuple whose first item is the
+name as sent, in bytes; a list or another sequence that can be read twice."""
+
+RAW_TYPES: dict[type, Fields] = {}
+"""The header types :func:`raw_names` was told of, each with its :data:`Fields`."""
+
+_NAME = itemgetter(0)
 
 
-def raw_names(header_type: type) -> None:
-    """Say that ``header_type``'s ``.raw`` lists its fields as ``(name, value)``
-    pairs of bytes, names as sent: whether none of them is read is then checked
-    on those bytes, without decoding every field (httpx decodes them all to
-    iterate its ``Headers``). An adapter calls this for its client's type."""
-    RAW_TYPES.add(header_type)
+def raw_names(header_type: type, fields: Fields | None = None) -> None:
+    """Say that ``header_type``'s fields, ``fields(headers)`` (default its
+    ``.raw``: ``(name, value)`` pairs of bytes), name them as sent: whether
+    none of them is read is then checked on those bytes, without decoding
+    every field (httpx decodes them all to iterate its ``Headers``). An
+    adapter calls this for its client's type; ``fields`` best a C callable
+    (``operator.attrgetter``): it is called on every response."""
+    RAW_TYPES[header_type] = attrgetter("raw") if fields is None else fields
 
 
 def passed_raw(headers: Mapping[str, str]) -> bool:
@@ -133,11 +143,11 @@ def passed_raw(headers: Mapping[str, str]) -> bool:
     text: so a name in it is one :func:`fold` passes over, whatever the
     client's decoding. False (fold them the usual way) when a name is new or read.
     """
-    names = dict(headers.raw)  # type: ignore[attr-defined]
+    fields = RAW_TYPES[type(headers)](headers)
     passed = PASSED_RAW
-    if passed.issuperset(names):
+    if passed.issuperset(map(_NAME, fields)):  # each name taken in C, no list made
         return True
-    for name in names:
+    for name in map(_NAME, fields):
         if (
             len(passed) < _PASSED_KEPT
             and isinstance(name, bytes)
