@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import ssl
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Any, TypedDict
 
 import httpx
@@ -40,7 +41,16 @@ __all__ = ["ThrottlePoolTimeout"]
 STARTED = ".send_request_headers.started"
 COMPLETE = ".receive_response_headers.complete"
 
-raw_names(httpx.Headers)  # the engine checks a response's names undecoded
+
+def _fields() -> Callable[[httpx.Headers], list[tuple[bytes, bytes, bytes]]] | None:
+    """How the engine reads a response's raw names: httpx's own list of (name,
+    lowercase name, value), where ``Headers.raw`` copies it into pairs by a
+    Python loop on every call; None (``.raw``) for an httpx that keeps none."""
+    items = getattr(httpx.Headers({"A": "b"}), "_list", None)
+    return attrgetter("_list") if items == [(b"A", b"a", b"b")] else None
+
+
+raw_names(httpx.Headers, _fields())  # the engine checks a response's names undecoded
 
 
 def _refers_back() -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import ssl
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Any, TypedDict
 
 import httpx2
@@ -41,7 +42,16 @@ __all__ = ["ThrottlePoolTimeout"]
 STARTED = ".send_request_headers.started"
 COMPLETE = ".receive_response_headers.complete"
 
-raw_names(httpx2.Headers)  # the engine checks a response's names undecoded
+
+def _fields() -> Callable[[httpx2.Headers], list[tuple[bytes, bytes, bytes]]] | None:
+    """How the engine reads a response's raw names: httpx2's own list of (name,
+    lowercase name, value), where ``Headers.raw`` copies it into pairs by a
+    Python loop on every call; None (``.raw``) for an httpx2 that keeps none."""
+    items = getattr(httpx2.Headers({"A": "b"}), "_list", None)
+    return attrgetter("_list") if items == [(b"A", b"a", b"b")] else None
+
+
+raw_names(httpx2.Headers, _fields())  # the engine checks a response's names undecoded
 
 
 def _refers_back() -> bool:
