@@ -404,6 +404,38 @@ async def test_an_unread_response_is_released_when_its_connection_is_lost() -> N
         assert response.status == 200  # still referenced, never closed
 
 
+@pytest.mark.skipif(
+    not hasattr(aiohttp.client_proto.ResponseHandler, "closed"),
+    reason="this aiohttp (3.12.0) has no ResponseHandler.closed",
+)
+async def test_a_pooled_connection_lost_releases_the_response_reading_from_it_now() -> None:
+    # One callback on the connection's closed future serves every response it
+    # carries, one after another: the one reading when it is lost is released,
+    # and the callbacks do not pile up with the responses.
+    throttle = Throttle(start_delay=0.0)
+    async with loopback_hosts(1) as (host,):
+        session = ThrottledSession(throttle=throttle)
+        slot = throttle.slot(key(host))
+        protocols = set()
+        for _ in range(5):
+            async with session.get(host.url("/stream/3/1")) as response:
+                assert response.connection is not None
+                protocols.add(response.connection.protocol)
+                assert slot.in_flight == 1
+                await response.read()
+        assert slot.in_flight == 0
+        response = await session.get(host.url("/stream/50/100"))
+        assert response.connection is not None
+        protocol = response.connection.protocol
+        assert protocols == {protocol}  # the same connection all along
+        assert protocol is not None and protocol.closed is not None
+        assert len(protocol.closed._callbacks or ()) <= 2
+        assert slot.in_flight == 1
+        await session.close()
+        await wait_until(lambda: slot.in_flight == 0)
+        assert response.status == 200  # still referenced, never closed
+
+
 async def test_a_dropped_unread_response_is_released_and_the_next_request_goes() -> None:
     # aiohttp's body stream refers to its response, and a large unread body
     # keeps the connection (and so the stream) alive: without care the slot

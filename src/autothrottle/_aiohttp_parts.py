@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from aiohttp import (
 )
 from aiohttp.connector import BaseConnector, Connection, TCPConnector
 
-from ._exchange import Exchange, Hold
+from ._exchange import Exchange, Watch, watch
 from ._lease import Lease
 from ._request import (
     DEFAULT_OPTIONS,
@@ -363,75 +364,71 @@ async def _request_with_options(
 # -- holding the slot until the response is finished --------------------------------
 
 
-class _Hold(Hold):
-    """Releases a lease when its response is finished, exactly once.
-
-    aiohttp releases (or closes) a response's connection when the body has
-    arrived to the end, when the response is released or closed, and when a
-    never-closed response is collected; :meth:`finished` rides on that. Two
-    backstops: the connection being lost mid-body (server gone, session
-    closed), and the exchange's :class:`~autothrottle._exchange.Hold` (which
-    this is), which releases a response collected without reaching its
-    connection. The throttle's ``hold_timeout`` bounds everything else.
-    """
-
-    __slots__ = ("_closed",)
-
-    def __init__(self, lease: Lease, response: object, closed: asyncio.Future[None] | None) -> None:
-        Hold.__init__(self, lease, response)
-        self._closed = closed
-        if closed is not None:
-            closed.add_done_callback(self._on_lost)
-
-    def finished(self) -> None:
-        if self._closed is not None:
-            self._closed.remove_done_callback(self._on_lost)
-            self._closed = None
-        self.release()
-
-    def _on_lost(self, closed: asyncio.Future[None]) -> None:
-        if not closed.cancelled():
-            closed.exception()  # seen here; keeps asyncio from logging it
-        self.finished()
+_HELD = "_autothrottle_held"
+"""The attribute of a connection's protocol that holds the :class:`Watch` of the
+response reading from it now (in a one-item list): the protocol's ``closed``
+future has one callback that releases it, registered with the list the first
+time a response holds on the connection. One callback a connection, not one
+added and removed a response: a pooled connection serves one response at a
+time, and a watch released already does nothing when released again."""
 
 
-def _unpin(response: ClientResponse) -> None:
+def _on_lost(held: list[Watch], closed: asyncio.Future[None]) -> None:
+    """The connection was lost: its response's body will never finish."""
+    if not closed.cancelled():
+        closed.exception()  # seen here; keeps asyncio from logging it
+    held[0].release()
+
+
+def _watch_connection(protocol: object, closed: asyncio.Future[None], hold: Watch) -> None:
+    """Release ``hold`` if the connection (watched for the first time) is lost
+    before its body is finished."""
+    held = [hold]
+    try:
+        setattr(protocol, _HELD, held)
+    except AttributeError:  # a protocol with no room for it: hold_timeout bounds a lost one
+        return
+    closed.add_done_callback(functools.partial(_on_lost, held))
+
+
+def _unpin(response: ClientResponse, hold: Watch) -> None:
     """Let a response that its caller dropped unread be collected.
 
     aiohttp registers the response's own end-of-body callback on its body
     stream, which the connection keeps alive, so a dropped response lives as
     long as its stalled connection and its lease until ``hold_timeout``.
-    Holding that callback weakly lets the response be collected; aiohttp then
-    releases its connection, which finishes the hold. If aiohttp's internals
-    differ from what is expected here, nothing changes.
+    Calling that callback through ``hold`` (a weak reference to the response)
+    lets the response be collected; aiohttp then releases its connection,
+    which releases the hold. If aiohttp's internals differ from what is
+    expected here, nothing changes.
     """
     callbacks = getattr(getattr(response, "content", None), "_eof_callbacks", None)
     if not isinstance(callbacks, list):
         return
     for index, callback in enumerate(callbacks):
         if getattr(callback, "__self__", None) is response:
-            callbacks[index] = _WeakCallback(callback)
+            callbacks[index] = functools.partial(_call_weakly, callback.__func__, hold)
 
 
-class _WeakCallback:
-    """A bound method held weakly; calling it after its object died does nothing.
-
-    ``weakref.WeakMethod`` does the same at several times the cost.
-    """
-
-    __slots__ = ("_function", "_self")
-
-    def __init__(self, method: Callable[[], None]) -> None:
-        self._function: Callable[[object], None] = method.__func__  # type: ignore[attr-defined]
-        self._self = weakref.ref(method.__self__)  # type: ignore[attr-defined]
-
-    def __call__(self) -> None:
-        target = self._self()
-        if target is not None:
-            self._function(target)
+def _call_weakly(function: Callable[[Any], None], target: weakref.ref[Any]) -> None:
+    """``function(target())``, or nothing once the target is gone: a bound
+    method held weakly (``weakref.WeakMethod`` costs several times as much)."""
+    self = target()
+    if self is not None:
+        function(self)
 
 
 def hold_until_finished(response: ClientResponse, lease: Lease) -> None:
+    """Hold ``lease`` until the body of ``response`` is finished.
+
+    aiohttp releases (or closes) a response's connection when the body has
+    arrived to the end, when the response is released or closed, and when a
+    never-closed response is collected: the hold is released with it. Two
+    backstops: the connection being lost mid-body (server gone, session
+    closed), and the exchange's :func:`~autothrottle._exchange.watch` (the
+    hold), which releases a response collected without reaching its
+    connection. The throttle's ``hold_timeout`` bounds everything else.
+    """
     connection = response.connection
     if connection is None or response.status == 101:
         # No connection: the body came with the headers (or there is none).
@@ -451,6 +448,12 @@ def hold_until_finished(response: ClientResponse, lease: Lease) -> None:
         # The connection is already gone: the body can never finish.
         lease.release()
         return
-    hold = _Hold(lease, response, closed)
-    connection.add_callback(hold.finished)
-    _unpin(response)
+    hold = watch(response, lease)
+    connection.add_callback(hold.release)
+    if closed is not None:
+        held: list[Watch] | None = getattr(protocol, _HELD, None)
+        if held is not None:  # the usual pooled connection: watched already
+            held[0] = hold
+        else:
+            _watch_connection(protocol, closed, hold)
+    _unpin(response, hold)
