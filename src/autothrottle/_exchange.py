@@ -20,7 +20,7 @@ rules are written down in ``docs/adapters.md`` ("The request lifecycle"):
    observing raises (a user's classifier), the slot is released, the caller
    closes the response, and the error propagates.
 5. **Release.** When the body is finished or the response closed, its
-   connection lost, or the response dropped unread (:class:`Hold`);
+   connection lost, or the response dropped unread (:func:`watch`);
    ``hold_timeout`` bounds anything else.
 
 That order is written once, in :func:`paced` (and :func:`paced_blocking` for
@@ -51,7 +51,6 @@ from ._throttle import Throttle
 
 __all__ = [
     "Exchange",
-    "Hold",
     "HostFailure",
     "Plug",
     "ThrottleInfo",
@@ -452,60 +451,6 @@ everything but its owner for its callback to run, as ``weakref.finalize``
 keeps its own; a plain reference in a set costs a fraction of one."""
 
 
-class Hold:
-    """Holds a request's lease until its response is finished, or collected.
-
-    The adapter calls :meth:`release` when the body is finished or the
-    response closed. If the response (``owner``: the object whose life is
-    the response's) is garbage-collected first, the lease is released too.
-    The collector may run in the middle of any code, the slot's own
-    bookkeeping included (on this very thread, inside the gate's lock), so a
-    release caused by it is deferred: to the event loop the hold was made on,
-    or, made in a thread with no loop, to a short-lived thread that waits its
-    turn for the lock. ``hold_timeout`` bounds anything else. ``owner`` must
-    not refer to the hold's lease through anything but the hold.
-    """
-
-    __slots__ = ("_collected", "_lease", "_ref", "_schedule")
-
-    def __init__(self, lease: Lease, owner: object) -> None:
-        self._lease = lease
-        try:  # _scheduler's first answer, without its call: on every held response
-            self._schedule: _Schedule | None = asyncio.get_running_loop().call_soon_threadsafe
-        except RuntimeError:
-            self._schedule = _scheduler()
-        self._collected = False
-        ref = weakref.ref(owner, self._on_collected)
-        _WATCHED.add(ref)
-        self._ref: weakref.ref[Any] | None = ref
-
-    def release(self) -> None:
-        """The response is finished: release now (idempotent).
-
-        Called while the owner is being collected (its ``__del__`` finishing
-        it, say), the release is deferred as for a collection.
-        """
-        ref = self._ref
-        if ref is not None:
-            self._ref = None
-            _WATCHED.discard(ref)
-        if self._collected:
-            self._release_soon()
-        else:
-            self._lease.release()
-
-    def _on_collected(self, ref: weakref.ref[Any]) -> None:
-        _WATCHED.discard(ref)
-        if self._ref is None:
-            return  # released already
-        self._collected = True
-        self._ref = None
-        self._release_soon()
-
-    def _release_soon(self) -> None:
-        _release_soon(self._lease, self._schedule)
-
-
 def _release_soon(lease: Lease, schedule: _Schedule | None) -> None:
     """Release ``lease`` soon, not now: on the loop of ``schedule``, or in a
     short-lived thread (the collector may have run inside the gate's lock)."""
@@ -521,14 +466,19 @@ def _release_soon(lease: Lease, schedule: _Schedule | None) -> None:
 
 
 class Watch(weakref.ref):  # type: ignore[type-arg]
-    """:class:`Hold`'s rules for an owner that keeps its own hold: a weak
-    reference to the owner that is the hold (made by :func:`watch`).
+    """Holds a request's lease until its response is finished, or collected: a
+    weak reference to the owner (the object whose life is the response's) that
+    is the hold itself, made by :func:`watch`.
 
-    One object, made without a frame of ours, where a :class:`Hold` is two
-    and a bound method: the httpx adapter makes one for every response.
-    :meth:`release` when the response is finished; if the owner is collected
-    first, the lease is released soon (deferred, as :class:`Hold` defers it),
-    and a later :meth:`release` does nothing.
+    The adapter calls :meth:`release` when the body is finished or the
+    response closed. If the owner is garbage-collected first, the lease is
+    released too. The collector may run in the middle of any code, the slot's
+    own bookkeeping included (on this very thread, inside the gate's lock), so
+    a release caused by it is deferred: to the event loop the hold was made
+    on, or, made in a thread with no loop, to a short-lived thread that waits
+    its turn for the lock; a later :meth:`release` does nothing.
+    ``hold_timeout`` bounds anything else. One object, made without a frame of
+    ours: the adapters make one for every held response.
     """
 
     __slots__ = ("lease", "schedule")
