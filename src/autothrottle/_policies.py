@@ -36,17 +36,7 @@ class AutoThrottlePolicy(DelayPolicy):
     __slots__ = ()
 
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
-        return _autothrottle_step(
-            self,
-            delay,
-            sample.latency,
-            sample.status,
-            sample.cache_hit,
-            sample.in_flight,
-            sample.lag,
-            sample.state,
-            config,
-        )[0]
+        return _of_sample(_autothrottle_step, self, delay, sample, config)
 
     def __repr__(self) -> str:
         return "AutoThrottlePolicy()"
@@ -274,17 +264,7 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         self.ramp_up = None if ramp_up is None else check_positive("ramp_up", ramp_up)
 
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
-        return _adaptive_step(
-            self,
-            delay,
-            sample.latency,
-            sample.status,
-            sample.cache_hit,
-            sample.in_flight,
-            sample.lag,
-            sample.state,
-            config,
-        )[0]
+        return _of_sample(_adaptive_step, self, delay, sample, config)
 
     def in_flight_limit(self, state: dict[str, float]) -> float | None:
         """The slot's limit: ``initial_limit`` until it has one (or one loaded from a
@@ -310,6 +290,28 @@ UsualStep = Callable[
 ``step(policy, delay, latency, status, cache_hit, in_flight, lag, state, config)``
 gives ``(next_delay, in_flight_limit)``, the two hooks' answers to that sample
 (``in_flight_limit`` as the state is left)."""
+
+
+def _of_sample(
+    step: Callable[..., tuple[float, float | None]],
+    policy: DelayPolicy,
+    delay: float,
+    sample: Sample,
+    config: SlotConfig,
+) -> float:
+    """``next_delay`` through ``step``: the hook and the usual response's one
+    call run the same rule."""
+    return step(
+        policy,
+        delay,
+        sample.latency,
+        sample.status,
+        sample.cache_hit,
+        sample.in_flight,
+        sample.lag,
+        sample.state,
+        config,
+    )[0]
 
 
 def _autothrottle_step(
