@@ -458,6 +458,9 @@ def test_the_names_passed_over_are_bounded() -> None:
         read_headers(200, {f"X-Invented-{i}": "1"}, now=NOW)
     assert len(_names.PASSED) <= _names._PASSED_KEPT
     assert read_headers(200, {"X-Invented-0": "1", "Age": "5"}, now=NOW).age == 5.0
+    # Full, the memory starts again: a name first seen now is still remembered.
+    read_headers(200, {"X-Seen-After-The-Rest": "1"}, now=NOW)
+    assert "X-Seen-After-The-Rest" in _names.PASSED
 
 
 def test_read_headers_nothing_relevant() -> None:
@@ -768,3 +771,5 @@ def test_the_raw_names_passed_over_are_bounded() -> None:
     assert len(_names.PASSED_RAW) <= _names._PASSED_KEPT
     headers = httpx.Headers({"X-Invented-0": "1", "Age": "5"})
     assert read_headers(200, headers, now=NOW).age == 5.0
+    read_headers(200, httpx.Headers({"X-Seen-After-The-Rest": "1"}), now=NOW)
+    assert b"X-Seen-After-The-Rest" in _names.PASSED_RAW

@@ -106,7 +106,10 @@ responses repeat the same few, and whether all of a response's names are
 among them is one call (a set's ``issuperset``) instead of a loop."""
 
 _PASSED_KEPT = 1024
-"""Names remembered at most (a server inventing names must not grow memory)."""
+"""Names remembered at most (a server inventing names must not grow memory).
+Full, the memory starts again: a long crawl's rare names would otherwise fill
+it for good, and every later response with a name not yet seen (a common one
+among them) would be folded the slow way for the rest of the process."""
 
 
 PASSED_RAW: set[bytes] = set()
@@ -157,11 +160,12 @@ def passed_raw(headers: Mapping[str, str]) -> bool:
         return True
     for name in map(_NAME, fields):
         if (
-            len(passed) < _PASSED_KEPT
-            and isinstance(name, bytes)
+            isinstance(name, bytes)
             and name.isascii()
             and name.decode("ascii").lower() not in _NAMES
         ):
+            if len(passed) >= _PASSED_KEPT:
+                passed.clear()
             passed.add(name)
     return False
 
@@ -183,8 +187,9 @@ def fold(headers: Mapping[str, str], notes: list[str]) -> dict[str, str]:
             continue
         name = key.lower() if isinstance(key, str) else ""
         if name not in _NAMES:
-            if len(passed) < _PASSED_KEPT:
-                passed.add(key)
+            if len(passed) >= _PASSED_KEPT:
+                passed.clear()
+            passed.add(key)
             continue
         if name in folded:
             continue
