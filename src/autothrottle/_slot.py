@@ -53,8 +53,9 @@ class LiveSlot:
         fleet_went: When this process last let a fleet turn of the slot go
             (``time.monotonic``; the fleet's, ``autothrottle._fleet`` rule 8).
         capped: The policy's limit and the cap it gave, at the last usual
-            response that applied one (:meth:`respond`: the same two again,
-            with no cache hit to count, give the same cap).
+            response that applied one. :meth:`respond` runs only while the
+            slot has seen no cache hit, so the cap is then the limit's alone
+            (not the gap's): the same two again give the same cap.
         step: The policy's answer to the usual response in one call
             (``_policies.usual_step``: a shipped policy's without a sample).
             The policy is the slot's for good (:meth:`configure` keeps it).
