@@ -736,6 +736,81 @@ async def test_session_built_by_hand() -> None:
     assert throttle.slot("h").sent == 3
 
 
+def test_aiohttp_builds_its_chain_with_the_function_replaced() -> None:
+    # The throttle's middleware last is bound to the handler by the adapter's
+    # replacement of aiohttp's chain builder, looked up as a global of
+    # aiohttp.client by ClientSession._request at every request. If aiohttp
+    # builds its chain some other way, throttling still works (aiohttp calls
+    # the middleware), but the saving is gone: rework _build_middlewares.
+    import aiohttp.client
+
+    from autothrottle import aiohttp as adapter
+
+    assert "build_client_middlewares" in aiohttp.ClientSession._request.__code__.co_names
+    assert aiohttp.client.build_client_middlewares is adapter._build_middlewares
+
+
+@pytest.mark.parametrize("user_middlewares", [0, 1, 2])
+async def test_the_chain_calls_the_throttle_directly_and_other_middlewares_as_aiohttp(
+    user_middlewares: int,
+) -> None:
+    from autothrottle import aiohttp as adapter
+
+    seen: list[int] = []
+
+    def recording(index: int) -> aiohttp.ClientMiddlewareType:
+        async def middleware(request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+            seen.append(index)
+            return await handler(request)
+
+        return middleware
+
+    built: list[tuple[object, ...]] = []
+    aiohttps = adapter._aiohttp_build
+
+    def spy(handler: ClientHandlerType, middlewares: Any) -> ClientHandlerType:
+        built.append(tuple(middlewares))
+        return aiohttps(handler, middlewares)
+
+    throttle = Throttle(start_delay=0.0)
+    mine = tuple(recording(i) for i in range(user_middlewares))
+    other = (*mine, recording(9))
+    async with (
+        loopback_hosts(1) as (host,),
+        ThrottledSession(throttle=throttle, middlewares=mine) as session,
+        aiohttp.ClientSession(middlewares=other) as plain,
+    ):
+        with mock.patch.object(adapter, "_aiohttp_build", spy):
+            assert await fetch(session, host.url("/")) == 200
+            # only the user's middlewares go to aiohttp's builder (none: no call)
+            assert built == ([mine] if mine else [])
+            assert seen == list(range(user_middlewares))  # in order, each once
+            built.clear()
+            seen.clear()
+            assert await fetch(plain, host.url("/plain")) == 200
+            assert built == [other]  # a session without a throttle: aiohttp's chain
+            assert seen == [*range(user_middlewares), 9]
+    assert throttle.slot(key(host)).sent == 1
+    assert [a.path for a in host.arrivals] == ["/", "/plain"]
+
+
+async def test_the_throttle_middleware_not_last_still_throttles() -> None:
+    throttle = Throttle(start_delay=0.0)
+    calls: list[str] = []
+
+    async def after(request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+        calls.append(request.url.path)
+        return await handler(request)
+
+    async with (
+        loopback_hosts(1) as (host,),
+        aiohttp.ClientSession(middlewares=(throttle_middleware(throttle), after)) as session,
+    ):
+        assert await fetch(session, host.url("/")) == 200
+    assert calls == ["/"]
+    assert throttle.slot(key(host)).sent == 1
+
+
 def test_arguments_are_checked() -> None:
     with pytest.raises(TypeError, match="throttle"):
         throttle_middleware("not a throttle")  # type: ignore[arg-type]
