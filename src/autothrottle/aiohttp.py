@@ -28,10 +28,6 @@ it) with these additions, which you may also install yourself with
   connection established or a pooled one taken) it takes the request's turn
   on the wire, so the host sees the slot's spacing however long the request
   waited for a connection, and starts the latency clock there.
-* A replacement of aiohttp's middleware chain builder (process-wide, for
-  every session): a throttle's middleware last is called straight from the
-  chain, without the coroutine aiohttp wraps each middleware in; any other
-  chain is built by aiohttp as before.
 * Request methods of the session's own (``get``, ``post``, ... and
   ``request``) that read the per-request options from ``trace_request_ctx``
   and call aiohttp's ``_request`` as aiohttp's methods do. A session you
@@ -67,7 +63,6 @@ import asyncio
 import contextvars
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 try:
@@ -255,13 +250,6 @@ class _ThrottleMiddleware:
     def __call__(
         self, request: ClientRequest, handler: ClientHandlerType
     ) -> Coroutine[Any, Any, ClientResponse]:
-        return self.send(handler, request)
-
-    def send(
-        self, handler: ClientHandlerType, request: ClientRequest
-    ) -> Coroutine[Any, Any, ClientResponse]:
-        """The middleware, its arguments the other way round: what
-        :func:`_build_middlewares` binds ``handler`` to (a ``functools.partial``)."""
         # Not a coroutine of its own: the skeleton's is what aiohttp awaits.
         if self._header_options_seen or _CONTROL in request.headers:
             options = self._options(request)
@@ -338,40 +326,6 @@ class _AiohttpPlug(
 
 
 _PLUG = _AiohttpPlug()
-
-
-_Build = Callable[[ClientHandlerType, Sequence[ClientMiddlewareType]], ClientHandlerType]
-
-_aiohttp_build: _Build = aiohttp.client.build_client_middlewares  # type: ignore[attr-defined]
-"""aiohttp's own chain builder, which :func:`_build_middlewares` hands every
-other chain to."""
-
-
-def _build_middlewares(
-    handler: ClientHandlerType, middlewares: Sequence[ClientMiddlewareType]
-) -> ClientHandlerType:
-    """aiohttp's ``build_client_middlewares``, with a throttle's middleware last
-    bound to the handler directly (``functools.partial``).
-
-    aiohttp builds every request's chain anew: a closure per middleware, each
-    a coroutine awaiting the next. The throttle's middleware, last, returns
-    the skeleton's coroutine itself (``_exchange.paced``), so its closure and
-    coroutine are a frame, a coroutine object and a resumption per request
-    that do nothing (about 3k instructions, ``docs/benchmarks.md``). Any other
-    chain is aiohttp's, built by aiohttp.
-    """
-    try:
-        owner = getattr(middlewares[-1], "__self__", None)
-    except IndexError:  # none (aiohttp builds no chain then): aiohttp's answer
-        return _aiohttp_build(handler, middlewares)
-    if type(owner) is not _ThrottleMiddleware:
-        return _aiohttp_build(handler, middlewares)
-    if len(middlewares) == 1:
-        return partial(owner.send, handler)
-    return _aiohttp_build(partial(owner.send, handler), middlewares[:-1])
-
-
-aiohttp.client.build_client_middlewares = _build_middlewares  # type: ignore[attr-defined]
 
 
 def throttle_middleware(throttle: Throttle) -> ClientMiddlewareType:
