@@ -2,12 +2,16 @@
 
 Run as ``python tests/fleet_worker.py URL REDIS_URL PREFIX COUNT [HOLD_TIMEOUT [CAP]]``;
 prints one line per finished request ("ok STATUS" or "error NAME"). A REDIS_URL
-``cluster://HOST:PORT`` names a Redis Cluster by one of its nodes.
+``cluster://HOST:PORT`` names a Redis Cluster by one of its nodes. With
+``FLEET_WORKER_GO=1`` in its environment it prints "ready" once it is started
+and waits for a line on its standard input before it sends: workers started
+one after another on a loaded machine then still send together.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from redis.asyncio.cluster import RedisCluster
@@ -22,11 +26,17 @@ async def main(url: str, redis_url: str, prefix: str, count: int, hold: float, c
     if redis_url.startswith("cluster://"):
         host, _, port = redis_url.removeprefix("cluster://").partition(":")
         client = RedisCluster(host=host, port=int(port))
-    store = RedisStore(client, prefix=prefix, timeout=0.2, retry_after=0.5)
+    # Redis gets time to answer: a loaded machine (four workers and a cluster's
+    # nodes starting on two busy cores) must not read as an outage, after which
+    # each worker would pace alone; the fleet tests here are about sharing.
+    store = RedisStore(client, prefix=prefix, timeout=2.0, retry_after=0.5)
     throttle = Throttle(
         policy=FixedRatePolicy(10), store=store, hold_timeout=hold, max_concurrency=cap
     )
     async with ThrottledSession(throttle=throttle) as session:
+        if os.environ.get("FLEET_WORKER_GO") == "1":
+            print("ready", flush=True)
+            await asyncio.to_thread(sys.stdin.readline)
         for _ in range(count):
             try:
                 async with session.get(url) as response:
