@@ -759,9 +759,11 @@ async def test_a_thousand_hosts_leave_no_pool_and_little_memory_once_forgotten(
     addresses = [f"127.0.{10 + i // 200}.{1 + i % 200}" for i in range(count)]
     throttle = Throttle(start_delay=0.0, store=MemoryStore(idle_timeout=30.0), clock=later)
     limits = httpx.Limits(keepalive_expiry=600.0)
+    # The servers share this loop, slowed by tracing: at load 18, fifty
+    # connections at once took past httpx's default 5 s connect timeout.
     async with (
         servers_on(addresses) as ports,
-        AsyncThrottledClient(throttle=throttle, limits=limits) as client,
+        AsyncThrottledClient(throttle=throttle, limits=limits, timeout=60.0) as client,
     ):
         urls = [f"http://{a}:{p}/" for a, p in zip(addresses, ports, strict=True)]
         for url in urls[:5]:  # one-time costs (imports, first connections) before measuring
