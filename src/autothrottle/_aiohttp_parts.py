@@ -29,12 +29,23 @@ from aiohttp import (
 from aiohttp.connector import BaseConnector, Connection, TCPConnector
 
 from ._exchange import Exchange, Watch, watch
+from ._extras import require_privates
 from ._lease import Lease
 from ._request import (
     DEFAULT_OPTIONS,
     RequestOptions,
     options_from_mapping,
 )
+
+#: aiohttp's private names the adapter is built on (``tests/test_privates.py``):
+#: checked here, at import, so that a release without one fails before a crawl.
+PRIVATES = (
+    "client._RequestContextManager",
+    "ClientSession._request",
+    "ClientResponse._connection",
+    "ClientResponse._headers",
+)
+require_privates(aiohttp, PRIVATES)
 
 _RequestContextManager = aiohttp.client._RequestContextManager  # noqa: SLF001
 """What aiohttp's request methods return (an awaitable and async context

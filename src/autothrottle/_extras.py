@@ -1,4 +1,5 @@
-"""The pip command that installs an extra, for the message of a missing dependency.
+"""The pip command that installs an extra, for the message of a missing dependency;
+and the check that a client still has the private names an adapter is built on.
 
 From a checkout (the package is not published yet) that is ``pip install -e
 ".[cli]"`` in the checkout's folder; from an installed package, ``pip install
@@ -8,9 +9,12 @@ From a checkout (the package is not published yet) that is ``pip install -e
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterable
+from importlib import metadata
 from pathlib import Path
+from types import ModuleType
 
-__all__ = ["install_command", "missing_extra", "missing_extra_error"]
+__all__ = ["install_command", "missing_extra", "missing_extra_error", "require_privates"]
 
 
 def _checkout() -> Path | None:
@@ -42,3 +46,39 @@ def missing_extra(what: str, modules: list[str], extras: str) -> str:
 def missing_extra_error(what: str, module: str, extras: str) -> ImportError:
     """The error to raise when importing ``what`` found ``module`` missing."""
     return ImportError(missing_extra(what, [module], extras), name=module)
+
+
+_MISSING = object()
+
+TESTED = {"aiohttp": "3.12.0 to 3.14.5", "httpx": "0.27.0 to 0.28.1", "httpx2": "2.16.0 to 2.16.2"}
+"""The client releases the adapters were tested on: the oldest each extra allows
+(``nox -s oldest``) to the newest at the time."""
+
+
+def require_privates(client: ModuleType, names: Iterable[str]) -> None:
+    """Raise ImportError, naming the client's installed version, when ``client``
+    lacks one of ``names`` (``"client._RequestContextManager"``: attributes
+    from the package down, through its imported submodules), the private names
+    an adapter is built on.
+
+    Checked when the adapter is imported, before any session is made: a
+    release that dropped one fails there, with what to install, and not with
+    an AttributeError in the middle of a crawl.
+    """
+    for name in names:
+        found: object = client
+        for part in name.split("."):
+            step = getattr(found, part, _MISSING)  # a class's default may be None
+            if step is _MISSING:
+                dist = client.__name__
+                try:
+                    version = metadata.version(dist)
+                except metadata.PackageNotFoundError:
+                    version = getattr(client, "__version__", "of unknown version")
+                raise ImportError(
+                    f"autothrottle.{dist} is built on {dist}'s {name}, which {dist} "
+                    f"{version} does not have (tested on {dist} {TESTED.get(dist)}): install a "
+                    f"release in that range",
+                    name=client.__name__,
+                )
+            found = step

@@ -28,6 +28,7 @@ import httpx
 
 from .._errors import ThrottleTimeout
 from .._exchange import Exchange, Plug, Watch, paced, watch
+from .._extras import require_privates
 from .._lease import Lease
 from .._throttle import Throttle
 from ._common import (
@@ -509,6 +510,11 @@ class _PoolPerOrigin(httpx.AsyncBaseTransport):
         for pool in self.pools.clear():
             await pool.aclose()
 
+
+#: httpx's private names the adapter is built on (``tests/test_privates.py``):
+#: checked here, at import, so that a release without one fails before a crawl.
+PRIVATES = ("AsyncClient._transport_for_url",)
+require_privates(httpx, PRIVATES)
 
 #: httpx's own, to tell when a mock patched it on the class.
 _TRANSPORT_FOR_URL = httpx.AsyncClient._transport_for_url  # noqa: SLF001

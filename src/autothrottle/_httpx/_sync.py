@@ -26,6 +26,7 @@ import httpx
 
 from .._errors import ThrottleTimeout
 from .._exchange import Exchange, Plug, Watch, paced_blocking, watch
+from .._extras import require_privates
 from .._lease import Lease
 from .._throttle import Throttle
 from ._common import (
@@ -495,6 +496,11 @@ class _PoolPerOrigin(httpx.BaseTransport):
         for pool in self.pools.clear():
             pool.close()
 
+
+#: httpx's private names the adapter is built on (``tests/test_privates.py``):
+#: checked here, at import, so that a release without one fails before a crawl.
+PRIVATES = ("Client._transport_for_url",)
+require_privates(httpx, PRIVATES)
 
 #: httpx's own, to tell when a mock patched it on the class.
 _TRANSPORT_FOR_URL = httpx.Client._transport_for_url  # noqa: SLF001
