@@ -34,6 +34,64 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+#: The oldest release of each client that pyproject.toml allows, and of what the
+#: adapters reach into through it (httpcore under httpx; yarl and multidict come
+#: with aiohttp, whose oldest release needs yarl 1.17). Scrapy 2.13.0 imports a
+#: Twisted private that Twisted 26 removed: it runs on the Twisted of its day.
+#: urllib3 2.0.0 and 2.0.1 are yanked; requests 2.32.0 and 2.32.1 too.
+OLDEST = (
+    "aiohttp==3.12.0",
+    "yarl==1.17.0",
+    "httpx==0.27.0",
+    "httpcore==1.0.0",
+    "anyio==4.0.0",
+    "scrapy==2.13.0",
+    "twisted==25.5.0",
+    "requests==2.32.2",
+    "urllib3==2.0.2",
+    "redis==5.0.1",
+)
+#: httpx2's oldest needs a newer anyio and h11 than httpx's oldest: a second step.
+OLDEST_HTTPX2 = ("httpx2==2.16.0", "httpcore2==2.16.0", "anyio==4.10.0")
+#: The tests of the adapters and of what they lean on (the whole suite runs in `tests`).
+ADAPTER_TESTS = (
+    "tests/test_privates.py",
+    "tests/test_adapter_surface.py",
+    "tests/test_aiohttp_adapter.py",
+    "tests/test_aiohttp_connector.py",
+    "tests/test_httpx_adapter.py",
+    "tests/test_httpx_pools.py",
+    "tests/test_httpx_unit.py",
+    "tests/test_lifecycle.py",
+    "tests/test_requests_adapter.py",
+    "tests/test_scrapy.py",
+    "tests/test_redis_wire.py",
+)
+
+
+@nox.session(python=PYTHONS[0])
+def oldest(session: nox.Session) -> None:
+    """The adapters' tests on the oldest client versions pyproject.toml declares
+    (``OLDEST``), then the httpx2 half on httpx2's oldest; `nox -s oldest`."""
+    session.install(
+        "-e",
+        ".",
+        "pytest>=8",
+        "pytest-asyncio>=0.24",
+        "pytest-xdist>=3",
+        "hypothesis>=6.100",
+        "respx>=0.21",
+        "looptime>=0.2",
+        "mypy>=1.10",
+        *OLDEST,
+    )
+    session.run("pip", "list", silent=False)
+    session.run("pytest", "-n", "2", *ADAPTER_TESTS, *session.posargs)
+    session.install(*OLDEST_HTTPX2)
+    httpx2 = [t for t in ADAPTER_TESTS if "httpx" in t or "lifecycle" in t or "privates" in t]
+    session.run("pytest", "-n", "2", "-k", "httpx2", *httpx2, *session.posargs)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint and formatting) and import-linter (the layers of docs/architecture.md)."""
