@@ -660,10 +660,11 @@ async def test_a_wire_turn_still_to_come_on_a_kept_connection_is_waited_for(
             return max(wait, 0.0)
 
         wire_hook(monkeypatch, later)
-        asked = time.monotonic()
         assert (await client.get(url)).status_code == 200
         assert sending(client) == [0]
-    assert arrivals[1][0] - asked >= wait - 0.01  # went at its wire turn
+    # Went at its wire turn: not before `until` (from the moment it was set, not
+    # from the call, which a loaded machine ran 15 ms later: 0.285 s read short).
+    assert arrivals[1][0] >= until - 0.01
     assert len(seen) > first if wait > 0.05 else len(seen) == first
     assert throttle.slot("127.0.0.2").in_flight == 0
 
