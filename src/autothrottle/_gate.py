@@ -360,11 +360,12 @@ class Gate(WireTurn):
         finally:
             lock.release()
 
-    def let_go(self, hold: Hold, now: float) -> None:
-        """:meth:`release` at ``now``, the lock held already (a response that
-        finished as it was applied: ``_turns.Plain.answered``)."""
+    def let_go(self, hold: Hold) -> None:
+        """:meth:`release`, the lock held already, for a response that finished
+        as it was applied (``_turns.Plain.answered``): applying it counted its
+        time as the slot's last activity already, so there is no clock to read
+        and nothing to touch."""
         self._holds.discard(hold)
-        self.state.counters.touch(now)
         if self._queue:
             self.wake()
 

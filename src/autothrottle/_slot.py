@@ -52,10 +52,18 @@ class LiveSlot:
             that share of the host's answers.
         fleet_went: When this process last let a fleet turn of the slot go
             (``time.monotonic``; the fleet's, ``autothrottle._fleet`` rule 8).
-        capped: The policy's limit and the cap it gave, at the last usual
-            response that applied one. :meth:`respond` runs only while the
-            slot has seen no cache hit, so the cap is then the limit's alone
-            (not the gap's): the same two again give the same cap.
+        capped, capped_cap: The policy's limit and the cap it gave, at the
+            last usual response that applied one. :meth:`respond` runs only
+            while the slot has seen no cache hit, so the cap is then the
+            limit's alone (not the gap's): the same two again give the same
+            cap. Two fields, not a pair: a pair is built and compared on
+            every response.
+        strict: The policy keeps a strict pace or the settings a
+            ``min_delay`` (fixed by the policy and settings, so kept here at
+            :meth:`configure`): the wire's arrival guard may then keep
+            something of every answer (``WireTurn.answered``). The policy's
+            ``strict_spacing`` is a class attribute, which Python 3.11 reads
+            the slow way on every read.
         step: The policy's answer to the usual response in one call
             (``_policies.usual_step``: a shipped policy's without a sample).
             The policy is the slot's for good (:meth:`configure` keeps it).
@@ -63,6 +71,7 @@ class LiveSlot:
 
     __slots__ = (
         "capped",
+        "capped_cap",
         "config",
         "fleet_went",
         "gate",
@@ -72,6 +81,7 @@ class LiveSlot:
         "senders",
         "state",
         "step",
+        "strict",
         "view",
     )
 
@@ -94,7 +104,9 @@ class LiveSlot:
         self.fleet_went = -math.inf
         self.hold_maker: Callable[[float], Any] | None = None
         self.step: UsualStep = usual_step(config.policy)
-        self.capped: tuple[float, int] = (0.0, -1)
+        self.capped = 0.0
+        self.capped_cap = -1
+        self.strict = config.policy.strict_spacing or config.min_delay > 0.0
 
     def configure(self, config: SlotConfig) -> None:
         """Run with new settings from now on (``Throttle.set_host``), keeping the policy:
@@ -105,6 +117,7 @@ class LiveSlot:
             config = replace(config, policy=old.policy, burst=old.burst, windows=old.windows)
         self.config = config
         self.gate.config = config
+        self.strict = config.policy.strict_spacing or config.min_delay > 0.0
         self.state.pace.set_delay(config.clamp(self.state.pace.delay))
         self.gate.wake()
 
@@ -126,8 +139,7 @@ class LiveSlot:
         limits = state.limits
         if (
             gate.arrivals is not None
-            or policy.strict_spacing
-            or config.min_delay > 0.0
+            or self.strict
             or now < limits.sustained_until
             or now < limits.budget_until
         ):  # else the wire's `answered` keeps nothing (its pace is not strict)
@@ -144,11 +156,11 @@ class LiveSlot:
         )
         low = config.min_delay
         cache = state.cache
-        if limit is not None and self.capped != (limit, cache.in_flight_cap):
+        if limit is not None and (limit != self.capped or cache.in_flight_cap != self.capped_cap):
             gap = low if low > new else new  # max(new, low, 1e-6), without its call
             if CacheShare.cap(cache, limit, 1e-6 if gap < 1e-6 else gap):
                 gate.wake()
-            self.capped = (limit, cache.in_flight_cap)
+            self.capped, self.capped_cap = limit, cache.in_flight_cap
         if new < low:  # config.clamp(new), without its call
             new = low
         elif new > config.max_delay:

@@ -14,7 +14,6 @@ process's clock here; the bounds of the loading throttle (``max_pause``,
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -151,14 +150,14 @@ def _status(name: str, key: object) -> int:
     return status
 
 
-def _status_counts(name: str, value: object, now: float) -> Counter[int]:
+def _status_counts(name: str, value: object, now: float) -> dict[int, int]:
     counts = _mapping(name, value)
-    return Counter({_status(name, key): _count(name, count) for key, count in counts.items()})
+    return {_status(name, key): _count(name, count) for key, count in counts.items()}
 
 
-def _backoff_reasons(name: str, value: object, now: float) -> Counter[str]:
+def _backoff_reasons(name: str, value: object, now: float) -> dict[str, int]:
     reasons = _mapping(name, value)
-    return Counter({_text(name, key): _count(name, count) for key, count in reasons.items()})
+    return {_text(name, key): _count(name, count) for key, count in reasons.items()}
 
 
 def _policy_state(name: str, value: object, now: float) -> dict[str, float]:

@@ -116,14 +116,18 @@ class Plain:
                 # A slot that has seen a cache hit paces behind it: the rules'
                 # (asked under the lock: another thread may be counting a hit).
                 if slot.state.cache.miss_share == 1.0:
-                    now = self._clock()
                     try:
                         slot.respond(
-                            latency, status, now, lease.sent_at, lease.adjust, self._recovery
+                            latency,
+                            status,
+                            self._clock(),
+                            lease.sent_at,
+                            lease.adjust,
+                            self._recovery,
                         )
                     finally:
                         if done:
-                            gate.let_go(lease, now)
+                            gate.let_go(lease)
                     return
             finally:
                 lock.release()
