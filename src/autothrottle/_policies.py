@@ -22,6 +22,8 @@ __all__ = [
     "usual_step",
 ]
 
+_INF = math.inf
+
 
 class AutoThrottlePolicy(DelayPolicy):
     """Scrapy's AutoThrottle rules, exactly.
@@ -371,20 +373,27 @@ def _adaptive_step(
     state: dict[str, float],
     config: SlotConfig,
 ) -> tuple[float, float]:
-    """:meth:`AdaptiveConcurrencyPolicy.next_delay`'s rule, and the limit it leaves."""
-    limit = state.get("limit", policy.initial_limit)  # as in_flight_limit, without its call
-    if not limit > 0.0:
-        limit = policy.initial_limit
+    """:meth:`AdaptiveConcurrencyPolicy.next_delay`'s rule, and the limit it leaves.
+
+    A value it would store again, the very object it read (the limit, the
+    round's lows, on most responses), is not stored again: only the same
+    object is skipped, so the memory ends the same, and a dict's store costs
+    as much as a good part of the rule."""
+    kept = state.get("limit")
+    limit = kept if kept is not None and kept > 0.0 else policy.initial_limit  # in_flight_limit's
     if status != 200 or cache_hit or latency <= 0.0:
-        state["limit"] = limit
+        if limit is not kept:
+            state["limit"] = limit
         return delay, limit
     base = state.get("base", latency) * (1.0 + policy.base_decay)
     if not base < latency:  # min(latency, base), without its call (on every response)
         base = latency
     # The round's two lowest latencies (0: none yet); the second is the one
     # judged, so one lucky request that met no queue does not hide a queue.
-    low = state.get("low") or latency
-    second = state.get("second") or math.inf
+    kept_low = state.get("low")
+    kept_second = state.get("second")
+    low = kept_low or latency
+    second = kept_second or _INF
     if latency < low:
         low, second = latency, low
     elif latency < second:
@@ -394,28 +403,46 @@ def _adaptive_step(
     # the first change could show in the latency.
     seen = state.get("seen", 0.0) + 1.0
     if seen >= limit and seen >= policy.round_size:
-        # The client's own lag is in every latency read, but not in the
-        # host's queue: a rise it explains is no queue (docs/signals.md,
-        # "The client's own lag"). 0 on an idle client: no change there.
-        floor = base + lag
-        queued = limit * (1.0 - floor / second) if math.isfinite(second) else 0.0
-        cap = min(policy.max_limit, float(config.max_concurrency))
-        steady = state.get("steady", 0.0)
-        if queued < policy.alpha and in_flight >= limit - 1.0:
-            # Slow start, as TCP's: double until the first queue shows.
-            limit = min(limit + policy.step if steady else limit * 2.0, cap)
-        elif queued > policy.beta:
-            # Leaving slow start: back to the last limit that showed no queue.
-            limit = max(limit - policy.step if steady else limit / 2.0, 1.0)
-            state["steady"] = 1.0
+        limit = _judged(policy, limit, base + lag, second, in_flight, state, config)
         seen, low, second = 0.0, 0.0, 0.0
     # Item by item: update(**...) builds a dict of its keywords first, per response.
-    state["limit"] = limit
+    if limit is not kept:
+        state["limit"] = limit
     state["base"] = base
     state["seen"] = seen
-    state["low"] = low
-    state["second"] = second if math.isfinite(second) else 0.0
+    if low is not kept_low:
+        state["low"] = low
+    second = second if -_INF < second < _INF else 0.0  # math.isfinite's, without its call
+    if second is not kept_second:
+        state["second"] = second
     return base / limit, limit
+
+
+def _judged(
+    policy: AdaptiveConcurrencyPolicy,
+    limit: float,
+    floor: float,
+    second: float,
+    in_flight: int,
+    state: dict[str, float],
+    config: SlotConfig,
+) -> float:
+    """The limit after a round whose judged latency was ``second`` (inf: none),
+    against the no-load latency and the client's own lag (``floor``): the
+    lag is in every latency read, but not in the host's queue, so a rise it
+    explains is no queue (docs/signals.md, "The client's own lag"; 0 on an
+    idle client: no change there)."""
+    queued = limit * (1.0 - floor / second) if math.isfinite(second) else 0.0
+    cap = min(policy.max_limit, float(config.max_concurrency))
+    steady = state.get("steady", 0.0)
+    if queued < policy.alpha and in_flight >= limit - 1.0:
+        # Slow start, as TCP's: double until the first queue shows.
+        return min(limit + policy.step if steady else limit * 2.0, cap)
+    if queued > policy.beta:
+        # Leaving slow start: back to the last limit that showed no queue.
+        state["steady"] = 1.0
+        return max(limit - policy.step if steady else limit / 2.0, 1.0)
+    return limit
 
 
 _STEPS: dict[type, tuple[Callable[..., tuple[float, float | None]], object, object]] = {

@@ -193,22 +193,29 @@ class Recovery:
         return f"Recovery(margin={self.margin!r}, time={self.time!r})"
 
     def count_success(self, refusal: Refusal, now: float) -> None:
-        """Count one successful response at ``now``."""
-        if refusal.ok_all == 0:
+        """Count one successful response at ``now`` (on every 200: each count is
+        read once into a local and written once)."""
+        ok_all = refusal.ok_all
+        if ok_all == 0:
             refusal.ok_all_first = now
-        refusal.ok_all += 1
-        refusal.ok_before, refusal.ok_latest = refusal.ok_latest, now
-        if refusal.ok_count == 0:
+        refusal.ok_all = ok_all + 1
+        refusal.ok_before = refusal.ok_latest
+        refusal.ok_latest = now
+        count = refusal.ok_count
+        if count == 0:
             refusal.ok_first = now
-        refusal.ok_count += 1
-        if refusal.ok_count > RECENT_SUCCESSES:
+        count += 1
+        if count > RECENT_SUCCESSES:
             # A second window runs behind the counted one and replaces it when full.
-            if refusal.ok_next == 0:
+            following = refusal.ok_next
+            if following == 0:
                 refusal.ok_next_first = now
-            refusal.ok_next += 1
-            if refusal.ok_next >= RECENT_SUCCESSES:
-                refusal.ok_count, refusal.ok_first = refusal.ok_next, refusal.ok_next_first
-                refusal.ok_next = 0
+            following += 1
+            if following >= RECENT_SUCCESSES:
+                count, refusal.ok_first = following, refusal.ok_next_first
+                following = 0
+            refusal.ok_next = following
+        refusal.ok_count = count
 
     def success_rate(self, refusal: Refusal, now: float) -> float | None:
         """The rate the latest successes came at, or None before there is one."""

@@ -116,14 +116,10 @@ class Plain:
                 # A slot that has seen a cache hit paces behind it: the rules'
                 # (asked under the lock: another thread may be counting a hit).
                 if slot.state.cache.miss_share == 1.0:
+                    clock = self._clock  # a local first: a call on a field is looked up slowly
                     try:
                         slot.respond(
-                            latency,
-                            status,
-                            self._clock(),
-                            lease.sent_at,
-                            lease.adjust,
-                            self._recovery,
+                            latency, status, clock(), lease.sent_at, lease.adjust, self._recovery
                         )
                     finally:
                         if done:

@@ -70,6 +70,9 @@ _LATE_WEIGHT = 0.1
 """Least weight of one grant's lateness in the averaged timing noise (about the last
 10 count; the first ones weigh 1/n, so it starts as their plain mean)."""
 
+_NEVER = -math.inf
+"""A hold's ``wire_asked`` before its first ask (a constant: no lookup and negation per ask)."""
+
 TIMER_GRAIN = 0.001
 """Seconds of a timer's lateness that are its grain, not the client's lag: asyncio's
 selector waits whole milliseconds (rounded up), so a timer on an idle loop
@@ -217,9 +220,12 @@ class WireTurn:
         lock = self.lock
         lock.acquire()  # not `with`: on every request, it costs twice as much
         try:
-            now = self.clock()
+            # The clock taken into a local first: Python 3.11 looks a call on an
+            # attribute that holds no method (a field, not a def) up the slow way.
+            clock = self.clock
+            now = clock()
             sent_at = hold.sent_at
-            if hold.wire_asked == -math.inf:  # its first ask: the connection is ready
+            if hold.wire_asked == _NEVER:  # its first ask: the connection is ready
                 took = now - sent_at  # min(took, _MAX_LEAD), without its call
                 lead = self.lead
                 self.lead = lead + _LEAD_WEIGHT * ((took if took < _MAX_LEAD else _MAX_LEAD) - lead)
