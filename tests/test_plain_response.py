@@ -320,14 +320,26 @@ def test_a_shipped_step_answers_as_its_hooks(
     by_hooks: dict[str, float] = {}
     delay_step = delay_hooks = 0.1
     for latency, status, cache_hit, in_flight, lag in samples:
+        load = _Load(in_flight, lag)
         delay_step, limit = step(
-            policy, delay_step, latency, status, cache_hit, in_flight, lag, by_step, config
+            policy, delay_step, latency, status, cache_hit, load, 1.0, by_step, config
         )
         sample = Sample(latency, status, in_flight, cache_hit, by_hooks, lag)
         delay_hooks = policy.next_delay(delay_hooks, sample, config)
         assert delay_step == delay_hooks
         assert limit == policy.in_flight_limit(by_hooks)
         assert by_step == by_hooks
+
+
+class _Load:
+    """A gate's count and lag as a step reads them (``_policies.Load``)."""
+
+    def __init__(self, in_flight: int, lag: float) -> None:
+        self.in_flight = in_flight
+        self.lag = lag
+
+    def in_flight_at(self, now: float) -> int:
+        return self.in_flight
 
 
 def test_a_cap_changed_elsewhere_is_set_again_by_the_next_usual_response() -> None:

@@ -78,12 +78,12 @@ class Gate(WireTurn):
         "_holds",
         "_queue",
         "_rng",
-        "_soonest",
         "_spaced",
         "_tokens",
         "_tokens_at",
         "_window_sends",
         "last_send",
+        "soonest",
         "token_book",
     )
 
@@ -100,8 +100,9 @@ class Gate(WireTurn):
         self._queue: deque[Ticket] = deque()
         self._holds: set[Hold] = set()
         # No hold expires before this (a lower bound): most checks for expired
-        # holds, one per response, then cost no walk over the holds.
-        self._soonest = math.inf
+        # holds, one per response, then cost no walk over the holds, and the
+        # usual response (``LiveSlot.respond``) no call.
+        self.soonest = math.inf
         # The gap the next send keeps after the last one, as send_at found it.
         self._gap = 0.0
         # When the spacing rules let the next send go (the gap's end, or a
@@ -137,7 +138,7 @@ class Gate(WireTurn):
     def in_flight_at(self, now: float) -> int:
         """:meth:`in_flight`, the clock read at ``now`` already (the usual
         response's count, ``LiveSlot.respond``: a clock read fewer)."""
-        if self._holds and now >= self._soonest:
+        if self._holds and now >= self.soonest:
             with self.lock:
                 self._expire(now)
         return len(self._holds)
@@ -408,16 +409,16 @@ class Gate(WireTurn):
         hold.wire_gap = gap
         self._holds.add(hold)
         expires_at = hold.expires_at
-        if expires_at < self._soonest:
-            self._soonest = expires_at
+        if expires_at < self.soonest:
+            self.soonest = expires_at
         return hold
 
     def _expire(self, now: float) -> None:
-        if now < self._soonest:
+        if now < self.soonest:
             return
         holds = self._holds
         expired = [hold for hold in holds if hold.expires_at <= now]
         for hold in expired:
             hold.expire()
             holds.discard(hold)
-        self._soonest = min((hold.expires_at for hold in holds), default=math.inf)
+        self.soonest = min((hold.expires_at for hold in holds), default=math.inf)

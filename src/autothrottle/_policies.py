@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from ._policy import DelayPolicy, Sample, SlotConfig, new_sample
 from ._validate import check_int, check_number, check_positive
 
 __all__ = [
+    "Load",
     "AIMDPolicy",
     "AdaptiveConcurrencyPolicy",
     "AutoThrottlePolicy",
@@ -62,7 +64,7 @@ class FixedDelayPolicy(DelayPolicy):
         return self.delay
 
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
-        return _fixed_delay_step(self, delay, 0.0, 0, False, 0, 0.0, sample.state, config)[0]
+        return _fixed_delay_step(self, delay, 0.0, 0, False, _IDLE, 0.0, sample.state, config)[0]
 
     def __repr__(self) -> str:
         return f"FixedDelayPolicy(delay={self.delay!r})"
@@ -105,7 +107,7 @@ class FixedRatePolicy(DelayPolicy):
         return 1.0 / self.per_second
 
     def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
-        return _fixed_rate_step(self, delay, 0.0, 0, False, 0, 0.0, sample.state, config)[0]
+        return _fixed_rate_step(self, delay, 0.0, 0, False, _IDLE, 0.0, sample.state, config)[0]
 
     def __repr__(self) -> str:
         extra = f", windows={list(self.windows)!r}" if self.windows else ""
@@ -284,14 +286,44 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
         )
 
 
+class Load(Protocol):
+    """What a step reads of the slot's gate: a sample's ``in_flight`` (at the
+    response's ``now``) and ``lag``. Read only by a rule that needs them (the
+    adaptive one's, once a round): on the other responses, no call."""
+
+    lag: float
+
+    def in_flight_at(self, now: float) -> int:
+        """Requests in flight at ``now``."""
+        ...
+
+
+class _Sampled:
+    """A sample's in-flight count and lag as a :class:`Load` (the hooks' way
+    into a step)."""
+
+    __slots__ = ("in_flight", "lag")
+
+    def __init__(self, in_flight: int, lag: float) -> None:
+        self.in_flight = in_flight
+        self.lag = lag
+
+    def in_flight_at(self, now: float) -> int:
+        return self.in_flight
+
+
+_IDLE = _Sampled(0, 0.0)
+"""The load handed to a rule that reads none (the fixed policies' hooks)."""
+
 UsualStep = Callable[
-    [DelayPolicy, float, float, int, bool, int, float, dict[str, float], SlotConfig],
+    [DelayPolicy, float, float, int, bool, Load, float, dict[str, float], SlotConfig],
     tuple[float, float | None],
 ]
 """A shipped policy's rule in one call, without a :class:`Sample`:
-``step(policy, delay, latency, status, cache_hit, in_flight, lag, state, config)``
-gives ``(next_delay, in_flight_limit)``, the two hooks' answers to that sample
-(``in_flight_limit`` as the state is left)."""
+``step(policy, delay, latency, status, cache_hit, load, now, state, config)``
+gives ``(next_delay, in_flight_limit)``, the two hooks' answers to the sample
+of ``load.in_flight_at(now)`` and ``load.lag`` (``in_flight_limit`` as the
+state is left)."""
 
 
 def _of_sample(
@@ -309,8 +341,8 @@ def _of_sample(
         sample.latency,
         sample.status,
         sample.cache_hit,
-        sample.in_flight,
-        sample.lag,
+        _Sampled(sample.in_flight, sample.lag),
+        0.0,
         sample.state,
         config,
     )[0]
@@ -322,8 +354,8 @@ def _autothrottle_step(
     latency: float,
     status: int,
     cache_hit: bool,
-    in_flight: int,
-    lag: float,
+    load: Load,
+    now: float,
     state: dict[str, float],
     config: SlotConfig,
 ) -> tuple[float, float | None]:
@@ -338,8 +370,8 @@ def _fixed_delay_step(
     latency: float,
     status: int,
     cache_hit: bool,
-    in_flight: int,
-    lag: float,
+    load: Load,
+    now: float,
     state: dict[str, float],
     config: SlotConfig,
 ) -> tuple[float, None]:
@@ -353,8 +385,8 @@ def _fixed_rate_step(
     latency: float,
     status: int,
     cache_hit: bool,
-    in_flight: int,
-    lag: float,
+    load: Load,
+    now: float,
     state: dict[str, float],
     config: SlotConfig,
 ) -> tuple[float, None]:
@@ -368,8 +400,8 @@ def _adaptive_step(
     latency: float,
     status: int,
     cache_hit: bool,
-    in_flight: int,
-    lag: float,
+    load: Load,
+    now: float,
     state: dict[str, float],
     config: SlotConfig,
 ) -> tuple[float, float]:
@@ -403,7 +435,9 @@ def _adaptive_step(
     # the first change could show in the latency.
     seen = state.get("seen", 0.0) + 1.0
     if seen >= limit and seen >= policy.round_size:
-        limit = _judged(policy, limit, base + lag, second, in_flight, state, config)
+        limit = _judged(
+            policy, limit, base + load.lag, second, load.in_flight_at(now), state, config
+        )
         seen, low, second = 0.0, 0.0, 0.0
     # Item by item: update(**...) builds a dict of its keywords first, per response.
     if limit is not kept:
@@ -488,11 +522,11 @@ def _by_hooks(
     latency: float,
     status: int,
     cache_hit: bool,
-    in_flight: int,
-    lag: float,
+    load: Load,
+    now: float,
     state: dict[str, float],
     config: SlotConfig,
 ) -> tuple[float, float | None]:
     """Any policy's answer, through its hooks and a sample."""
-    sample = new_sample(latency, status, in_flight, cache_hit, state, lag)
+    sample = new_sample(latency, status, load.in_flight_at(now), cache_hit, state, load.lag)
     return policy.next_delay(delay, sample, config), policy.in_flight_limit(state)

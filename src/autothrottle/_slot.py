@@ -130,9 +130,9 @@ class LiveSlot:
         adjust: bool,
         recovery: Recovery,
     ) -> None:
-        """The usual response (``_turns.Plain`` checked it, and holds the lock) in
-        one call: the rules' steps for it, each record written by its owner; the
-        rules stay the spec, and a test compares the two field for field."""
+        """The usual response (``_turns.Plain`` checked it, holding the lock) in one
+        call: the rules' steps, each record written by its owner (the rules are the
+        spec: a test compares); the step reads the gate only if its rule needs to."""
         state, gate, config = self.state, self.gate, self.config
         policy = config.policy
         state.counters.count_response(status, latency, now)
@@ -149,10 +149,12 @@ class LiveSlot:
             recovery.count_success(refusal, now)
         if not adjust:
             return
-        pace, in_flight = state.pace, gate.in_flight_at(now)
+        if now >= gate.soonest:  # a hold may have expired: the gate lets go of it first
+            gate.in_flight_at(now)
+        pace = state.pace
         old, memory = pace.delay, pace.policy_state
         step = self.step  # a local first: a call on an attribute that holds no method is slow
-        new, limit = step(policy, old, latency, status, False, in_flight, gate.lag, memory, config)
+        new, limit = step(policy, old, latency, status, False, gate, now, memory, config)
         low = config.min_delay
         cache = state.cache
         if limit is not None and (limit != self.capped or cache.in_flight_cap != self.capped_cap):
