@@ -390,19 +390,20 @@ class Gate(WireTurn):
         if self.arrivals is not None:  # a strict pace: when it was due (rule 10)
             self.granted(now, self._spaced)
         self.last_send = now
-        pace = self.state.pace
+        state, config = self.state, self.config
         # While the ramp-up bounds how fast the delay falls (a policy with one,
         # never refused), its fall runs on time, within a gap too (rule 3).
-        ramping = self.config.policy.ramp_up is not None and self.state.refusal.refused_gap <= 0.0
-        self._begun = 0.0 if ramping else pace.delay
-        for sends in self._window_sends:
-            sends.append(now)
-        if self.config.burst > 1:
+        ramping = config.policy.ramp_up is not None and state.refusal.refused_gap <= 0.0
+        self._begun = 0.0 if ramping else state.pace.delay
+        if self._window_sends:  # the loop only when there are windows: no iterator made
+            for sends in self._window_sends:
+                sends.append(now)
+        if config.burst > 1:
             self._tokens = self._burst_tokens(now) - 1.0
             self._tokens_at = now
-        jitter = self.config.jitter
+        jitter = config.jitter
         self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0) if jitter else 1.0
-        self.state.counters.count_send(now)
+        state.counters.count_send(now)
         if cost:
             TokenBudget.spend(self.token_book, cost, now)
         hold = make(now)
