@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import logging
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -133,10 +135,14 @@ async def four_workers_keep_the_pace_of_one(redis_url: str, name: str) -> None:
     lines = [line for out, _ in outputs for line in out.decode().splitlines()]
     assert lines.count("ok 200") == 40, lines
     assert len(target.arrivals) == 40
-    # FixedRatePolicy(10), burst 1: never above it; the lower bound only says the
+    # FixedRatePolicy(10), burst 1: never above it. The lower bound only says the
     # processes share one pace rather than each taking the fleet's delay times four
-    # (2.5/s).
-    assert 6.0 <= target.rate() <= 10.6, target.rate()
+    # (0.4 s gaps, 2.5/s): the median gap says it, where the rate over the whole
+    # span read 5.8/s at load 10, the workers' first sends spread over seconds
+    # (each maps Redis's clock first, in up to 50 calls on a loaded machine).
+    gaps = [b - a for a, b in itertools.pairwise(sorted(target.arrivals))]
+    assert statistics.median(gaps) < 0.2, gaps
+    assert target.rate() <= 10.6, target.rate()
     assert target.most_in_a_second() <= 10 + 1
 
 
