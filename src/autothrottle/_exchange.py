@@ -57,6 +57,7 @@ __all__ = [
     "Watch",
     "paced",
     "paced_blocking",
+    "release_later",
     "watch",
 ]
 
@@ -463,6 +464,14 @@ def _release_soon(lease: Lease, schedule: _Schedule | None) -> None:
             threading.Thread(target=lease.release, name="autothrottle-release").start()
     except RuntimeError:  # the loop is closed, or the interpreter is shutting down
         lease.release()
+
+
+def release_later(lease: Lease) -> None:
+    """Release ``lease`` soon, not now: for a finalizer of an adapter's own
+    object that holds it (httpx's response stream), whose owner was collected
+    unreleased. As for :func:`watch`'s hold, the collector may have run inside
+    the gate's lock: on this thread's event loop, or a short-lived thread."""
+    _release_soon(lease, _scheduler())
 
 
 class Watch(weakref.ref):  # type: ignore[type-arg]
