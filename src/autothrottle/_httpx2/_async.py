@@ -28,7 +28,7 @@ from typing import Any, Self, Unpack, cast
 import httpx2
 
 from .._errors import ThrottleTimeout
-from .._exchange import Exchange, Plug, Watch, paced, watch
+from .._exchange import Exchange, Plug, paced, release_later
 from .._extras import require_privates
 from .._lease import Lease
 from .._throttle import Throttle
@@ -38,14 +38,12 @@ from ._common import (
     STREAM_REFERS_BACK,
     ClientOptions,
     DefaultTimeout,
-    DefaultTimeoutDict,
     cache_outside,
     check_throttle,
     from_cache,
     host_failure,
     prepare,
     timed_out,
-    wait_bound,
 )
 from ._pools import (
     Openings,
@@ -146,55 +144,23 @@ class _WireTracer:
                 request.extensions.pop("trace", None)
 
 
-class _Wired:
-    """The wiring of a request sent on its origin's idle connection, with no trace.
-
-    A request whose grant kept no gap after the slot's previous one (a slot
-    paced by its cap alone, or within a burst), to a pool per origin whose
-    last request went less than ``Pools.RECENT`` ago and which has an idle
-    connection, is sent on that connection at once: the connection is ready
-    when the request is handed over, so the wire turn is taken then
-    (:meth:`_PoolPerOrigin.send`) and the latency counts from there, and
-    httpcore2 emits no event (each an awaited call). A spaced grant is traced
-    still: httpcore2's locks yield to the event loop between the hand-over
-    and the headers, and on a busy loop that lag would shorten the gap the
-    host sees. If the server closed the idle connection after all, httpcore2
-    opens another, and the connect counts in that request's latency.
-    """
-
-    __slots__ = ("closing", "entry", "exchange", "saved")
-
-    end = None  # never timed here: the response's return is
-
-    #: The longest wait for the wire turn (seconds) a request still spends
-    #: before it is sent on the idle connection: a turn granted early by the
-    #: lead (rule 10), whose connection stays recent and idle meanwhile. One
-    #: that waits longer is traced, as a request on a new connection is.
-    SOON = 0.05
-
-    def __init__(
-        self, saved: dict[str, Any], entry: PooledOrigin, closing: Sequence[Any], exchange: Exchange
-    ) -> None:
-        self.saved = saved  # the request's own extensions, put back after sending
-        self.entry = entry
-        self.closing = closing
-        self.exchange = exchange
-
-
-_WIRING = "autothrottle.wiring"
-"""Where a request sent through the pools per origin carries its wiring, for
-``_PoolPerOrigin.send``."""
-
-
 class _LeaseStream(httpx2.AsyncByteStream):
-    """A response body that releases its request's lease once closed.
+    """A response body that holds its request's lease until it is closed.
 
     httpx2 closes a response's stream itself when its body has been read to
     the end (``aread``, ``aiter_bytes`` and the like), and when reading it
     fails for a request not streamed; a streamed one is closed by its
     ``async with`` (or ``aclose``). So the close is the end: the body's
     chunks pass straight from the inner stream, with no call of this one's
-    per chunk. A response garbage-collected unclosed releases too.
+    per chunk.
+
+    The stream is the hold itself: a response garbage-collected unclosed
+    takes this stream with it, whose finalizer releases the lease, soon
+    rather than at once (the collector may have run inside the gate's lock:
+    ``_exchange.release_later``). A finalizer of our own class costs a
+    request one call when the stream is freed, where a weak reference to it
+    (``_exchange.watch``, for clients whose response is not ours to extend)
+    cost the making of the reference, the loop's look-up and two set updates.
 
     httpx2's client wraps this stream in one that refers back to the response
     (``STREAM_REFERS_BACK``); once closed, that wrapper has done its work, and
@@ -203,13 +169,13 @@ class _LeaseStream(httpx2.AsyncByteStream):
     not left in a cycle for the garbage collector.
     """
 
-    __slots__ = ("_inner", "_response", "_watch")
+    __slots__ = ("_inner", "_lease", "_response")
 
     def __init__(
         self, inner: httpx2.AsyncByteStream, lease: Lease, response: httpx2.Response | None = None
     ) -> None:
         self._inner = inner
-        self._watch: Watch | None = watch(self, lease)
+        self._lease: Lease | None = lease
         self._response = (
             weakref.ref(response) if response is not None and STREAM_REFERS_BACK else None
         )
@@ -223,10 +189,10 @@ class _LeaseStream(httpx2.AsyncByteStream):
         finally:
             # After the inner close, so the connection is back in the pool
             # before the next request of the slot may go.
-            held = self._watch  # released once
-            if held is not None:
-                self._watch = None
-                held.release()
+            lease = self._lease  # released once
+            if lease is not None:
+                self._lease = None
+                lease.release()
             ref = self._response
             if ref is not None:
                 # Take the client's wrapper, which refers back to the response,
@@ -234,12 +200,71 @@ class _LeaseStream(httpx2.AsyncByteStream):
                 self._response = None
                 response = ref()
                 if response is not None:
-                    refers_back: bool = getattr(response.stream, "_response", None) is response
+                    wrapper: Any = response.stream
+                    try:  # an attribute read; getattr's default would cost a call
+                        refers_back = wrapper._response is response  # noqa: SLF001
+                    except AttributeError:  # not the client's wrapper: left as it is
+                        refers_back = False
                     if refers_back:
                         response.stream = self
 
+    def __del__(self) -> None:
+        lease = self._lease
+        if lease is not None:  # collected unclosed: released soon, on this thread's loop
+            self._lease = None
+            release_later(lease)
+
+
+class _Wired(_LeaseStream):
+    """The wiring of a request sent on its origin's idle connection, with no
+    trace; then its response's body (:meth:`_HttpxPlug.respond`).
+
+    A request whose grant kept no gap after the slot's previous one (a slot
+    paced by its cap alone, or within a burst), to a pool per origin whose
+    last request went less than ``Pools.RECENT`` ago and which has an idle
+    connection, is sent on that connection at once: the connection is ready
+    when the request is handed over, so the wire turn is taken then
+    (:meth:`_PoolPerOrigin.send`) and the latency counts from there, and
+    httpcore2 emits no event (each an awaited call). A spaced grant is traced
+    still: httpcore2's locks yield to the event loop between the hand-over
+    and the headers, and on a busy loop that lag would shorten the gap the
+    host sees. If the server closed the idle connection after all, httpcore2
+    opens another, and the connect counts in that request's latency.
+
+    One object for the request, from its wiring to its body's close: the
+    usual request makes no second one for its body.
+    """
+
+    __slots__ = ("closing", "entry", "exchange", "saved")
+
+    end = None  # never timed here: the response's return is
+
+    #: The longest wait for the wire turn (seconds) a request still spends
+    #: before it is sent on the idle connection: a turn granted early by the
+    #: lead (rule 10), whose connection stays recent and idle meanwhile. One
+    #: that waits longer is traced, as a request on a new connection is.
+    SOON = 0.05
+
+    def __init__(  # no call of the stream's own: it holds nothing until the response
+        self, saved: dict[str, Any], entry: PooledOrigin, closing: Sequence[Any], exchange: Exchange
+    ) -> None:
+        self.saved = saved  # the request's own extensions, put back after sending
+        self.entry = entry
+        self.closing = closing
+        self.exchange = exchange
+        self._lease = None  # nothing held yet: a failed request is released by the skeleton
+
+
+_WIRING = "autothrottle.wiring"
+"""Where a request sent through the pools per origin carries its wiring, for
+``_PoolPerOrigin.send``: an attribute of the request object itself (its
+``__dict__``), so that the usual request, whose extensions gain no trace,
+needs no copy of them."""
+
 
 _Wiring = _Tracer | _WireTracer | _Wired
+_Sent = Awaitable[httpx2.Response]
+_Send = Callable[[httpx2.Request], _Sent]
 
 
 class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
@@ -251,11 +276,14 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
     each request when its turn comes and gives back when it is sent.
     """
 
-    __slots__ = ("client", "origins")
+    __slots__ = ("client", "origins", "send")
 
     def __init__(self, client: bool, origins: _PoolPerOrigin | None = None) -> None:
         self.client = client
         self.origins = origins
+        #: How the request is handed over: the pools' own, made once (its
+        #: bound method), or None for the inner transport's.
+        self.send: _Send | None = None if origins is None else origins.send
 
     def host_failure(self, error: BaseException) -> bool:
         return host_failure(error)
@@ -290,14 +318,14 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
             and not entry.opens_connection()
         ):
             wiring = _Wired(extensions, entry, closing, exchange)
-            request.extensions = {**extensions, _WIRING: wiring}
+            request.__dict__[_WIRING] = wiring  # taken off by send, which runs next
             return wiring
         if user is None:
             wiring = _WireTracer(exchange, extensions)
-            request.extensions = {**extensions, "trace": wiring, _WIRING: wiring}
         else:
             wiring = _Tracer(exchange, user, extensions)
-            request.extensions = {**extensions, "trace": wiring, _WIRING: wiring}
+        request.extensions = {**extensions, "trace": wiring}
+        request.__dict__[_WIRING] = wiring
         wiring.entry = entry
         wiring.closing = closing
         return wiring
@@ -324,10 +352,17 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
             extensions["autothrottle"] = exchange.info()
         else:  # the inner transport's response, whose dict may be shared: a copy
             response.extensions = {**extensions, "autothrottle": exchange.info()}
+        stream: httpx2.AsyncByteStream = response.stream  # type: ignore[assignment]
         if response.is_closed:  # the inner transport already read the body
             exchange.lease.release()
+        elif type(wiring) is _Wired:  # the usual: the wiring becomes the body
+            # It holds the lease from now until the body is closed (set here,
+            # without a call: the usual request's one path).
+            wiring._inner = stream  # noqa: SLF001
+            wiring._lease = exchange.lease  # noqa: SLF001
+            wiring._response = weakref.ref(response) if STREAM_REFERS_BACK else None  # noqa: SLF001
+            response.stream = wiring
         else:
-            stream: httpx2.AsyncByteStream = response.stream  # type: ignore[assignment]
             response.stream = _LeaseStream(stream, exchange.lease, response)
         return response
 
@@ -396,16 +431,13 @@ class AsyncThrottledTransport(httpx2.AsyncBaseTransport):
     def handle_async_request(self, request: httpx2.Request) -> Coroutine[Any, Any, httpx2.Response]:
         """Wait for the slot's turn, send through ``inner``, and track the response."""
         # Not a coroutine of its own: the skeleton's is what httpx2 awaits.
-        send, key, options = prepare(self._throttle, request)
+        plug = self._plug
+        send, key, options, bound = prepare(self._throttle, request, plug.client)
         if key is None:
             return self._inner.handle_async_request(send)
-        plug = self._plug
-        if type(send.extensions.get("timeout")) is DefaultTimeoutDict:
-            bound = options.max_wait  # the usual: httpx2's default, which bounds nothing
-        else:
-            bound = wait_bound(send, options, plug.client)
-        origins = plug.origins
-        inner = self._inner.handle_async_request if origins is None else origins.send
+        inner = plug.send
+        if inner is None:  # looked up now: a mock may patch the inner transport's class
+            inner = self._inner.handle_async_request
         return paced(plug, self._throttle, key, options, bound, inner, send)
 
     async def aclose(self) -> None:
@@ -446,8 +478,7 @@ class _PoolPerOrigin(httpx2.AsyncBaseTransport):
 
     def send(self, request: httpx2.Request) -> Awaitable[httpx2.Response]:
         """Send a throttled request through the pool its plug took for it."""
-        extensions = request.extensions
-        wiring: _Wiring = extensions[_WIRING]
+        wiring: _Wiring = request.__dict__.pop(_WIRING)
         entry = wiring.entry
         if type(wiring) is _Wired:
             exchange = wiring.exchange
@@ -455,8 +486,10 @@ class _PoolPerOrigin(httpx2.AsyncBaseTransport):
             if wait > 0.0:
                 if wait <= _Wired.SOON:
                     return self._send_wired(wiring, request, wait)
-                # A long wait: traced, so the turn is taken when the headers go.
-                extensions["trace"] = _WireTracer(exchange, wiring.saved)  # its own copy
+                # A long wait: traced, so the turn is taken when the headers go
+                # (on a copy of the extensions, which unwire puts back).
+                tracer = _WireTracer(exchange, wiring.saved)
+                request.extensions = {**request.extensions, "trace": tracer}
                 return self._send_slowly(entry, request, wiring.closing)
             if wiring.closing:
                 return self._send_slowly(entry, request, wiring.closing)
@@ -515,6 +548,7 @@ require_privates(httpx2, PRIVATES)
 
 #: httpx2's own, to tell when a mock patched it on the class.
 _TRANSPORT_FOR_URL = httpx2.AsyncClient._transport_for_url  # noqa: SLF001
+_HTTPX_CLIENT = httpx2.AsyncClient  # read at each request: a mock patches the class
 
 
 class AsyncThrottledClient(httpx2.AsyncClient):
@@ -622,8 +656,7 @@ class AsyncThrottledClient(httpx2.AsyncClient):
         # Every route is wrapped already; this catches a transport swapped in
         # per request by a patch of httpx2.AsyncClient (respx's "httpx2" mocker).
         transport = self._transport  # httpx2's own answer with no mount, without its call
-        patched = httpx2.AsyncClient._transport_for_url is not _TRANSPORT_FOR_URL  # noqa: SLF001
-        if patched or self._mounts:
+        if self._mounts or _HTTPX_CLIENT._transport_for_url is not _TRANSPORT_FOR_URL:  # noqa: SLF001
             transport = super()._transport_for_url(url)
         if type(transport) is AsyncThrottledTransport:  # the usual: no call to _wrap
             return transport

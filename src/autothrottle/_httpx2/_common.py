@@ -141,9 +141,12 @@ _CONTROL_NAME = CONTROL_HEADER.lower().encode()
 
 
 def prepare(
-    throttle: Throttle, request: httpx2.Request
-) -> tuple[httpx2.Request, str | None, RequestOptions]:
-    """The request to send, its slot key (None: do not throttle it) and its options.
+    throttle: Throttle, request: httpx2.Request, client: bool
+) -> tuple[httpx2.Request, str | None, RequestOptions, float | None]:
+    """The request to send, its slot key (None: do not throttle it), its
+    options and the bound on its wait for the turn (:func:`wait_bound`;
+    ``client``: the transport is a throttled client's own). One call, one
+    read of the request, for all four.
 
     A request with no host is not throttled: the inner transport refuses it
     with httpx2's own error (``UnsupportedProtocol``), as a plain client would.
@@ -157,11 +160,14 @@ def prepare(
     # Read from httpx2's own list of (name, lowercase name, value): asking
     # `headers` decodes every name and value first (about 3 µs), and almost no
     # request has the control header.
-    items = getattr(headers, "_list", None)
+    try:  # an attribute read; getattr's default would cost a call
+        items = headers._list  # noqa: SLF001 (httpx2's own, checked by _fields)
+    except AttributeError:
+        items = None
     if type(items) is list:
         present = False
-        for item in items:
-            if item[1] == _CONTROL_NAME:
+        for _, name, _ in items:
+            if name == _CONTROL_NAME:
                 present = True
                 break
     else:  # not the httpx2 this was written against: ask it
@@ -171,17 +177,23 @@ def prepare(
         options = options.merged(options_from_header(", ".join(values)))
         send = _without_control_header(request)
     if options.bypass:
-        return send, None, options
+        return send, None, options, None
+    if type(extensions.get("timeout")) is DefaultTimeoutDict:
+        bound = options.max_wait  # the usual: httpx2's default, which bounds nothing
+    else:
+        bound = wait_bound(send, options, client)
     if options.slot is not None:
-        return send, options.slot, options
+        return send, options.slot, options, bound
     url = request.url
     # httpx2's parsed form: the host as the slot key has it (IDNA-encoded),
     # where `url.host` decodes an international name at every call.
-    parsed = getattr(url, "_uri_reference", None)
-    host = url.host if parsed is None else parsed.host
+    try:
+        host = url._uri_reference.host  # noqa: SLF001
+    except AttributeError:  # not the httpx2 this was written against
+        host = url.host
     if not host:
-        return send, None, options
-    return send, throttle.key_for(url, host=host), options
+        return send, None, options, None
+    return send, throttle.key_for(url, host=host), options, bound
 
 
 class ThrottlePoolTimeout(ThrottleTimeout, httpx2.PoolTimeout):
@@ -215,9 +227,9 @@ class DefaultTimeout(httpx2.Timeout):
     ``httpx2.Timeout`` again, and so a choice."""
 
     def as_dict(self) -> dict[str, float | None]:
-        return DefaultTimeoutDict(
-            connect=self.connect, read=self.read, write=self.write, pool=self.pool
-        )
+        # httpx2's four fields are the instance's whole __dict__ (connect, read,
+        # write, pool, in that order): copied at once, without a keyword each.
+        return DefaultTimeoutDict(self.__dict__)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, httpx2.Timeout) and httpx2.Timeout.__eq__(other, self)

@@ -149,11 +149,12 @@ class Pools:
         one: three attribute reads, where ``url.host`` decodes an
         international name at every call (the key keeps it encoded, one to one).
         """
-        parsed = getattr(url, "_uri_reference", None)
-        if parsed is not None:
-            origin = (parsed.scheme, parsed.host, parsed.port)
-        else:
+        try:  # an attribute read; getattr's default would cost a call
+            parsed = url._uri_reference  # noqa: SLF001
+        except AttributeError:  # not the httpx2 this was written against
             origin = (url.scheme, url.host, url.port)
+        else:
+            origin = (parsed.scheme, parsed.host, parsed.port)
         origins = self._origins
         lock = self._lock
         if lock is not None:
