@@ -46,6 +46,7 @@ SYNC_RULES = [
     (r"\b_AsyncClientOptions\b", "_SyncClientOptions"),
     (r"\.acquire\(", ".acquire_blocking("),
     (r"\.on_wire\(", ".on_wire_blocking("),
+    (r"\.lend_unlocked\(", ".lend("),  # the sync client's pools are shared by threads
     (r"\bpaced\b", "paced_blocking"),
     (r"Wait for the slot's turn", "Block for the slot's turn"),
     (r"\ban (\S*?)Async([A-Z])", r"a \1\2"),

@@ -175,7 +175,9 @@ class _LeaseStream(httpx.AsyncByteStream):
     ) -> None:
         self._inner = inner
         self._lease: Lease | None = lease
-        self._response = (
+        # A weak reference: a response this transport answered directly (no
+        # client's wrapper around the stream) must not be in a cycle with it.
+        self._response: weakref.ref[httpx.Response] | httpx.Response | None = (
             weakref.ref(response) if response is not None and STREAM_REFERS_BACK else None
         )
 
@@ -192,12 +194,12 @@ class _LeaseStream(httpx.AsyncByteStream):
             if lease is not None:
                 self._lease = None
                 lease.release()
-            ref = self._response
-            if ref is not None:
+            held = self._response
+            if held is not None:
                 # Take the client's wrapper, which refers back to the response,
                 # off it: its work (``elapsed``) was done before this close.
                 self._response = None
-                response = ref()
+                response = held() if isinstance(held, _WEAK) else held
                 if response is not None:
                     wrapper: Any = response.stream
                     try:  # an attribute read; getattr's default would cost a call
@@ -255,13 +257,15 @@ class _Wired(_LeaseStream):
 
 
 _WIRING = "autothrottle.wiring"
-"""Where a request sent through the pools per origin carries its wiring, for
-``_PoolPerOrigin.send``: an attribute of the request object itself (its
-``__dict__``), so that the usual request, whose extensions gain no trace,
-needs no copy of them."""
+"""Where a request sent through the sync client's pools per origin carries its
+wiring, for ``_PoolPerOrigin.send``: an attribute of the request object (its
+``__dict__``), as threads may send at once. The async client's pools keep it
+themselves (``_PoolPerOrigin.wired``): reading the ``__dict__`` of an object
+that keeps its attributes inline makes a dict of them."""
 
 
 _Wiring = _Tracer | _WireTracer | _Wired
+_WEAK = weakref.ref
 _Sent = Awaitable[httpx.Response]  # unasync: _Sent = httpx.Response
 _Send = Callable[[httpx.Request], _Sent]
 
@@ -308,7 +312,7 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
         # skeleton then releases the lease). The lease's slot: its pace says how
         # long to keep the origin's pool.
         lease = exchange.lease
-        entry, closing, recent = origins.pools.lend(request.url, monotonic(), lease)
+        entry, closing, recent = origins.pools.lend_unlocked(request.url, monotonic(), lease)
         wiring: _Wiring
         if (
             recent
@@ -317,14 +321,14 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
             and not entry.opens_connection()
         ):
             wiring = _Wired(extensions, entry, closing, exchange)
-            request.__dict__[_WIRING] = wiring  # taken off by send, which runs next
+            origins.wired = wiring  # unasync: request.__dict__[_WIRING] = wiring
             return wiring
         if user is None:
             wiring = _WireTracer(exchange, extensions)
         else:
             wiring = _Tracer(exchange, user, extensions)
         request.extensions = {**extensions, "trace": wiring}
-        request.__dict__[_WIRING] = wiring
+        origins.wired = wiring  # unasync: request.__dict__[_WIRING] = wiring
         wiring.entry = entry
         wiring.closing = closing
         return wiring
@@ -359,7 +363,9 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
             # without a call: the usual request's one path).
             wiring._inner = stream  # noqa: SLF001
             wiring._lease = exchange.lease  # noqa: SLF001
-            wiring._response = weakref.ref(response) if STREAM_REFERS_BACK else None  # noqa: SLF001
+            # The response itself: sent through the client's own pools, it is in
+            # its wrapper's cycle until this stream's close breaks it anyway.
+            wiring._response = response if STREAM_REFERS_BACK else None  # noqa: SLF001
             response.stream = wiring
         else:
             response.stream = _LeaseStream(stream, exchange.lease, response)
@@ -476,12 +482,17 @@ class _PoolPerOrigin(httpx.AsyncBaseTransport):
     def __init__(self, pools: Pools) -> None:
         self.pools = pools
         self.openings = Openings()
+        #: The wiring of the request being handed over (from the plug's wire
+        #: to send, which the skeleton calls next, with no await between):
+        #: one event loop's thread sends through these pools, so one at a time.
+        self.wired: Any = None  # a _Wiring while handed over  # unasync: -
 
     def send(
         self, request: httpx.Request
     ) -> Awaitable[httpx.Response]:  # unasync: ) -> httpx.Response:
         """Send a throttled request through the pool its plug took for it."""
-        wiring: _Wiring = request.__dict__.pop(_WIRING)
+        wiring: _Wiring = self.wired  # unasync: wiring: _Wiring = request.__dict__.pop(_WIRING)
+        self.wired = None  # unasync: -
         entry = wiring.entry
         if type(wiring) is _Wired:
             exchange = wiring.exchange

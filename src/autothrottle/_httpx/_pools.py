@@ -143,6 +143,21 @@ class Pools:
         for both); and whether the origin's last request was taken less than
         :attr:`RECENT` seconds ago. ``lease``: the request's, whose slot's
         pace may keep the pool longer (unthrottled requests have none).
+        """
+        lock = self._lock
+        if lock is None:
+            return self.lend_unlocked(url, now, lease)
+        lock.acquire()  # not `with`: on every request, it costs twice as much
+        try:
+            return self.lend_unlocked(url, now, lease)
+        finally:
+            lock.release()
+
+    def lend_unlocked(
+        self, url: httpx.URL, now: float, lease: Lease | None = None
+    ) -> tuple[PooledOrigin, Sequence[Any], bool]:
+        """:meth:`lend` without the lock: the async client's, whose pools are
+        used from its event loop's thread alone, calls it directly.
 
         The origin is read from httpx's parsed form of the URL where it has
         one: three attribute reads, where ``url.host`` decodes an
@@ -155,28 +170,21 @@ class Pools:
         else:
             origin = (parsed.scheme, parsed.host, parsed.port)
         origins = self._origins
-        lock = self._lock
-        if lock is not None:
-            lock.acquire()  # not `with`: on every request, it costs twice as much
-        try:
-            entry = origins.get(origin)
-            if entry is None:
-                entry = origins[origin] = PooledOrigin(self._make(), now, self.expiry)
-                recent = False
-            else:
-                origins.move_to_end(origin)
-                recent = now - entry.used_at < self.RECENT
-                entry.used_at = now
-                entry.expires_at = now + entry.keep
-            if entry.slot is None and lease is not None:
-                entry.slot = lease.slot
-            entry.sending += 1
-            if next(iter(origins.values())).expires_at > now:
-                return entry, (), recent  # the oldest is still kept: the usual, found at once
-            return entry, self._expired(now), recent
-        finally:
-            if lock is not None:
-                lock.release()
+        entry = origins.get(origin)
+        if entry is None:
+            entry = origins[origin] = PooledOrigin(self._make(), now, self.expiry)
+            recent = False
+        else:
+            origins.move_to_end(origin)
+            recent = now - entry.used_at < self.RECENT
+            entry.used_at = now
+            entry.expires_at = now + entry.keep
+        if entry.slot is None and lease is not None:
+            entry.slot = lease.slot
+        entry.sending += 1
+        if next(iter(origins.values())).expires_at > now:
+            return entry, (), recent  # the oldest is still kept: the usual, found at once
+        return entry, self._expired(now), recent
 
     def done(self, entry: PooledOrigin) -> None:
         """A request of ``entry``'s pool is sent: answered, failed or cancelled."""

@@ -176,7 +176,9 @@ class _LeaseStream(httpx2.AsyncByteStream):
     ) -> None:
         self._inner = inner
         self._lease: Lease | None = lease
-        self._response = (
+        # A weak reference: a response this transport answered directly (no
+        # client's wrapper around the stream) must not be in a cycle with it.
+        self._response: weakref.ref[httpx2.Response] | httpx2.Response | None = (
             weakref.ref(response) if response is not None and STREAM_REFERS_BACK else None
         )
 
@@ -193,12 +195,12 @@ class _LeaseStream(httpx2.AsyncByteStream):
             if lease is not None:
                 self._lease = None
                 lease.release()
-            ref = self._response
-            if ref is not None:
+            held = self._response
+            if held is not None:
                 # Take the client's wrapper, which refers back to the response,
                 # off it: its work (``elapsed``) was done before this close.
                 self._response = None
-                response = ref()
+                response = held() if isinstance(held, _WEAK) else held
                 if response is not None:
                     wrapper: Any = response.stream
                     try:  # an attribute read; getattr's default would cost a call
@@ -256,13 +258,15 @@ class _Wired(_LeaseStream):
 
 
 _WIRING = "autothrottle.wiring"
-"""Where a request sent through the pools per origin carries its wiring, for
-``_PoolPerOrigin.send``: an attribute of the request object itself (its
-``__dict__``), so that the usual request, whose extensions gain no trace,
-needs no copy of them."""
+"""Where a request sent through the sync client's pools per origin carries its
+wiring, for ``_PoolPerOrigin.send``: an attribute of the request object (its
+``__dict__``), as threads may send at once. The async client's pools keep it
+themselves (``_PoolPerOrigin.wired``): reading the ``__dict__`` of an object
+that keeps its attributes inline makes a dict of them."""
 
 
 _Wiring = _Tracer | _WireTracer | _Wired
+_WEAK = weakref.ref
 _Sent = Awaitable[httpx2.Response]
 _Send = Callable[[httpx2.Request], _Sent]
 
@@ -309,7 +313,7 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
         # skeleton then releases the lease). The lease's slot: its pace says how
         # long to keep the origin's pool.
         lease = exchange.lease
-        entry, closing, recent = origins.pools.lend(request.url, monotonic(), lease)
+        entry, closing, recent = origins.pools.lend_unlocked(request.url, monotonic(), lease)
         wiring: _Wiring
         if (
             recent
@@ -318,14 +322,14 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
             and not entry.opens_connection()
         ):
             wiring = _Wired(extensions, entry, closing, exchange)
-            request.__dict__[_WIRING] = wiring  # taken off by send, which runs next
+            origins.wired = wiring
             return wiring
         if user is None:
             wiring = _WireTracer(exchange, extensions)
         else:
             wiring = _Tracer(exchange, user, extensions)
         request.extensions = {**extensions, "trace": wiring}
-        request.__dict__[_WIRING] = wiring
+        origins.wired = wiring
         wiring.entry = entry
         wiring.closing = closing
         return wiring
@@ -360,7 +364,9 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
             # without a call: the usual request's one path).
             wiring._inner = stream  # noqa: SLF001
             wiring._lease = exchange.lease  # noqa: SLF001
-            wiring._response = weakref.ref(response) if STREAM_REFERS_BACK else None  # noqa: SLF001
+            # The response itself: sent through the client's own pools, it is in
+            # its wrapper's cycle until this stream's close breaks it anyway.
+            wiring._response = response if STREAM_REFERS_BACK else None  # noqa: SLF001
             response.stream = wiring
         else:
             response.stream = _LeaseStream(stream, exchange.lease, response)
@@ -475,10 +481,15 @@ class _PoolPerOrigin(httpx2.AsyncBaseTransport):
     def __init__(self, pools: Pools) -> None:
         self.pools = pools
         self.openings = Openings()
+        #: The wiring of the request being handed over (from the plug's wire
+        #: to send, which the skeleton calls next, with no await between):
+        #: one event loop's thread sends through these pools, so one at a time.
+        self.wired: Any = None  # a _Wiring while handed over
 
     def send(self, request: httpx2.Request) -> Awaitable[httpx2.Response]:
         """Send a throttled request through the pool its plug took for it."""
-        wiring: _Wiring = request.__dict__.pop(_WIRING)
+        wiring: _Wiring = self.wired
+        self.wired = None
         entry = wiring.entry
         if type(wiring) is _Wired:
             exchange = wiring.exchange

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import ssl
 from collections.abc import Callable, Mapping
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, TypedDict
 
 import httpx2
@@ -138,6 +138,7 @@ def _without_control_header(request: httpx2.Request) -> httpx2.Request:
 
 _CONTROL_KEY = "autothrottle"
 _CONTROL_NAME = CONTROL_HEADER.lower().encode()
+_LOWERCASE_NAME = itemgetter(1)  # of httpx2's (name, lowercase name, value)
 
 
 def prepare(
@@ -164,12 +165,8 @@ def prepare(
         items = headers._list  # noqa: SLF001 (httpx2's own, checked by _fields)
     except AttributeError:
         items = None
-    if type(items) is list:
-        present = False
-        for _, name, _ in items:
-            if name == _CONTROL_NAME:
-                present = True
-                break
+    if type(items) is list:  # each name compared in C: no bytecode per header
+        present = _CONTROL_NAME in map(_LOWERCASE_NAME, items)
     else:  # not the httpx2 this was written against: ask it
         present = CONTROL_HEADER in headers
     if present:
