@@ -8,6 +8,10 @@ of ``benchmarks/overhead.py`` against the compiled copy::
 
     python scripts/mypyc_probe.py --count --clients aiohttp
     PYTHONPATH=/tmp/autothrottle-mypyc python benchmarks/overhead.py --instructions
+    PYTHONPATH=/tmp/autothrottle-mypyc python benchmarks/overhead.py   # by the clock
+
+It checks that each compiled module imports from its extension module with
+that ``PYTHONPATH`` (an editable install's finder would otherwise win).
 
 What the copy changes before compiling (mypyc's rules, not the engine's):
 ``object.__new__`` of a compiled class is refused, so the lease (made that
@@ -17,10 +21,10 @@ classes, since a compiled one's ``__init__`` goes through
 ``object.__setattr__`` (8k instructions a sample), and so do ``SlotState``
 and ``Throttle``, whose class attributes are descriptors mypyc drops (their
 methods are compiled still); an attribute deleted is declared deletable; and
-the classes users or
-interpreted modules subclass (the policies, the adapters' plugs and holds)
-allow it. Everything else is compiled as written. ``aiohttp.py`` itself stays
-interpreted: mypyc refuses its session factory's nested classes.
+the classes users or interpreted modules subclass (the policies, the
+adapters' plugs) allow it. Everything else is compiled as written.
+``aiohttp.py`` itself stays interpreted: mypyc refuses its session
+factory's nested classes.
 
 Needs a C compiler and the Python headers (mypyc builds the extension
 modules in place, about a minute).
@@ -94,7 +98,7 @@ SUBCLASSED = {
         "AIMDPolicy",
         "AdaptiveConcurrencyPolicy",
     ],
-    "_exchange.py": ["Plug", "Hold"],
+    "_exchange.py": ["Plug"],
 }
 """Classes that interpreted code subclasses (a user's policy, an adapter's plug)."""
 
@@ -144,6 +148,29 @@ def _compile(tree: Path, modules: list[str]) -> None:
         raise SystemExit(f"mypyc failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     built = sorted(p.name for p in (tree / "autothrottle").glob("*.so"))
     print(f"compiled {len(built)} modules in {tree}: {' '.join(modules)}")
+    _check(tree, modules)
+
+
+def _check(tree: Path, modules: list[str]) -> None:
+    """Refuse a copy whose modules would not run compiled: with ``PYTHONPATH``
+    at the copy, each must import from its extension module, not from ``src``
+    (an editable install's finder) or the ``.py`` beside it."""
+    code = (
+        "import importlib, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    print(importlib.import_module('autothrottle.' + name).__file__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, *modules],
+        env=dict(os.environ, PYTHONPATH=str(tree)),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    files = done.stdout.split()
+    interpreted = [f for f in files if not (f.startswith(str(tree)) and f.endswith(".so"))]
+    if interpreted:
+        raise SystemExit(f"not running compiled: {' '.join(interpreted)}")
 
 
 def main() -> None:
