@@ -19,12 +19,14 @@ way on every grant) is made by calling its class; the two frozen dataclasses
 made that way (the policy's sample, ``ThrottleInfo``) stay interpreted
 classes, since a compiled one's ``__init__`` goes through
 ``object.__setattr__`` (8k instructions a sample), and so do ``SlotState``
-and ``Throttle``, whose class attributes are descriptors mypyc drops (their
-methods are compiled still); an attribute deleted is declared deletable; and
-the classes users or interpreted modules subclass (the policies, the
-adapters' plugs) allow it. Everything else is compiled as written.
-``aiohttp.py`` itself stays interpreted: mypyc refuses its session
-factory's nested classes.
+and ``Throttle``, whose class attributes are descriptors mypyc drops, and
+``Watch``, a subclass of ``weakref.ref`` that mypyc compiles without a
+word but whose native layout crashes the interpreter (a segmentation fault
+at the first held response); their methods are compiled still; an
+attribute deleted is declared deletable; and the classes users or
+interpreted modules subclass (the policies, the adapters' plugs) allow it.
+Everything else is compiled as written. ``aiohttp.py`` itself stays
+interpreted: mypyc refuses its session factory's nested classes.
 
 Needs a C compiler and the Python headers (mypyc builds the extension
 modules in place, about a minute).
@@ -79,15 +81,16 @@ PATCHES = {
 
 INTERPRETED = {
     "_policy.py": ["Sample"],
-    "_exchange.py": ["ThrottleInfo"],
+    "_exchange.py": ["ThrottleInfo", "Watch"],
     "_state.py": ["SlotState"],
     "_throttle.py": ["Throttle"],
 }
 """Classes that stay interpreted: the frozen dataclasses made by ``object.__new__``
 and their fields' setters (as native classes, their ``__init__`` runs through
-``object.__setattr__``, 8k instructions a sample), and the classes whose
+``object.__setattr__``, 8k instructions a sample), the classes whose
 class attributes are descriptors mypyc would drop (the state record's flat
-fields, the throttle's settings)."""
+fields, the throttle's settings), and the response's hold, a ``weakref.ref``
+subclass that crashes as a native class."""
 
 SUBCLASSED = {
     "_policy.py": ["DelayPolicy"],
