@@ -312,7 +312,12 @@ async def paced(
     """The request skeleton: wait for the turn of slot ``key`` (at most
     ``bound`` seconds), send ``request`` with ``send``, observe the response
     and hold the lease until its body is finished. Whatever fails or is
-    cancelled on the way releases the lease (``docs/adapters.md``)."""
+    cancelled on the way releases the lease (``docs/adapters.md``).
+
+    ``send`` is called right after ``plug.wire``, with no await between: the
+    async httpx pools keep the wiring of the one request being handed over
+    in a field of their own until their ``send`` takes it, so an await there
+    would let another request's wiring take its place."""
     asked = perf_counter()
     # A free turn without a coroutine; any other waits in the queue.
     lease = throttle.acquire_now(key, options.adjust, bound, options.cost)
