@@ -224,9 +224,12 @@ class DefaultTimeout(httpx2.Timeout):
     ``httpx2.Timeout`` again, and so a choice."""
 
     def as_dict(self) -> dict[str, float | None]:
-        # httpx2's four fields are the instance's whole __dict__ (connect, read,
-        # write, pool, in that order): copied at once, without a keyword each.
-        return DefaultTimeoutDict(self.__dict__)
+        # The four fields httpcore2 reads of the "timeout" extension, by name
+        # (not the instance's __dict__, which would carry along unchecked any
+        # attribute a later httpx2 adds); a literal, not keywords: one per request.
+        return DefaultTimeoutDict(
+            {"connect": self.connect, "read": self.read, "write": self.write, "pool": self.pool}
+        )
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, httpx2.Timeout) and httpx2.Timeout.__eq__(other, self)
