@@ -9,6 +9,17 @@ ends later than ``max_wait`` allows, the request fails as a turn past
 ``max_wait`` does under its client, is not sent, counts no host failure, and
 leaves nothing reserved in Redis. Real Redis on 127.0.0.1:6379 (a prefix per
 test), real loopback servers.
+
+What these tests check is the second look, at the wire, so the first, at the
+turn, must let the request go. A request gets one late turn handed back (the
+fleet's rule 1, once per request): one let go late at its turn, past the
+turn's slack (0.12 s here, the room a first turn leaves), is taken again
+there and then sent with no look at the wire. A loaded machine stalls a thread
+or an event loop that long now and then (seen at load 13-18), and the request
+was then sent through the others' turns or their pause. So the turn's look
+tolerates any lateness until the request is on its way to the wire
+(:meth:`Fleet.crowd` puts the tolerance back), and the look at the wire is
+the library's own.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -28,8 +40,9 @@ import pytest
 import redis
 from aiohttp import web
 
-from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
+from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout, _fleet
 from autothrottle._fleet import SPACING_MARGIN, TurnAsk
+from autothrottle._fleet_turns import LATE_TOLERANCE
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
@@ -94,7 +107,9 @@ class Fleet:
 
     async def crowd(self) -> None:
         """While our request is on its way to the wire: the others reserve the
-        next four turns, or one of them is told to pause the host 5 s."""
+        next four turns, or one of them is told to pause the host 5 s. The
+        look at the wire that follows is the library's own again."""
+        _fleet.LATE_TOLERANCE = LATE_TOLERANCE  # see the module's docstring
         assert self.leases() == 1  # ours: the request's turn was taken
         if self.pause:
             other = Throttle(policy=FixedRatePolicy(1 / GAP), store=self.others[0])
@@ -138,7 +153,12 @@ class Fleet:
 
 
 @pytest.fixture(params=["turns", "pause"])
-async def fleet(request: pytest.FixtureRequest) -> AsyncIterator[Fleet]:
+async def fleet(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Fleet]:
+    # The request's turn goes however late this test's thread or loop comes to
+    # it (a loaded machine's stall): the look these tests check is at the wire.
+    monkeypatch.setattr(_fleet, "LATE_TOLERANCE", math.inf)
     made = Fleet(pause=request.param == "pause")
     try:
         yield made
