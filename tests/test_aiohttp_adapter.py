@@ -29,9 +29,13 @@ import pytest
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
 
 from autothrottle import AutoThrottlePolicy, Throttle
-from autothrottle._aiohttp_parts import hold_until_finished
+from autothrottle._aiohttp_parts import hold_until_finished, hook_connector, hook_request_options
+from autothrottle._exchange import paced
 from autothrottle.aiohttp import (
+    _PLUG,
     ThrottledSession,
+    _ThrottleMiddleware,
+    throttle_info,
     throttle_middleware,
     throttle_trace_config,
 )
@@ -908,3 +912,145 @@ async def test_a_websocket_handshake_goes_through_the_session_and_is_released() 
         await runner.cleanup()
     snapshot = throttle.slot("127.0.0.1").snapshot()
     assert (snapshot.sent, snapshot.responses, snapshot.in_flight) == (1, 1, 0)
+
+
+# -- the middleware is the skeleton with aiohttp's steps written in ------------------
+
+
+def _skeleton_middleware(throttle: Throttle) -> Callable[..., Any]:
+    """The generic request skeleton (``_exchange.paced``) with the aiohttp plug,
+    as a middleware: what the throttle's own middleware writes out inline."""
+    reader = _ThrottleMiddleware(throttle)
+
+    def middleware(request: ClientRequest, handler: ClientHandlerType) -> Any:
+        options = reader._options(request)
+        url = request.url
+        slot = options.slot or throttle.key_for(url, host=url.raw_host or "")
+        return paced(_PLUG, throttle, slot, options, options.max_wait, handler, request)
+
+    return middleware
+
+
+def _refused(address: str) -> str:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        port = probe.getsockname()[1]
+    return f"http://{address}:{port}/"  # nothing listens there now
+
+
+async def _outcome(
+    how: str, throttle: Throttle, middleware: Callable[..., Any], host: LoopbackHost
+) -> Any:
+    """Send the requests of ``how`` through ``middleware`` (the throttle's, or the
+    skeleton's) on a session hooked as ThrottledSession hooks one; what the
+    caller and the slot saw."""
+
+    async def raising_trace(*args: object) -> None:
+        raise KeyError("the caller's own bug")
+
+    trace = aiohttp.TraceConfig()
+    if how == "caller's error":
+        trace.on_request_headers_sent.append(raising_trace)
+    connector = aiohttp.TCPConnector()
+    hook_connector(connector)
+    session = aiohttp.ClientSession(
+        connector=connector, middlewares=(middleware,), trace_configs=[trace]
+    )
+    hook_request_options(session)
+    url = {
+        "held": host.url("/stream/3/50"),
+        "host failed": _refused(host.address),
+        "connection dropped": host.url("/close"),
+        "observing raised": host.url("/stream/3/50"),
+        "cancelled": host.url("/delay/3000"),
+    }.get(how, host.url("/"))
+    seen: list[object] = []
+    async with session:
+        try:
+            if how == "timed out":
+                await fetch(session, host.url("/status/429?h.Retry-After=30"))
+                await fetch(session, url, trace_request_ctx={"autothrottle": {"max_wait": 0.1}})
+            elif how == "cancelled":
+                task = asyncio.create_task(fetch(session, url))
+                await asyncio.sleep(0.3)
+                task.cancel()
+                await task
+            elif how == "options":
+                ctx = {"autothrottle": {"slot": "api", "adjust": False}}
+                async with session.get(url, trace_request_ctx=ctx) as response:
+                    info = throttle_info(response)
+                    seen.append(None if info is None else (info.slot, info.adjusted))
+                    await response.read()
+            else:
+                async with session.get(url) as response:
+                    seen.append(response.status)
+                    seen.append(throttle.slot(key(host)).in_flight)
+                    await response.read()
+                    info = throttle_info(response)
+                    seen.append(None if info is None else (info.slot, info.adjusted))
+        except BaseException as error:
+            seen.append(type(error).__name__)
+    await wait_until(lambda: all(slot.in_flight == 0 for slot in throttle.slots()))
+    snaps = sorted((s.snapshot() for s in throttle.slots()), key=lambda snap: snap.key)
+    seen.append(
+        [(s.key, s.sent, s.responses, dict(s.status_counts), s.failures, s.backoffs) for s in snaps]
+    )
+    return seen
+
+
+def _classifier(how: str) -> Any:
+    if how != "observing raised":
+        return None
+
+    def classifier(status: int, headers: object) -> bool:
+        raise LookupError("the caller's own bug")
+
+    return classifier
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "answered",
+        "held",
+        "options",
+        "host failed",
+        "connection dropped",
+        "caller's error",
+        "observing raised",
+        "cancelled",
+        "timed out",
+    ],
+)
+async def test_the_middleware_ends_every_outcome_as_the_skeleton_does(how: str) -> None:
+    """The throttle's middleware is ``_exchange.paced`` with the aiohttp plug's
+    steps written in (fewer calls a request): the same requests through each,
+    on sessions hooked alike, end alike for the caller and for the slot."""
+    outcomes = []
+    async with loopback_hosts(1) as (host,):
+        for make in (throttle_middleware, _skeleton_middleware):
+            throttle = Throttle(start_delay=0.0, block_classifier=_classifier(how))
+            outcomes.append(await _outcome(how, throttle, make(throttle), host))
+    ours, skeletons = outcomes
+    assert ours == skeletons
+    expected_end = {
+        "answered": ([200, 0, (key(host), True)], (1, 1, {200: 1}, 0, 0)),
+        "held": ([200, 1, (key(host), True)], (1, 1, {200: 1}, 0, 0)),
+        "host failed": (["ClientConnectorError"], (1, 0, {}, 1, 1)),
+        "observing raised": (["LookupError"], (1, 1, {200: 1}, 0, 0)),
+        "cancelled": (["CancelledError"], (1, 0, {}, 0, 0)),
+        "caller's error": (["KeyError"], (1, 0, {}, 0, 0)),
+    }
+    if how in expected_end:
+        caller, slot = expected_end[how]
+        assert ours[:-1] == caller
+        assert ours[-1] == [(key(host), *slot)]
+    elif how == "options":
+        assert ours[0] == ("api", False)
+    elif how == "timed out":
+        assert ours[0] == "ThrottleTimeout"
+    else:
+        assert ours[0] == "ServerDisconnectedError"
+        # aiohttp sends a GET again once on a dropped connection: each attempt
+        # takes a turn of its own, and each is the host's failure.
+        assert ours[-1][0][:5] == (key(host), 2, 0, {}, 2)

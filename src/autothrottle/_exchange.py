@@ -27,7 +27,9 @@ That order is written once, in :func:`paced` (and :func:`paced_blocking` for
 a thread): turn, wire, send, failure or response, hold. An adapter plugs in
 only what differs between clients (a :class:`Plug`): how the wire turn finds
 the request being sent, which errors are the host's, how a response is read,
-closed and held until its body is finished.
+closed and held until its body is finished. One copy: aiohttp's middleware
+is :func:`paced` with its plug's steps written in (four calls fewer a
+request), held to it by a test that sends the same requests through both.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ __all__ = [
     "paced",
     "paced_blocking",
     "release_later",
+    "send_failed",
+    "wait_turn",
     "watch",
 ]
 
@@ -92,12 +96,13 @@ _set_slot = vars(ThrottleInfo)["slot"].__set__
 _set_waited = vars(ThrottleInfo)["waited"].__set__
 _set_sent_at = vars(ThrottleInfo)["sent_at"].__set__
 _set_adjusted = vars(ThrottleInfo)["adjusted"].__set__
+_MODULES = sys.modules
 
 
 class Exchange:
     """One request's lease and timing, from its turn to its response."""
 
-    __slots__ = ("_info", "key", "lease", "ready", "started", "waited", "wire_error", "wired")
+    __slots__ = ("key", "lease", "started", "waited", "wire_error", "wired")
 
     #: What the wire turn raised (the fleet's bound, its store): the throttle's
     #: own error, never the host's, whatever the client wraps it in. Set only
@@ -109,29 +114,36 @@ class Exchange:
     ) -> None:
         self.lease = lease
         self.key = key  # the slot's key, when the caller has it: saves two calls
-        # A free turn (``free``: granted as it was asked) waited nothing: no clock read.
-        self.started = asked if free else perf_counter()
-        self.waited = self.started - asked
-        self.ready: float | None = None
+        # When the latency clock starts: the request handed over, until the
+        # connection is ready (the wire turn moves it there: rule 4).
+        if free:  # a free turn (granted as it was asked) waited nothing: no clock read
+            self.started = asked
+            self.waited = 0.0
+        else:
+            self.started = started = perf_counter()
+            self.waited = started - asked
         self.wired = False
-        self._info: ThrottleInfo | None = None
-        if "opentelemetry.trace" in sys.modules:  # only if the caller traces
+        if "opentelemetry.trace" in _MODULES:  # only if the caller traces
             _note_on_span(self)
 
+    @property
+    def ready(self) -> float | None:
+        """When the connection was ready (the latency clock's start), or None
+        before the wire turn."""
+        return self.started if self.wired else None
+
     def info(self) -> ThrottleInfo:
-        """What the throttle did to this request (made once, when first asked for)."""
-        info = self._info
-        if info is None:
-            lease = self.lease
-            # ThrottleInfo(...), the same object at half the cost: a frozen
-            # dataclass's __init__ sets each field through object.__setattr__.
-            info = _new_object(ThrottleInfo)
-            _set_slot(info, self.key if self.key is not None else lease.slot.key)
-            _set_waited(info, self.waited)
-            _set_sent_at(info, lease.sent_at)
-            _set_adjusted(info, lease.adjust)
-            if self.wired:  # nothing about it changes any more
-                self._info = info
+        """What the throttle did to this request (made anew when asked for: each
+        caller asks once, and a cache would cost every request its field)."""
+        # ThrottleInfo(...), the same object at half the cost: a frozen
+        # dataclass's __init__ sets each field through object.__setattr__.
+        info = _new_object(ThrottleInfo)
+        key = self.key
+        _set_slot(info, key if key is not None else self.lease.slot.key)
+        _set_waited(info, self.waited)
+        lease = self.lease
+        _set_sent_at(info, lease.sent_at)
+        _set_adjusted(info, lease.adjust)
         return info
 
     def wire_now(self) -> float:
@@ -141,7 +153,7 @@ class Exchange:
         Most requests find their wire turn free: this spares them a coroutine.
         """
         if self.wired:
-            self.ready = perf_counter()
+            self.started = perf_counter()
             return 0.0
         try:
             wait = self.lease.wire_wait()
@@ -150,7 +162,7 @@ class Exchange:
             raise
         if wait <= 0.0:
             self.wired = True
-            self.ready = perf_counter()
+            self.started = perf_counter()
         return wait
 
     async def on_wire(self, wait: float | None = None) -> None:
@@ -170,10 +182,10 @@ class Exchange:
                 self.wire_error = error
                 raise
             self.wired = True
-            self.ready = perf_counter()
-            self.waited += self.ready - started
+            self.started = ready = perf_counter()
+            self.waited += ready - started
         else:
-            self.ready = perf_counter()
+            self.started = perf_counter()
 
     def on_wire_blocking(self, wait: float | None = None) -> None:
         """:meth:`on_wire` for a thread."""
@@ -189,10 +201,10 @@ class Exchange:
                 self.wire_error = error
                 raise
             self.wired = True
-            self.ready = perf_counter()
-            self.waited += self.ready - started
+            self.started = ready = perf_counter()
+            self.waited += ready - started
         else:
-            self.ready = perf_counter()
+            self.started = perf_counter()
 
     def failed(self, error: BaseException, host_failure: HostFailure) -> Exception | None:
         """Sending raised ``error``: record it if the host failed, and release.
@@ -235,8 +247,7 @@ class Exchange:
         """
         if latency is None:
             end = perf_counter() if headers_at is None else headers_at
-            start = self.ready if self.ready is not None else self.started
-            latency = end - start
+            latency = end - self.started
             if not latency > 0.0:  # max(latency, 0.0), without its call
                 latency = 0.0
         lease = self.lease
@@ -321,15 +332,11 @@ async def paced(
     asked = perf_counter()
     # A free turn without a coroutine; any other waits in the queue.
     lease = throttle.acquire_now(key, options.adjust, bound, options.cost)
-    free = lease is not None
     if lease is None:
-        try:
-            lease = await throttle.acquire(
-                key, adjust=options.adjust, max_wait=bound, cost=options.cost
-            )
-        except ThrottleTimeout as error:
-            _raise_timed_out(plug, error, request)
-    exchange = Exchange(lease, asked, key, free)
+        lease = await wait_turn(plug, throttle, key, options, bound, request)
+        exchange = Exchange(lease, asked, key)
+    else:
+        exchange = Exchange(lease, asked, key, True)
     try:
         wiring = plug.wire(exchange, request)
     except BaseException:
@@ -338,13 +345,8 @@ async def paced(
     try:
         response = await send(request)
     except BaseException as error:
-        wired = exchange.failed(error, plug.host_failure)
-        if wired is None:
-            raise
-        try:
-            _raise_wire_error(plug, wired, request)
-        finally:
-            del wired  # as in _raise_timed_out
+        send_failed(plug, exchange, error, request)
+        raise
     finally:
         if wiring is not None:  # None: nothing to undo, and no call for it
             plug.unwire(request, wiring)
@@ -354,6 +356,22 @@ async def paced(
         exchange.lease.release()  # released already if observing raised
         await plug.aclose(response)
         raise
+
+
+async def wait_turn(
+    plug: Plug[Request, Any, Any],
+    throttle: Throttle,
+    key: str,
+    options: RequestOptions,
+    bound: float | None,
+    request: Request,
+) -> Lease:
+    """:func:`paced`'s turn when it is not free: wait for it in the queue (at
+    most ``bound`` seconds; past it, the plug's kind of timeout)."""
+    try:
+        return await throttle.acquire(key, adjust=options.adjust, max_wait=bound, cost=options.cost)
+    except ThrottleTimeout as error:
+        _raise_timed_out(plug, error, request)
 
 
 def paced_blocking(
@@ -382,13 +400,8 @@ def paced_blocking(
     try:
         response = send(request)
     except BaseException as error:
-        wired = exchange.failed(error, plug.host_failure)
-        if wired is None:
-            raise
-        try:
-            _raise_wire_error(plug, wired, request)
-        finally:
-            del wired  # as in _raise_timed_out
+        send_failed(plug, exchange, error, request)
+        raise
     finally:
         if wiring is not None:
             plug.unwire(request, wiring)
@@ -418,9 +431,22 @@ def _raise_timed_out(
         del raised, error
 
 
-def _raise_wire_error(
-    plug: Plug[Request, Any, Any], error: Exception, request: Request
-) -> NoReturn:
+def send_failed(
+    plug: Plug[Request, Any, Any], exchange: Exchange, error: BaseException, request: Request
+) -> None:
+    """Sending raised ``error``: record it if the host failed, and release
+    (:meth:`Exchange.failed`). If the wire turn raised it, raise what the
+    caller sees of that (:func:`raise_wire_error`); else return, and the caller
+    raises ``error`` as it is."""
+    wired = exchange.failed(error, plug.host_failure)
+    if wired is not None:
+        try:
+            raise_wire_error(plug, wired, request)
+        finally:
+            del wired, error  # as in _raise_timed_out
+
+
+def raise_wire_error(plug: Plug[Request, Any, Any], error: Exception, request: Request) -> NoReturn:
     """Raise what the caller sees of an error the wire turn raised: a turn past
     ``max_wait`` (a fleet's new turn at the wire, ``_fleet.WireCheck``) as one
     past it at the turn (the plug's kind of timeout); anything else as raised."""
