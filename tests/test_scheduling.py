@@ -602,7 +602,7 @@ class TestIdleEviction:
         """Taken without the table's lock (one atomic step each, under the GIL)
         or with it (a free-threaded build), a use moves the slot to the end: the
         sweep looks at the least recently used first."""
-        monkeypatch.setattr(_table, "_ATOMIC", atomic)
+        monkeypatch.setattr(_table, "_FREE_HITS", _table._HIT_SWEEP - 1 if atomic else 0)
         clock, throttle, store = self.make(idle_timeout=10.0)
         for key in ("a", "b", "c"):
             grant(throttle.slot(key), throttle).release()
@@ -612,6 +612,23 @@ class TestIdleEviction:
         grant(throttle.slot("a"), throttle).release()  # a use, then a sweep on the next new slot
         throttle.slot("d")
         assert sorted(store) == ["a", "d"]
+
+    @pytest.mark.parametrize("key", ["", 5, None, b"a", ["a"]])
+    def test_a_key_that_is_no_non_empty_str_is_refused_and_makes_no_slot(
+        self, key: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The table checks a key before it makes its slot (a known key was
+        checked when its slot was made): every way in refuses a bad one alike,
+        an unhashable one too, with or without the GIL's lock-free use."""
+        for free in (_table._FREE_HITS, 0):
+            monkeypatch.setattr(_table, "_FREE_HITS", free)
+            _clock, throttle, store = self.make()
+            throttle.slot("a")
+            for use in (throttle.slot, throttle.acquire_now, throttle.acquire_blocking):
+                with pytest.raises(TypeError, match=r"key must be a non-empty str, got "):
+                    use(key)
+            assert [slot.key for slot in throttle.slots()] == ["a"]
+            assert sorted(store) == ["a"]
 
     def test_a_slot_forgotten_as_it_is_looked_up_is_made_anew(self) -> None:
         """A sweep on another thread may forget the slot between the lock-free

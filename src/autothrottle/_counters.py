@@ -73,11 +73,16 @@ class Counters:
             counts[status] += 1
         except KeyError:  # the first of its status
             counts[status] = 1
-        index = 0 if latency <= 0.001 else int(4.0 * _log2(latency / 0.001))
+        if latency <= 0.001:
+            index = 0
+        else:
+            index = int(4.0 * _log2(latency / 0.001))
+            if index > _LAST_BUCKET:
+                index = _LAST_BUCKET
         buckets = self.latency_buckets
         if not buckets:
             buckets.extend([0] * LATENCY_BUCKETS)
-        buckets[index if index < _LAST_BUCKET else _LAST_BUCKET] += 1
+        buckets[index] += 1
         self.last_latency = latency
         self.last_activity = now
 

@@ -76,6 +76,7 @@ class Gate(WireTurn):
         "_factor",
         "_gap",
         "_holds",
+        "_plain_grant",
         "_queue",
         "_rng",
         "_spaced",
@@ -128,6 +129,25 @@ class Gate(WireTurn):
         self._window_sends: tuple[deque[float], ...] = tuple(
             deque(maxlen=count) for count, _ in config.windows
         )
+        self._plain_grant = False
+        self.configure(config)
+
+    def configure(self, config: SlotConfig) -> None:
+        """Run with ``config`` from now on (``LiveSlot.configure``).
+
+        It also keeps whether a grant has nothing but the usual to do: no
+        window to count, a burst of 1, no jitter, and the jitter's factor 1
+        already (most slots; the grant of every request asks it once instead
+        of three times). A factor left by a jitter set before stays for the
+        gap begun with it: the next grant, not plain, sets it to 1.
+        """
+        self.config = config
+        self._plain_grant = (
+            not self._window_sends
+            and config.burst == 1
+            and not config.jitter
+            and self._factor == 1.0
+        )
 
     # -- what others read --------------------------------------------------------
 
@@ -136,11 +156,11 @@ class Gate(WireTurn):
         return self.in_flight_at(self.clock()) if self._holds else 0
 
     def in_flight_at(self, now: float) -> int:
-        """:meth:`in_flight`, the clock read at ``now`` already (the usual
-        response's count, ``LiveSlot.respond``: a clock read fewer)."""
+        """:meth:`in_flight`, the clock read at ``now`` already (a policy's
+        sample on the usual response, ``LiveSlot.respond``: a clock read fewer)."""
         if self._holds and now >= self.soonest:
             with self.lock:
-                self._expire(now)
+                self.expire(now)
         return len(self._holds)
 
     def queued(self) -> int:
@@ -184,7 +204,7 @@ class Gate(WireTurn):
             if self._begun > delay:
                 delay = self._begun
             gap = delay * self._factor
-            if 0.0 < pace.ramp_to < pace.delay:
+            if pace.ramp_to and 0.0 < pace.ramp_to < pace.delay:  # 0.0 (no ramp) asked once
                 # The headers' spacing below holds while the ramp-up runs too.
                 spaced = self._ramped_at(now, last)
                 gap = spaced - last
@@ -201,7 +221,8 @@ class Gate(WireTurn):
             if self._window_sends:
                 spaced = self._windows_at(spaced)
             gap = self._gap = spaced - last if spaced > last else 0.0
-            self._spaced = spaced if spaced > at else at
+            if self.arrivals is not None:  # what the grant reads of a strict pace (rule 10)
+                self._spaced = spaced if spaced > at else at
             # Early by the time a grant takes to reach the wire, at most a
             # quarter of the gap: the wire turn still keeps the whole gap.
             lead = self.lead if self.lead < 0.25 * gap else 0.25 * gap
@@ -317,7 +338,7 @@ class Gate(WireTurn):
         now = self.clock()
         cap = self.cap()
         if len(self._holds) >= cap:
-            self._expire(now)
+            self.expire(now)
             if len(self._holds) >= cap:
                 self._due = -math.inf
                 soonest = min(hold.expires_at for hold in self._holds)
@@ -390,19 +411,23 @@ class Gate(WireTurn):
         if self.arrivals is not None:  # a strict pace: when it was due (rule 10)
             self.granted(now, self._spaced)
         self.last_send = now
-        state, config = self.state, self.config
+        state = self.state
         # While the ramp-up bounds how fast the delay falls (a policy with one,
         # never refused), its fall runs on time, within a gap too (rule 3).
-        ramping = config.policy.ramp_up is not None and state.refusal.refused_gap <= 0.0
-        self._begun = 0.0 if ramping else state.pace.delay
-        if self._window_sends:  # the loop only when there are windows: no iterator made
-            for sends in self._window_sends:
-                sends.append(now)
-        if config.burst > 1:
-            self._tokens = self._burst_tokens(now) - 1.0
-            self._tokens_at = now
-        jitter = config.jitter
-        self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0) if jitter else 1.0
+        if self.config.policy.ramp_up is not None and state.refusal.refused_gap <= 0.0:
+            self._begun = 0.0
+        else:
+            self._begun = state.pace.delay
+        if not self._plain_grant:  # windows, a burst, a jitter (or its factor from before)
+            config = self.config
+            if self._window_sends:  # the loop only when there are windows: no iterator made
+                for sends in self._window_sends:
+                    sends.append(now)
+            if config.burst > 1:
+                self._tokens = self._burst_tokens(now) - 1.0
+                self._tokens_at = now
+            jitter = config.jitter
+            self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0) if jitter else 1.0
         state.counters.count_send(now)
         if cost:
             TokenBudget.spend(self.token_book, cost, now)
@@ -414,10 +439,13 @@ class Gate(WireTurn):
             self.soonest = expires_at
         return hold
 
-    def _expire(self, now: float) -> None:
-        if now < self.soonest:
-            return
+    def expire(self, now: float) -> None:
+        """Let go of the holds whose time ran out by ``now``, the lock held:
+        they stop counting as in flight (the usual response asks this before
+        its step, which may count them)."""
         holds = self._holds
+        if now < self.soonest or not holds:
+            return
         expired = [hold for hold in holds if hold.expires_at <= now]
         for hold in expired:
             hold.expire()

@@ -25,6 +25,7 @@ __all__ = [
 ]
 
 _INF = math.inf
+_NEG_INF = -math.inf
 
 
 class AutoThrottlePolicy(DelayPolicy):
@@ -446,7 +447,8 @@ def _adaptive_step(
     state["seen"] = seen
     if low is not kept_low:
         state["low"] = low
-    second = second if -_INF < second < _INF else 0.0  # math.isfinite's, without its call
+    if not _NEG_INF < second < _INF:  # not math.isfinite(second), without its call
+        second = 0.0
     if second is not kept_second:
         state["second"] = second
     return base / limit, limit

@@ -196,26 +196,28 @@ class Recovery:
         """Count one successful response at ``now`` (on every 200: each count is
         read once into a local and written once)."""
         ok_all = refusal.ok_all
-        if ok_all == 0:
+        if not ok_all:
             refusal.ok_all_first = now
         refusal.ok_all = ok_all + 1
         refusal.ok_before = refusal.ok_latest
         refusal.ok_latest = now
         count = refusal.ok_count
-        if count == 0:
-            refusal.ok_first = now
-        count += 1
-        if count > RECENT_SUCCESSES:
-            # A second window runs behind the counted one and replaces it when full.
-            following = refusal.ok_next
-            if following == 0:
-                refusal.ok_next_first = now
-            following += 1
-            if following >= RECENT_SUCCESSES:
-                count, refusal.ok_first = following, refusal.ok_next_first
-                following = 0
+        if count < RECENT_SUCCESSES:  # this one still fits the counted window
+            if not count:
+                refusal.ok_first = now
+            refusal.ok_count = count + 1
+            return
+        # A second window runs behind the counted one and replaces it when full.
+        following = refusal.ok_next
+        if not following:
+            refusal.ok_next_first = now
+        following += 1
+        if following < RECENT_SUCCESSES:
+            refusal.ok_count = count + 1
             refusal.ok_next = following
-        refusal.ok_count = count
+        else:
+            refusal.ok_count, refusal.ok_first = following, refusal.ok_next_first
+            refusal.ok_next = 0
 
     def success_rate(self, refusal: Refusal, now: float) -> float | None:
         """The rate the latest successes came at, or None before there is one."""

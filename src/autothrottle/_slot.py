@@ -116,7 +116,7 @@ class LiveSlot:
         if config.policy is not old.policy:
             config = replace(config, policy=old.policy, burst=old.burst, windows=old.windows)
         self.config = config
-        self.gate.config = config
+        self.gate.configure(config)
         self.strict = config.policy.strict_spacing or config.min_delay > 0.0
         self.state.pace.set_delay(config.clamp(self.state.pace.delay))
         self.gate.wake()
@@ -134,7 +134,6 @@ class LiveSlot:
         call: the rules' steps, each record written by its owner (the rules are the
         spec: a test compares); the step reads the gate only if its rule needs to."""
         state, gate, config = self.state, self.gate, self.config
-        policy = config.policy
         state.counters.count_response(status, latency, now)
         limits = state.limits
         if (
@@ -150,20 +149,19 @@ class LiveSlot:
         if not adjust:
             return
         if now >= gate.soonest:  # a hold may have expired: the gate lets go of it first
-            gate.in_flight_at(now)
+            gate.expire(now)
         pace = state.pace
-        old, memory = pace.delay, pace.policy_state
+        old = pace.delay
         step = self.step  # a local first: a call on an attribute that holds no method is slow
-        new, limit = step(policy, old, latency, status, False, gate, now, memory, config)
-        low = config.min_delay
-        cache = state.cache
-        if limit is not None and (limit != self.capped or cache.in_flight_cap != self.capped_cap):
-            gap = low if low > new else new  # max(new, low, 1e-6), without its call
-            if CacheShare.cap(cache, limit, 1e-6 if gap < 1e-6 else gap):
-                gate.wake()
-            self.capped, self.capped_cap = limit, cache.in_flight_cap
-        if new < low:  # config.clamp(new), without its call
-            new = low
+        new, limit = step(
+            config.policy, old, latency, status, False, gate, now, pace.policy_state, config
+        )
+        if limit is not None and (
+            limit != self.capped or state.cache.in_flight_cap != self.capped_cap
+        ):
+            self._cap(limit, new)
+        if new < config.min_delay:  # config.clamp(new), without its call
+            new = config.min_delay
         elif new > config.max_delay:
             new = config.max_delay
         if not refusal.refused_gap <= 0.0:
@@ -173,13 +171,24 @@ class LiveSlot:
         if new < old:
             if status != 200:
                 new = old  # only a plain 200 may lower the delay
-            elif policy.ramp_up is not None and refusal.refused_gap <= 0.0:
-                new, ramp_to = self.ramped(policy.ramp_up, new, now)
+            elif config.policy.ramp_up is not None and refusal.refused_gap <= 0.0:
+                new, ramp_to = self.ramped(config.policy.ramp_up, new, now)
                 if pace.adapt(new, now, ramp_to=ramp_to):
                     gate.wake()
                 return
         if pace.adapt(new, now):
             gate.wake()
+
+    def _cap(self, limit: float, new: float) -> None:
+        """:meth:`respond`'s cap on requests in flight, when the policy's ``limit``
+        or the cap itself changed since it was last set (the step asked for the
+        delay ``new``)."""
+        cache = self.state.cache
+        low = self.config.min_delay
+        gap = low if low > new else new  # max(new, low, 1e-6), without its call
+        if CacheShare.cap(cache, limit, 1e-6 if gap < 1e-6 else gap):
+            self.gate.wake()
+        self.capped, self.capped_cap = limit, cache.in_flight_cap
 
     def ramped(self, ramp: float, new: float, now: float) -> tuple[float, float]:
         """The delay the ramp-up lets a falling delay take (``new`` asked), and

@@ -29,6 +29,9 @@ _ATOMIC = getattr(sys, "_is_gil_enabled", lambda: True)()
 """Whether one operation on an ``OrderedDict`` is atomic (the GIL): a use of a
 known slot then takes no lock. A free-threaded build takes it every time."""
 
+_FREE_HITS = _HIT_SWEEP - 1 if _ATOMIC else 0
+"""Uses of known slots in a row that take no lock (none without the GIL)."""
+
 
 class SlotTable:
     """Live slots by key; makes missing ones with ``make(key)``."""
@@ -59,10 +62,18 @@ class SlotTable:
         finds no key) goes the locked way, which makes it anew. One forgotten
         just after is as one forgotten after the locked way returned it.
         Every ``_HIT_SWEEP``-th use goes the locked way, and looks for idle ones.
+
+        Raises:
+            TypeError: ``key`` is no non-empty str (checked before a slot is
+                made: a known key was checked when its slot was made, so the
+                use of a known slot asks nothing).
         """
         slots = self._slots
-        slot = slots.get(key)
-        if slot is not None and _ATOMIC and self._hits < _HIT_SWEEP - 1:
+        try:
+            slot = slots.get(key)
+        except TypeError:  # unhashable: no key, said below
+            slot = None
+        if slot is not None and self._hits < _FREE_HITS:
             try:
                 slots.move_to_end(key)
             except KeyError:
@@ -70,6 +81,8 @@ class SlotTable:
             else:
                 self._hits += 1
                 return slot
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"key must be a non-empty str, got {key!r}")
         lock = self._lock
         lock.acquire()  # not `with`: on every request, it costs twice as much
         try:

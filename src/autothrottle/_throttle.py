@@ -249,9 +249,8 @@ class Throttle:
         return self._live(key).view
 
     def _live(self, key: str) -> LiveSlot:
-        """The engine's parts of slot ``key``, created on first use."""
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"key must be a non-empty str, got {key!r}")
+        """The engine's parts of slot ``key``, created on first use (the table
+        checks the key)."""
         return self._table.get_or_create(key)
 
     def config_for(self, key: str) -> SlotConfig:
@@ -362,8 +361,8 @@ class Throttle:
         tokens = None if cost is None else check_cost(cost)
         if max_wait is not None:  # checked before a turn is taken: none is held on a bad one
             max_wait = check_number("max_wait", max_wait)
-        # The usual key and maker taken without a call each (every request comes here).
-        slot = self._table.get_or_create(key) if type(key) is str and key else self._live(key)
+        # The maker taken without a call (every request comes here).
+        slot = self._table.get_or_create(key)
         turns = self._turns
         make: Maker | None = slot.hold_maker if adjust else None
         if make is None:
@@ -395,7 +394,7 @@ class Throttle:
             check_number("max_wait", max_wait)
         if self._fleet is not None:
             return None
-        slot = self._table.get_or_create(key) if type(key) is str and key else self._live(key)
+        slot = self._table.get_or_create(key)
         make: Maker | None = slot.hold_maker if adjust else None
         if make is None:
             make = self._turns.maker(slot, adjust)
@@ -418,8 +417,8 @@ class Throttle:
         tokens = None if cost is None else check_cost(cost)
         if max_wait is not None:  # checked before a turn is taken: none is held on a bad one
             max_wait = check_number("max_wait", max_wait)
-        # The usual key and maker taken without a call each (every request comes here).
-        slot = self._table.get_or_create(key) if type(key) is str and key else self._live(key)
+        # The maker taken without a call (every request comes here).
+        slot = self._table.get_or_create(key)
         turns = self._turns
         make: Maker | None = slot.hold_maker if adjust else None
         if make is None:

@@ -92,24 +92,29 @@ class Plain:
     ) -> None:
         """Apply one response: in one call if it is the usual one, else by the
         rules; ``done``: and let go of ``lease`` under the same hold of the lock."""
-        usual = (
+        gate = slot.gate
+        if (
             type(status) is int
             and status in self._usual
             and type(latency) is float
             and 0.0 <= latency < _INF
             and (from_cache is None or from_cache is False)
             and not self._listeners
-        )
-        if usual and headers is not None:
-            # In a type the rules took already, none of the names they read
-            # (`read_headers`' first check), or none read at all.
-            if type(headers) not in _MAPPINGS:
-                usual = False
-            elif self._reads:
-                raw = type(headers) in RAW_TYPES
-                usual = passed_raw(headers) if raw else PASSED.issuperset(headers)
-        gate = slot.gate
-        if usual:
+            and (
+                # In a type the rules took already, none of the names they read
+                # (`read_headers`' first check), or none read at all.
+                headers is None
+                or (
+                    (kind := type(headers)) in _MAPPINGS
+                    and (
+                        not self._reads
+                        or (
+                            passed_raw(headers) if kind in RAW_TYPES else PASSED.issuperset(headers)
+                        )
+                    )
+                )
+            )
+        ):
             lock = gate.lock
             lock.acquire()  # not `with`: on every response, it costs twice as much
             try:
