@@ -55,7 +55,6 @@ return it too."""
 __all__ = [
     "EXCHANGE",
     "REQUEST",
-    "TRACED",
     "WIRED",
     "default_connector",
     "hold_until_finished",
@@ -87,7 +86,7 @@ REQUEST: contextvars.ContextVar[_RequestState | None] = contextvars.ContextVar(
 
 # The exchange the middleware is sending now, for the TraceConfig's connection
 # signals (sent from inside the handler, in the same task), once a
-# throttle_trace_config was made (TRACED). The connector's own hook finds it on
+# throttle_trace_config was made (``aiohttp._traced``). The connector's own hook finds it on
 # the request it connects for (WIRED), at a fraction of a context variable's cost.
 EXCHANGE: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar(
     "autothrottle_aiohttp_exchange", default=None
@@ -95,11 +94,6 @@ EXCHANGE: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar(
 
 WIRED = "_autothrottle_exchange"
 """The attribute of a request being sent that holds its exchange (None after)."""
-
-TRACED = [False]
-"""Whether a TraceConfig of the throttle's was made in this process (then
-:data:`EXCHANGE` is set for every request too)."""
-
 
 # -- trace config ------------------------------------------------------------------
 
@@ -204,8 +198,8 @@ def hook_connector(connector: BaseConnector) -> None:
         exchange: Exchange | None = getattr(req, WIRED, None)
         if exchange is None:  # not throttled, or a request with no room for it
             exchange = EXCHANGE.get()
-        if exchange is None:
-            return connection
+            if exchange is None:
+                return connection
         try:  # a wire turn given up (cancelled, past max_wait, a store's fault): no connection kept
             if (wait := exchange.wire_now()) > 0.0:
                 if wait > HOLD_FOR_WIRE:

@@ -89,7 +89,6 @@ from yarl import URL
 from ._aiohttp_parts import (
     EXCHANGE,
     REQUEST,
-    TRACED,
     default_connector,
     hold_until_finished,
     hook_connector,
@@ -127,6 +126,10 @@ made from it when asked for): an attribute, which costs a fraction of an entry
 in a ``WeakKeyDictionary``; that is kept for response classes with no room."""
 
 _INFO: weakref.WeakKeyDictionary[ClientResponse, Exchange] = weakref.WeakKeyDictionary()
+
+_traced = False
+"""Whether a TraceConfig of the throttle's was made in this process (then the
+middleware sets ``_aiohttp_parts.EXCHANGE`` for every request too)."""
 
 _CONTROL = istr(CONTROL_HEADER)
 """The control header's name as an ``istr``: its case is folded once, not at
@@ -204,7 +207,8 @@ def throttle_trace_config() -> TraceConfig:
     and measures latency from the moment it hands the request on, which then
     includes connecting and waiting in the connector's pool.
     """
-    TRACED[0] = True  # the middleware sets EXCHANGE for its signals from now on
+    global _traced  # read on every request: a module global costs least
+    _traced = True  # the middleware sets EXCHANGE for its signals from now on
     config = TraceConfig()
     config.on_request_start.append(on_request_start)
     config.on_request_end.append(on_request_finish)
@@ -292,7 +296,7 @@ class _ThrottleMiddleware:
             lease.release()
             raise
         else:
-            token = EXCHANGE.set(exchange) if TRACED[0] else None
+            token = EXCHANGE.set(exchange) if _traced else None
         try:
             response = await handler(request)
         except BaseException as error:
@@ -347,7 +351,7 @@ class _AiohttpPlug(
             request._autothrottle_exchange = exchange  # type: ignore[attr-defined]  # noqa: SLF001
         except AttributeError:  # a request with no room for it: the hook looks there too
             return EXCHANGE.set(exchange)
-        return EXCHANGE.set(exchange) if TRACED[0] else None
+        return EXCHANGE.set(exchange) if _traced else None
 
     def unwire(
         self, request: ClientRequest, wiring: contextvars.Token[Exchange | None] | None
