@@ -421,11 +421,12 @@ def _adaptive_step(
     base = state.get("base", latency) * (1.0 + policy.base_decay)
     if not base < latency:  # min(latency, base), without its call (on every response)
         base = latency
-    # The round's two lowest latencies (0: none yet); the second is the one
-    # judged, so one lucky request that met no queue does not hide a queue.
+    # The round's two lowest latencies (0 stored: none yet, read as inf, so a
+    # round's first latency is its lowest and not its second too); the second
+    # is the one judged, so one lucky request that met no queue does not hide a queue.
     kept_low = state.get("low")
     kept_second = state.get("second")
-    low = kept_low or latency
+    low = kept_low or _INF
     second = kept_second or _INF
     if latency < low:
         low, second = latency, low
