@@ -6,11 +6,12 @@ Pacing is read on an injected clock: a grant is ``try_acquire`` returning a leas
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
 from autothrottle import AdaptiveConcurrencyPolicy, FixedDelayPolicy, HostSettings, Throttle
-from helpers import FakeClock
+from helpers import FakeClock, gate_of
 
 KEY = "a.example"
 
@@ -81,3 +82,41 @@ def test_bad_settings_are_refused_naming_them(
         throttle.set_host(KEY, settings)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="non-empty str"):
         throttle.set_host("", {})
+
+
+def test_a_jitter_set_or_ended_by_set_host_applies_from_the_next_grant() -> None:
+    """The gap begun keeps the jitter factor it was drawn with; the grants
+    after the change draw by the new setting: none at all once the jitter is
+    0 (a grant with nothing but the usual to do must not keep an old
+    factor), and one again once it is set."""
+    clock = FakeClock()
+    throttle = Throttle(policy=FixedDelayPolicy(1.0), jitter=0.5, clock=clock, rng=random.Random(7))
+    gate = gate_of(throttle.slot(KEY))
+
+    def grant() -> None:
+        lease = throttle.try_acquire(KEY)
+        assert lease is not None
+        lease.release()
+
+    def gap() -> float:
+        """The time to the next turn, the clock moved to it."""
+        start = clock.now
+        clock.advance(gate.send_at(clock.now) - clock.now)
+        return clock.now - start
+
+    def gaps(count: int) -> list[float]:
+        times = []
+        for _ in range(count):
+            grant()
+            times.append(gap())
+        return times
+
+    grant()  # the first goes at once; the gap after it is drawn with the jitter
+    throttle.set_host(KEY, HostSettings(jitter=0.0))
+    begun = gap()
+    assert 0.5 <= begun <= 1.5 and begun != pytest.approx(1.0)  # kept its factor
+    assert gaps(3) == pytest.approx([1.0] * 3)
+    throttle.set_host(KEY, HostSettings(jitter=0.5))
+    jittered = gaps(3)
+    assert all(0.5 <= g <= 1.5 for g in jittered)
+    assert jittered != pytest.approx([1.0] * 3)

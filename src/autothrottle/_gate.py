@@ -79,6 +79,7 @@ class Gate(WireTurn):
         "_plain_grant",
         "_queue",
         "_rng",
+        "_single",
         "_spaced",
         "_tokens",
         "_tokens_at",
@@ -129,6 +130,7 @@ class Gate(WireTurn):
         self._window_sends: tuple[deque[float], ...] = tuple(
             deque(maxlen=count) for count, _ in config.windows
         )
+        self._single = True
         self._plain_grant = False
         self.configure(config)
 
@@ -142,11 +144,9 @@ class Gate(WireTurn):
         gap begun with it: the next grant, not plain, sets it to 1.
         """
         self.config = config
+        self._single = config.burst == 1
         self._plain_grant = (
-            not self._window_sends
-            and config.burst == 1
-            and not config.jitter
-            and self._factor == 1.0
+            not self._window_sends and self._single and not config.jitter and self._factor == 1.0
         )
 
     # -- what others read --------------------------------------------------------
@@ -208,7 +208,7 @@ class Gate(WireTurn):
                 # The headers' spacing below holds while the ramp-up runs too.
                 spaced = self._ramped_at(now, last)
                 gap = spaced - last
-            elif self.config.burst == 1:
+            elif self._single:  # a burst of 1
                 spaced = last + gap
             else:
                 missing = 1.0 - self._burst_tokens(now)
@@ -298,10 +298,15 @@ class Gate(WireTurn):
         try:
             if self._queue:
                 return None
-            cap = self.config.max_concurrency  # cap()'s, without its call
-            own = self.state.cache.in_flight_cap
-            if len(self._holds) >= (own if 0 < own < cap else cap):
-                return None
+            holds = self._holds
+            if holds:  # none in flight is under any cap (one at least)
+                # At cap() (without its call): max_concurrency, or the policy's own below it.
+                held = len(holds)
+                if (
+                    held >= self.config.max_concurrency
+                    or held >= self.state.cache.in_flight_cap > 0
+                ):
+                    return None
             # The clock taken into a local first: Python 3.11 looks a call on an
             # attribute that holds no method (a field, not a def) up the slow way.
             clock = self.clock
@@ -407,7 +412,6 @@ class Gate(WireTurn):
 
     def _grant(self, now: float, make: Callable[[float], H], cost: Cost | None = None) -> H:
         """Grant a hold at ``now``, right after :meth:`send_at` said it may go."""
-        gap = self._gap
         if self.arrivals is not None:  # a strict pace: when it was due (rule 10)
             self.granted(now, self._spaced)
         self.last_send = now
@@ -432,7 +436,7 @@ class Gate(WireTurn):
         if cost:
             TokenBudget.spend(self.token_book, cost, now)
         hold = make(now)
-        hold.wire_gap = gap
+        hold.wire_gap = self._gap  # as send_at kept it
         self._holds.add(hold)
         expires_at = hold.expires_at
         if expires_at < self.soonest:

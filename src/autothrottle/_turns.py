@@ -97,7 +97,8 @@ class Plain:
             type(status) is int
             and status in self._usual
             and type(latency) is float
-            and 0.0 <= latency < _INF
+            and latency >= 0.0
+            and latency < _INF
             and (from_cache is None or from_cache is False)
             and not self._listeners
             and (
