@@ -201,7 +201,15 @@ class AdaptiveConcurrencyPolicy(DelayPolicy):
     raises the limit by ``step``; above ``beta`` it lowers it by ``step``.
     Until the first round above ``beta`` it doubles the limit instead (a slow
     start, as TCP's), and at that round goes back to the last limit that
-    showed no queue.
+    showed no queue: it halves the limit, undoing the slow start's last
+    doubling.
+
+    The edges: only a plain 200 that is not a cache hit, with a latency
+    above 0, teaches anything. The limit grows only while it is in use (at
+    least ``limit - 1`` requests in flight when the round is judged), so a
+    slot the caller keeps below its limit does not climb it; it never falls
+    below 1. A round of a single response has no second-lowest latency and
+    shows no queue.
 
     The limit caps the requests in flight (rounded up), and the delay is the
     no-load latency over the limit: the cap holds the host to the limit, so
