@@ -141,7 +141,8 @@ class Gate(WireTurn):
         window to count, a burst of 1, no jitter, and the jitter's factor 1
         already (most slots; the grant of every request asks it once instead
         of three times). A factor left by a jitter set before stays for the
-        gap begun with it: the next grant, not plain, sets it to 1.
+        gap begun with it: the next grant, not plain, sets it to 1 and makes
+        the grants after it plain.
         """
         self.config = config
         self._single = config.burst == 1
@@ -431,7 +432,11 @@ class Gate(WireTurn):
                 self._tokens = self._burst_tokens(now) - 1.0
                 self._tokens_at = now
             jitter = config.jitter
-            self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0) if jitter else 1.0
+            if jitter:
+                self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0)
+            else:  # a jitter since turned off: its gap is over, and the grants plain again
+                self._factor = 1.0
+                self._plain_grant = not self._window_sends and self._single
         state.counters.count_send(now)
         if cost:
             TokenBudget.spend(self.token_book, cost, now)

@@ -332,7 +332,14 @@ class _ThrottleMiddleware:
 class _AiohttpPlug(
     Plug[ClientRequest, ClientResponse, "contextvars.Token[Exchange | None] | None"]
 ):
-    """How aiohttp sends and reads, for the request skeleton (``_exchange.paced``)."""
+    """How aiohttp sends and reads, for the request skeleton (``_exchange.paced``).
+
+    The middleware writes :meth:`wire`, :meth:`unwire` and :meth:`respond`
+    in (:class:`_ThrottleMiddleware`) and hands the plug only to the shared
+    helpers that wait for a turn and end a failed send. The three steps run
+    here when ``paced(_PLUG, ...)`` does: the reference the middleware is
+    held to in ``tests/test_aiohttp_adapter.py``.
+    """
 
     __slots__ = ()
 
