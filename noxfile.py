@@ -29,9 +29,14 @@ nox.options.error_on_missing_interpreters = True
 
 @nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """The test suite: real loopback servers, injected clocks, property tests."""
+    """The test suite: real loopback servers, injected clocks, property tests.
+
+    In two processes (pytest-xdist): most of a test's time is a real server's
+    or a real wait's, so two halve CI's run on a 2-core machine, and the suite
+    runs beside a second load of itself, as its timing verdicts must hold
+    under (`nox -s tests -- -n 0` runs it in one process)."""
     session.install("-e", ".[dev,sim,cli,plot]")
-    session.run("pytest", *session.posargs)
+    session.run("pytest", "-n", "2", *session.posargs)
 
 
 #: The oldest release of each client that pyproject.toml allows, and of what the
