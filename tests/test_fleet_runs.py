@@ -14,10 +14,14 @@ from typing import Any
 
 import pytest
 
+from autothrottle import ThrottleTimeout
 from autothrottle._fleet import (
+    AGAIN,
     FRESH_AFTER,
     FRESH_MOST,
     FRESH_ROOM,
+    GO,
+    LOOK,
     RUN_MOST,
     SPACING_MARGIN,
     Fleet,
@@ -148,8 +152,9 @@ class LateStore:
         self.late.append(lease)
 
 
-def done(turn: SharedTurn, *, skipped: bool = False) -> tuple[bool, LateStore, Any]:
-    """Whether the request goes on ``turn`` now, what the store was told, the lease."""
+def done(turn: SharedTurn, *, skipped: bool = False) -> tuple[int, LateStore, Any]:
+    """What the request does with ``turn`` now (GO, AGAIN, LOOK), what the store
+    was told, the lease."""
     store = LateStore()
     shared: Any = SimpleNamespace(late=store.late_turn, released=store.released.append)
     fleet = Fleet(shared, rules=None, clock=lambda: 0.0)  # type: ignore[arg-type]
@@ -157,7 +162,7 @@ def done(turn: SharedTurn, *, skipped: bool = False) -> tuple[bool, LateStore, A
         key="k", state=SimpleNamespace(pause_until=-math.inf), fleet_went=-math.inf
     )
     lease: Any = SimpleNamespace(wire_gap=0.3, on_release=object())
-    return fleet._done(slot, lease, turn, ask(), skipped), store, lease
+    return fleet._done(slot, lease, turn, skipped), store, lease
 
 
 def late_turn(late: float, slack: float, *, closes: bool = True) -> SharedTurn:
@@ -176,27 +181,80 @@ def test_a_turn_later_than_its_slack_is_handed_back_not_sent() -> None:
     # 30 ms late where the fleet left 16 ms: sent, it would reach the host 14 ms
     # closer than the gap to the next process's punctual send.
     went, store, lease = done(late_turn(0.03, 0.016))
-    assert not went
+    assert went == AGAIN
     assert store.late == ["lease"] and store.released == []
     assert lease.on_release is None  # its release is the store's now, once
 
 
 def test_a_turn_within_its_slack_goes_spaced_by_the_fleet_alone() -> None:
     went, store, lease = done(late_turn(0.005, 0.016))
-    assert went and store.late == []
+    assert went == GO and store.late == []
     assert lease.wire_gap == 0.0
 
 
 def test_a_late_turn_inside_a_run_goes_the_next_send_is_the_process_own() -> None:
     went, store, _ = done(late_turn(1.0, math.inf, closes=False))
-    assert went and store.late == []
+    assert went == GO and store.late == []
 
 
-def test_a_request_whose_turn_came_late_once_goes_on_its_next_late_turn() -> None:
-    went, store, _ = done(late_turn(0.03, 0.016), skipped=True)
-    assert went and store.late == []
+def test_a_request_whose_turn_came_late_once_looks_before_going_on_its_next_late_turn() -> None:
+    # Not handed back again (a process late every time still sends), but not
+    # sent blind either: the store says whether the fleet paused the slot
+    # while this process stood still.
+    went, store, lease = done(late_turn(0.03, 0.016), skipped=True)
+    assert went == LOOK and store.late == [] and store.released == []
+    assert lease.on_release is not None and lease.wire_gap == 0.3  # still held, not let go
+
+
+def looked(seen: SharedTurn, left: float = math.inf) -> tuple[float, LateStore, Any, Any]:
+    """What :meth:`Fleet._looked` makes of the store's answer ``seen``: the wait,
+    what the store was told, the lease, the slot."""
+    store = LateStore()
+    shared: Any = SimpleNamespace(late=store.late_turn, released=store.released.append)
+    adopted: list[float] = []
+    rules: Any = SimpleNamespace(
+        signals=SimpleNamespace(max_pause=300.0),
+        adopt=lambda slot, delay, pause, now: adopted.append(pause),
+    )
+    fleet = Fleet(shared, rules, clock=lambda: 0.0)
+    slot: Any = SimpleNamespace(key="k", fleet_went=-math.inf, senders=1)
+    lease: Any = SimpleNamespace(wire_gap=0.3, on_release=object())
+    bound = None if left == math.inf else 1.0
+    wait = fleet._looked(slot, lease, late_turn(0.03, 0.016), seen, ask(), bound, left)
+    slot.adopted = adopted
+    return wait, store, lease, slot
+
+
+def test_a_late_turn_the_store_finds_free_goes() -> None:
+    wait, store, lease, slot = looked(SharedTurn(0.0, "lease", GAP, 0.0, None, 4))
+    assert wait == 0.0 and store.late == [] and lease.on_release is not None
+    assert lease.wire_gap == 0.0 and slot.fleet_went > 0.0
+
+
+def test_a_late_turn_in_the_fleets_pause_goes_back_and_the_pause_is_waited() -> None:
+    wait, store, lease, slot = looked(SharedTurn(1.5, None, GAP, 1.5, None, 4))
+    assert wait == 1.5 and store.late == ["lease"]  # back, its time too
+    assert lease.on_release is None and slot.adopted == [1.5]  # nothing held; paused here too
+
+
+def test_a_late_turn_in_a_pause_past_the_bound_fails_at_once() -> None:
+    with pytest.raises(ThrottleTimeout):
+        looked(SharedTurn(1.5, None, GAP, 1.5, None, 4), left=0.5)
 
 
 def test_turns_with_no_gap_between_them_have_no_order_to_keep() -> None:
     # A slot paced at zero delay: any lateness is fine, nothing is handed back.
     assert slack(0.0, SPACING_MARGIN, 0.003, 1, 0.0) == math.inf
+
+
+def test_a_turn_answered_before_the_process_stood_still_is_bounded_by_what_is_left() -> None:
+    # Answered with 1.5 s to wait; the process then stood still 1 s: the turn is
+    # 0.5 s away, within the 0.7 s left of the request's bound.
+    rules: Any = SimpleNamespace(signals=SimpleNamespace(max_pause=300.0), adopt=lambda *args: None)
+    fleet = Fleet(SimpleNamespace(), rules, clock=lambda: 0.0)  # type: ignore[arg-type]
+    slot: Any = SimpleNamespace(key="k", senders=1)
+    lease: Any = SimpleNamespace(on_release=None)
+    turn = SharedTurn(1.5, "lease", GAP, 0.0, time.monotonic() + 0.5, 1)
+    assert fleet._settle(slot, lease, turn, ask(), 2.0, 0.7) == pytest.approx(0.5, abs=0.05)
+    with pytest.raises(ThrottleTimeout):
+        fleet._settle(slot, lease, turn, ask(), 2.0, 0.3)

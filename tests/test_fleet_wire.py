@@ -48,16 +48,34 @@ class Store:
         return self.answer
 
     error: BaseException | None = None
+    seen = SharedTurn(0.0, "old", GAP, 0.0, None, 4)  # what a look answers: go
+    looked = 0
+
+    def look_blocking(self, key: str, lease: str, ask: TurnAsk, now: float) -> SharedTurn:
+        self.looked += 1
+        return self.seen if self.seen.lease is None else self.seen._replace(lease=lease)
+
+    async def look(self, key: str, lease: str, ask: TurnAsk, now: float) -> SharedTurn:
+        self.looked += 1
+        await self.gate.wait()
+        if self.error is not None:
+            raise self.error
+        return self.seen if self.seen.lease is None else self.seen._replace(lease=lease)
 
 
-def setup(answer: SharedTurn, late: float, until: float = math.inf) -> tuple[Any, Store, Any]:
-    """A check for a closing turn reached ``late`` seconds after its due (slack 16 ms)."""
+def setup(
+    answer: SharedTurn, late: float, until: float = math.inf, *, skipped: bool = False
+) -> tuple[Any, Store, Any]:
+    """A check for a closing turn reached ``late`` seconds after its due (slack 16 ms);
+    ``skipped``: its request handed a late turn back already."""
     store = Store(answer)
     shared: Any = SimpleNamespace(
         late=store.late_turn,
         released=lambda key, lease: store.released.append(lease),
         take_turn=store.take_turn,
         take_turn_blocking=store.take_turn_blocking,
+        look=store.look,
+        look_blocking=store.look_blocking,
         idle=lambda key: None,
     )
     rules: Any = SimpleNamespace(signals=SimpleNamespace(hold_timeout=300.0, max_pause=300.0))
@@ -72,7 +90,8 @@ def setup(answer: SharedTurn, late: float, until: float = math.inf) -> tuple[Any
     )
     lease: Any = SimpleNamespace(on_release="old", on_wire=None, released=False)
     turn = SharedTurn(0.0, "old", GAP, 0.0, time.monotonic() - late, 4, slack=0.016)
-    lease.on_wire = WireCheck(fleet, slot, lease, turn, until, None if until == math.inf else 1.0)
+    bound = None if until == math.inf else 1.0
+    lease.on_wire = WireCheck(fleet, slot, lease, turn, until, bound, skipped)
     return lease, store, slot
 
 
@@ -249,6 +268,70 @@ async def test_what_the_store_raised_and_the_request_raised_is_not_logged_too(
             await asyncio.sleep(0)
             lease.on_wire()
     assert lease.on_release is None and not caplog.records
+
+
+def test_a_request_late_again_at_the_wire_looks_and_goes_on_its_turn() -> None:
+    # It handed a late turn back already: not again (a process late every time
+    # still sends), but the store looks for a pause the fleet set meanwhile.
+    lease, store, slot = setup(new_turn(0.4), late=0.08, skipped=True)
+    assert lease.on_wire() == 0.0
+    assert store.looked == 1 and store.asked == 0 and store.late == []
+    assert lease.on_wire is None and lease.on_release == "old"  # it went on its own turn
+    assert slot.fleet_went > 0.0
+
+
+def test_a_request_late_again_in_the_fleets_pause_waits_it_out_then_takes_a_turn() -> None:
+    lease, store, _ = setup(new_turn(0.0), late=0.08, skipped=True)
+    store.seen = SharedTurn(0.05, None, GAP, 0.05, None, 4)  # another process paused the host
+    wait = lease.on_wire()
+    assert 0.0 < wait <= 0.05  # not sent through the pause
+    assert store.late == ["old"] and lease.on_release is None  # the turn went back
+    time.sleep(wait + 0.005)
+    store.answer = new_turn(0.0)  # the fleet's next turn, due now, after the pause
+    assert lease.on_wire() == 0.0
+    assert store.asked == 1 and lease.on_release.args[1] == "new"
+
+
+def test_a_request_late_again_in_a_pause_past_its_bound_fails_at_once() -> None:
+    lease, store, _ = setup(new_turn(0.0), late=0.08, until=time.monotonic() + 1.0, skipped=True)
+    store.seen = SharedTurn(3.0, None, GAP, 3.0, None, 4)
+    with pytest.raises(ThrottleTimeout):  # neither sent through the pause nor waiting past it
+        lease.on_wire()
+    assert store.late == ["old"] and store.asked == 0 and lease.on_release is None
+
+
+async def test_a_request_late_again_looks_async() -> None:
+    lease, store, _ = setup(new_turn(0.3), late=0.08, skipped=True)
+    store.seen = SharedTurn(0.2, None, GAP, 0.2, None, 4)
+    assert lease.on_wire() == WIRE_POLL  # the look is on its way
+    assert lease.on_release == "old"  # held meanwhile
+    store.gate.set()
+    for _ in range(100):  # bounded: the answer comes within a few loop turns
+        await asyncio.sleep(0)
+        wait = lease.on_wire()
+        if wait != WIRE_POLL:
+            break
+    assert wait == pytest.approx(0.2, abs=0.1)
+    assert store.looked == 1 and store.late == ["old"] and store.asked == 0
+
+
+async def test_what_the_store_raised_at_a_look_the_request_raises_and_its_turn_goes_back() -> None:
+    lease, store, _ = setup(new_turn(0.3), late=0.08, skipped=True)
+    store.error = RuntimeError("the store broke")
+    assert lease.on_wire() == WIRE_POLL
+    store.gate.set()
+    with pytest.raises(RuntimeError, match="the store broke"):
+        for _ in range(100):
+            await asyncio.sleep(0)
+            assert lease.on_wire() == WIRE_POLL
+    assert lease.on_release.args[1] == "old"  # its release hands the turn back
+
+
+def test_a_new_turn_taken_at_the_wire_and_reached_late_looks_before_it_goes() -> None:
+    lease, store, _ = setup(new_turn(-0.08), late=0.08)  # due 80 ms ago: its slack is 16 ms
+    assert lease.on_wire() == 0.0
+    assert store.late == ["old"] and store.asked == 1 and store.looked == 1
+    assert lease.on_release.args[1] == "new"
 
 
 def test_a_turn_inside_a_run_notes_when_it_reached_the_wire() -> None:

@@ -19,7 +19,13 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    turn the asker reaches later than that room (its :func:`slack`), at its
    due time or when its connection is ready (:class:`WireCheck`), is not
    sent but handed back and another taken, once per request: sent, it would
-   reach the host closer than the gap to the next turn reserved after it. A
+   reach the host closer than the gap to the next turn reserved after it.
+   A later turn of the request reached late goes off its turn (so a process
+   late every time still sends), after the store looked, reserving nothing,
+   that no pause of the fleet's runs (rule 2) and that its lease still holds
+   a place under the cap (an expired one needs a free place again): while
+   the process stood still another may have paused the slot, which only the
+   store knows. Looked at the wire, it goes without another look. A
    new slot (or one idle for a minute) sends first at its own phase point: a
    fraction of the gap (of a second, if the gap is longer) that the slot's
    name sets, so a crawl that starts many hosts at once does not send every
@@ -35,7 +41,9 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    ``max_pause`` allows, nothing is reserved: the asker is told to ask again
    at its end. A pause that begins while a request waits for its reserved
    send voids that turn: it is handed back and a new one asked for, so the
-   turns reserved before a pause do not all leave together when it ends.
+   turns reserved before a pause do not all leave together when it ends
+   (a pause of this process's own, seen at the turn and at the wire; the
+   fleet's, seen by the store's look at a turn reached late, rule 1).
 3. **Bounds.** Every wait, the process's and the fleet's, obeys the local
    bounds: a request waits at most its ``max_wait`` all told (a reserved
    turn further away than that is handed back at once, and the request
@@ -143,12 +151,19 @@ from ._slot import LiveSlot
 
 logger = logging.getLogger(__name__)
 
+GO, AGAIN, LOOK = 0, 1, 2
+"""What :meth:`Fleet._done` says of a turn that came: the request goes; its turn
+is void and it asks again; it asks the store whether it may go (rule 1)."""
+
 __all__ = [
+    "AGAIN",
     "FRESH_AFTER",
     "FRESH_MOST",
     "FRESH_ROOM",
+    "GO",
     "LATE_MOST",
     "LATE_TOLERANCE",
+    "LOOK",
     "RUN_MOST",
     "SPACING_MARGIN",
     "Fleet",
@@ -198,7 +213,17 @@ class Fleet:
                 while wait > 0.0 or (wait := self.after_own(slot, turn, ask)) > 0.0:
                     await anyio.sleep(wait)
                     wait = 0.0
-                if self._done(slot, lease, turn, ask, skipped):
+                done = self._done(slot, lease, turn, skipped)
+                if done == LOOK:
+                    assert turn.lease is not None
+                    seen = await self.store.look(slot.key, turn.lease, ask, self.clock())
+                    left = deadline - anyio.current_time()
+                    wait = self._looked(slot, lease, turn, seen, ask, bound, left)
+                    if wait > 0.0:
+                        await anyio.sleep(wait)
+                    else:  # the look at the wire counts from this one
+                        turn, done = turn._replace(due=time.monotonic()), GO
+                if done == GO:
                     left = deadline - anyio.current_time()
                     self._check_at_wire(slot, lease, turn, skipped, bound, left)
                     return
@@ -221,7 +246,17 @@ class Fleet:
                 while wait > 0.0 or (wait := self.after_own(slot, turn, ask)) > 0.0:
                     time.sleep(wait)
                     wait = 0.0
-                if self._done(slot, lease, turn, ask, skipped):
+                done = self._done(slot, lease, turn, skipped)
+                if done == LOOK:
+                    assert turn.lease is not None
+                    seen = self.store.look_blocking(slot.key, turn.lease, ask, self.clock())
+                    left = deadline - time.monotonic()
+                    wait = self._looked(slot, lease, turn, seen, ask, bound, left)
+                    if wait > 0.0:
+                        time.sleep(wait)
+                    else:  # the look at the wire counts from this one
+                        turn, done = turn._replace(due=time.monotonic()), GO
+                if done == GO:
                     left = deadline - time.monotonic()
                     self._check_at_wire(slot, lease, turn, skipped, bound, left)
                     return
@@ -242,17 +277,18 @@ class Fleet:
         """Have the lease look at its turn's slack again when its connection is
         ready (:class:`WireCheck`): the first request on a new connection, or
         one whose event loop was busy, reaches the wire long after its turn.
+        ``skipped``: the request handed a late turn back already.
         ``bound``: the request's ``max_wait`` (None: none), ``left`` what is left of it.
         A turn inside a run only notes when it reached the wire: the run's next
         turn goes a gap after that (rule 8), not after the moment it was let go."""
-        if skipped or turn.due is None:
+        if turn.due is None:
             return
         if turn.slack == math.inf:
             if not turn.closes:
                 lease.on_wire = functools.partial(self._on_the_wire, slot, lease)
             return
         until = math.inf if bound is None else time.monotonic() + left
-        lease.on_wire = WireCheck(self, slot, lease, turn, until, bound)
+        lease.on_wire = WireCheck(self, slot, lease, turn, until, bound, skipped)
 
     @staticmethod
     def _on_the_wire(slot: LiveSlot, lease: Lease) -> float:
@@ -260,41 +296,73 @@ class Fleet:
         lease.on_wire = None
         return 0.0
 
-    def _done(
-        self, slot: LiveSlot, lease: Lease, turn: SharedTurn, ask: TurnAsk, skipped: bool
-    ) -> bool:
-        """Whether the request may go now: its reserved turn came (or the store is
-        down: it paces alone). A pause that began while it waited for its turn
-        voids the turn (rule 2): it is handed back and a new one asked for, so
-        the turns reserved before a pause do not all leave together at its end.
-        So does a turn reached later than its slack (rule 1: the room the fleet
-        left for lateness before the next turn reserved after it, and a
-        tolerance of :data:`LATE_TOLERANCE`): sent, it
-        would reach the host closer than the gap to the next process's punctual
-        send, and a strict host refuses that one. It goes back, its time too when
-        nobody reserved after it (then the next turn is this process's, now);
-        otherwise it costs the host one gap unused. Once per request: a process
-        stalled every time still sends. A late turn inside a run goes: the next
-        send is this process's own, spaced from it on the wire (rule 8)."""
+    def _done(self, slot: LiveSlot, lease: Lease, turn: SharedTurn, skipped: bool) -> int:
+        """Whether the request may go now (:data:`GO`): its reserved turn came (or
+        the store is down: it paces alone). A pause that began while it waited
+        for its turn voids the turn (rule 2): it is handed back and a new one
+        asked for (:data:`AGAIN`), so the turns reserved before a pause do not
+        all leave together at its end. So does a turn reached later than its
+        slack (rule 1: the room the fleet left for lateness before the next
+        turn reserved after it, and a tolerance of :data:`LATE_TOLERANCE`):
+        sent, it would reach the host closer than the gap to the next process's
+        punctual send, and a strict host refuses that one. It goes back, its
+        time too when nobody reserved after it (then the next turn is this
+        process's, now); otherwise it costs the host one gap unused. Once per
+        request: a process stalled every time still sends. A later turn of the
+        request reached late goes off its turn, but not blind (:data:`LOOK`):
+        while the process stood still another may have paused the slot, which
+        only the store knows (:meth:`_looked`). A late turn inside a run goes:
+        the next send is this process's own, spaced from it on the wire (rule 8)."""
         if turn.lease is None:
-            return turn.wait <= 0.0
+            return GO if turn.wait <= 0.0 else AGAIN
         late = 0.0 if turn.due is None else time.monotonic() - turn.due
         if turn.due is not None:
             self.late.add(late)
-        if late > turn.slack + LATE_TOLERANCE and not skipped:
+        late = late > turn.slack + LATE_TOLERANCE
+        if late and not skipped:
             lease.on_release = None
             self.store.late(slot.key, turn.lease)
-            return False
-        if slot.state.pause_until <= self.clock():
-            # The fleet spaced this send from the last one: the wire keeps no
-            # gap of this process's own on top, which would hold it past its
-            # turn into the next one's.
-            lease.wire_gap = 0.0
-            slot.fleet_went = time.monotonic()
-            return True
+            return AGAIN
+        if slot.state.pause_until > self.clock():
+            lease.on_release = None
+            self.store.released(slot.key, turn.lease)
+            return AGAIN
+        if late:
+            return LOOK
+        self._going(slot, lease)
+        return GO
+
+    @staticmethod
+    def _going(slot: LiveSlot, lease: Lease) -> None:
+        # The fleet spaced this send from the last one: the wire keeps no gap of
+        # this process's own on top, which would hold it past its turn into the
+        # next one's.
+        lease.wire_gap = 0.0
+        slot.fleet_went = time.monotonic()
+
+    def _looked(
+        self,
+        slot: LiveSlot,
+        lease: Lease,
+        turn: SharedTurn,
+        seen: SharedTurn,
+        ask: TurnAsk,
+        bound: float | None,
+        left: float,
+    ) -> float:
+        """What the store's look at a turn reached late again said (rules 1-3):
+        0.0, the request goes on it, off its turn (once per request is enough to
+        hand one back); else the fleet's pause or its cap runs: the turn is void
+        and goes back (its time too, when nobody reserved after it), the request
+        waits the seconds returned and takes a new turn, or fails at once when
+        that passes its ``max_wait`` (``bound``; ``left``: what is left of it)."""
+        if seen.lease is not None or seen.wait <= 0.0:
+            self._going(slot, lease)
+            return 0.0
+        assert turn.lease is not None
         lease.on_release = None
-        self.store.released(slot.key, turn.lease)
-        return False
+        self.store.late(slot.key, turn.lease)
+        return self._settle(slot, lease, seen, ask, bound, left)
 
     def ask(self, slot: LiveSlot) -> TurnAsk:
         """What this process asks the fleet for a turn of ``slot`` with (rule 1)."""
@@ -326,11 +394,12 @@ class Fleet:
         slot.senders = max(1, turn.senders)
         if turn.lease is not None:
             lease.on_release = functools.partial(self.released, slot, turn.lease)
-        if bound is not None and turn.wait > left:
+        # The time since the answer came counts (a process that stood still
+        # meanwhile is nearer its turn, not past its bound).
+        wait = turn.wait if turn.due is None else turn.due - time.monotonic()
+        if bound is not None and wait > left:
             raise ThrottleTimeout(slot.key, bound)
-        if turn.due is None:
-            return turn.wait
-        return turn.due - time.monotonic()  # the time since the answer came counts
+        return wait
 
     @staticmethod
     def after_own(slot: LiveSlot, turn: SharedTurn, ask: TurnAsk) -> float:
@@ -440,26 +509,29 @@ class WireCheck:
     or its event loop busy (tens to hundreds of milliseconds on a loaded
     machine, after :meth:`Fleet._done` let it go on time). Later than the
     slack, the turn goes back and another is taken, and the request waits for
-    it at the wire, once per request as at its turn. A pause of this
-    process's own that runs then voids the turn, as at the turn (rule 2):
-    it goes back, and a new one is taken when the pause is over.
-    :meth:`Lease.wire_wait` calls it: 0.0 when the request may go, else the
-    seconds to wait before asking again.
+    it at the wire, once per request as at its turn; a later turn of the
+    request reached late (the one it waits for here, or the one it went on
+    after handing one back at its turn) goes off its turn after the store's
+    look found no pause of the fleet's and room under its cap
+    (:meth:`Fleet._looked`): only the store knows what another process set
+    while this one stood still. A pause of this process's own that runs
+    then voids the turn, as at the turn (rule 2): it goes back, and a new
+    one is taken when the pause is over. :meth:`Lease.wire_wait` calls it:
+    0.0 when the request may go, else the seconds to wait before asking again.
 
     The bounds hold as at the turn (rule 3): a new turn, or a pause or the
     cap the fleet answers with, that ends later than the request's
     ``max_wait`` allows is not waited for, and the request is not sent
     either (sent off its turn, through the pause, the host's limit would not
-    hold): the new turn goes back (its time too, when nobody reserved after
-    it) and :class:`~autothrottle.ThrottleTimeout` is raised, which the
+    hold): the turn it held goes back (its time too, when nobody reserved
+    after it) and :class:`~autothrottle.ThrottleTimeout` is raised, which the
     request's exchange hands its caller as a turn past ``max_wait`` (never
-    the host's failure). What the store's ``take_turn`` raises (it answers
-    an outage itself, rule 6: anything else is a fault, or its task was
-    cancelled with the loop) the request raises, as at its turn
-    (:meth:`Fleet.take_turn`): neither sent off its turn nor counted as the
-    host's. Nothing is held when the request is given up meanwhile: a turn
-    answered after that goes straight back, and an error, with nobody to
-    raise it to, is logged.
+    the host's failure). What the store raises (it answers an outage itself,
+    rule 6: anything else is a fault, or its task was cancelled with the
+    loop) the request raises, as at its turn (:meth:`Fleet.take_turn`):
+    neither sent off its turn nor counted as the host's. Nothing is held
+    when the request is given up meanwhile: a turn answered after that goes
+    straight back, and an error, with nobody to raise it to, is logged.
     """
 
     __slots__ = (
@@ -468,7 +540,8 @@ class WireCheck:
         "_failed",
         "_fleet",
         "_lease",
-        "_new",
+        "_looking",
+        "_skipped",
         "_slot",
         "_task",
         "_turn",
@@ -483,43 +556,78 @@ class WireCheck:
         turn: SharedTurn,
         until: float,
         bound: float | None = None,
+        skipped: bool = False,
     ) -> None:
-        self._fleet, self._slot, self._lease, self._turn = fleet, slot, lease, turn
+        self._fleet, self._slot, self._lease = fleet, slot, lease
+        self._turn: SharedTurn | None = turn  # None: a new one is taken from _again on
         self._until = until
         self._bound = bound
-        self._again = -math.inf  # -inf: the first look; else ask again from then
+        self._skipped = skipped  # the request handed a late turn back already
+        self._again = -math.inf
         self._task: asyncio.Task[SharedTurn] | None = None
-        self._new: SharedTurn | None = None
+        self._looking = False  # the task is the store's look at _turn, not a new turn
         self._failed = False
 
     def __call__(self) -> float:
         if self._failed:  # asked again (a client's retry of the write): still past the bound
             self._timed_out()
-        now = time.monotonic()
         task = self._task
         if task is not None:
             if not task.done():
-                return WIRE_POLL  # the new turn's answer is on its way
+                return WIRE_POLL  # the store's answer is on its way
             self._task = None
             if not task.cancelled() and task.exception() is not None:
-                self._lease.on_release = None  # raised here, to the request: not lost
+                self._hand_back_turn()  # raised here, to the request: not lost
+            if self._looking:
+                return self._seen(task.result())  # what look raised, raised here
             return self._taken(task.result())  # what take_turn raised, raised here
-        if self._new is not None:
-            return self._wait_for(self._new, now)
-        if self._again == -math.inf:
-            turn = self._turn
-            assert turn.due is not None and turn.lease is not None
-            paused = self._paused()
-            if not paused and now - turn.due <= turn.slack + LATE_TOLERANCE:
-                return self._go()
-            self._lease.on_release = None
-            if paused:
-                self._fleet.store.released(self._slot.key, turn.lease)
-                return self._wait_out(now, paused)
-            self._fleet.store.late(self._slot.key, turn.lease)
-        elif now < self._again:
+        turn = self._turn
+        if turn is not None:
+            return self._at(turn, time.monotonic())
+        now = time.monotonic()
+        if now < self._again:
             return self._again - now
         return self._take()
+
+    def _at(self, turn: SharedTurn, now: float) -> float:
+        """The request holds ``turn``: wait for it, go on it, or let it go (rules 1-3)."""
+        wait = 0.0 if turn.due is None else turn.due - now
+        if turn.joined:
+            wait = max(wait, Fleet.after_own(self._slot, turn, self._fleet.ask(self._slot)))
+        if wait > 0.0:
+            if now + wait > self._until:  # unused: back, its time too if nobody reserved after
+                self._drop(late=True)
+                self._timed_out()
+            return wait
+        paused = self._paused()
+        if paused:
+            self._drop(late=False)
+            return self._wait_out(now, paused)
+        if turn.due is None or now - turn.due <= turn.slack + LATE_TOLERANCE:
+            return self._go()
+        if not self._skipped:  # once per request: back, and a new turn
+            self._skipped = True
+            self._drop(late=True)
+            return self._take()
+        return self._look(turn)
+
+    def _drop(self, *, late: bool) -> None:
+        """The turn held is void: it goes back (``late``: its time too, when
+        nobody reserved after it); the request holds nothing."""
+        turn, self._turn = self._turn, None
+        self._lease.on_release = None
+        if turn is not None and turn.lease is not None:
+            store = self._fleet.store
+            (store.late if late else store.released)(self._slot.key, turn.lease)
+
+    def _hand_back_turn(self) -> None:
+        """The store raised: the request raises it, and its release hands back
+        the turn it holds, if any."""
+        turn = self._turn if self._looking else None
+        if turn is None or turn.lease is None:
+            self._lease.on_release = None
+        else:
+            self._lease.on_release = functools.partial(self._fleet.released, self._slot, turn.lease)
 
     def _take(self) -> float:
         fleet, key = self._fleet, self._slot.key
@@ -528,16 +636,32 @@ class WireCheck:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # a thread: the sync client
             return self._taken(fleet.store.take_turn_blocking(key, ask, fleet.clock()))
+        self._looking = False
         self._task = task = loop.create_task(fleet.store.take_turn(key, ask, fleet.clock()))
         task.add_done_callback(self._answered)
         return WIRE_POLL
 
+    def _look(self, turn: SharedTurn) -> float:
+        """Ask the store whether the late ``turn`` may go now (:meth:`Fleet._looked`)."""
+        fleet, key = self._fleet, self._slot.key
+        assert turn.lease is not None
+        ask = fleet.ask(self._slot)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a thread: the sync client
+            return self._seen(fleet.store.look_blocking(key, turn.lease, ask, fleet.clock()))
+        self._looking = True
+        self._task = task = loop.create_task(fleet.store.look(key, turn.lease, ask, fleet.clock()))
+        task.add_done_callback(self._answered)
+        return WIRE_POLL
+
     def _answered(self, task: asyncio.Task[SharedTurn]) -> None:
-        """The new turn's answer came: held by the request until it looks at it,
-        or handed back at once if the request was given up meanwhile (then
-        nobody looks). A failed task is left for the request's look to raise;
-        with nobody to look (given up before or after the answer), its error
-        is logged, never lost and never raised here."""
+        """The store's answer came: held by the request until it looks at it,
+        or a new turn handed back at once if the request was given up
+        meanwhile (then nobody looks). A failed task is left for the
+        request's look to raise; with nobody to look (given up before or
+        after the answer), its error is logged, never lost and never raised
+        here."""
         if task.cancelled():  # the loop is ending
             return
         error = task.exception()
@@ -545,10 +669,11 @@ class WireCheck:
             if self._lease.released:
                 self._lost(error)
             else:  # logged if the request is let go without looking
-                self._lease.on_release = functools.partial(self._lost, error)
+                held = self._turn.lease if self._looking and self._turn is not None else None
+                self._lease.on_release = functools.partial(self._lost, error, held)
             return
         lease = task.result().lease
-        if lease is None:
+        if lease is None or self._looking:  # a look's lease is the turn the request holds
             return
         if self._lease.released:
             self._task = None
@@ -556,8 +681,11 @@ class WireCheck:
         else:
             self._lease.on_release = functools.partial(self._fleet.released, self._slot, lease)
 
-    def _lost(self, error: BaseException) -> None:
-        """The new turn failed with nobody to raise it to: say so in the log."""
+    def _lost(self, error: BaseException, held: str | None = None) -> None:
+        """The store failed with nobody to raise it to: say so in the log (and
+        hand back the turn ``held``, whose request is let go)."""
+        if held is not None:
+            self._fleet.released(self._slot, held)
         logger.warning(
             "autothrottle: slot %r: a fleet turn taken again at the wire failed after its "
             "request was given up (%s: %s)",
@@ -579,28 +707,20 @@ class WireCheck:
                 self._fleet.store.released(self._slot.key, new.lease)
                 return 0.0
             self._lease.on_release = functools.partial(self._fleet.released, self._slot, new.lease)
-        self._new = new
-        return self._wait_for(new, now)
+        self._turn = new
+        return self._at(new, now)
 
-    def _wait_for(self, new: SharedTurn, now: float) -> float:
-        wait = 0.0 if new.due is None else new.due - now
-        if new.joined:
-            wait = max(wait, Fleet.after_own(self._slot, new, self._fleet.ask(self._slot)))
-        if wait <= 0.0:
-            paused = self._paused()
-            if not paused:
-                return self._go()
-            if new.lease is not None:
-                self._lease.on_release = None
-                self._fleet.store.released(self._slot.key, new.lease)
-            self._new = None
-            return self._wait_out(now, paused)
-        if now + wait > self._until:
-            if new.lease is not None:  # unused: back, its time too if nobody reserved after
-                self._lease.on_release = None
-                self._fleet.store.late(self._slot.key, new.lease)
+    def _seen(self, seen: SharedTurn) -> float:
+        """The store's look at the late turn held: it goes, or it is void and the
+        request waits the fleet's pause (or its cap) out, then takes a new turn."""
+        if seen.lease is not None or seen.wait <= 0.0:
+            return self._go()
+        self._drop(late=True)
+        now = time.monotonic()
+        if now + seen.wait > self._until:
             self._timed_out()
-        return wait
+        self._again = now + seen.wait
+        return seen.wait
 
     def _paused(self) -> float:
         """Seconds this process's own pause of the slot still runs (0.0: none).

@@ -294,6 +294,16 @@ class SharedTurns(Protocol):
         """:meth:`take_turn` for a thread (the sync clients)."""
         ...
 
+    async def look(self, key: str, lease: str, ask: TurnAsk, now: float) -> SharedTurn:
+        """Whether the reserved turn ``lease``, reached late again, may go now
+        (rules 1 and 2): its own lease when it may; else a wait (the fleet's
+        pause, its cap) with no lease, and the turn is void. Reserves nothing."""
+        ...
+
+    def look_blocking(self, key: str, lease: str, ask: TurnAsk, now: float) -> SharedTurn:
+        """:meth:`look` for a thread."""
+        ...
+
     def changed(
         self,
         key: str,

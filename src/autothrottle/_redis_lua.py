@@ -21,7 +21,7 @@ Hash ``{prefix:slot}:s`` fields: ``tat`` (the next free send time), ``last``
 
 from __future__ import annotations
 
-__all__ = ["GIVE_BACK", "MERGE", "TURN"]
+__all__ = ["GIVE_BACK", "LOOK", "MERGE", "TURN"]
 
 _NOW = """
 local clock = redis.call('TIME')
@@ -102,6 +102,44 @@ the last minute, the end of the pause being waited for ('' none), the
 server's clock (µs), and for a reserved run its turns, the gap between them
 (µs) and the leases left free under the cap; the lease of turn ``i > 1`` is
 ``lease:i``."""
+
+LOOK = (
+    _NOW
+    + """
+-- ARGV: the lease of the turn, hold (µs), cap, ttl (ms), max pause (µs), the end of the
+--       pause the asker already waited out ('' none)
+-- Rule 1: a turn reached later than its slack a second time goes, off its turn, but
+-- not through a pause (rule 2) nor past the cap: its request stood still, and another
+-- process may have paused the slot meanwhile. Nothing is reserved.
+local processes = tostring(redis.call('ZCARD', KEYS[3]))
+local state = redis.call('HMGET', KEYS[1], 'delay', 'pause')
+local shown_delay = state[1] or ''
+local pause = tonumber(state[2]) or 0
+if pause > now and pause > (tonumber(ARGV[6]) or 0) then
+  local wait = math.min(pause, now + tonumber(ARGV[5])) - now
+  return {us(wait), '', shown_delay, us(wait), processes, us(pause), us(now)}
+end
+-- The turn's lease holds its place under the cap until it expires; one that expired
+-- while its request stood still needs a free place again.
+local expires = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]))
+if not expires or expires <= now then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then
+    local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    local wait = math.max(1000, math.min(tonumber(first[2]) - now, 50000))
+    return {us(wait), '', shown_delay, '0', processes, '', us(now)}
+  end
+end
+-- The lease expires its hold after this send, not after the turn it was reserved for.
+local hold = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[2], now + hold, ARGV[1])
+redis.call('PEXPIRE', KEYS[2], math.max(tonumber(ARGV[4]), math.ceil(hold / 1000)))
+return {'0', ARGV[1], shown_delay, '0', processes, '', us(now)}
+"""
+)
+"""Look whether a turn reached late may go now (rules 1 and 2): the answer has
+:data:`TURN`'s shape, the turn's own lease when it may go, else '' and the wait
+(a pause, the cap); nothing is reserved."""
 
 MERGE = (
     _NOW

@@ -113,15 +113,19 @@ DOWN = Down()
 
 
 class Ask:
-    """One turn waiting to be sent, and, once sent, its reply."""
+    """One turn waiting to be sent, and, once sent, its reply: ``script`` is
+    "turn" (reserve one) or "look" (may a late turn ``lease`` go now)."""
 
-    __slots__ = ("args", "done", "key", "lease", "reply")
+    __slots__ = ("args", "done", "key", "lease", "reply", "script")
 
-    def __init__(self, key: str, args: list[str | int], lease: str, done: Any) -> None:
+    def __init__(
+        self, key: str, args: list[str | int], lease: str, done: Any, script: str = "turn"
+    ) -> None:
         self.key = key
         self.args = args
         self.lease = lease
         self.done = done  # an asyncio.Future, or a threading.Event
+        self.script = script
         self.reply: list[Any] | BaseException | Down | None = None
 
 

@@ -28,7 +28,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
-from ._redis_lua import GIVE_BACK, MERGE, TURN
+from ._redis_lua import GIVE_BACK, LOOK, MERGE, TURN
 from ._redis_outage import Outage
 from ._redis_parts import (
     CALIBRATE,
@@ -88,7 +88,12 @@ class Sender:
         self.round_trips = 0
         self._scripts = {
             name: (text, sha(text))
-            for name, text in (("turn", TURN), ("merge", MERGE), ("give_back", GIVE_BACK))
+            for name, text in (
+                ("turn", TURN),
+                ("look", LOOK),
+                ("merge", MERGE),
+                ("give_back", GIVE_BACK),
+            )
         }
         self._lock = threading.Lock()
         self._turns: list[Ask] = []
@@ -225,8 +230,8 @@ class Sender:
             commands.append(
                 ("merge", (1, keys(self.prefix, key)[0], *merge_args(change, self.ttl)))
             )
-        for ask in turns:
-            commands.append(("turn", (3, *keys(self.prefix, ask.key), *ask.args)))
+        for ask in turns:  # a turn, or a late turn's look
+            commands.append((ask.script, (3, *keys(self.prefix, ask.key), *ask.args)))
         return commands
 
     # -- the async sender: one pipeline at a time, carrying whatever is waiting ----------
@@ -299,8 +304,9 @@ class Sender:
             return False
         self._settle(commands, results, turns)
         for ask, result in zip(turns, results[len(results) - len(turns) :], strict=True):
-            if not deliver(ask, result) and isinstance(result, list) and result[1]:
-                self.released(ask.key, ask.lease)  # its asker gave up meanwhile
+            given_up = not deliver(ask, result)
+            if given_up and isinstance(result, list) and result[1] and ask.script == "turn":
+                self.released(ask.key, ask.lease)  # (a look's lease goes with its request)
         return True
 
     async def _load_async(self, client: AsyncClient) -> None:
@@ -459,9 +465,10 @@ class Sender:
         """Redis did not answer: keep what was not sent, to send again (rule 7).
 
         A turn whose answer was lost may have been reserved: its lease is
-        handed back too.
+        handed back too (a look's is its request's, still in flight).
         """
-        self._keep(releases + [(ask.key, ask.lease) for ask in turns], changes)
+        lost = [(ask.key, ask.lease) for ask in turns if ask.script == "turn"]
+        self._keep(releases + lost, changes)
         self._went_down(error)
 
     def _went_down(self, error: BaseException) -> None:
@@ -506,7 +513,7 @@ class Sender:
             return
         self.outage.came_back()
         for (script, args), result in zip(commands, results, strict=True):
-            if script != "turn" and isinstance(result, ResponseError):
+            if script not in ("turn", "look") and isinstance(result, ResponseError):
                 logger.warning(
                     "autothrottle: Redis store %r: data error at key %r (%s); not shared",
                     self.prefix,

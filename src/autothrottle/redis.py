@@ -231,6 +231,39 @@ class RedisStore:
         assert isinstance(reply, list)
         return self._answer(key, ask, reply, now, ready[1])
 
+    async def look(self, key: str, lease: str, ask: TurnAsk, now: float) -> SharedTurn:
+        """Whether the turn ``lease``, reached late a second time, may go now: no
+        pause, under the cap (one round trip; nothing is reserved)."""
+        if self._outage.alone_now(key, ask, now) is not None:
+            return self._unlooked(lease)
+        loop = asyncio.get_running_loop()
+        args = self._look_args(key, lease, ask, now)
+        request = Ask(key, args, lease, loop.create_future(), "look")
+        self._send.turn(request, loop)
+        try:
+            reply = await request.done
+        except ResponseError as error:
+            self._outage.data_error(key, ask, error, now)
+            return self._unlooked(lease)
+        if reply is DOWN:
+            return self._unlooked(lease)
+        return self._looked(key, ask, lease, reply, now)
+
+    def look_blocking(self, key: str, lease: str, ask: TurnAsk, now: float) -> SharedTurn:
+        """:meth:`look` for a thread."""
+        if self._outage.alone_now(key, ask, now) is not None:
+            return self._unlooked(lease)
+        request = Ask(key, self._look_args(key, lease, ask, now), lease, threading.Event(), "look")
+        self._send.turn_blocking(request)
+        reply = request.reply
+        if isinstance(reply, ResponseError):
+            self._outage.data_error(key, ask, reply, now)
+            return self._unlooked(lease)
+        if reply is DOWN:
+            return self._unlooked(lease)
+        assert isinstance(reply, list)
+        return self._looked(key, ask, lease, reply, now)
+
     def changed(
         self,
         key: str,
@@ -341,27 +374,64 @@ class RedisStore:
         ]
         return Ask(key, args, lease, done)
 
-    def _answer(
-        self, key: str, ask: TurnAsk, reply: list[Any], now: float, room: float = 0.0
+    def _look_args(self, key: str, lease: str, ask: TurnAsk, now: float) -> list[str | int]:
+        hold = ask.hold if math.isfinite(ask.hold) else 3_600.0
+        max_pause = ask.max_pause if math.isfinite(ask.max_pause) else 1e9
+        paused = self._outage.paused(key, now)
+        return [lease, us(hold), ask.cap, round(self.ttl * 1000), us(max_pause), paused]
+
+    def _unlooked(self, lease: str) -> SharedTurn:
+        """Redis did not answer a look: the turn goes, as the process goes alone
+        (rule 6); with ``fail_closed`` it waits for Redis instead."""
+        outage = self._outage
+        if outage.fail_closed and outage.down():
+            return SharedTurn(max(outage.down_until - time.monotonic(), 0.05), None, None, 0.0)
+        return SharedTurn(0.0, lease, None, 0.0)
+
+    def _looked(
+        self, key: str, ask: TurnAsk, lease: str, reply: list[Any], now: float
     ) -> SharedTurn:
-        waited, lease, delay, pause, processes, paused, server = (as_text(p) for p in reply[:7])
+        """The look's answer: go on ``lease``, or (a pause, the cap) wait, as a turn's."""
+        parts = [as_text(p) for p in reply[:7]]
+        if not parts[1]:
+            return self._later(key, ask, parts, now)
+        delay = parts[2]
+        shared = float(delay) / 1e6 if delay else None
+        return SharedTurn(0.0, lease, shared, 0.0, None, int(parts[4]))
+
+    def _later(self, key: str, ask: TurnAsk, parts: list[str], now: float) -> SharedTurn:
+        """Not a turn but "ask again then" (a pause, the cap): never a wait of 0,
+        which would mean "go alone"."""
+        waited, _, delay, pause, processes, paused, server = parts
         received = time.monotonic()
         wait = self._send.server_clock.wait(float(server) / 1e6, float(waited) / 1e6, received)
-        if not lease:  # not a turn but "ask again then": never 0, which would mean "go alone"
-            wait = max(wait, ASK_AGAIN)
+        wait = max(wait, ASK_AGAIN)
         shared = float(delay) / 1e6 if delay else None
         gap = min(max(shared if shared is not None else ask.gap, ask.min_gap), ask.max_gap)
         senders = int(processes)
         self._outage.shared(key, gap * ask.margin, senders, paused, now + wait)
+        if float(pause) > 0:  # rule 2: the turns reserved before a pause are void
+            with self._runs_lock:
+                run = self._runs.get(key)
+                stale = [] if run is None else run.drop()
+                spacing = 0.0 if run is None else run.spacing
+            self._hand_back(key, stale, spacing)
+        return SharedTurn(wait, None, shared, float(pause) / 1e6, None, senders)
+
+    def _answer(
+        self, key: str, ask: TurnAsk, reply: list[Any], now: float, room: float = 0.0
+    ) -> SharedTurn:
         self.turns += 1
-        if not lease:
-            if float(pause) > 0:  # rule 2: the turns reserved before a pause are void
-                with self._runs_lock:
-                    run = self._runs.get(key)
-                    stale = [] if run is None else run.drop()
-                    spacing = 0.0 if run is None else run.spacing
-                self._hand_back(key, stale, spacing)
-            return SharedTurn(wait, None, shared, float(pause) / 1e6, None, senders)
+        parts = [as_text(p) for p in reply[:7]]
+        if not parts[1]:
+            return self._later(key, ask, parts, now)
+        waited, lease, delay, pause, processes, paused, server = parts
+        received = time.monotonic()
+        wait = self._send.server_clock.wait(float(server) / 1e6, float(waited) / 1e6, received)
+        shared = float(delay) / 1e6 if delay else None
+        gap = min(max(shared if shared is not None else ask.gap, ask.min_gap), ask.max_gap)
+        senders = int(processes)
+        self._outage.shared(key, gap * ask.margin, senders, paused, now + wait)
         due = received + wait
         turns = int(as_text(reply[7])) if len(reply) > 7 else 1
         spacing = float(as_text(reply[8])) / 1e6 if len(reply) > 8 else 0.0

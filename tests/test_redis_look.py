@@ -1,0 +1,230 @@
+"""A request whose late turn was handed back still never goes through the
+fleet's pause (the fleet's rules 1 and 2, ``docs/fleet.md``).
+
+A turn reached later than its slack goes back and another is taken, once per
+request, so a process late every time still sends. Its second turn, reached
+late too (the event loop or the thread stood still on its way to the turn or
+to the wire), goes without a third: but not blind. While it stood still
+another process may have paused the host (a ``Retry-After``), and only Redis
+knows. So it looks: a pause voids it and it waits the pause out, within its
+``max_wait``; no pause, it goes. Real Redis on 127.0.0.1:6379 (a prefix per
+test), a real loopback server; the stalls are a blocking sleep where the
+process would stand still, after the store's answer and at the wire, so
+every late turn is late by far more than its slack on any machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+import redis
+from aiohttp import web
+
+from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
+from autothrottle._fleet import SharedTurn, TurnAsk
+from autothrottle.aiohttp import ThrottledSession
+from autothrottle.httpx import ThrottledClient
+from autothrottle.redis import RedisStore
+from helpers import needs_redis
+
+REDIS = "redis://127.0.0.1:6379/0"
+KEY = "127.0.0.3"
+STALL = 0.3  # how long the process stands still: far past a turn's slack at 10/s
+PAUSE = 2.0  # the pause another process sets meanwhile
+EARLY = 0.05  # how much earlier than the pause's end we could have placed it here
+
+
+@pytest.fixture(autouse=True)
+def _needs_redis() -> None:
+    needs_redis()
+
+
+class Site:
+    """A loopback server that notes when each request reached it."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[float] = []
+        self.url = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.arrivals.append(time.monotonic())
+        return web.Response(text="ok")
+
+
+@contextlib.asynccontextmanager
+async def site() -> AsyncIterator[Site]:
+    target = Site()
+    app = web.Application()
+    app.router.add_get("/", target.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, KEY, 0).start()
+    target.url = f"http://{KEY}:{runner.addresses[0][1]}/"
+    try:
+        yield target
+    finally:
+        await runner.cleanup()
+
+
+class Fleet:
+    """Our process's store and throttle, and Redis itself, where the rest of
+    the fleet's pause is set."""
+
+    def __init__(self) -> None:
+        self.name = f"test-{uuid.uuid4().hex}"
+        self.admin = redis.Redis.from_url(REDIS)
+        self.ours = RedisStore(REDIS, prefix=self.name)
+        self.throttle = Throttle(policy=FixedRatePolicy(10), store=self.ours)
+        self.pause_ends = -1.0  # on time.monotonic's clock; -1: no pause set
+        self.asked = 0
+
+    def pause(self) -> None:
+        """Another process paused the host for :data:`PAUSE` seconds (its 429's
+        ``Retry-After``, merged into Redis)."""
+        set_at = time.monotonic()
+        seconds, micros = self.admin.time()  # type: ignore[misc]
+        ends = (int(seconds) * 1_000_000 + int(micros)) + round(PAUSE * 1e6)
+        self.admin.hset(f"{{{self.name}:{KEY}}}:s", "pause", str(ends))
+        self.pause_ends = set_at + PAUSE
+
+    def leases(self) -> int:
+        return int(self.admin.zcard(f"{{{self.name}:{KEY}}}:l"))
+
+    def stall_turns(self, monkeypatch: pytest.MonkeyPatch, *plan: Callable[[], None]) -> None:
+        """After the store answers its ``i``-th turn, the process runs ``plan[i]``
+        (stands still, pauses the host): the turn is then reached late."""
+        take, take_blocking = self.ours.take_turn, self.ours.take_turn_blocking
+
+        def after(turn: SharedTurn) -> SharedTurn:
+            self.asked += 1
+            if self.asked <= len(plan):
+                if turn.due is not None:  # to its due (a new slot's phase point), then on
+                    time.sleep(max(0.0, turn.due - time.monotonic()))
+                plan[self.asked - 1]()
+            return turn
+
+        async def stalled(key: str, ask: TurnAsk, now: float) -> SharedTurn:
+            return after(await take(key, ask, now))
+
+        def stalled_blocking(key: str, ask: TurnAsk, now: float) -> SharedTurn:
+            return after(take_blocking(key, ask, now))
+
+        monkeypatch.setattr(self.ours, "take_turn", stalled)
+        monkeypatch.setattr(self.ours, "take_turn_blocking", stalled_blocking)
+
+    async def close(self) -> None:
+        await self.ours.aclose()
+        self.admin.close()
+
+
+@pytest.fixture
+async def fleet() -> AsyncIterator[Fleet]:
+    made = Fleet()
+    try:
+        yield made
+    finally:
+        await made.close()
+
+
+def stand_still() -> None:
+    time.sleep(STALL)  # the event loop or the thread stands still: nothing else runs
+
+
+async def test_a_second_turn_reached_late_looks_for_the_fleets_pause(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first turn is reached late and goes back; so is the second, and
+    # another process paused the host meanwhile: the request waits the pause out.
+    fleet.stall_turns(monkeypatch, stand_still, lambda: (fleet.pause(), stand_still()))
+    with await fleet.throttle.acquire(KEY):
+        acquired = time.monotonic()
+    assert fleet.pause_ends > 0.0
+    assert acquired >= fleet.pause_ends - EARLY, acquired - fleet.pause_ends
+
+
+async def test_the_bound_holds_when_the_pause_is_longer(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet.stall_turns(monkeypatch, stand_still, lambda: (fleet.pause(), stand_still()))
+    started = time.monotonic()
+    with pytest.raises(ThrottleTimeout):  # not sent through the pause: past max_wait, raised
+        await fleet.throttle.acquire(KEY, max_wait=1.0)
+    assert time.monotonic() - started < 1.0 + STALL * 2  # at once, not at the pause's end
+    await fleet.ours.flush()
+    assert fleet.leases() == 0  # nothing left reserved
+
+
+async def test_a_second_turn_late_at_the_wire_looks_for_the_fleets_pause(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first turn is reached late and goes back; the second is on time,
+    # but its request stands still on its way to the wire while another
+    # process pauses the host.
+    fleet.stall_turns(monkeypatch, stand_still)
+
+    async def stalled_connect(*_: Any) -> None:
+        fleet.pause()
+        stand_still()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(stalled_connect)
+    async with (
+        site() as target,
+        ThrottledSession(throttle=fleet.throttle, trace_configs=[trace]) as session,
+    ):
+        async with asyncio.timeout(10.0):
+            response = await session.get(target.url)
+        assert response.status == 200
+    assert fleet.asked >= 2 and len(target.arrivals) == 1
+    assert target.arrivals[0] >= fleet.pause_ends - EARLY, target.arrivals[0] - fleet.pause_ends
+
+
+async def test_the_sync_client_looks_for_the_fleets_pause_at_the_wire_too(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet.stall_turns(monkeypatch, stand_still)
+
+    def trace(name: str, info: dict[str, Any]) -> None:
+        if name == "connection.connect_tcp.complete":
+            fleet.pause()
+            stand_still()
+
+    def send(url: str) -> int:
+        with ThrottledClient(throttle=fleet.throttle) as client:
+            return client.get(url, extensions={"trace": trace}).status_code
+
+    async with site() as target:
+        status = await asyncio.wait_for(asyncio.to_thread(send, target.url), 10.0)
+        assert status == 200
+    assert fleet.asked >= 2 and len(target.arrivals) == 1
+    assert target.arrivals[0] >= fleet.pause_ends - EARLY, target.arrivals[0] - fleet.pause_ends
+
+
+async def test_a_process_late_at_every_turn_and_at_the_wire_still_sends(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No pause: a request late everywhere goes after one turn handed back.
+    fleet.stall_turns(monkeypatch, stand_still, stand_still, stand_still, stand_still)
+
+    async def stalled_connect(*_: Any) -> None:
+        stand_still()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(stalled_connect)
+    async with (
+        site() as target,
+        ThrottledSession(throttle=fleet.throttle, trace_configs=[trace]) as session,
+    ):
+        async with asyncio.timeout(10.0):
+            response = await session.get(target.url)
+        assert response.status == 200
+    assert fleet.asked == 2 and len(target.arrivals) == 1  # one turn back, then it went
+    await fleet.ours.flush()
+    assert fleet.leases() == 0
