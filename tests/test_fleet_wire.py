@@ -348,3 +348,15 @@ def test_a_turn_inside_a_run_notes_when_it_reached_the_wire() -> None:
     assert lease.on_wire() == 0.0  # never held back: the next send is this process's own
     assert slot.fleet_went > -math.inf and lease.on_wire is None
     assert store.late == []
+
+
+def test_a_closing_turn_of_a_run_let_go_on_time_goes_at_the_wire_at_once() -> None:
+    # Its own let-go set when the run's last send went (rule 8): held here a
+    # run's gap after that, it reached the host a gap late, on the next
+    # process's (or this process's next run's) turn.
+    lease, store, slot = setup(new_turn(1.0), late=0.005)
+    turn = lease.on_wire._turn._replace(joined=True)
+    slot.fleet_went = time.monotonic()  # Fleet._done let it go just now
+    lease.on_wire = WireCheck(lease.on_wire._fleet, slot, lease, turn, math.inf)
+    assert lease.on_wire() == 0.0
+    assert store.asked == 0 and store.looked == 0 and store.late == []

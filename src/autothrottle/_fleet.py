@@ -537,6 +537,7 @@ class WireCheck:
     __slots__ = (
         "_again",
         "_bound",
+        "_came",
         "_failed",
         "_fleet",
         "_lease",
@@ -560,6 +561,7 @@ class WireCheck:
     ) -> None:
         self._fleet, self._slot, self._lease = fleet, slot, lease
         self._turn: SharedTurn | None = turn  # None: a new one is taken from _again on
+        self._came = True  # the turn held came (a new one taken here is waited for)
         self._until = until
         self._bound = bound
         self._skipped = skipped  # the request handed a late turn back already
@@ -590,15 +592,21 @@ class WireCheck:
         return self._take()
 
     def _at(self, turn: SharedTurn, now: float) -> float:
-        """The request holds ``turn``: wait for it, go on it, or let it go (rules 1-3)."""
-        wait = 0.0 if turn.due is None else turn.due - now
-        if turn.joined:
-            wait = max(wait, Fleet.after_own(self._slot, turn, self._fleet.ask(self._slot)))
-        if wait > 0.0:
-            if now + wait > self._until:  # unused: back, its time too if nobody reserved after
-                self._drop(late=True)
-                self._timed_out()
-            return wait
+        """The request holds ``turn``: wait for it, go on it, or let it go (rules 1-3).
+
+        Only a turn taken here is waited for: the turn :meth:`Fleet._done`
+        let go came already, and its own send is what a run's next turn is
+        spaced from (rule 8), not a reason to hold it a run's gap more."""
+        if not self._came:
+            wait = 0.0 if turn.due is None else turn.due - now
+            if turn.joined:
+                wait = max(wait, Fleet.after_own(self._slot, turn, self._fleet.ask(self._slot)))
+            if wait > 0.0:
+                if now + wait > self._until:  # unused: back, its time too if nobody reserved after
+                    self._drop(late=True)
+                    self._timed_out()
+                return wait
+            self._came = True
         paused = self._paused()
         if paused:
             self._drop(late=False)
@@ -707,7 +715,7 @@ class WireCheck:
                 self._fleet.store.released(self._slot.key, new.lease)
                 return 0.0
             self._lease.on_release = functools.partial(self._fleet.released, self._slot, new.lease)
-        self._turn = new
+        self._turn, self._came = new, False
         return self._at(new, now)
 
     def _seen(self, seen: SharedTurn) -> float:
