@@ -139,6 +139,14 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict")
 
 
+@nox.session(python=PYTHONS[0])
+def mutants(session: nox.Session) -> None:
+    """Mutation-test the estimators (``scripts/mutants.py``): which small change to a
+    rule does no test notice? ``nox -s mutants -- _pace _limits`` for some of them."""
+    session.install("-e", ".[dev,sim]", "mutmut==3.8.1")
+    session.run("python", "scripts/mutants.py", *session.posargs)
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """The benchmarks (never part of the test run); each prints a table and writes JSON."""

@@ -1,0 +1,148 @@
+"""Mutation-test the estimators: would their tests notice a broken rule?
+
+For each module named (by default the estimators of ``docs/architecture.md``:
+``_pace``, ``_limits``, ``_tokens``, ``_recovery``, ``_cache``, ``_counters``,
+``_arrivals``), copies ``src/``, ``tests/`` and ``pyproject.toml`` to
+``build/mutants/<module>`` (nothing in the work tree changes), has mutmut
+make every small change it knows to that one module (a ``<`` for a ``<=``, a
+constant off by one, a call dropped ...) and runs, for each change, the fast
+tests that reach the function it changed (``FAST``: injected clocks, no
+real-time waits; mutmut's first pass finds which test reaches which function).
+A mutant no test fails on *survived*: either no behaviour can tell it from
+the code (an equivalent mutant) or a rule goes unasserted. Prints one line a
+module (mutants, killed, survived, other, seconds) and every survivor::
+
+    nox -s mutants                          # every estimator, about ten minutes
+    nox -s mutants -- _pace _limits         # some of them
+    python scripts/mutants.py --show _pace  # with each survivor's diff
+
+Needs ``mutmut`` (``nox -s mutants`` installs the version it was written
+for). The listed modules must stay importable from ``src/autothrottle``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ESTIMATORS = ("_pace", "_limits", "_tokens", "_recovery", "_cache", "_counters", "_arrivals")
+#: The tests that reach the estimators, directly or through the rules and the
+#: gate, with an injected clock: seconds each, not minutes.
+FAST = (
+    "test_pace",
+    "test_limits",
+    "test_recovery",
+    "test_cache",
+    "test_arrivals",
+    "test_token_budgets",
+    "test_plain_response",
+    "test_pacing_rules",
+    "test_algorithm",
+    "test_scheduling",
+    "test_signals",
+    "test_state",
+    "test_stats",
+    "test_spare",
+    "test_windows",
+)
+#: Tests left out: each passes alone, but mutmut runs the tests twice in one
+#: process (to map them, then clean), and these change their own parameters.
+DESELECT = ("tests/test_signals.py::test_manual_backoff_rejects_bad_arguments",)
+#: mutmut's exit codes (its ``stats.py``): 1 and 3 a test failed, 0 none did.
+KILLED = {1, 3}
+SURVIVED = {0}
+
+
+def _config(module: str, tests: list[str]) -> str:
+    """The ``setup.cfg`` section that points mutmut at one module and the tests."""
+    lines = [
+        "[mutmut]",
+        "source_paths = src",
+        f"only_mutate = src/autothrottle/{module}.py",
+        "pytest_add_cli_args_test_selection =",
+        *(f"    {t}" for t in tests),
+        # The copy's own tests only; xdist off: mutmut forks its own workers.
+        "pytest_add_cli_args = -p no:cacheprovider -p no:xdist",
+        *(f"    --deselect={t}" for t in DESELECT),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _run_one(module: str, tests: list[str], *, show: bool) -> dict[str, object]:
+    """Mutate ``module`` in a scratch copy, run mutmut there, count the verdicts."""
+    scratch = ROOT / "build" / "mutants" / module
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    shutil.copytree(ROOT / "src", scratch / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "tests", scratch / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / "pyproject.toml", scratch / "pyproject.toml")
+    (scratch / "setup.cfg").write_text(_config(module, tests))
+    log = scratch / "mutmut.log"
+    start = time.monotonic()
+    with log.open("w") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "mutmut", "run"],
+            cwd=scratch,
+            stdout=out,
+            stderr=out,
+            check=False,
+        )
+    seconds = time.monotonic() - start
+    meta = scratch / "mutants" / "src" / "autothrottle" / f"{module}.py.meta"
+    if done.returncode or not meta.exists():
+        sys.exit(f"{module}: mutmut failed (exit {done.returncode}); see {log}")
+    codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+    survivors = sorted(k for k, c in codes.items() if c in SURVIVED)
+    other = sorted(k for k, c in codes.items() if c not in SURVIVED | KILLED)
+    result = {
+        "module": module,
+        "mutants": len(codes),
+        "killed": sum(c in KILLED for c in codes.values()),
+        "survived": len(survivors),
+        "other": len(other),
+        "seconds": round(seconds),
+    }
+    print(
+        f"{module:<10} mutants {result['mutants']:>4}  killed {result['killed']:>4}  "
+        f"survived {result['survived']:>3}  other {result['other']:>3}  {seconds:>5.0f} s",
+        flush=True,
+    )
+    for name in survivors + other:
+        verdict = "survived" if name in survivors else f"exit {codes[name]}"
+        print(f"    {verdict}: {name}")
+        if show:
+            diff = subprocess.run(
+                [sys.executable, "-m", "mutmut", "show", name],
+                cwd=scratch,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            print("      " + diff.stdout.strip().replace("\n", "\n      "))
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", default=list(ESTIMATORS), help="e.g. _pace _limits")
+    parser.add_argument("--show", action="store_true", help="print each survivor's diff")
+    parser.add_argument("--json", type=Path, help="also write the counts to this file")
+    args = parser.parse_args()
+    try:
+        import mutmut  # noqa: F401
+    except ImportError:
+        sys.exit("needs mutmut: `nox -s mutants`, or `pip install mutmut==3.8.1`")
+    tests = [f"tests/{name}.py" for name in FAST if (ROOT / "tests" / f"{name}.py").exists()]
+    results = [_run_one(m.removesuffix(".py"), tests, show=args.show) for m in args.modules]
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
