@@ -501,3 +501,27 @@ def test_a_refusal_at_a_stated_pace_widens_the_gap_under_a_policy_with_a_shorter
     assert gate_of(slot).send_at(clock.now) == pytest.approx(
         refused_at + 0.1 + MARGIN_STEP + makeup, abs=1e-6
     )
+
+
+@pytest.mark.parametrize(
+    ("budget", "jitter"),
+    [
+        # An exhausted budget's reset past the gap rounded up (1 s): a penalty.
+        ('"default";r=0;t=30', False),
+        # Within it: the rounding of a token due within the gap.
+        ('"default";r=0;t=1', True),
+        # A budget not exhausted asks for no pause, whatever its reset.
+        ('"default";r=1;t=30', True),
+    ],
+)
+def test_a_refusal_at_the_stated_pace_is_a_penalty_when_a_spent_budget_outlasts_the_gap(
+    budget: str, jitter: bool
+) -> None:
+    # docs/recovery.md, "At the stated pace": no pause the refusal asks for (a
+    # Retry-After or an exhausted budget's reset) is longer than the gap rounded
+    # up to the whole second.
+    clock, throttle = strict()
+    slot = throttle.slot(KEY)
+    run_at_the_pace(clock, throttle, 8)
+    refuse_next(clock, throttle, {"RateLimit": budget})
+    assert (slot.delay == 0.5) is jitter

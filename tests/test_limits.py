@@ -11,7 +11,8 @@ import math
 
 import pytest
 
-from autothrottle._limits import Budget, Limits
+from autothrottle._headers import HeaderSignals
+from autothrottle._limits import Budget, Limits, rounding
 from autothrottle.store import RateLimit
 
 
@@ -88,3 +89,20 @@ def test_a_loaded_record_ends_its_pause_and_budgets_within_max_pause() -> None:
         102.0,
         50.0,
     )
+
+
+def test_a_unit_spent_by_a_request_sent_at_an_unknown_time_ends_the_window_a_gap_later() -> None:
+    # No send time: the request is taken as sent when its answer came, so the
+    # window ends one gap of the policy's pace after the response, not at the
+    # second t rounds to.
+    budget = RateLimit(0, 1.0, 10, window=1.0)
+    assert Budget(300.0).apply(Limits(), budget, 100.0, None, refused=False) == pytest.approx(0.1)
+
+
+def test_a_refusal_that_read_no_headers_asks_for_no_pause_past_the_rounding() -> None:
+    # docs/recovery.md, "At the stated pace": only a pause the refusal asks for
+    # (a Retry-After, an exhausted budget's reset) can make it a penalty.
+    assert rounding(None, 0.5) is True
+    assert rounding(HeaderSignals(retry_after=1.0), 0.5) is True
+    assert rounding(HeaderSignals(retry_after=2.0), 0.5) is False
+    assert rounding(HeaderSignals(retry_after=2.0), 1.5) is True  # 1.5 s rounds up to 2
