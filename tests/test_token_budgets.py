@@ -266,6 +266,125 @@ def test_no_wait_is_longer_than_max_pause() -> None:
     assert TokenBudget.fits_at(book, 1, 0.0) == 30.0
 
 
+def test_a_slow_window_refills_at_the_rate_it_said() -> None:
+    # 30 tokens, all spent, full in 120 s: a quarter of a token a second, as said
+    # (slower than the limit a minute, which holds only until a response says).
+    book = TokenBook()
+    read(book, window(0, 120.0, limit=30), now=0.0)
+    assert BUDGET.fits_at(book, 2, 0.0) == pytest.approx(8.0)
+    assert BUDGET.fits_at(book, 2, 8.0) == 8.0
+
+
+def test_a_cost_equal_to_what_remains_fits() -> None:
+    book = TokenBook()
+    read(book, window(5, 10.0, limit=None), now=0.0)
+    assert BUDGET.fits_at(book, 5, 0.0) == 0.0
+    assert BUDGET.fits_at(book, 6, 0.0) == 10.0  # no rate known: at the reset
+
+
+def test_a_window_holds_no_more_than_its_limit() -> None:
+    # Nearly full (a reset that is rounding): the minute's rate, 1000/60 a second,
+    # would take the level past the limit in 10 s; the bucket holds 1000.
+    book = TokenBook()
+    read(book, window(990, 100.0), now=0.0)
+    BUDGET.spend(book, 500, 10.0)
+    assert BUDGET.fits_at(book, 500, 10.0) == 10.0
+    assert BUDGET.fits_at(book, 600, 10.0) == pytest.approx(10.0 + 100 / (1000 / 60))
+
+
+def test_a_whole_window_cost_goes_at_the_reset_even_when_the_rate_is_slower() -> None:
+    # The rate was read off a half-empty window (10 a second); a nearly full one
+    # since says the reset is in 2 s, which is rounding, not a rate: the rate
+    # stands, but the window is full at its reset at the latest.
+    book = TokenBook()
+    read(book, window(500, 50.0), now=0.0, sent_at=0.0)
+    read(book, window(920, 2.0), now=0.0, sent_at=0.0)
+    assert book.windows["tokens"].rate == 10
+    assert BUDGET.fits_at(book, 1000, 0.0) == 2.0
+    assert BUDGET.fits_at(book, 5000, 0.0) == 2.0  # above the limit: a full window
+
+
+def test_exactly_a_tenth_empty_tells_the_rate() -> None:
+    book = TokenBook()
+    read(book, window(900, 2.0), now=0.0, sent_at=0.0)  # 100 of 1000 missing: 50 a second
+    read(book, window(999, 1.0), now=1.0, sent_at=0.5)  # nearly full: the rate stands
+    assert book.windows["tokens"].rate == 50
+
+
+@pytest.mark.parametrize("reset", [0.0, 0.01])
+def test_a_reset_that_says_no_rate_leaves_the_minute_s(reset: float) -> None:
+    # A spent window full again now (reset 0), or a full one whose reset is 10 ms
+    # of rounding: neither says how fast it refills.
+    book = TokenBook()
+    remaining = 0 if reset == 0.0 else 1000
+    read(book, window(remaining, reset), now=0.0, sent_at=0.0)
+    BUDGET.spend(book, 1000, 0.5)
+    assert BUDGET.fits_at(book, 100, 0.5) == pytest.approx(0.5 + 6.0)
+
+
+@pytest.mark.parametrize("order", [(900, 700), (700, 900)])
+def test_two_grants_of_one_moment_read_in_either_order(order: tuple[int, int]) -> None:
+    # 100 and 200 tokens granted at one moment, taken by the server in that order:
+    # the 100's answer says 900, the 200's 700. Whichever comes first, the level
+    # is 700 (the highest reading of the moment, the 200 counted after it).
+    book = TokenBook()
+    read(book, window(1000, 0.0), now=0.0, sent_at=0.0)
+    BUDGET.spend(book, 100, 1.0)
+    BUDGET.spend(book, 200, 1.0)
+    for remaining in order:
+        read(book, window(remaining, 6.0), now=1.5, sent_at=1.0)
+    assert book.windows["tokens"].level == pytest.approx(700.0)
+
+
+def test_a_grant_of_the_same_moment_is_taken_as_later_but_the_smallest() -> None:
+    # Two grants at one moment, one answer: the smallest (by its tokens) is taken
+    # as the answered request's own, the other as later.
+    book = TokenBook()
+    read(book, window(1000, 0.0), now=0.0, sent_at=0.0)
+    BUDGET.spend(book, (100, 250), 1.0)  # 350 tokens
+    BUDGET.spend(book, (300, 0), 1.0)  # 300 tokens: the smallest
+    read(book, window(700, 6.0), now=1.5, sent_at=1.0)
+    assert book.windows["tokens"].level == pytest.approx(700 - 350)
+
+
+def test_one_grant_with_a_cost_at_a_moment_is_its_answer_s_own() -> None:
+    # A request without a cost and one of 100 tokens granted at one moment: only
+    # grants with a cost are counted, and the one of the moment is the answer's
+    # own. The server took the cost-less one first (1000 left when it came), then
+    # the 100's (900): its reading is the later truth, and stands though lower.
+    book = TokenBook()
+    read(book, window(1000, 0.0), now=0.0, sent_at=0.0)
+    BUDGET.spend(book, None, 1.0)
+    BUDGET.spend(book, 100, 1.0)
+    read(book, window(1000, 6.0), now=1.5, sent_at=1.0)
+    assert book.windows["tokens"].level == pytest.approx(1000.0)
+    read(book, window(900, 6.0), now=1.6, sent_at=1.0)
+    assert book.windows["tokens"].level == pytest.approx(900.0)
+
+
+def test_a_grant_comes_off_every_later_answer_of_a_request_sent_before_it() -> None:
+    # On a clock that reads 1000 s and more (costs smaller than the times).
+    book = TokenBook()
+    read(book, window(1000, 0.0), now=1000.0, sent_at=1000.0)
+    BUDGET.spend(book, 300, 1001.0)
+    read(book, window(1000, 6.0), now=1002.0, sent_at=1000.5)
+    assert book.windows["tokens"].level == pytest.approx(700.0)
+    read(book, window(990, 6.0), now=1003.0, sent_at=1000.8)  # sent before it too
+    assert book.windows["tokens"].level == pytest.approx(690.0)
+
+
+def test_a_grant_since_comes_off_a_window_in_its_own_unit() -> None:
+    book = TokenBook()
+    read(book, window(30000, 0.0, 30000, "input-tokens"), now=0.0, sent_at=0.0)
+    BUDGET.spend(book, (500, 100), 1.0)
+    read(book, window(30000, 6.0, 30000, "input-tokens"), now=2.0, sent_at=0.5)
+    assert book.windows["input-tokens"].level == pytest.approx(29500.0)
+
+
+def test_a_refusal_pauses_until_a_spent_window_s_reset_however_near() -> None:
+    assert read(TokenBook(), window(0, 0.25), now=0.0, refused=True) == 0.25
+
+
 class _Bucket:
     """A token bucket as the LLM APIs run one, on plain numbers."""
 
