@@ -298,3 +298,55 @@ def test_at_a_stated_pace_the_latest_two_successes_say_whether_it_was_kept(
     recovery.refused(state, pace=0.1, now=-4.5)
     succeed(recovery, state, times)
     assert recovery.let_through(state, 0.1, now, stated=True) is kept
+
+
+def test_a_second_count_replaces_the_first_when_it_reaches_eight() -> None:
+    # docs/recovery.md, "Bracketing": 8 to 16 of the latest successes count. Eight
+    # a second apart, then eight a tenth apart: the second count has reached 8
+    # and replaced the first, so the rate is the latest eight's.
+    recovery, state = Recovery(), Refusal()
+    succeed(recovery, state, [float(t) for t in range(8)])
+    latest = [8.0 + i / 10 for i in range(8)]
+    succeed(recovery, state, latest)
+    assert recovery.success_rate(state, latest[-1]) == pytest.approx(7 / 0.7)
+
+
+@pytest.mark.parametrize(
+    ("times", "gap", "now", "kept"),
+    [
+        ([0.0, 0.1], 0.1, 0.2, True),  # a fast pace: a span well under a second
+        ([0.0, 0.5], 0.5, 1.25, True),  # n successes spanning exactly 1.25 n gaps
+        ([0.0, 0.5], 0.5, 1.26, False),  # a little more
+        ([5.0, 5.0], 0.5, 5.0, False),  # all at the refusal's moment: no pace kept
+    ],
+)
+def test_a_pace_of_the_slot_s_own_was_kept_when_n_successes_span_at_most_n_gaps(
+    times: list[float], gap: float, now: float, kept: bool
+) -> None:
+    recovery, state = Recovery(), Refusal()
+    succeed(recovery, state, times)
+    assert recovery.let_through(state, gap, now, stated=False) is kept
+
+
+def test_at_a_stated_pace_the_latest_two_may_span_two_and_a_half_gaps() -> None:
+    recovery, state = Recovery(), Refusal()
+    succeed(recovery, state, [0.0, 10.0, 10.5])  # a slow start, then the pace (0.5 s)
+    assert recovery.let_through(state, 0.5, 11.25, stated=True)  # 2.5 gaps: kept
+    assert not recovery.let_through(state, 0.5, 11.26, stated=True)
+
+
+def test_a_loaded_record_places_no_past_event_in_the_future() -> None:
+    # docs/architecture.md: a record taken from elsewhere is held to the loading
+    # throttle's bounds, no past event in the future.
+    times = (
+        "backoff_at",
+        "allowed_at",
+        "ok_first",
+        "ok_next_first",
+        "ok_all_first",
+        "ok_latest",
+        "ok_before",
+    )
+    state = Refusal(**dict.fromkeys(times, 5000.0))
+    state.bound(100.0)
+    assert {name: getattr(state, name) for name in times} == dict.fromkeys(times, 100.0)
