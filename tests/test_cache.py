@@ -117,3 +117,46 @@ def test_the_policy_paces_the_origin_and_its_answer_is_scaled_back() -> None:
     assert asked == [pytest.approx(0.2 * 1.1 / 2)]
     # A capped policy gets headroom (1 + 0.1) / 2 on top: up to twice the rate.
     assert CacheShare.pace_origin(0.1, 0.02, policy, capped=True) == pytest.approx(0.011)
+
+
+def test_the_hits_in_flight_are_littles_law() -> None:
+    # 90 % hits of 50 ms, a send every 10 ms: 90 hits a second, each 50 ms in
+    # flight, 4.5 at once on average, on top of the origin's limit of 2.
+    cache = Cache(miss_share=0.1, hit_latency=0.05)
+    CacheShare.cap(cache, 2.0, 0.01)
+    assert cache.in_flight_cap == 7  # ceil(2 + 4.5)
+    # Seconds of hits in flight per send: their share times their latency.
+    assert CacheShare.hit_time(cache, 0.1) == pytest.approx(0.9 * 0.05)
+    assert CacheShare.hit_time(cache, 1.0) == 0.0  # no hits, none in flight
+
+
+def test_a_cap_that_rises_from_one_request_wakes_the_gate() -> None:
+    cache = Cache(in_flight_cap=1)
+    assert CacheShare.cap(cache, 2.0, 0.01) is True
+    assert CacheShare.cap(cache, 2.0, 0.01) is False  # unchanged: nothing to re-check
+    assert CacheShare.cap(cache, 0.0, 0.01) is False
+    assert cache.in_flight_cap == 1  # a limit of none still lets one request go
+
+
+def test_the_first_response_a_hit_reads_a_share_of_none() -> None:
+    # The first responses weigh 1/n: a hit first reads a share of 0 (floored at
+    # 1 %), and a miss after it the plain mean of the two, a half.
+    cache = Cache()
+    feed(cache, [True, False])
+    assert cache.miss_share == pytest.approx((MIN_SHARE + 1.0) / 2)
+
+
+def test_the_hits_time_is_kept_out_of_what_the_policy_is_handed() -> None:
+    asked: list[float] = []
+
+    def policy(gap: float) -> float:
+        asked.append(gap)
+        return gap
+
+    # Uncapped at a share of 1/2: headroom 2 / 1.5. Of a 0.1 s delay, 0.04 s pace
+    # the hits in flight: the policy is handed the rest, over share and headroom,
+    # and the hits' time is added back to its answer.
+    headroom = 2.0 / 1.5
+    delay = CacheShare.pace_origin(0.5, 0.1, policy, capped=False, hits=0.04)
+    assert asked == [pytest.approx(0.06 / (0.5 * headroom))]
+    assert delay == pytest.approx(0.1)
