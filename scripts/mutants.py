@@ -50,6 +50,7 @@ FAST = (
     "test_stats",
     "test_spare",
     "test_windows",
+    "test_counters_rules",
 )
 #: Tests left out: each passes alone, but mutmut runs the tests twice in one
 #: process (to map them, then clean), and these change their own parameters.
