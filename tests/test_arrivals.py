@@ -224,6 +224,44 @@ def test_a_busy_clients_lateness_leaves_the_host_its_refusal_steps() -> None:
     assert guard.margin(gap, lateness=0.030) == pytest.approx(MAX_MARGIN_SHARE * gap)
 
 
+def test_a_fast_answer_is_the_least_for_8_to_16_answers() -> None:
+    # The least latency is the least of the last 8 to 16 answers: one fast answer
+    # stands through the 15 after it, and the 16th after it forgets it.
+    guard = ArrivalGuard()
+    guard.answered(0.005, wired_at=None)
+    for _ in range(2 * LATENCY_WINDOW - 2):
+        guard.answered(0.010, wired_at=None)
+    assert guard.least_latency() == pytest.approx(0.005)
+    guard.answered(0.010, wired_at=None)
+    assert guard.least_latency() == pytest.approx(0.010)
+
+
+def test_the_spread_is_the_first_quarter_of_the_last_16_over_their_least() -> None:
+    guard = ArrivalGuard()
+    for _ in range(LATENCY_WINDOW):
+        guard.answered(0.010, wired_at=None)
+    # Too few answers to say how the quick ones vary: the lateness stands alone.
+    assert guard.margin(1.0, lateness=0.005) == pytest.approx(0.005)
+    for _ in range(LATENCY_WINDOW):
+        guard.answered(0.005, wired_at=None)
+    # The last 16: one at 8 ms, three at 10, twelve at 12. Their least is 8 ms
+    # and the first quarter's edge (the 5th) 12 ms: a spread of 4 ms. The 5 ms
+    # answers before them are no longer among the last 16.
+    latencies = [0.008] + [0.010] * 3 + [0.012] * 12
+    for latency in latencies:
+        guard.answered(latency, wired_at=None)
+    assert guard.spread == pytest.approx(0.004)
+    assert guard.margin(1.0, lateness=0.010) == pytest.approx(0.004)
+
+
+def test_an_answer_that_pushes_the_arrival_later_by_less_than_its_latency_counts() -> None:
+    guard = ArrivalGuard()
+    guard.answered(0.030, wired_at=10.0)  # arrived by 10.03
+    guard.answered(0.030, wired_at=10.04)  # sent 10 ms after that: by 10.07
+    assert guard.latest == pytest.approx(10.07)
+    assert guard.since(10.04, gap=0.5, lateness=0.0) == pytest.approx(10.07)
+
+
 # -- the gate: a strict pace counts from the latest arrival ---------------------------------
 
 
