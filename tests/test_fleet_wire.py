@@ -78,7 +78,11 @@ def setup(
         look_blocking=store.look_blocking,
         idle=lambda key: None,
     )
-    rules: Any = SimpleNamespace(signals=SimpleNamespace(hold_timeout=300.0, max_pause=300.0))
+    adopted: list[float] = []
+    rules: Any = SimpleNamespace(
+        signals=SimpleNamespace(hold_timeout=300.0, max_pause=300.0),
+        adopt=lambda slot, delay, pause, now: adopted.append(pause),
+    )
     fleet = Fleet(shared, rules, clock=time.monotonic)
     gate = SimpleNamespace(in_flight=lambda: 1, queued=lambda: 0)
     slot: Any = SimpleNamespace(
@@ -87,6 +91,8 @@ def setup(
         config=SimpleNamespace(min_delay=0.0, max_delay=60.0, max_concurrency=8),
         gate=gate,
         fleet_went=-math.inf,
+        adopted=adopted,
+        senders=1,
     )
     lease: Any = SimpleNamespace(on_release="old", on_wire=None, released=False)
     turn = SharedTurn(0.0, "old", GAP, 0.0, time.monotonic() - late, 4, slack=0.016)
@@ -206,9 +212,10 @@ def test_a_pause_past_the_request_bound_fails_at_the_wire() -> None:
 
 def test_a_pause_within_the_bound_is_waited_then_a_turn_asked_for() -> None:
     pause = SharedTurn(0.5, None, GAP, 0.5, None, 4)
-    lease, store, _ = setup(pause, late=0.08, until=time.monotonic() + 1.0)
+    lease, store, slot = setup(pause, late=0.08, until=time.monotonic() + 1.0)
     assert lease.on_wire() == pytest.approx(0.5, abs=0.05)
     assert lease.on_wire() > 0.3 and store.asked == 1  # not asked again before its end
+    assert slot.adopted == [0.5]  # this process's other turns waiting see the pause too
 
 
 async def test_what_the_store_raised_at_the_wire_the_request_raises() -> None:
@@ -281,11 +288,12 @@ def test_a_request_late_again_at_the_wire_looks_and_goes_on_its_turn() -> None:
 
 
 def test_a_request_late_again_in_the_fleets_pause_waits_it_out_then_takes_a_turn() -> None:
-    lease, store, _ = setup(new_turn(0.0), late=0.08, skipped=True)
+    lease, store, slot = setup(new_turn(0.0), late=0.08, skipped=True)
     store.seen = SharedTurn(0.05, None, GAP, 0.05, None, 4)  # another process paused the host
     wait = lease.on_wire()
     assert 0.0 < wait <= 0.05  # not sent through the pause
     assert store.late == ["old"] and lease.on_release is None  # the turn went back
+    assert slot.adopted == [0.05]  # this process's other turns waiting see the pause too
     time.sleep(wait + 0.005)
     store.answer = new_turn(0.0)  # the fleet's next turn, due now, after the pause
     assert lease.on_wire() == 0.0

@@ -42,8 +42,12 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    at its end. A pause that begins while a request waits for its reserved
    send voids that turn: it is handed back and a new one asked for, so the
    turns reserved before a pause do not all leave together when it ends
-   (a pause of this process's own, seen at the turn and at the wire; the
-   fleet's, seen by the store's look at a turn reached late, rule 1).
+   (a pause this process knows of, seen at the turn and at the wire: its
+   own, or the fleet's as adopted from any answer of the store for the
+   slot, rule 4, the look at a turn reached late included, rule 1). A
+   pause another process set reaches this one only with such an answer: a
+   turn reserved before it goes if no request of this process asked the
+   store for the slot meanwhile.
 3. **Bounds.** Every wait, the process's and the fleet's, obeys the local
    bounds: a request waits at most its ``max_wait`` all told (a reserved
    turn further away than that is handed back at once, and the request
@@ -389,9 +393,7 @@ class Fleet:
         left: float,
     ) -> float:
         """Adopt what the fleet said (rule 4) and return the wait, within the bounds (rule 3)."""
-        pause = min(turn.pause, self._rules.signals.max_pause)
-        self._rules.adopt(slot, turn.delay, pause, self.clock())
-        slot.senders = max(1, turn.senders)
+        self.adopt(slot, turn)
         if turn.lease is not None:
             lease.on_release = functools.partial(self.released, slot, turn.lease)
         # The time since the answer came counts (a process that stood still
@@ -400,6 +402,13 @@ class Fleet:
         if bound is not None and wait > left:
             raise ThrottleTimeout(slot.key, bound)
         return wait
+
+    def adopt(self, slot: LiveSlot, turn: SharedTurn) -> None:
+        """Take the fleet's delay and pause (within ``max_pause``) from the store's
+        answer ``turn``, and how many processes share the slot (rule 4)."""
+        pause = min(turn.pause, self._rules.signals.max_pause)
+        self._rules.adopt(slot, turn.delay, pause, self.clock())
+        slot.senders = max(1, turn.senders)
 
     @staticmethod
     def after_own(slot: LiveSlot, turn: SharedTurn, ask: TurnAsk) -> float:
@@ -706,6 +715,7 @@ class WireCheck:
     def _taken(self, new: SharedTurn) -> float:
         now = time.monotonic()
         if new.lease is None and new.wait > 0.0:  # a pause, the cap: ask again then
+            self._fleet.adopt(self._slot, new)  # rule 4: the other turns waiting see it too
             if now + new.wait > self._until:
                 self._timed_out()
             self._again = now + new.wait
@@ -724,6 +734,7 @@ class WireCheck:
         if seen.lease is not None or seen.wait <= 0.0:
             return self._go()
         self._drop(late=True)
+        self._fleet.adopt(self._slot, seen)  # rule 4: the other turns waiting see it too
         now = time.monotonic()
         if now + seen.wait > self._until:
             self._timed_out()
