@@ -9,6 +9,7 @@ given to ``observe`` for what the host's answer took.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import pytest
@@ -19,6 +20,7 @@ from autothrottle import (
     FixedDelayPolicy,
     FixedRatePolicy,
     Throttle,
+    ThrottleEvent,
 )
 from autothrottle._arrivals import (
     EARLY_ANSWERS,
@@ -27,7 +29,7 @@ from autothrottle._arrivals import (
     MAX_MARGIN_SHARE,
     ArrivalGuard,
 )
-from helpers import FakeClock, gate_of
+from helpers import FakeClock, gate_of, record_of
 
 KEY = "example.com"
 
@@ -359,6 +361,30 @@ def test_a_refusal_at_the_stated_pace_costs_a_margin_step_not_a_retry_after_hole
     assert gate_of(slot).send_at(clock.now) == pytest.approx(
         refused_at + 0.5 + MARGIN_STEP + makeup
     )
+
+
+def test_a_margin_step_is_counted_told_and_logged_as_a_backoff(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # docs/recovery.md, "At the stated pace": the refusal is counted as a backoff
+    # (backoffs, backoff_reasons), told to the listeners, and a debug line says
+    # reason=arrival margin.
+    clock, throttle = strict(debug=True)
+    slot = throttle.slot(KEY)
+    run_at_the_pace(clock, throttle, 8)
+    events: list[ThrottleEvent] = []
+    throttle.listen(events.append)
+    with caplog.at_level(logging.DEBUG, logger="autothrottle"):
+        refuse_next(clock, throttle, {"Retry-After": "1"})
+    assert slot.delay == 0.5  # a step, not a backoff
+    snap = slot.snapshot()
+    assert snap.backoffs == 1
+    assert snap.last_backoff_reason == "status 429"
+    assert record_of(slot).backoff_reasons == {"status 429": 1}
+    assert ThrottleEvent("backoff", KEY, reason="status 429") in events
+    lines = [r.getMessage() for r in caplog.records if "arrival margin" in r.getMessage()]
+    assert len(lines) == 1
+    assert f"slot={KEY}" in lines[0] and "delay=500ms" in lines[0] and "status=429" in lines[0]
 
 
 def test_two_gaps_around_a_refused_request_sum_to_two_gaps_and_more() -> None:
