@@ -1,0 +1,36 @@
+"""A stated start (docs/signals.md, "Rate-limit headers"), on a hand-set clock.
+
+The first response that states the policy's own pace, when the slot's delay is
+above it and it was never refused, has the policy adapt from that pace rather
+than from its delay. A slot that was refused keeps adapting from its delay:
+the host's refusal, not a guess, set it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autothrottle import AutoThrottlePolicy, Throttle
+from helpers import FakeClock
+
+KEY = "api.example"
+STATED = {"RateLimit-Policy": '"default";q=10;w=1', "RateLimit": '"default";r=9;t=1'}
+
+
+def test_a_slot_never_refused_adapts_from_the_stated_pace() -> None:
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=AutoThrottlePolicy(), start_delay=1.0)
+    throttle.observe(KEY, latency=0.01, status=200, headers=STATED)
+    # Scrapy's rule from the stated 0.1 s: (0.1 + 0.01) / 2.
+    assert throttle.slot(KEY).delay == pytest.approx(0.055)
+
+
+def test_a_slot_once_refused_adapts_from_its_delay() -> None:
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=AutoThrottlePolicy(), start_delay=0.5)
+    throttle.observe(KEY, latency=0.01, status=503)  # refused at 0.5 s: backs off to 1 s
+    assert throttle.slot(KEY).delay == 1.0
+    clock.advance(600.0)  # long past the recovery: the floor holds nothing back
+    throttle.observe(KEY, latency=0.01, status=200, headers=STATED)
+    # Scrapy's rule from the delay: (1.0 + 0.01) / 2, not from the stated 0.1 s.
+    assert throttle.slot(KEY).delay == pytest.approx(0.505)
