@@ -43,3 +43,15 @@ def test_the_hits_in_flight_count_against_the_target(hit_latency: float, target:
     origin = 0.2 / target * share * 2 / (1 + share)
     hits = (1 - share) * hit_latency / target
     assert slot.delay == pytest.approx(origin + hits, rel=0.12)
+
+
+def test_a_slow_hit_raises_the_delay_to_its_latency_over_the_target() -> None:
+    # As any response may under Scrapy's rule: a hit of 3 s at a target of 2
+    # raises the delay to 1.5 s, not to 3 s.
+    clock = FakeClock()
+    throttle = Throttle(
+        clock=clock, policy=AutoThrottlePolicy(), start_delay=0.5, target_concurrency=2.0
+    )
+    throttle.observe(KEY, latency=0.5, status=200, headers=MISS)
+    throttle.observe(KEY, latency=3.0, status=200, headers=HIT)
+    assert throttle.slot(KEY).delay == pytest.approx(1.5)
