@@ -9,6 +9,8 @@ hit_latency / target_concurrency``, outside what the policy is handed.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from autothrottle import AutoThrottlePolicy, Throttle
@@ -55,3 +57,24 @@ def test_a_slow_hit_raises_the_delay_to_its_latency_over_the_target() -> None:
     throttle.observe(KEY, latency=0.5, status=200, headers=MISS)
     throttle.observe(KEY, latency=3.0, status=200, headers=HIT)
     assert throttle.slot(KEY).delay == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("lower", [False, True])
+def test_a_delay_a_hit_set_is_logged_as_a_cache_hit(
+    lower: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # docs/guide.md, "Reading the debug output": the reason is what set the new
+    # delay; a hit's, by the miss share or (cache_hits_lower_delay) as any response.
+    clock = FakeClock()
+    throttle = Throttle(
+        clock=clock,
+        policy=AutoThrottlePolicy(),
+        start_delay=2.0,
+        debug=True,
+        cache_hits_lower_delay=lower,
+    )
+    throttle.observe(KEY, latency=1.0, status=200, headers=MISS)
+    with caplog.at_level(logging.DEBUG, logger="autothrottle"):
+        throttle.observe(KEY, latency=0.05, status=200, headers=HIT)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].endswith("reason=cache hit")
