@@ -53,6 +53,7 @@ FAST = (
     "test_counters_rules",
     "test_cache_rules",
     "test_stated_pace_rules",
+    "test_recovery_rules",
 )
 #: Tests left out: each passes alone, but mutmut runs the tests twice in one
 #: process (to map them, then clean), and these change their own parameters.
