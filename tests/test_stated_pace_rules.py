@@ -8,9 +8,11 @@ the host's refusal, not a guess, set it.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from autothrottle import AutoThrottlePolicy, Throttle
+from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
 from helpers import FakeClock
 
 KEY = "api.example"
@@ -34,3 +36,18 @@ def test_a_slot_once_refused_adapts_from_its_delay() -> None:
     throttle.observe(KEY, latency=0.01, status=200, headers=STATED)
     # Scrapy's rule from the delay: (1.0 + 0.01) / 2, not from the stated 0.1 s.
     assert throttle.slot(KEY).delay == pytest.approx(0.505)
+
+
+def test_the_debug_line_says_what_set_the_delay(caplog: pytest.LogCaptureFixture) -> None:
+    # docs/guide.md, "Reading the debug output": `stated pace` when the policy
+    # adapted from the pace the headers stated; `ramp-up` when the ramp held a
+    # falling delay back (docs/signals.md, "Ramp-up").
+    clock = FakeClock()
+    stated = Throttle(clock=clock, policy=AutoThrottlePolicy(), start_delay=1.0, debug=True)
+    ramped = Throttle(clock=clock, policy=AdaptiveConcurrencyPolicy(), start_delay=2.0, debug=True)
+    with caplog.at_level(logging.DEBUG, logger="autothrottle"):
+        stated.observe(KEY, latency=0.01, status=200, headers=STATED)
+        clock.advance(0.1)
+        ramped.observe("ramped.example", latency=0.01, status=200)
+    reasons = [r.getMessage().rsplit("reason=", 1)[-1] for r in caplog.records]
+    assert reasons == ["stated pace", "ramp-up"]
