@@ -51,3 +51,4 @@ def test_the_debug_line_says_what_set_the_delay(caplog: pytest.LogCaptureFixture
         ramped.observe("ramped.example", latency=0.01, status=200)
     reasons = [r.getMessage().rsplit("reason=", 1)[-1] for r in caplog.records]
     assert reasons == ["stated pace", "ramp-up"]
+    assert all("latency=10.0ms status=200 " in r.getMessage() for r in caplog.records)
