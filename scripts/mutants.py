@@ -55,9 +55,10 @@ FAST = (
     "test_stated_pace_rules",
     "test_recovery_rules",
 )
-#: Tests left out: each passes alone, but mutmut runs the tests twice in one
-#: process (to map them, then clean), and these change their own parameters.
-DESELECT = ("tests/test_signals.py::test_manual_backoff_rejects_bad_arguments",)
+#: Tests left out. mutmut runs the tests twice in one process (to map them,
+#: then clean), so a test that changes its own parameters fails the second
+#: time: fix such a test rather than list it here.
+DESELECT: tuple[str, ...] = ()
 #: mutmut's exit codes (its ``stats.py``): 1 and 3 a test failed, 0 none did.
 KILLED = {1, 3}
 SURVIVED = {0}

@@ -1014,6 +1014,7 @@ def test_manual_backoff_rejects_bad_arguments(
     kwargs: dict[str, Any], error: type[Exception], name: str
 ) -> None:
     _, throttle = fake(start_delay=1.0)
+    kwargs = dict(kwargs)  # the parameter's own dict stays whole for a second run
     url_or_key = kwargs.pop("url_or_key")
     with pytest.raises(error, match=name):
         throttle.backoff(url_or_key, **kwargs)
