@@ -11,6 +11,7 @@ import math
 import time
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -121,24 +122,38 @@ def ask() -> TurnAsk:
     return TurnAsk(GAP, 0.0, 60.0, 8, 300.0, 300.0, SPACING_MARGIN)
 
 
+NOW = 1_000.0
+"""The moment the fleet's rules read from ``time.monotonic()`` in these tests
+(:func:`at_now`): a stall of the test's process between making a turn and
+judging it (tens of ms on a loaded machine) must not change the verdict."""
+
+
+def at_now() -> Any:
+    """Stop the monotonic clock at :data:`NOW` while inside."""
+    return mock.patch.object(time, "monotonic", return_value=NOW)
+
+
 def turn(*, joined: bool) -> SharedTurn:
-    return SharedTurn(0.0, "lease", GAP, 0.0, time.monotonic(), 4, joined=joined)
+    return SharedTurn(0.0, "lease", GAP, 0.0, NOW, 4, joined=joined)
 
 
 def test_a_run_turn_goes_a_run_gap_after_the_process_own_previous_send() -> None:
-    slot: Any = SimpleNamespace(fleet_went=time.monotonic())  # the previous one just went
-    waited = Fleet.after_own(slot, turn(joined=True), ask())
-    assert waited == pytest.approx(GAP * SPACING_MARGIN, abs=0.05)
+    slot: Any = SimpleNamespace(fleet_went=NOW)  # the previous one just went
+    with at_now():
+        waited = Fleet.after_own(slot, turn(joined=True), ask())
+    assert waited == pytest.approx(GAP * SPACING_MARGIN)
 
 
 def test_a_run_turn_after_a_send_long_gone_waits_no_more() -> None:
-    slot: Any = SimpleNamespace(fleet_went=time.monotonic() - 10.0)
-    assert Fleet.after_own(slot, turn(joined=True), ask()) < 0.0
+    slot: Any = SimpleNamespace(fleet_went=NOW - 10.0)
+    with at_now():
+        assert Fleet.after_own(slot, turn(joined=True), ask()) < 0.0
 
 
 def test_a_turn_that_begins_a_run_follows_another_process_and_waits_no_more() -> None:
-    slot: Any = SimpleNamespace(fleet_went=time.monotonic())
-    assert Fleet.after_own(slot, turn(joined=False), ask()) == 0.0
+    slot: Any = SimpleNamespace(fleet_went=NOW)
+    with at_now():
+        assert Fleet.after_own(slot, turn(joined=False), ask()) == 0.0
 
 
 class LateStore:
@@ -162,11 +177,12 @@ def done(turn: SharedTurn, *, skipped: bool = False) -> tuple[int, LateStore, An
         key="k", state=SimpleNamespace(pause_until=-math.inf), fleet_went=-math.inf
     )
     lease: Any = SimpleNamespace(wire_gap=0.3, on_release=object())
-    return fleet._done(slot, lease, turn, skipped), store, lease
+    with at_now():
+        return fleet._done(slot, lease, turn, skipped), store, lease
 
 
 def late_turn(late: float, slack: float, *, closes: bool = True) -> SharedTurn:
-    due = time.monotonic() - late
+    due = NOW - late
     return SharedTurn(0.0, "lease", GAP, 0.0, due, 4, closes=closes, slack=slack)
 
 
@@ -254,7 +270,8 @@ def test_a_turn_answered_before_the_process_stood_still_is_bounded_by_what_is_le
     fleet = Fleet(SimpleNamespace(), rules, clock=lambda: 0.0)  # type: ignore[arg-type]
     slot: Any = SimpleNamespace(key="k", senders=1)
     lease: Any = SimpleNamespace(on_release=None)
-    turn = SharedTurn(1.5, "lease", GAP, 0.0, time.monotonic() + 0.5, 1)
-    assert fleet._settle(slot, lease, turn, ask(), 2.0, 0.7) == pytest.approx(0.5, abs=0.05)
-    with pytest.raises(ThrottleTimeout):
-        fleet._settle(slot, lease, turn, ask(), 2.0, 0.3)
+    turn = SharedTurn(1.5, "lease", GAP, 0.0, NOW + 0.5, 1)
+    with at_now():
+        assert fleet._settle(slot, lease, turn, ask(), 2.0, 0.7) == pytest.approx(0.5)
+        with pytest.raises(ThrottleTimeout):
+            fleet._settle(slot, lease, turn, ask(), 2.0, 0.3)
