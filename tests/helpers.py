@@ -9,6 +9,7 @@ import gc
 import math
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
@@ -213,3 +214,36 @@ def left_for_the_collector() -> Iterator[list[str]]:
         gc.set_debug(0)
         gc.enable()
         gc.collect()
+
+
+class ArrivalSite:
+    """A loopback server's record of when each request reached it
+    (``time.monotonic()``, one clock for every process on the machine)."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[float] = []
+        self.url = ""
+
+
+@contextlib.asynccontextmanager
+async def arrival_site(host: str) -> AsyncIterator[ArrivalSite]:
+    """Serve ``GET /`` on the loopback address ``host``, a free port, in the
+    running loop, noting each arrival; ``url`` says where."""
+    from aiohttp import web  # only the tests that serve need aiohttp
+
+    target = ArrivalSite()
+
+    async def handle(request: web.Request) -> web.Response:
+        target.arrivals.append(time.monotonic())
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, 0).start()
+    target.url = f"http://{host}:{runner.addresses[0][1]}/"
+    try:
+        yield target
+    finally:
+        await runner.cleanup()

@@ -25,14 +25,14 @@ from typing import Any
 import aiohttp
 import pytest
 import redis
-from aiohttp import web
 
 from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
 from autothrottle._fleet import SharedTurn, TurnAsk
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
-from helpers import needs_redis
+from helpers import ArrivalSite as Site
+from helpers import arrival_site, needs_redis
 
 REDIS = "redis://127.0.0.1:6379/0"
 KEY = "127.0.0.3"
@@ -46,31 +46,9 @@ def _needs_redis() -> None:
     needs_redis()
 
 
-class Site:
-    """A loopback server that notes when each request reached it."""
-
-    def __init__(self) -> None:
-        self.arrivals: list[float] = []
-        self.url = ""
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.arrivals.append(time.monotonic())
-        return web.Response(text="ok")
-
-
-@contextlib.asynccontextmanager
-async def site() -> AsyncIterator[Site]:
-    target = Site()
-    app = web.Application()
-    app.router.add_get("/", target.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, KEY, 0).start()
-    target.url = f"http://{KEY}:{runner.addresses[0][1]}/"
-    try:
-        yield target
-    finally:
-        await runner.cleanup()
+def site() -> contextlib.AbstractAsyncContextManager[Site]:
+    """The host the fleet paces, served in this loop."""
+    return arrival_site(KEY)
 
 
 class Fleet:
