@@ -101,6 +101,18 @@ def setup(
     return lease, store, slot
 
 
+async def answered(lease: Any) -> float:
+    """What the wire check says once the store's answer came: it polls until then
+    (bounded: the answer comes within a few loop turns)."""
+    wait = WIRE_POLL
+    for _ in range(100):
+        await asyncio.sleep(0)
+        wait = lease.on_wire()
+        if wait != WIRE_POLL:
+            break
+    return wait
+
+
 def new_turn(due_in: float) -> SharedTurn:
     return SharedTurn(due_in, "new", GAP, 0.0, time.monotonic() + due_in, 4, slack=0.016)
 
@@ -133,11 +145,7 @@ async def test_a_turn_later_than_its_slack_at_the_wire_is_taken_again_async() ->
     await asyncio.sleep(0)
     assert lease.on_wire() == WIRE_POLL and store.asked == 1  # asked once, not again
     store.gate.set()
-    for _ in range(100):  # bounded: the answer comes within a few loop turns
-        await asyncio.sleep(0)
-        wait = lease.on_wire()
-        if wait != WIRE_POLL:
-            break
+    wait = await answered(lease)
     assert wait == pytest.approx(0.3, abs=0.1)
     assert store.late == ["old"] and lease.on_release.args[1] == "new"
 
@@ -182,11 +190,7 @@ async def test_a_new_turn_due_during_the_processs_own_pause_goes_back() -> None:
     assert lease.on_wire() == WIRE_POLL  # late: a new turn is being taken
     slot.state.pause_until = time.monotonic() + 0.3  # meanwhile a 429 paused the slot
     store.gate.set()
-    for _ in range(100):  # bounded: the answer comes within a few loop turns
-        await asyncio.sleep(0)
-        wait = lease.on_wire()
-        if wait != WIRE_POLL:
-            break
+    wait = await answered(lease)
     assert wait == pytest.approx(0.3, abs=0.1)  # the pause, not a send at its end
     assert store.late == ["old"] and store.released == ["new"]
 
@@ -314,11 +318,7 @@ async def test_a_request_late_again_looks_async() -> None:
     assert lease.on_wire() == WIRE_POLL  # the look is on its way
     assert lease.on_release == "old"  # held meanwhile
     store.gate.set()
-    for _ in range(100):  # bounded: the answer comes within a few loop turns
-        await asyncio.sleep(0)
-        wait = lease.on_wire()
-        if wait != WIRE_POLL:
-            break
+    wait = await answered(lease)
     assert wait == pytest.approx(0.2, abs=0.1)
     assert store.looked == 1 and store.late == ["old"] and store.asked == 0
 
