@@ -115,6 +115,26 @@ def stand_still() -> None:
     time.sleep(STALL)  # the event loop or the thread stands still: nothing else runs
 
 
+async def sent_stalling_at_connect(fleet: Fleet, at_connect: Callable[[], object]) -> Site:
+    """One request through aiohttp whose process runs ``at_connect`` (stands
+    still, pauses the host) when its connection is ready, on its way to the
+    wire; it must be answered. The site that saw it."""
+
+    async def stalled_connect(*_: Any) -> None:
+        at_connect()
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(stalled_connect)
+    async with (
+        site() as target,
+        ThrottledSession(throttle=fleet.throttle, trace_configs=[trace]) as session,
+    ):
+        async with asyncio.timeout(10.0):
+            response = await session.get(target.url)
+        assert response.status == 200
+    return target
+
+
 async def test_a_second_turn_reached_late_looks_for_the_fleets_pause(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -147,19 +167,7 @@ async def test_a_second_turn_late_at_the_wire_looks_for_the_fleets_pause(
     # process pauses the host.
     fleet.stall_turns(monkeypatch, stand_still)
 
-    async def stalled_connect(*_: Any) -> None:
-        fleet.pause()
-        stand_still()
-
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_create_end.append(stalled_connect)
-    async with (
-        site() as target,
-        ThrottledSession(throttle=fleet.throttle, trace_configs=[trace]) as session,
-    ):
-        async with asyncio.timeout(10.0):
-            response = await session.get(target.url)
-        assert response.status == 200
+    target = await sent_stalling_at_connect(fleet, lambda: (fleet.pause(), stand_still()))
     assert fleet.asked >= 2 and len(target.arrivals) == 1
     assert target.arrivals[0] >= fleet.pause_ends - EARLY, target.arrivals[0] - fleet.pause_ends
 
@@ -191,18 +199,7 @@ async def test_a_process_late_at_every_turn_and_at_the_wire_still_sends(
     # No pause: a request late everywhere goes after one turn handed back.
     fleet.stall_turns(monkeypatch, stand_still, stand_still, stand_still, stand_still)
 
-    async def stalled_connect(*_: Any) -> None:
-        stand_still()
-
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_create_end.append(stalled_connect)
-    async with (
-        site() as target,
-        ThrottledSession(throttle=fleet.throttle, trace_configs=[trace]) as session,
-    ):
-        async with asyncio.timeout(10.0):
-            response = await session.get(target.url)
-        assert response.status == 200
+    target = await sent_stalling_at_connect(fleet, stand_still)
     assert fleet.asked == 2 and len(target.arrivals) == 1  # one turn back, then it went
     await fleet.ours.flush()
     assert fleet.leases() == 0
