@@ -223,7 +223,7 @@ def test_a_request_whose_turn_came_late_once_looks_before_going_on_its_next_late
 
 
 def looked(seen: SharedTurn, left: float = math.inf) -> tuple[float, LateStore, Any, Any]:
-    """What :meth:`Fleet._looked` makes of the store's answer ``seen``: the wait,
+    """What :meth:`Fleet.looked` makes of the store's answer ``seen``: the wait,
     what the store was told, the lease, the slot."""
     store = LateStore()
     shared: Any = SimpleNamespace(late=store.late_turn, released=store.released.append)
@@ -236,7 +236,7 @@ def looked(seen: SharedTurn, left: float = math.inf) -> tuple[float, LateStore, 
     slot: Any = SimpleNamespace(key="k", fleet_went=-math.inf, senders=1)
     lease: Any = SimpleNamespace(wire_gap=0.3, on_release=object())
     bound = None if left == math.inf else 1.0
-    wait = fleet._looked(slot, lease, late_turn(0.03, 0.016), seen, ask(), bound, left)
+    wait = fleet.looked(slot, lease, "lease", seen, bound, left)
     slot.adopted = adopted
     return wait, store, lease, slot
 

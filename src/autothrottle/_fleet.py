@@ -128,7 +128,8 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
+from typing import Any
 
 import anyio
 
@@ -158,6 +159,9 @@ logger = logging.getLogger(__name__)
 GO, AGAIN, LOOK = 0, 1, 2
 """What :meth:`Fleet._done` says of a turn that came: the request goes; its turn
 is void and it asks again; it asks the store whether it may go (rule 1)."""
+
+_TAKE, _LOOK, _SLEEP = 0, 1, 2
+"""What :meth:`Fleet._steps` asks its driver to do: take a turn, look at one, sleep."""
 
 __all__ = [
     "AGAIN",
@@ -202,36 +206,27 @@ class Fleet:
     async def take_turn(
         self, slot: LiveSlot, lease: Lease, bound: float | None, left: float
     ) -> None:
-        """Wait for the fleet's turn after the slot's own was granted.
+        """Wait for the fleet's turn after the slot's own was granted (:meth:`_steps`).
 
         ``bound`` is the request's ``max_wait`` (None: none), ``left`` what is
         left of it. On any failure, cancellation or timeout the lease is released.
         """
-        deadline = anyio.current_time() + left
-        skipped = False  # a late turn is handed back once per request, not forever
+        clock = anyio.current_time
+        steps = self._steps(slot, lease, bound, clock() + left, clock)
         try:
+            step, arg = next(steps)
             while True:
-                ask = self.ask(slot)
-                turn = await self.store.take_turn(slot.key, ask, self.clock())
-                wait = self._settle(slot, lease, turn, ask, bound, deadline - anyio.current_time())
-                while wait > 0.0 or (wait := self.after_own(slot, turn, ask)) > 0.0:
-                    await anyio.sleep(wait)
-                    wait = 0.0
-                done = self._done(slot, lease, turn, skipped)
-                if done == LOOK:
-                    assert turn.lease is not None
-                    seen = await self.store.look(slot.key, turn.lease, ask, self.clock())
-                    left = deadline - anyio.current_time()
-                    wait = self._looked(slot, lease, turn, seen, ask, bound, left)
-                    if wait > 0.0:
-                        await anyio.sleep(wait)
-                    else:  # the look at the wire counts from this one
-                        turn, done = turn._replace(due=time.monotonic()), GO
-                if done == GO:
-                    left = deadline - anyio.current_time()
-                    self._check_at_wire(slot, lease, turn, skipped, bound, left)
-                    return
-                skipped = skipped or turn.lease is not None
+                if step == _SLEEP:
+                    await anyio.sleep(arg)
+                    step, arg = steps.send(None)
+                elif step == _TAKE:
+                    step, arg = steps.send(await self.store.take_turn(slot.key, arg, self.clock()))
+                else:
+                    turn, ask = arg
+                    seen = await self.store.look(slot.key, turn, ask, self.clock())
+                    step, arg = steps.send(seen)
+        except StopIteration:
+            return
         except BaseException:
             lease.release()
             raise
@@ -240,34 +235,63 @@ class Fleet:
         self, slot: LiveSlot, lease: Lease, bound: float | None, left: float
     ) -> None:
         """:meth:`take_turn` for a thread."""
-        deadline = time.monotonic() + left
-        skipped = False
+        clock = time.monotonic
+        steps = self._steps(slot, lease, bound, clock() + left, clock)
         try:
+            step, arg = next(steps)
             while True:
-                ask = self.ask(slot)
-                turn = self.store.take_turn_blocking(slot.key, ask, self.clock())
-                wait = self._settle(slot, lease, turn, ask, bound, deadline - time.monotonic())
-                while wait > 0.0 or (wait := self.after_own(slot, turn, ask)) > 0.0:
-                    time.sleep(wait)
-                    wait = 0.0
-                done = self._done(slot, lease, turn, skipped)
-                if done == LOOK:
-                    assert turn.lease is not None
-                    seen = self.store.look_blocking(slot.key, turn.lease, ask, self.clock())
-                    left = deadline - time.monotonic()
-                    wait = self._looked(slot, lease, turn, seen, ask, bound, left)
-                    if wait > 0.0:
-                        time.sleep(wait)
-                    else:  # the look at the wire counts from this one
-                        turn, done = turn._replace(due=time.monotonic()), GO
-                if done == GO:
-                    left = deadline - time.monotonic()
-                    self._check_at_wire(slot, lease, turn, skipped, bound, left)
-                    return
-                skipped = skipped or turn.lease is not None
+                if step == _SLEEP:
+                    time.sleep(arg)
+                    step, arg = steps.send(None)
+                elif step == _TAKE:
+                    step, arg = steps.send(
+                        self.store.take_turn_blocking(slot.key, arg, self.clock())
+                    )
+                else:
+                    turn, ask = arg
+                    seen = self.store.look_blocking(slot.key, turn, ask, self.clock())
+                    step, arg = steps.send(seen)
+        except StopIteration:
+            return
         except BaseException:
             lease.release()
             raise
+
+    def _steps(
+        self,
+        slot: LiveSlot,
+        lease: Lease,
+        bound: float | None,
+        deadline: float,
+        clock: Callable[[], float],
+    ) -> Generator[tuple[int, Any], Any, None]:
+        """The fleet's turn of a request, without I/O: each step it yields is done
+        by :meth:`take_turn` (awaited) or :meth:`take_turn_blocking` (in a
+        thread), which send back the answer. ``(_TAKE, ask)``: the store's turn;
+        ``(_LOOK, (lease, ask))``: the store's look at a turn reached late again;
+        ``(_SLEEP, seconds)``. ``deadline`` is the request's ``max_wait`` on
+        ``clock``; it returns when the request may go (rules 1-4)."""
+        skipped = False  # a late turn is handed back once per request, not forever
+        while True:
+            ask = self.ask(slot)
+            turn: SharedTurn = yield _TAKE, ask
+            wait = self._settle(slot, lease, turn, ask, bound, deadline - clock())
+            while wait > 0.0 or (wait := self.after_own(slot, turn, ask)) > 0.0:
+                yield _SLEEP, wait
+                wait = 0.0
+            done = self._done(slot, lease, turn, skipped)
+            if done == LOOK:
+                assert turn.lease is not None
+                seen: SharedTurn = yield _LOOK, (turn.lease, ask)
+                wait = self.looked(slot, lease, turn.lease, seen, bound, deadline - clock())
+                if wait > 0.0:
+                    yield _SLEEP, wait
+                else:  # the look at the wire counts from this one
+                    turn, done = turn._replace(due=time.monotonic()), GO
+            if done == GO:
+                self._check_at_wire(slot, lease, turn, skipped, bound, deadline - clock())
+                return
+            skipped = skipped or turn.lease is not None
 
     def _check_at_wire(
         self,
@@ -315,7 +339,7 @@ class Fleet:
         request: a process stalled every time still sends. A later turn of the
         request reached late goes off its turn, but not blind (:data:`LOOK`):
         while the process stood still another may have paused the slot, which
-        only the store knows (:meth:`_looked`). A late turn inside a run goes:
+        only the store knows (:meth:`looked`). A late turn inside a run goes:
         the next send is this process's own, spaced from it on the wire (rule 8)."""
         if turn.lease is None:
             return GO if turn.wait <= 0.0 else AGAIN
@@ -344,29 +368,33 @@ class Fleet:
         lease.wire_gap = 0.0
         slot.fleet_went = time.monotonic()
 
-    def _looked(
+    def looked(
         self,
         slot: LiveSlot,
         lease: Lease,
-        turn: SharedTurn,
+        held: str,
         seen: SharedTurn,
-        ask: TurnAsk,
         bound: float | None,
         left: float,
     ) -> float:
-        """What the store's look at a turn reached late again said (rules 1-3):
-        0.0, the request goes on it, off its turn (once per request is enough to
-        hand one back); else the fleet's pause or its cap runs: the turn is void
-        and goes back (its time too, when nobody reserved after it), the request
-        waits the seconds returned and takes a new turn, or fails at once when
-        that passes its ``max_wait`` (``bound``; ``left``: what is left of it)."""
+        """What the store's look at a turn reached late again said (rules 1-3),
+        at the turn (:meth:`_steps`) and at the wire (:class:`WireCheck`): 0.0,
+        the request goes on its turn ``held``, off its time (once per request is
+        enough to hand one back); else the fleet's pause or its cap runs: the
+        turn is void and goes back (its time too, when nobody reserved after
+        it), the fleet's answer is adopted (rule 4: the other turns waiting see
+        it too), and the request waits the seconds returned, then takes a new
+        turn; or it fails at once with :class:`~autothrottle.ThrottleTimeout`
+        when that passes its ``max_wait`` (``bound``; ``left``: what is left of it)."""
         if seen.lease is not None or seen.wait <= 0.0:
             self._going(slot, lease)
             return 0.0
-        assert turn.lease is not None
         lease.on_release = None
-        self.store.late(slot.key, turn.lease)
-        return self._settle(slot, lease, seen, ask, bound, left)
+        self.store.late(slot.key, held)
+        self.adopt(slot, seen)
+        if bound is not None and seen.wait > left:
+            raise ThrottleTimeout(slot.key, bound)
+        return seen.wait
 
     def ask(self, slot: LiveSlot) -> TurnAsk:
         """What this process asks the fleet for a turn of ``slot`` with (rule 1)."""
@@ -522,7 +550,7 @@ class WireCheck:
     request reached late (the one it waits for here, or the one it went on
     after handing one back at its turn) goes off its turn after the store's
     look found no pause of the fleet's and room under its cap
-    (:meth:`Fleet._looked`): only the store knows what another process set
+    (:meth:`Fleet.looked`): only the store knows what another process set
     while this one stood still. A pause of this process's own that runs
     then voids the turn, as at the turn (rule 2): it goes back, and a new
     one is taken when the pause is over. :meth:`Lease.wire_wait` calls it:
@@ -659,7 +687,7 @@ class WireCheck:
         return WIRE_POLL
 
     def _look(self, turn: SharedTurn) -> float:
-        """Ask the store whether the late ``turn`` may go now (:meth:`Fleet._looked`)."""
+        """Ask the store whether the late ``turn`` may go now (:meth:`Fleet.looked`)."""
         fleet, key = self._fleet, self._slot.key
         assert turn.lease is not None
         ask = fleet.ask(self._slot)
@@ -716,10 +744,7 @@ class WireCheck:
         now = time.monotonic()
         if new.lease is None and new.wait > 0.0:  # a pause, the cap: ask again then
             self._fleet.adopt(self._slot, new)  # rule 4: the other turns waiting see it too
-            if now + new.wait > self._until:
-                self._timed_out()
-            self._again = now + new.wait
-            return new.wait
+            return self._wait_out(now, new.wait)
         if new.lease is not None:
             if self._lease.released:  # the request was given up meanwhile
                 self._fleet.store.released(self._slot.key, new.lease)
@@ -729,17 +754,24 @@ class WireCheck:
         return self._at(new, now)
 
     def _seen(self, seen: SharedTurn) -> float:
-        """The store's look at the late turn held: it goes, or it is void and the
-        request waits the fleet's pause (or its cap) out, then takes a new turn."""
-        if seen.lease is not None or seen.wait <= 0.0:
-            return self._go()
-        self._drop(late=True)
-        self._fleet.adopt(self._slot, seen)  # rule 4: the other turns waiting see it too
+        """The store's look at the late turn held (:meth:`Fleet.looked`): it goes,
+        or it is void and the request waits the fleet's pause (or its cap) out,
+        then takes a new turn."""
+        turn = self._turn
+        assert turn is not None and turn.lease is not None
         now = time.monotonic()
-        if now + seen.wait > self._until:
-            self._timed_out()
-        self._again = now + seen.wait
-        return seen.wait
+        try:
+            wait = self._fleet.looked(
+                self._slot, self._lease, turn.lease, seen, self._bound, self._until - now
+            )
+        except ThrottleTimeout:
+            self._turn, self._failed = None, True
+            raise
+        if wait <= 0.0:
+            return self._go()
+        self._turn = None
+        self._again = now + wait
+        return wait
 
     def _paused(self) -> float:
         """Seconds this process's own pause of the slot still runs (0.0: none).
@@ -757,8 +789,8 @@ class WireCheck:
         return left if left > 0.0 else 0.0
 
     def _wait_out(self, now: float, paused: float) -> float:
-        """Wait out this process's pause, then take a new turn; past the request's
-        ``max_wait``, fail at once (rule 3)."""
+        """Wait out a pause (this process's, the fleet's) or the fleet's cap, then
+        take a new turn; past the request's ``max_wait``, fail at once (rule 3)."""
         if now + paused > self._until:
             self._timed_out()
         self._again = now + paused
