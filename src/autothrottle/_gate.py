@@ -293,7 +293,12 @@ class Gate(WireTurn):
     # -- what the driver calls -----------------------------------------------------
 
     def grant_now(self, make: Callable[[float], H], cost: Cost | None = None) -> H | None:
-        """The fast path: a hold at once if nobody is queued and the gate is open."""
+        """The fast path: a hold at once if nobody is queued and the gate is open.
+
+        A slot with nothing but the usual to space by is granted by
+        :meth:`_grant_plain`, in one call; any other asks :meth:`send_at` and
+        :meth:`_grant`, the rules' one home.
+        """
         lock = self.lock
         lock.acquire()
         try:
@@ -312,11 +317,68 @@ class Gate(WireTurn):
             # attribute that holds no method (a field, not a def) up the slow way.
             clock = self.clock
             now = clock()
+            if (
+                self._plain_grant
+                and self.arrivals is None
+                and cost is None
+                and not self.state.pace.ramp_to
+                and not self.token_book.windows
+            ):
+                return self._grant_plain(now, make)
             if now < self.send_at(now, cost):
                 return None
             return self._grant(now, make, cost)
         finally:
             lock.release()
+
+    def _grant_plain(self, now: float, make: Callable[[float], H]) -> H | None:
+        """:meth:`send_at`, then :meth:`_grant` if it may go, for a slot with
+        nothing but the usual to space by (:meth:`grant_now` checked it, the
+        lock held): a plain grant (no window, a burst of 1, no jitter: a factor
+        of 1), no strict pace, no ramp in force, no token windows, no cost.
+        Their steps for that case, the same fields written, in one call
+        (``tests/test_fast_grant.py`` drives both with random sends, answers
+        and stated limits, and compares the gates field for field)."""
+        state = self.state
+        pace = state.pace
+        last = self.last_send
+        limits = state.limits
+        at = limits.pause_until
+        if last is None:
+            gap = self._gap = 0.0
+            self._spaced = at
+        else:
+            gap = pace.delay
+            if self._begun > gap:
+                gap = self._begun
+            spaced = last + gap
+            if limits.budget_gap > gap and now < limits.budget_until:
+                spaced = max(spaced, min(last + limits.budget_gap, limits.budget_until))
+            if limits.sustained_gap > gap and now < limits.sustained_until:
+                spaced = max(spaced, min(last + limits.sustained_gap, limits.sustained_until))
+            gap = self._gap = spaced - last if spaced > last else 0.0
+            # Early by the grant's way to the wire, at most a quarter of the gap.
+            lead = self.lead
+            quarter = 0.25 * gap
+            if lead > quarter:
+                lead = quarter
+            if spaced - lead > at:
+                at = spaced - lead
+        if now < at:
+            return None
+        self.last_send = now
+        if self.config.policy.ramp_up is not None and state.refusal.refused_gap <= 0.0:
+            self._begun = 0.0
+        else:
+            self._begun = pace.delay
+        state.counters.count_send(now)
+        hold = make(now)
+        hold.wire_gap = gap
+        self._holds.add(hold)
+        expires_at = hold.expires_at
+        if expires_at < self.soonest:
+            self.soonest = expires_at
+        return hold
 
     def enqueue(self, cost: Cost | None = None) -> Ticket:
         """Join the queue (with the request's cost in tokens, if it has one)."""
