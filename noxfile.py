@@ -24,6 +24,10 @@ def _runs(version: str) -> bool:
 
 PYTHONS = [v for v in ("3.11", "3.12", "3.13", "3.14") if _runs(v)] or ["3.11"]
 nox.options.reuse_existing_virtualenvs = True
+#: uv makes each session's virtualenv in seconds where pip takes a minute or two
+#: (the types session's install was most of CI's first three minutes); without
+#: uv on PATH nox falls back to virtualenv and pip, as before.
+nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.error_on_missing_interpreters = True
 
 
@@ -90,7 +94,9 @@ def oldest(session: nox.Session) -> None:
         "mypy>=1.10",
         *OLDEST,
     )
-    session.run("pip", "list", silent=False)
+    # What was installed, for the log: uv's virtualenvs have no pip.
+    lister = ("uv", "pip") if session.venv_backend == "uv" else ("python", "-m", "pip")
+    session.run(*lister, "list", silent=False, external=True)
     session.run("pytest", "-n", "2", *ADAPTER_TESTS, *session.posargs)
     session.install(*OLDEST_HTTPX2)
     httpx2 = [t for t in ADAPTER_TESTS if "httpx" in t or "lifecycle" in t or "privates" in t]
