@@ -104,9 +104,11 @@ async def test_arrivals_at_the_server_are_spaced_by_the_delay() -> None:
     assert statuses == [200] * 5
     assert len(host.arrivals) == 5
     assert all(gap >= 0.2 - TOLERANCE for gap in host.gaps()), host.gaps()
-    # The queued requests waited 0.2 .. 0.8 s in the throttle; none of that is latency.
+    # The queued requests waited 0.2 .. 1.0 s in the throttle; none of that is
+    # latency. Counted, three of the five would be 0.6 s or more; the median
+    # leaves room for a stalled process (one answer read 1.6 s late at load 18).
     assert len(policy.latencies) == 5
-    assert max(policy.latencies) < 0.5, policy.latencies
+    assert sorted(policy.latencies)[2] < 0.15, policy.latencies
     slot = throttle.slot(key(host))
     assert (slot.sent, slot.snapshot().responses, slot.in_flight, slot.queued) == (5, 5, 0, 0)
 
