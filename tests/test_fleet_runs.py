@@ -167,16 +167,28 @@ class LateStore:
         self.late.append(lease)
 
 
-def done(turn: SharedTurn, *, skipped: bool = False) -> tuple[int, LateStore, Any]:
+def done(
+    turn: SharedTurn, *, skipped: bool = False, heard: float = 0.0
+) -> tuple[int, LateStore, Any]:
     """What the request does with ``turn`` now (GO, AGAIN, LOOK), what the store
-    was told, the lease."""
+    was told, the lease (``adopted``: the pauses adopted); ``heard``: the seconds
+    of another process's pause the store heard of meanwhile."""
     store = LateStore()
-    shared: Any = SimpleNamespace(late=store.late_turn, released=store.released.append)
-    fleet = Fleet(shared, rules=None, clock=lambda: 0.0)  # type: ignore[arg-type]
+    shared: Any = SimpleNamespace(
+        late=store.late_turn,
+        released=lambda key, lease: store.released.append(lease),
+        fleet_pause=lambda key, max_pause, now: min(heard, max_pause),
+    )
+    adopted: list[float] = []
+    rules: Any = SimpleNamespace(
+        signals=SimpleNamespace(max_pause=300.0),
+        adopt=lambda slot, delay, pause, now: adopted.append(pause),
+    )
+    fleet = Fleet(shared, rules, clock=lambda: 0.0)
     slot: Any = SimpleNamespace(
         key="k", state=SimpleNamespace(pause_until=-math.inf), fleet_went=-math.inf
     )
-    lease: Any = SimpleNamespace(wire_gap=0.3, on_release=object())
+    lease: Any = SimpleNamespace(wire_gap=0.3, on_release=object(), adopted=adopted)
     with at_now():
         return fleet._done(slot, lease, turn, skipped), store, lease
 
@@ -191,6 +203,21 @@ def test_the_slack_is_the_margin_the_lateness_of_each_turn_and_the_room() -> Non
     assert slack(spacing, SPACING_MARGIN, 0.003, 2, 0.025) == pytest.approx(
         GAP * (SPACING_MARGIN - 1.0) + 2 * 0.003 + 0.025
     )
+
+
+def test_a_turn_on_time_in_a_pause_another_process_set_goes_back() -> None:
+    # Nothing of this process asked the store for the slot since the turn was
+    # reserved: the pause came on the store's channel. The turn is void, as in
+    # the process's own pause, and the pause is the slot's now (rule 4).
+    went, store, lease = done(late_turn(0.001, 0.016), heard=1.0)
+    assert went == AGAIN
+    assert store.released == ["lease"] and store.late == []
+    assert lease.on_release is None and lease.adopted == [1.0]
+
+
+def test_a_pause_heard_is_held_to_the_processs_max_pause() -> None:
+    went, _, lease = done(late_turn(0.001, 0.016), heard=1e6)
+    assert went == AGAIN and lease.adopted == [300.0]
 
 
 def test_a_turn_later_than_its_slack_is_handed_back_not_sent() -> None:

@@ -31,6 +31,7 @@ class Store:
         self.late: list[str] = []
         self.released: list[str] = []
         self.asked = 0
+        self.heard = 0.0  # seconds of another process's pause heard (fleet_pause)
         self.gate = asyncio.Event()  # the async answer comes when set
 
     def late_turn(self, key: str, lease: str) -> None:
@@ -77,6 +78,7 @@ def setup(
         look=store.look,
         look_blocking=store.look_blocking,
         idle=lambda key: None,
+        fleet_pause=lambda key, max_pause, now: min(store.heard, max_pause),
     )
     adopted: list[float] = []
     rules: Any = SimpleNamespace(
@@ -175,6 +177,24 @@ def test_a_turn_reached_during_the_processs_own_pause_goes_back_and_is_taken_ane
     time.sleep(wait + 0.005)
     assert 0.2 < lease.on_wire() <= 0.4  # the new turn's due (the sync client asked at once)
     assert store.asked == 1 and lease.on_release.args[1] == "new"
+
+
+def test_a_turn_let_go_before_another_processs_pause_goes_back_at_the_wire() -> None:
+    # The pause came on the store's channel while the request went to the wire:
+    # void as in the process's own pause; the slot adopts it.
+    lease, store, slot = setup(new_turn(0.4), late=0.005)
+    store.heard = 0.05
+    wait = lease.on_wire()
+    assert 0.0 < wait <= 0.05 and slot.adopted == [0.05]
+    assert store.released == ["old"] and store.late == [] and store.asked == 0
+    assert lease.on_release is None and lease.on_wire is not None  # nothing held; looks again
+
+
+def test_a_late_turn_in_a_pause_heard_at_the_wire_goes_back_with_its_time() -> None:
+    lease, store, _ = setup(new_turn(0.4), late=0.08)
+    store.heard = 0.05
+    assert 0.0 < lease.on_wire() <= 0.05
+    assert store.late == ["old"] and store.released == [] and store.asked == 0
 
 
 def test_a_pause_past_the_request_bound_at_the_wire_fails_at_once() -> None:

@@ -22,6 +22,7 @@ import redis.asyncio.cluster as aiocluster
 import redis.cluster
 
 from autothrottle import FixedRatePolicy, Throttle
+from autothrottle._fleet import TurnAsk
 from autothrottle.redis import RedisStore
 from test_redis import four_workers_keep_the_pace_of_one, prefix
 
@@ -161,3 +162,44 @@ async def test_slots_spread_over_the_shards_each_pace_as_on_one_redis(tmp_path: 
         assert sum(gaps) / len(gaps) >= 0.05 * 0.9, gaps
         assert min(gaps) >= 0.05 - 0.03, gaps
     assert store.turns >= 60
+
+
+async def test_a_pause_set_on_any_shard_reaches_a_process_holding_turns(tmp_path: Path) -> None:
+    # Rule 2: the merge script publishes the pause on the shard of its slot;
+    # classic pub/sub carries it to every node, so the subscriber of a store
+    # (on one node) hears the pauses of slots on every shard.
+    with cluster(tmp_path) as ports:
+        clients = [aiocluster.RedisCluster(host="127.0.0.1", port=ports[0]) for _ in range(2)]
+        for client in clients:
+            await client.initialize()
+        name = prefix()
+        ours, theirs = (RedisStore(client, prefix=name) for client in clients)
+        try:
+            by_shard: dict[int, str] = {}
+            for i in range(64):
+                host = f"host{i}"
+                node = clients[0].get_node_from_key(f"{{{name}:{host}}}:s").port
+                by_shard.setdefault(node, host)
+            assert len(by_shard) == SHARDS
+            ask = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0)
+            for host in by_shard.values():  # our turns: our store listens
+                assert (await ours.take_turn(host, ask, time.monotonic())).lease is not None
+            for _ in range(2500):  # bounded: 5 s
+                if ours._listener.listening:
+                    break
+                await asyncio.sleep(0.002)
+            other = Throttle(policy=FixedRatePolicy(2), store=theirs)
+            for host in by_shard.values():
+                other.backoff(host, pause=5.0)
+            await theirs.flush()
+            for _ in range(2500):
+                if all(host in ours._heard for host in by_shard.values()):
+                    break
+                await asyncio.sleep(0.002)
+            heard = {
+                host: ours.fleet_pause(host, 300.0, time.monotonic()) for host in by_shard.values()
+            }
+            assert all(4.0 < left <= 5.0 for left in heard.values()), heard
+        finally:
+            for store in (ours, theirs):
+                await store.aclose()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -205,30 +206,134 @@ async def test_a_process_late_at_every_turn_and_at_the_wire_still_sends(
     assert fleet.leases() == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pause another process set reaches this one only with the store's next answer "
-    "for the slot: a turn reserved before it goes (docs/fleet.md, the table's pause row)",
-)
+async def until(done: Callable[[], bool], what: str, seconds: float = 5.0) -> None:
+    """Wait until ``done()``, looking every 2 ms, at most ``seconds``."""
+    for _ in range(round(seconds / 0.002)):
+        if done():
+            return
+        await asyncio.sleep(0.002)
+    pytest.fail(f"not {what} within {seconds:g} s")
+
+
+async def listening(store: RedisStore) -> None:
+    """Wait until ``store`` hears the fleet's pauses: it subscribes with its first
+    reserved turn, on a connection of its own."""
+    await until(lambda: store._listener.listening, "listening")
+
+
+async def another_process_pauses(fleet: Fleet, store: RedisStore | None = None) -> None:
+    """Another process of the fleet (``store``: its connected store) pauses the
+    host for :data:`PAUSE` seconds by its own throttle (``backoff(pause=)``, a
+    host's ``Retry-After`` alike): its store merges the pause into Redis,
+    which tells the fleet."""
+    async with contextlib.AsyncExitStack() as stack:
+        if store is None:
+            store = await stack.enter_async_context(RedisStore(REDIS, prefix=fleet.name))
+        other = Throttle(policy=FixedRatePolicy(2), store=store)
+        set_at = time.monotonic()
+        other.backoff(KEY, pause=PAUSE)
+        await store.flush()
+    fleet.pause_ends = set_at + PAUSE
+
+
+ASK = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0)
+"""A turn as a process at 2/s asks it."""
+
+
+async def connected(store: RedisStore) -> RedisStore:
+    """``store``, its connection made and its scripts loaded (a turn of another slot)."""
+    turn = await store.take_turn("127.0.0.9", ASK, time.monotonic())
+    assert turn.lease is not None
+    return store
+
+
+async def two_turns_reserved_by_others(fleet: Fleet) -> None:
+    """Two other processes reserved the next two turns at 2/s: ours, asked for
+    next, is due about a second on."""
+    for _ in range(2):
+        async with RedisStore(REDIS, prefix=fleet.name) as other:
+            turn = await other.take_turn(KEY, ASK, time.monotonic())
+            assert turn.lease is not None
+            other._runs.clear()  # closing hands back only what it did not take
+
+
 async def test_a_turn_reserved_before_another_processs_pause_waits_it_out(
     fleet: Fleet,
 ) -> None:
-    # Two other processes reserved the next two turns; ours is due about a
-    # second on, and nothing of ours asks the store meanwhile.
-    others = [RedisStore(REDIS, prefix=fleet.name) for _ in range(2)]
-    try:
-        for other in others:
-            ask = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0)
-            assert (await other.take_turn(KEY, ask, time.monotonic())).lease is not None
-        fleet.throttle = Throttle(policy=FixedRatePolicy(2), store=fleet.ours)
-        waiting = asyncio.create_task(fleet.throttle.acquire(KEY))
-        await asyncio.sleep(0.3)  # reserved, waiting for its due
-        fleet.pause()
-        async with asyncio.timeout(10.0):
-            lease = await waiting
-        acquired = time.monotonic()
-        lease.release()
-        assert acquired >= fleet.pause_ends - EARLY, acquired - fleet.pause_ends
-    finally:
-        for other in others:
-            await other.aclose()
+    # Nothing of ours asks the store for the slot while our turn waits: the
+    # pause reaches us on the prefix's channel.
+    await two_turns_reserved_by_others(fleet)
+    fleet.throttle = Throttle(policy=FixedRatePolicy(2), store=fleet.ours)
+    waiting = asyncio.create_task(fleet.throttle.acquire(KEY))
+    await listening(fleet.ours)  # reserved, waiting for its due
+    assert not waiting.done()
+    await another_process_pauses(fleet)
+    async with asyncio.timeout(10.0):
+        lease = await waiting
+    acquired = time.monotonic()
+    lease.release()
+    assert acquired >= fleet.pause_ends - EARLY, acquired - fleet.pause_ends
+
+
+async def test_a_sync_clients_turn_reserved_before_another_processs_pause_waits_it_out(
+    fleet: Fleet,
+) -> None:
+    # acquire_blocking: the store listens on a thread of its own.
+    await two_turns_reserved_by_others(fleet)
+    fleet.throttle = Throttle(policy=FixedRatePolicy(2), store=fleet.ours)
+
+    def acquire() -> float:
+        with fleet.throttle.acquire_blocking(KEY):
+            return time.monotonic()
+
+    waiting = asyncio.ensure_future(asyncio.to_thread(acquire))
+    await listening(fleet.ours)
+    assert not waiting.done()
+    await another_process_pauses(fleet)
+    async with asyncio.timeout(10.0):
+        acquired = await waiting
+    assert acquired >= fleet.pause_ends - EARLY, acquired - fleet.pause_ends
+    fleet.ours.close()
+    assert not [t for t in threading.enumerate() if t.name == "autothrottle-redis-pauses"]
+
+
+async def test_a_request_let_go_before_another_processs_pause_waits_it_out_at_the_wire(
+    fleet: Fleet,
+) -> None:
+    # Its turn came and it was let go; the pause comes while its connection is
+    # made: heard at the wire, the turn goes back and a new one is taken after
+    # it. The first turn of the host at 1/s leaves 0.1 s of room for a new
+    # connection: the pause, set by a process connected already, is heard
+    # well within it (sent late, the turn would go back for that instead).
+    fleet.throttle = Throttle(policy=FixedRatePolicy(1), store=fleet.ours)
+    await connected(fleet.ours)  # our store listens
+    await listening(fleet.ours)
+    async with RedisStore(REDIS, prefix=fleet.name) as other:
+        await connected(other)
+
+        async def paused_at_connect(*_: Any) -> None:
+            await another_process_pauses(fleet, other)
+            await until(lambda: KEY in fleet.ours._heard, "heard", 2.0)
+
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_create_end.append(paused_at_connect)
+        async with (
+            site() as target,
+            ThrottledSession(throttle=fleet.throttle, trace_configs=[trace]) as session,
+        ):
+            async with asyncio.timeout(10.0):
+                assert (await session.get(target.url)).status == 200
+    assert len(target.arrivals) == 1
+    assert target.arrivals[0] >= fleet.pause_ends - EARLY, target.arrivals[0] - fleet.pause_ends
+
+
+async def test_closing_the_store_leaves_no_listener_running(fleet: Fleet) -> None:
+    async with site() as target, ThrottledSession(throttle=fleet.throttle) as session:
+        assert (await session.get(target.url)).status == 200
+    await listening(fleet.ours)
+    task = fleet.ours._listener._task
+    assert task is not None
+    await fleet.ours.aclose()
+    assert task.done() and not fleet.ours._listener.listening
+    clients = fleet.admin.client_list()
+    assert not [c for c in clients if int(c.get("sub", 0))]  # no subscriber left

@@ -58,10 +58,14 @@ class Slot:
         reply = self.client.eval(TURN, 3, self.state, self.leases, self.processes, *args)
         return [part.decode() if isinstance(part, bytes) else str(part) for part in reply]
 
-    def merge(self, *, delay_us: int, backed_off: bool, oks: int, pause_us: int = 0) -> None:
-        """A change at a strict pace (FixedRatePolicy's), from a request sent just now."""
+    def merge(
+        self, *, delay_us: int, backed_off: bool, oks: int, pause_us: int = 0, told: str = ""
+    ) -> None:
+        """A change at a strict pace (FixedRatePolicy's), from a request sent just
+        now; a pause it sets is told on the channel ``told`` ('' none)."""
         args: list[Any] = [
             delay_us, "1" if backed_off else "0", 0, pause_us, json.dumps({}), TTL_MS, oks, "1",
+            told, "process", "host",
         ]  # fmt: skip
         self.client.eval(MERGE, 1, self.state, *args)
 
@@ -242,3 +246,26 @@ def test_a_finished_lease_far_from_the_cap_waits_longer_for_a_turn(server: redis
             assert (LINGER < left <= longest) if cap == 8 else (left <= longest), (cap, left)
         finally:
             store.close()
+
+
+def test_a_pause_merged_is_told_on_the_channel_once_and_only_a_pause(server: redis.Redis) -> None:
+    # Rule 2: the processes holding turns reserved before a pause hear of it.
+    slot = Slot(server)
+    told = f"autothrottle:rules-{uuid.uuid4().hex}:pauses"
+    listener = server.pubsub(ignore_subscribe_messages=True)
+    listener.subscribe(told)
+    try:
+        slot.merge(delay_us=GAP_US, backed_off=False, oks=1, told=told)  # no pause
+        slot.merge(delay_us=GAP_US, backed_off=True, oks=0, pause_us=2_000_000, told=told)
+        slot.merge(delay_us=GAP_US, backed_off=True, oks=0, pause_us=1_000_000, told=told)
+        messages = []
+        for _ in range(20):  # bounded: what was published is there at once
+            message = listener.get_message(timeout=0.05)
+            if message is not None:
+                messages.append(message["data"].decode())
+        assert len(messages) == 1  # the shorter pause extended nothing: not told
+        end, now, process, key = messages[0].split(" ", 3)
+        assert int(end) - int(now) == 2_000_000 and (process, key) == ("process", "host")
+        assert int(end) == slot.field("pause")
+    finally:
+        listener.close()

@@ -351,7 +351,7 @@ class Fleet:
             lease.on_release = None
             self.store.late(slot.key, turn.lease)
             return AGAIN
-        if slot.state.pause_until > self.clock():
+        if self.paused(slot) > 0.0:
             lease.on_release = None
             self.store.released(slot.key, turn.lease)
             return AGAIN
@@ -395,6 +395,19 @@ class Fleet:
         if bound is not None and seen.wait > left:
             raise ThrottleTimeout(slot.key, bound)
         return seen.wait
+
+    def paused(self, slot: LiveSlot) -> float:
+        """Seconds a pause of the slot still runs (0.0: none): this process's own,
+        or the fleet's, adopted from any answer of the store for the slot or as
+        the store heard another process set it while this one asked nothing
+        (rule 2): adopted (rule 4), so the slot's other requests wait it out too."""
+        now = self.clock()
+        left = slot.state.pause_until - now
+        heard = self.store.fleet_pause(slot.key, self._rules.signals.max_pause, now)
+        if heard > 0.0:
+            self._rules.adopt(slot, None, heard, now)
+            left = max(left, heard)
+        return left if left > 0.0 else 0.0
 
     def ask(self, slot: LiveSlot) -> TurnAsk:
         """What this process asks the fleet for a turn of ``slot`` with (rule 1)."""
@@ -644,11 +657,12 @@ class WireCheck:
                     self._timed_out()
                 return wait
             self._came = True
+        late = turn.due is not None and now - turn.due > turn.slack + LATE_TOLERANCE
         paused = self._paused()
-        if paused:
-            self._drop(late=False)
+        if paused:  # void; a late turn's time goes back too, as at its turn (rule 1)
+            self._drop(late=late)
             return self._wait_out(now, paused)
-        if turn.due is None or now - turn.due <= turn.slack + LATE_TOLERANCE:
+        if not late:
             return self._go()
         if not self._skipped:  # once per request: back, and a new turn
             self._skipped = True
@@ -785,8 +799,7 @@ class WireCheck:
         :meth:`Fleet._done`): it goes back, and a new one is taken when the
         pause is over.
         """
-        left = self._slot.state.pause_until - self._fleet.clock()
-        return left if left > 0.0 else 0.0
+        return self._fleet.paused(self._slot)
 
     def _wait_out(self, now: float, paused: float) -> float:
         """Wait out a pause (this process's, the fleet's) or the fleet's cap, then

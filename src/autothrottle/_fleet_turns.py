@@ -304,6 +304,12 @@ class SharedTurns(Protocol):
         """:meth:`look` for a thread."""
         ...
 
+    def fleet_pause(self, key: str, max_pause: float, now: float) -> float:
+        """Seconds (at most ``max_pause``) a pause of the slot another process set
+        still runs, as the store heard of it since its last answer for the slot
+        (rule 2; 0.0: none): told once, for the asker to adopt (rule 4)."""
+        ...
+
     def changed(
         self,
         key: str,

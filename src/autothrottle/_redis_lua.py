@@ -145,7 +145,8 @@ MERGE = (
     _NOW
     + """
 -- ARGV: delay (µs), backed off (1/0), sent (µs before now; '' unknown), pause (µs from
---       now; 0: none), record, ttl (ms), successes since the last change, strict (1/0)
+--       now; 0: none), record, ttl (ms), successes since the last change, strict (1/0),
+--       the prefix's pause channel ('' or none: nobody is told), the process id, the slot
 local delay = tonumber(ARGV[1])
 local state = redis.call('HMGET', KEYS[1], 'delay', 'backoff_at', 'pause', 'oks', 'ok_first',
   'ok_latest', 'ok_before')
@@ -203,6 +204,13 @@ end
 redis.call('HSET', KEYS[1], 'delay', us(delay))
 if pause_for > 0 and now + pause_for > (tonumber(state[3]) or 0) then
   redis.call('HSET', KEYS[1], 'pause', us(now + pause_for))
+  -- Rule 2: the processes holding turns of the slot reserved before the pause hear of
+  -- it (their next answer would come too late): its end and now on this clock, who set
+  -- it, the slot.
+  if ARGV[9] and ARGV[9] ~= '' then
+    redis.call('PUBLISH', ARGV[9], us(now + pause_for) .. ' ' .. us(now) .. ' ' .. ARGV[10]
+      .. ' ' .. ARGV[11])
+  end
 end
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'record', ARGV[5]) end
 redis.call('HINCRBY', KEYS[1], 'version', 1)
@@ -210,7 +218,8 @@ redis.call('PEXPIRE', KEYS[1], ARGV[6])
 return 1
 """
 )
-"""Merge one process's learned state into the fleet's (rule 5)."""
+"""Merge one process's learned state into the fleet's (rule 5); a pause it sets or
+extends is published on the prefix's channel (rule 2): ``end now process slot``."""
 
 GIVE_BACK = (
     _NOW

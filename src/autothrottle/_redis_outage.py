@@ -89,6 +89,16 @@ class Outage:
             memo = self._alone.get(key)
             return "" if memo is None or now < memo.paused_until else memo.paused
 
+    def waits(self, key: str, paused: str, pause_ends: float) -> None:
+        """The process waits out the fleet's pause ``paused`` (its end on Redis's
+        clock, heard: rule 2) until ``pause_ends`` on the throttle's clock: the
+        next turn after that names it as waited out."""
+        with self._lock:
+            alone = self._alone.get(key)
+            if alone is None:
+                alone = self._alone[key] = Alone()
+            alone.paused, alone.paused_until = paused, pause_ends
+
     def shared(self, key: str, gap: float, processes: int, paused: str, pause_ends: float) -> None:
         """Redis answered a turn of the slot: keep the process's share of the
         fleet's pace (``gap`` times the processes sharing it) and the pause it

@@ -39,6 +39,7 @@ __all__ = [
     "ServerClock",
     "SyncClient",
     "deliver",
+    "channel",
     "keys",
     "merge_args",
     "phase",
@@ -244,14 +245,22 @@ def deliver(ask: Ask, result: Any) -> bool:
     return True
 
 
+def channel(prefix: str) -> str:
+    """The pub/sub channel on which the prefix's pauses are told (rule 2)."""
+    return f"autothrottle:{prefix}:pauses"
+
+
 def keys(prefix: str, key: str) -> tuple[str, str, str]:
     """The Redis keys of slot ``key``: its hash, its leases, its processes (one hash tag)."""
     tag = f"{{{prefix}:{key}}}"
     return f"{tag}:s", f"{tag}:l", f"{tag}:p"
 
 
-def merge_args(change: Change, ttl: float) -> list[str | int]:
-    """The merge script's arguments for a slot's change (rule 5)."""
+def merge_args(
+    change: Change, ttl: float, channel: str = "", process: str = "", key: str = ""
+) -> list[str | int]:
+    """The merge script's arguments for a slot's change (rule 5); a pause it sets
+    is published on ``channel`` as set by ``process`` for slot ``key`` (rule 2)."""
     state, now = change.state, change.now
     pause = state.pause_until - now if math.isfinite(state.pause_until) else 0.0
     try:
@@ -267,6 +276,9 @@ def merge_args(change: Change, ttl: float) -> list[str | int]:
         round(ttl * 1000),
         change.oks,
         "1" if change.strict else "0",
+        channel,
+        process,
+        key,
     ]
 
 

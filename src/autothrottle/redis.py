@@ -74,7 +74,7 @@ from ._redis_parts import (
     phase,
     us,
 )
-from ._redis_send import Sender
+from ._redis_send import Listener, Sender
 from ._state import SlotState
 from ._store import MemoryStore
 from ._validate import check_bool, check_number, check_positive
@@ -140,18 +140,23 @@ class RedisStore:
         self.fail_closed = check_bool("fail_closed", fail_closed)
         self._local = MemoryStore(idle_timeout)
         self._outage = Outage(prefix, self.retry_after, self.fail_closed)
+        self._process = uuid.uuid4().hex
         self._send = Sender(
             self._outage,
             prefix=prefix,
+            process=self._process,
             url=url,
             async_client=async_client,
             sync_client=sync_client,
             ttl=self.ttl,
             timeout=self.timeout,
         )
-        self._process = uuid.uuid4().hex
         self._runs: dict[str, Run] = {}
         self._runs_lock = threading.Lock()
+        # The fleet's pauses other processes set, heard (rule 2): the slot's end (on
+        # time.monotonic's clock) and Redis's stamp of it, until a request adopts it.
+        self._heard: dict[str, tuple[float, str]] = {}
+        self._listener = Listener(self._send, self._heard_pause)
         self.turns = 0
         """Turns taken through the fleet so far (asked of Redis, or of a run)."""
 
@@ -179,6 +184,7 @@ class RedisStore:
         self._outage.forget(key)
         with self._runs_lock:
             run = self._runs.pop(key, None)
+            self._heard.pop(key, None)
         if run is not None:
             self._hand_back(key, run.drop(), run.spacing)
 
@@ -307,6 +313,41 @@ class RedisStore:
             spacing = 0.0 if run is None else run.spacing
         self._hand_back(key, [lease], spacing)
 
+    def fleet_pause(self, key: str, max_pause: float, now: float) -> float:
+        """Seconds (at most ``max_pause``) of a pause of the slot another process
+        set since this one's last answer for it, as heard on the prefix's
+        channel (rule 2; 0.0: none heard). Told once: the asker adopts it
+        (rule 4), and the next turn names it as waited out."""
+        if not self._heard:
+            return 0.0
+        heard = self._heard.pop(key, None)
+        if heard is None:
+            return 0.0
+        until, end = heard
+        left = min(until - time.monotonic(), max_pause)
+        if left <= 0.0:
+            return 0.0
+        self._outage.waits(key, end, now + left)
+        return left
+
+    def _heard_pause(self, key: str, end: str, until: float) -> None:
+        """Another process paused the slot until ``until`` (``end`` on Redis's
+        clock): the turns this process reserved ahead and no request took are
+        void and go back (rule 2); a request waiting for its turn finds the
+        pause when its turn is due (:meth:`fleet_pause`). A slot this process
+        takes no turns of is none of its business."""
+        if until <= time.monotonic():
+            return
+        with self._runs_lock:
+            run = self._runs.get(key)
+            if run is None:
+                return
+            previous = self._heard.get(key)
+            if previous is None or until > previous[0]:
+                self._heard[key] = (until, end)
+            stale, spacing = run.drop(), run.spacing
+        self._hand_back(key, stale, spacing)
+
     async def flush(self) -> None:
         """Send what is waiting (learned records, finished leases) now, if Redis answers."""
         await self._send.flush()
@@ -327,6 +368,7 @@ class RedisStore:
         clients. Call it (or use ``async with``) before the event loop ends:
         without it the last finished leases wait for their lease's expiry in
         Redis, and a send still lingering is cut off with the loop."""
+        await self._listener.aclose()
         self._drop_runs()
         await self.flush()
         if self._send.async_client is not None:
@@ -340,7 +382,9 @@ class RedisStore:
         await self.aclose()
 
     def close(self) -> None:
-        """Flush what the sync client has to send, stop its sender, close the sync client."""
+        """Stop hearing the fleet's pauses, flush what the sync client has to send,
+        stop its sender, close the sync client."""
+        self._listener.close()
         self._drop_runs()
         self._send.close()
 
@@ -445,6 +489,7 @@ class RedisStore:
                 run = self._runs[key] = Run()
             run.reserved(dues, leases, spacing, shared, senders, after)
             run.free = free
+        self._listener.start()  # rule 2: from now on, hear the pauses others set
         return SharedTurn(
             wait,
             lease,
