@@ -7,6 +7,7 @@ cited by number. Redis on 127.0.0.1:6379; elsewhere these tests skip.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 import redis
 
+from autothrottle import FixedRatePolicy, Throttle
 from autothrottle._fleet import FRESH_MOST, FRESH_ROOM, SPACING_MARGIN, TurnAsk
 from autothrottle._redis_lua import GIVE_BACK, MERGE, TURN
 from autothrottle._redis_parts import LINGER, LINGER_MOST
@@ -269,3 +271,45 @@ def test_a_pause_merged_is_told_on_the_channel_once_and_only_a_pause(server: red
         assert int(end) == slot.field("pause")
     finally:
         listener.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="one reservation of a slot waiting per process holds only once the store "
+    "answered: requests that pass the process's gate before the first answer each "
+    "ask for a turn of their own (docs/fleet.md, Runs)",
+)
+async def test_requests_before_the_first_answer_share_one_reservation(
+    server: redis.Redis,
+) -> None:
+    # Rule 8: a process keeps one reservation of a slot waiting at a time, so a
+    # run, not a queue of single turns, serves its requests. Redis answers
+    # slower than the slot's gap (a loaded machine, a distant Redis): every
+    # request let through meanwhile asks the store on its own.
+    store = fresh_store()
+    throttle = Throttle(policy=FixedRatePolicy(100), store=store)
+    run = store._send._run_async
+    asking, most = 0, 0
+
+    async def slow(client: Any, commands: Any) -> list[Any]:
+        nonlocal asking, most
+        turns = sum(1 for script, _ in commands if script == "turn")
+        asking += turns
+        most = max(most, asking)
+        await asyncio.sleep(0.05)
+        try:
+            return await run(client, commands)
+        finally:
+            asking -= turns
+
+    store._send._run_async = slow  # type: ignore[method-assign]
+
+    async def one() -> None:
+        with await throttle.acquire("h"):
+            pass
+
+    try:
+        await asyncio.wait_for(asyncio.gather(*(one() for _ in range(8))), 10.0)
+    finally:
+        await store.aclose()
+    assert most == 1, most

@@ -45,9 +45,14 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    (a pause this process knows of, seen at the turn and at the wire: its
    own, or the fleet's as adopted from any answer of the store for the
    slot, rule 4, the look at a turn reached late included, rule 1). A
-   pause another process set reaches this one only with such an answer: a
-   turn reserved before it goes if no request of this process asked the
-   store for the slot meanwhile.
+   pause another process sets while this one asks the store nothing for
+   the slot (its turn waits for its due) reaches it anyway: the store tells
+   the fleet of every pause it records, and a store that holds turns of the
+   slot hears it (:meth:`SharedTurns.fleet_pause`) and voids them as its
+   own, the pause adopted into the slot's state (rule 4), so the slot's
+   other requests wait it out too. What the store did not hear (it was not
+   listening yet, or its store was unreachable) reaches it with its next
+   answer, as before.
 3. **Bounds.** Every wait, the process's and the fleet's, obeys the local
    bounds: a request waits at most its ``max_wait`` all told (a reserved
    turn further away than that is handed back at once, and the request
@@ -564,9 +569,10 @@ class WireCheck:
     after handing one back at its turn) goes off its turn after the store's
     look found no pause of the fleet's and room under its cap
     (:meth:`Fleet.looked`): only the store knows what another process set
-    while this one stood still. A pause of this process's own that runs
-    then voids the turn, as at the turn (rule 2): it goes back, and a new
-    one is taken when the pause is over. :meth:`Lease.wire_wait` calls it:
+    while this one stood still. A pause that runs then (this process's own,
+    or another's the store heard of: :meth:`Fleet.paused`) voids the turn,
+    as at the turn (rule 2): it goes back, and a new one is taken when the
+    pause is over. :meth:`Lease.wire_wait` calls it:
     0.0 when the request may go, else the seconds to wait before asking again.
 
     The bounds hold as at the turn (rule 3): a new turn, or a pause or the
@@ -788,7 +794,8 @@ class WireCheck:
         return wait
 
     def _paused(self) -> float:
-        """Seconds this process's own pause of the slot still runs (0.0: none).
+        """Seconds a pause of the slot still runs (0.0: none): this process's
+        own, or another process's that the store heard of (:meth:`Fleet.paused`).
 
         The slot's gate holds a paused request after this check let it go,
         with no second look: a turn let go into a pause left late, at the
