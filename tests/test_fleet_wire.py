@@ -65,10 +65,15 @@ class Store:
 
 
 def setup(
-    answer: SharedTurn, late: float, until: float = math.inf, *, skipped: bool = False
+    answer: SharedTurn,
+    late: float,
+    until: float = math.inf,
+    *,
+    skipped: bool = False,
+    slack: float = 0.016,
 ) -> tuple[Any, Store, Any]:
-    """A check for a closing turn reached ``late`` seconds after its due (slack 16 ms);
-    ``skipped``: its request handed a late turn back already."""
+    """A check for a closing turn reached ``late`` seconds after its due (its
+    ``slack``: 16 ms); ``skipped``: its request handed a late turn back already."""
     store = Store(answer)
     shared: Any = SimpleNamespace(
         late=store.late_turn,
@@ -97,7 +102,7 @@ def setup(
         senders=1,
     )
     lease: Any = SimpleNamespace(on_release="old", on_wire=None, released=False)
-    turn = SharedTurn(0.0, "old", GAP, 0.0, time.monotonic() - late, 4, slack=0.016)
+    turn = SharedTurn(0.0, "old", GAP, 0.0, time.monotonic() - late, 4, slack=slack)
     bound = None if until == math.inf else 1.0
     lease.on_wire = WireCheck(fleet, slot, lease, turn, until, bound, skipped)
     return lease, store, slot
@@ -115,12 +120,17 @@ async def answered(lease: Any) -> float:
     return wait
 
 
+ON_TIME = 1.0
+"""The slack of a turn reached on time (5 ms after its due): a loaded machine
+that stands still between the check's making and its call still finds it on time."""
+
+
 def new_turn(due_in: float) -> SharedTurn:
     return SharedTurn(due_in, "new", GAP, 0.0, time.monotonic() + due_in, 4, slack=0.016)
 
 
 def test_a_turn_on_time_at_the_wire_goes() -> None:
-    lease, store, slot = setup(new_turn(1.0), late=0.005)
+    lease, store, slot = setup(new_turn(1.0), late=0.005, slack=ON_TIME)
     assert lease.on_wire() == 0.0
     assert lease.on_wire is None and store.late == [] and store.asked == 0
     assert slot.fleet_went > 0.0  # the run's next turn counts from this send
@@ -168,7 +178,7 @@ def test_a_turn_reached_during_the_processs_own_pause_goes_back_and_is_taken_ane
     # A 429 paused this process's slot after its turn was let go: the gate
     # would hold the request to the pause's end, past its turn and into the
     # next process's. The turn goes back; a new one is taken after the pause.
-    lease, store, slot = setup(new_turn(0.4), late=0.005)
+    lease, store, slot = setup(new_turn(0.4), late=0.005, slack=ON_TIME)
     slot.state.pause_until = time.monotonic() + 0.05
     wait = lease.on_wire()
     assert 0.0 < wait <= 0.05
@@ -182,7 +192,7 @@ def test_a_turn_reached_during_the_processs_own_pause_goes_back_and_is_taken_ane
 def test_a_turn_let_go_before_another_processs_pause_goes_back_at_the_wire() -> None:
     # The pause came on the store's channel while the request went to the wire:
     # void as in the process's own pause; the slot adopts it.
-    lease, store, slot = setup(new_turn(0.4), late=0.005)
+    lease, store, slot = setup(new_turn(0.4), late=0.005, slack=ON_TIME)
     store.heard = 0.05
     wait = lease.on_wire()
     assert 0.0 < wait <= 0.05 and slot.adopted == [0.05]
@@ -198,7 +208,9 @@ def test_a_late_turn_in_a_pause_heard_at_the_wire_goes_back_with_its_time() -> N
 
 
 def test_a_pause_past_the_request_bound_at_the_wire_fails_at_once() -> None:
-    lease, store, slot = setup(new_turn(0.4), late=0.005, until=time.monotonic() + 1.0)
+    lease, store, slot = setup(
+        new_turn(0.4), late=0.005, slack=ON_TIME, until=time.monotonic() + 1.0
+    )
     slot.state.pause_until = time.monotonic() + 5.0
     with pytest.raises(ThrottleTimeout):
         lease.on_wire()
@@ -382,7 +394,7 @@ def test_a_closing_turn_of_a_run_let_go_on_time_goes_at_the_wire_at_once() -> No
     # Its own let-go set when the run's last send went (rule 8): held here a
     # run's gap after that, it reached the host a gap late, on the next
     # process's (or this process's next run's) turn.
-    lease, store, slot = setup(new_turn(1.0), late=0.005)
+    lease, store, slot = setup(new_turn(1.0), late=0.005, slack=ON_TIME)
     turn = lease.on_wire._turn._replace(joined=True)
     slot.fleet_went = time.monotonic()  # Fleet._done let it go just now
     lease.on_wire = WireCheck(lease.on_wire._fleet, slot, lease, turn, math.inf)

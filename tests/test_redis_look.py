@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -293,8 +292,10 @@ async def test_a_sync_clients_turn_reserved_before_another_processs_pause_waits_
     async with asyncio.timeout(10.0):
         acquired = await waiting
     assert acquired >= fleet.pause_ends - EARLY, acquired - fleet.pause_ends
+    thread = fleet.ours._listener._thread
+    assert thread is not None and thread.name == "autothrottle-redis-pauses"
     fleet.ours.close()
-    assert not [t for t in threading.enumerate() if t.name == "autothrottle-redis-pauses"]
+    assert not thread.is_alive()  # closing the store ended its listener
 
 
 async def test_a_request_let_go_before_another_processs_pause_waits_it_out_at_the_wire(
@@ -333,7 +334,9 @@ async def test_closing_the_store_leaves_no_listener_running(fleet: Fleet) -> Non
     await listening(fleet.ours)
     task = fleet.ours._listener._task
     assert task is not None
+    channel = fleet.ours._send.channel
+    assert fleet.admin.pubsub_numsub(channel) == [(channel.encode(), 1)]
     await fleet.ours.aclose()
     assert task.done() and not fleet.ours._listener.listening
-    clients = fleet.admin.client_list()
-    assert not [c for c in clients if int(c.get("sub", 0))]  # no subscriber left
+    subscribed = fleet.admin.pubsub_numsub
+    await until(lambda: subscribed(channel) == [(channel.encode(), 0)], "unsubscribed", 1.0)

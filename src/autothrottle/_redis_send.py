@@ -13,6 +13,9 @@ thread waiting, and a background thread sends what no turn carried
 (``redis``'s sync client). When a call fails or is slow, :class:`Sender` tells
 the :class:`~autothrottle._redis_outage.Outage`, keeps what was not sent to
 send again (rule 7) and answers the turns waiting with :data:`DOWN`.
+
+:class:`Listener` hears the pauses other processes set (rule 2), on a
+connection of its own: nothing of it rides the pipelines.
 """
 
 from __future__ import annotations
