@@ -127,6 +127,7 @@ def _crawler(
             "sent": sent,
             "round_trips": store.round_trips,
             "turns": store.turns,
+            "pauses_heard": store._listener.heard,
             "cpu_share": cpu_share,
             "gc": pauses,
             "gc_full_cpu": full_cpu,
@@ -390,6 +391,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     )
     cpu = [f"{worker['cpu_share']:.0%}" for worker in crawl["workers"]]
     print(f"  each worker's CPU (of one core): {', '.join(cpu)}", flush=True)
+    heard = [str(worker.get("pauses_heard", 0)) for worker in crawl["workers"]]
+    print(f"  each worker's pauses heard from the others: {', '.join(heard)}", flush=True)
     collections = ", ".join(
         f"{w['full']} ({w['full_cpu_ms']:.0f} ms CPU; {w['tracked']:,} tracked, "
         f"{w['frozen']:,} frozen; longest pause {w['longest_ms']:.0f} ms)"

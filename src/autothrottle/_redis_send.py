@@ -573,7 +573,7 @@ class Listener:
     without it.
     """
 
-    __slots__ = ("_heard", "_lock", "_sender", "_stop", "_task", "_thread", "listening")
+    __slots__ = ("_heard", "_lock", "_sender", "_stop", "_task", "_thread", "heard", "listening")
 
     def __init__(self, sender: Sender, heard: Callable[[str, str, float], None]) -> None:
         self._sender = sender
@@ -584,6 +584,8 @@ class Listener:
         self._stop = threading.Event()
         self.listening = False
         """Subscribed: the pauses published from now on are heard."""
+        self.heard = 0
+        """Pauses other processes set that this one heard so far (any slot)."""
 
     def start(self) -> None:
         """Listen from now on, on this thread's event loop if it has one (the
@@ -656,6 +658,7 @@ class Listener:
             return
         if process == self._sender.process:  # this process's own pause: its slot has it
             return
+        self.heard += 1
         received = time.monotonic()
         wait = self._sender.server_clock.wait(server_us / 1e6, (end_us - server_us) / 1e6, received)
         self._heard(key, end, received + wait)
