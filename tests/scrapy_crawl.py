@@ -25,6 +25,7 @@ from twisted.python.failure import Failure
 
 from autothrottle.scrapy import AutoThrottleMiddleware, blocked
 from autothrottle.sim import is_blocked_page
+from loopback import promptly_on
 
 BASE_SETTINGS: dict[str, Any] = {
     "DOWNLOADER_MIDDLEWARES": {"autothrottle.scrapy.AutoThrottleMiddleware": 950},
@@ -110,6 +111,11 @@ def main(spec_path: str, out_path: str) -> None:
     process = CrawlerProcess(settings={**BASE_SETTINGS, **spec["settings"]})
     crawler = process.create_crawler(TestSpider)
     process.crawl(crawler, spec=spec)
+    # The crawl, from here (Scrapy imported and set up, its reactor and the
+    # threads it starts to come), ahead of every ordinary process: the tests
+    # time its requests at the host, and a write put off in a busy machine's
+    # run queue would arrive late and make the next gap read short.
+    promptly_on(1)
     process.start()
     spider = crawler.spider
     assert isinstance(spider, TestSpider)

@@ -36,8 +36,8 @@ kept apart: the way of one request from its wire turn to the server's stamp
 may be longer than the next one's. At real-time priorities on both sides
 (``loopback.promptly``, as root) it was under 1 ms on the client and 1.2 ms to
 the stamp at most; without them, on two busy cores, either process waited in
-the run queue on the way, up to 60 and 49 ms (load 5-12;
-the tests that lift only the server, as most here do, keep the client's share).
+the run queue on the way, up to 60 and 49 ms (load 5-12). So every test here
+that asserts gaps at a host sends from inside ``promptly()``.
 Unpaced, the gaps here are 0-2 ms; the promise (benchmarks/wire_gap.py) is 5 ms."""
 
 THREAD_JITTER = 0.04
@@ -273,7 +273,9 @@ def test_eight_threads_over_four_hosts_keep_each_hosts_spacing(
     client = adapter.ThrottledClient(throttle=throttle, pool_per_host=pool_per_host)
     with running_hosts(4) as hosts, client as http:
         urls = [host.url("/delay/20") for host in hosts for _ in range(6)]
-        with ThreadPoolExecutor(8) as pool:
+        # The pool's threads start inside, so they inherit the priority: what is
+        # left between a turn and its write is the interpreter lock's.
+        with promptly(), ThreadPoolExecutor(8) as pool:
             statuses = list(pool.map(lambda url: http.get(url).status_code, urls))
         if pool_per_host:
             pools = http._transport.inner.pools  # type: ignore[attr-defined]
@@ -302,7 +304,7 @@ def test_threads_and_an_async_client_share_one_slot() -> None:
                 for _ in range(4):
                     await client.get(host.url("/"))
 
-        with ThreadPoolExecutor(3) as pool:
+        with promptly(), ThreadPoolExecutor(3) as pool:  # its threads inherit the priority
             done = [pool.submit(asyncio.run, from_async())]
             done += [pool.submit(lambda: [http.get(host.url("/")) for _ in range(4)])]
             for future in done:
@@ -432,7 +434,8 @@ async def test_without_request_options_aiohttp_still_paces_at_the_wire() -> None
         ThrottledSession(throttle=throttle, connector=connector, request_options=False) as s,
     ):
         assert not s.trace_configs
-        await asyncio.gather(*(_fetch("aiohttp", s, host.url(path)) for path in paths))
+        with promptly():  # the gaps at the host are the wire turn's, not the run queue's
+            await asyncio.gather(*(_fetch("aiohttp", s, host.url(path)) for path in paths))
     assert min(host.gaps()) >= delay - ARRIVAL_JITTER, host.gaps()
 
 

@@ -1,6 +1,6 @@
 """The requests adapter against real loopback servers, from threads.
 
-The servers run in a background thread (``running_hosts``); the clients are
+The servers run in a process of their own (``running_hosts``); the clients are
 requests sessions used from a thread pool, as requests is used. Pacing is
 asserted at the server's arrival log, latency on what the slot learned.
 """
@@ -29,11 +29,12 @@ from autothrottle.requests import (
     ThrottleWaitTimeout,
     throttle_info,
 )
-from loopback import LoopbackHost, running_hosts
+from loopback import LoopbackHost, promptly, running_hosts
 
 ARRIVAL_JITTER = 0.015
-"""How early an arrival may be stamped and still count as kept apart: the
-server's loop runs in a thread of the test process (see test_lifecycle.py)."""
+"""How early an arrival may be stamped and still count as kept apart: one
+request's way from its wire turn to the server's stamp may be longer than the
+next one's (see test_lifecycle.py)."""
 
 
 def fixed(delay: float, **kwargs: Any) -> Throttle:
@@ -42,7 +43,16 @@ def fixed(delay: float, **kwargs: Any) -> Throttle:
 
 @pytest.fixture
 def hosts() -> Iterator[list[LoopbackHost]]:
-    with running_hosts(2) as started:
+    """Two hosts, and the test's thread (with every thread it starts) ahead of
+    the machine's ordinary processes while it uses them.
+
+    Nearly every test here times something a busy machine stretches: gaps at
+    a host (one request's write put off in the run queue arrives late, and
+    the next gap reads short by as much), a latency under a bound, a request
+    that must go at once. The pacing is what those verdicts are about, not
+    how soon the operating system ran a thread; raised, it runs at once.
+    """
+    with running_hosts(2) as started, promptly():
         yield started
 
 

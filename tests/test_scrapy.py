@@ -4,6 +4,13 @@ Each crawl runs in a subprocess (``scrapy_crawl.py``: Scrapy's reactor wants a
 process of its own) against ``autothrottle.sim`` served from a thread of the
 test process; what the hosts saw is the simulator's ground truth. The settings
 are read without crawling.
+
+Both sides run ahead of the machine's ordinary processes where it allows
+(``loopback.promptly_on``): the simulator's thread above the crawl, as
+loopback's server is above its clients. A gap at the host is the time between
+two stamps, and on two busy cores either the crawl's write or the stamp could
+wait tens of milliseconds in the run queue, so that the next gap read short by
+as much, a pacing fault that never happened on the wire.
 """
 
 from __future__ import annotations
@@ -39,11 +46,13 @@ from autothrottle._scrapy_settings import throttle_from_settings
 from autothrottle.scrapy import AutoThrottleMiddleware
 from autothrottle.sim import Behaviour, Capacity, HostStats, RateLimited, SimServer, SoftBlock
 from helpers import needs_redis
+from loopback import SERVER, promptly_on
 
 HERE = Path(__file__).resolve().parent
 ARRIVAL_JITTER = 0.015
-"""How early an arrival may be stamped and still count as kept apart (the
-simulator's loop runs in a thread of the test process)."""
+"""How early an arrival may be stamped and still count as kept apart: one
+request's way from its wire turn to the simulator's stamp may be longer than
+the next one's."""
 
 
 class Sim:
@@ -66,7 +75,12 @@ class Sim:
 @contextlib.contextmanager
 def serving(hosts: dict[str, Behaviour]) -> Iterator[Sim]:
     loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
+
+    def run() -> None:
+        promptly_on(SERVER)  # this thread only: it waits in its selector between requests
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     server = SimServer(hosts, seed=1)
     asyncio.run_coroutine_threadsafe(server.start(), loop).result(30)
