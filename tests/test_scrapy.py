@@ -25,7 +25,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -341,19 +340,20 @@ def test_closing_mid_crawl_gives_waiting_requests_back_and_holds_nothing(
 ) -> None:
     host = "127.0.0.2"
     with serving({host: Capacity(workers=4, service_time=0.01)}) as sim:
-        started = time.monotonic()
         result = crawl(
             tmp_path,
             {"AUTOTHROTTLE_POLICY": "fixed-delay=0.5", "CLOSESPIDER_TIMEOUT": 1.5},
             pages(sim, host, 30),
         )
-        took = time.monotonic() - started
         truth = sim.stats(host)
     assert truth.requests <= 6  # one every 0.5 s for 1.5 s, not 30 of them
     stats = result["stats"]
     assert stats["finish_reason"] == "closespider_timeout"
     assert stats["autothrottle/rescheduled_at_close"] >= 1
-    assert took < 30  # the queue of 15 s was not drained
+    # The queue of 15 s was not drained: timed by Scrapy, from the spider's
+    # opening to its close. The whole subprocess, Python and Scrapy starting
+    # up at an ordinary priority, took 40 s on two busy cores (load 19).
+    assert stats["elapsed_time_seconds"] < 10
     assert_nothing_held(result)
 
 
