@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from autothrottle import Throttle
-from autothrottle._exchange import watch
+from autothrottle._exchange import Exchange, free_exchange, watch
 from autothrottle._lease import Lease
 from helpers import wait_until
 
@@ -105,3 +105,22 @@ async def test_a_release_by_a_finalizer_in_the_owners_collection_is_deferred(
     gc.collect()
     assert throttle.slot("k").in_flight == 1
     await wait_until(lambda: throttle.slot("k").in_flight == 0)
+
+
+def test_a_free_turns_exchange_is_the_exchange_its_class_makes() -> None:
+    """A free turn's exchange is made without calling the class
+    (``free_exchange``): every field as ``Exchange(..., free=True)`` sets it."""
+    throttle = Throttle(start_delay=0.0)
+    lease = throttle.try_acquire("example.com")
+    assert lease is not None
+    made = free_exchange(lease, 12.5, "example.com")
+    spec = Exchange(lease, 12.5, "example.com", True)
+    assert type(made) is Exchange
+
+    def fields(exchange: Exchange) -> dict[str, Any]:
+        slots = Exchange.__slots__
+        return {name: getattr(exchange, name) for name in slots if hasattr(exchange, name)}
+
+    assert fields(made) == fields(spec)
+    assert set(fields(spec)) == set(Exchange.__slots__) - {"wire_error"}
+    lease.release()

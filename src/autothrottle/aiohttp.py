@@ -101,6 +101,7 @@ from ._exchange import (
     Exchange,
     Plug,
     ThrottleInfo,
+    free_exchange,
     send_failed,
     wait_turn,
 )
@@ -286,7 +287,7 @@ class _ThrottleMiddleware:
             lease = await wait_turn(_PLUG, self.throttle, key, options, options.max_wait, request)
             exchange = Exchange(lease, asked, key)
         else:
-            exchange = Exchange(lease, asked, key, True)
+            exchange = free_exchange(lease, asked, key)
         token: contextvars.Token[Exchange | None] | None
         try:  # _AiohttpPlug.wire
             request._autothrottle_exchange = exchange  # type: ignore[attr-defined]  # noqa: SLF001
