@@ -54,6 +54,14 @@ FAST = (
     "test_cache_rules",
     "test_stated_pace_rules",
     "test_recovery_rules",
+    "test_debug_log",
+    "test_lease_finish",
+    "test_lag",
+    "test_defaults",
+    "test_policies",
+    "test_header_dialects",
+    "test_set_host",
+    "test_hosts",
 )
 #: Tests left out. mutmut runs the tests twice in one process (to map them,
 #: then clean), so a test that changes its own parameters fails the second

@@ -1,0 +1,305 @@
+"""The gate's rules at their edges, on a hand-set clock (docs/scheduling.md).
+
+``tests/test_scheduling.py`` checks the rules as a crawl meets them; these pin
+the edges a mutation run (``scripts/mutants.py _gate``) showed no test
+asserted: the moment a pause or budget ends, a ramp-up of its own length and
+with a jitter, a burst at a delay of nothing, a ticket dropped from the queue
+before it was abandoned.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from autothrottle import AdaptiveConcurrencyPolicy, FixedRatePolicy, Throttle
+from helpers import FakeClock, abandon, gate_of, try_acquire
+
+KEY = "example.com"
+
+
+class WakeCounter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+
+
+def _closed_loop() -> None:
+    raise RuntimeError("Event loop is closed")
+
+
+# -- idle: the moment a pause or a budget ends ------------------------------------------
+
+
+def test_a_slot_is_idle_from_the_moment_its_pause_ends_as_its_gate_opens() -> None:
+    # Forgetting a paused slot would let its next request go at once; forgetting
+    # it once the pause is over loses nothing: the gate opens at that moment.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=0.0)
+    slot = throttle.slot(KEY)
+    throttle.backoff(KEY, pause=5.0)
+    end = slot.pause_until
+    clock.now = end - 1e-3
+    assert not slot.idle
+    assert throttle.try_acquire(KEY) is None
+    clock.now = end
+    assert slot.idle
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    lease.release()
+
+
+def test_a_slot_is_idle_from_the_moment_its_budget_resets() -> None:
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=0.0)
+    slot = throttle.slot(KEY)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    headers = {"RateLimit-Limit": "10", "RateLimit-Remaining": "5", "RateLimit-Reset": "10"}
+    lease.observe(latency=0.01, status=200, headers=headers)
+    lease.release()
+    reset = clock.now + 10.0
+    clock.now = reset - 1e-3
+    assert not slot.idle  # the budget still spaces the sends
+    clock.now = reset
+    assert slot.idle
+
+
+# -- the ramp-up inside a gap -----------------------------------------------------------
+
+
+def _ramped_wait(start: float, ramp_up: float, factor: float) -> float:
+    """The t with t = factor * start * 2 ** (-t / period): the second send of a
+    slot whose delay ramps down from ``start`` (docs/signals.md, "Ramp-up")."""
+    period = min(ramp_up, 8 * start)
+    low, high = 0.0, factor * start
+    for _ in range(60):
+        middle = (low + high) / 2.0
+        if factor * start * 2.0 ** (-middle / period) <= middle:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+@pytest.mark.parametrize("ramp_up", [0.5, 4.0])
+def test_the_ramp_within_a_gap_falls_at_the_policy_s_own_pace(ramp_up: float) -> None:
+    clock = FakeClock()
+    policy = AdaptiveConcurrencyPolicy(ramp_up=ramp_up)
+    throttle = Throttle(clock=clock, start_delay=5.0, policy=policy)
+    slot = throttle.slot(KEY)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    lease.observe(latency=0.01, status=200)
+    lease.release()
+    ticket = gate_of(slot).enqueue()
+    wait = try_acquire(slot, ticket)
+    assert wait == pytest.approx(_ramped_wait(5.0, ramp_up, 1.0), rel=1e-4)
+    clock.advance(wait)
+    assert try_acquire(slot, ticket) == 0.0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 7])
+def test_the_jitter_factor_stretches_a_ramped_gap_as_it_does_any(seed: int) -> None:
+    # The factor drawn at the send scales the ramp's delay at each moment of
+    # the gap: the gap is factor * delay(t), not delay(t) / factor.
+    jitter = 0.5
+    factor = 1.0 + jitter * (2.0 * random.Random(seed).random() - 1.0)
+    clock = FakeClock()
+    throttle = Throttle(
+        clock=clock,
+        start_delay=5.0,
+        jitter=jitter,
+        rng=random.Random(seed),
+        policy=AdaptiveConcurrencyPolicy(ramp_up=4.0),
+    )
+    slot = throttle.slot(KEY)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    lease.observe(latency=0.01, status=200)
+    lease.release()
+    ticket = gate_of(slot).enqueue()
+    wait = try_acquire(slot, ticket)
+    assert wait == pytest.approx(_ramped_wait(5.0, 4.0, factor), rel=1e-4)
+
+
+# -- a burst at a delay of nothing --------------------------------------------------------
+
+
+def test_a_burst_policy_set_to_no_delay_sends_at_once_and_keeps_its_tokens() -> None:
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=FixedRatePolicy(10, burst=3), max_concurrency=100)
+    slot = throttle.slot(KEY)
+    slot.delay = 0.0
+    leases = [throttle.try_acquire(KEY) for _ in range(10)]
+    assert all(lease is not None for lease in leases)
+    assert {lease.sent_at for lease in leases if lease is not None} == {clock.now}
+    # Back at its rate the bucket is full: the burst goes, then the rate holds.
+    slot.delay = 0.1
+    clock.advance(1.0)
+    sent = [throttle.try_acquire(KEY) for _ in range(4)]
+    assert [lease is not None for lease in sent] == [True, True, True, False]
+
+
+# -- abandon ------------------------------------------------------------------------------
+
+
+def test_abandoning_a_ticket_dropped_with_its_closed_loop_is_a_no_op() -> None:
+    # A head whose event loop closed is dropped when the gate wakes it; the
+    # driver's abandon of that ticket afterwards finds nothing left to do.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=1.0)
+    slot = throttle.slot(KEY)
+    gate = gate_of(slot)
+    first = throttle.try_acquire(KEY)
+    assert first is not None
+    dead = gate.enqueue()
+    dead.wake = _closed_loop
+    first.release()  # wakes the head: its loop is closed, it leaves the queue
+    assert slot.queued == 0
+    assert gate.abandon(dead) is None
+    assert slot.queued == 0
+
+
+def test_abandoning_a_ticket_behind_the_head_does_not_wake_the_head() -> None:
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=1.0)
+    slot = throttle.slot(KEY)
+    assert throttle.try_acquire(KEY) is not None
+    gate = gate_of(slot)
+    head, behind = gate.enqueue(), gate.enqueue()
+    head.wake = woken = WakeCounter()
+    abandon(slot, behind)
+    assert woken.count == 0  # nothing it waits on changed
+    abandon(slot, head)
+    assert slot.queued == 0
+
+
+# -- a waiter whose event loop closed ---------------------------------------------------
+
+
+def test_a_waiter_whose_loop_closed_ahead_of_the_head_is_passed_over() -> None:
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=0.0, max_concurrency=10)
+    slot = throttle.slot(KEY)
+    gate = gate_of(slot)
+    dead, live = gate.enqueue(), gate.enqueue()
+    dead.alive = lambda: False
+    assert try_acquire(slot, live) == 0.0
+    assert live.hold is not None
+    assert dead.hold is None
+    assert slot.queued == 0
+
+
+# -- what counts as the client's lateness ----------------------------------------------
+
+
+def _late_grant(throttle: Throttle, clock: FakeClock, late: float) -> None:
+    """A head told to wait out the delay and let go ``late`` seconds after it."""
+    slot = throttle.slot(KEY)
+    ticket = gate_of(slot).enqueue()
+    wait = try_acquire(slot, ticket)
+    assert wait > 0.0
+    clock.advance(wait + late)
+    assert try_acquire(slot, ticket) == 0.0
+    assert ticket.hold is not None
+    ticket.hold.release()  # type: ignore[attr-defined]
+
+
+def test_a_head_granted_without_a_timed_wait_counts_no_lateness() -> None:
+    # docs/signals.md, "The client's own lag": only a timed wait says how late
+    # this process reads its timers.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=1.0)
+    slot = throttle.slot(KEY)
+    first = throttle.try_acquire(KEY)
+    assert first is not None
+    first.release()
+    _late_grant(throttle, clock, 0.05)
+    gate = gate_of(slot)
+    assert gate.lateness == pytest.approx(0.05)
+    clock.advance(2.0)
+    ticket = gate.enqueue()
+    assert try_acquire(slot, ticket) == 0.0  # its turn had come: it never waited
+    assert gate.lateness == pytest.approx(0.05)
+
+
+def test_a_head_that_waited_on_the_cap_counts_no_lateness() -> None:
+    # A head woken by a release resumes within the loop's turn: its lateness
+    # says little of the timers, and is not counted.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=1.0, max_concurrency=1)
+    slot = throttle.slot(KEY)
+    gate = gate_of(slot)
+    first = throttle.try_acquire(KEY)
+    assert first is not None
+    first.release()
+    ticket = gate.enqueue()
+    clock.advance(0.5)
+    assert try_acquire(slot, ticket) == pytest.approx(0.5)  # told to wait: due in 0.5 s
+    clock.advance(0.55)
+    assert try_acquire(slot, ticket) == 0.0
+    assert gate.lateness == pytest.approx(0.05)
+    held = ticket.hold
+    assert held is not None
+    clock.advance(2.0)
+    ticket = gate.enqueue()
+    assert try_acquire(slot, ticket) == math.inf  # at the cap: only a release wakes it
+    held.release()  # type: ignore[attr-defined]
+    assert try_acquire(slot, ticket) == 0.0
+    assert gate.lateness == pytest.approx(0.05)
+
+
+# -- a queued request's cost ------------------------------------------------------------
+
+
+def test_a_queued_request_spends_its_cost_when_granted() -> None:
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=0.0, max_concurrency=10)
+    slot = throttle.slot(KEY)
+    gate = gate_of(slot)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    headers = {
+        "x-ratelimit-limit-tokens": "1000",
+        "x-ratelimit-remaining-tokens": "1000",
+        "x-ratelimit-reset-tokens": "60s",
+    }
+    lease.observe(latency=0.01, status=200, headers=headers)
+    lease.release()
+    slot.delay = 0.0  # only the tokens space these two
+    first, second = gate.enqueue(600), gate.enqueue(600)
+    assert try_acquire(slot, first) == 0.0
+    assert first.hold is not None
+    first.hold.release()  # type: ignore[attr-defined]
+    # 400 left of 1000, refilled at 1000 a minute: 200 more come in 12 s.
+    assert try_acquire(slot, second) == pytest.approx(12.0)
+
+
+# -- the policy's own cap ---------------------------------------------------------------
+
+
+def test_a_policy_s_cap_of_one_holds_a_queued_request_until_the_release() -> None:
+    # AdaptiveConcurrencyPolicy starts at a limit of one request in flight
+    # (docs/signals.md): with max_concurrency at ten, the policy's cap binds.
+    clock = FakeClock()
+    policy = AdaptiveConcurrencyPolicy(initial_limit=1.0)
+    throttle = Throttle(clock=clock, start_delay=0.0, max_concurrency=10, policy=policy)
+    slot = throttle.slot(KEY)
+    gate = gate_of(slot)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    lease.observe(latency=0.01, status=200)
+    lease.release()
+    slot.delay = 0.0
+    held = throttle.try_acquire(KEY)
+    assert held is not None
+    ticket = gate.enqueue()
+    assert try_acquire(slot, ticket) == pytest.approx(throttle.hold_timeout)
+    assert ticket.hold is None
+    held.release()
+    assert try_acquire(slot, ticket) == 0.0
