@@ -1,8 +1,9 @@
-"""Mutation-test the estimators: would their tests notice a broken rule?
+"""Mutation-test the engine: would its tests notice a broken rule?
 
 For each module named (by default the estimators of ``docs/architecture.md``:
 ``_pace``, ``_limits``, ``_tokens``, ``_recovery``, ``_cache``, ``_counters``,
-``_arrivals``), copies ``src/``, ``tests/`` and ``pyproject.toml`` to
+``_arrivals``; ``ENGINE`` names the rest run by hand: ``_rules``, the gate
+``_gate``, ``_lease``, ``_turns``), copies ``src/``, ``tests/`` and ``pyproject.toml`` to
 ``build/mutants/<module>`` (nothing in the work tree changes), has mutmut
 make every small change it knows to that one module (a ``<`` for a ``<=``, a
 constant off by one, a call dropped ...) and runs, for each change, the fast
@@ -15,6 +16,10 @@ module (mutants, killed, survived, other, seconds) and every survivor::
     nox -s mutants                          # every estimator, about ten minutes
     nox -s mutants -- _pace _limits         # some of them
     python scripts/mutants.py --show _pace  # with each survivor's diff
+    nox -s mutants -- _gate                 # the gate, about half an hour
+
+The counts of the last runs and each survivor's verdict (equivalent, and
+why) are in ``docs/mutants.md``.
 
 Needs ``mutmut`` (``nox -s mutants`` installs the version it was written
 for). The listed modules must stay importable from ``src/autothrottle``.
@@ -32,8 +37,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ESTIMATORS = ("_pace", "_limits", "_tokens", "_recovery", "_cache", "_counters", "_arrivals")
-#: The tests that reach the estimators, directly or through the rules and the
-#: gate, with an injected clock: seconds each, not minutes.
+ENGINE = ("_rules", "_gate", "_lease", "_turns")
+#: The tests that reach the estimators and the engine, directly or through the
+#: rules and the gate, with an injected clock (a FakeClock, looptime's loop):
+#: seconds each, not minutes. No loopback server: a real-time test would be
+#: slow under the run's load and could fail where no mutant broke anything.
 FAST = (
     "test_pace",
     "test_limits",
@@ -62,6 +70,8 @@ FAST = (
     "test_header_dialects",
     "test_set_host",
     "test_hosts",
+    "test_gate_rules",
+    "test_rules_edges",
 )
 #: Tests left out. mutmut runs the tests twice in one process (to map them,
 #: then clean), so a test that changes its own parameters fails the second
@@ -143,7 +153,12 @@ def _run_one(module: str, tests: list[str], *, show: bool) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("modules", nargs="*", default=list(ESTIMATORS), help="e.g. _pace _limits")
+    parser.add_argument(
+        "modules",
+        nargs="*",
+        default=list(ESTIMATORS),
+        help="e.g. _pace _limits; the engine: " + " ".join(ENGINE),
+    )
     parser.add_argument("--show", action="store_true", help="print each survivor's diff")
     parser.add_argument("--json", type=Path, help="also write the counts to this file")
     args = parser.parse_args()
