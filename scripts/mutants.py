@@ -72,6 +72,7 @@ FAST = (
     "test_hosts",
     "test_gate_rules",
     "test_rules_edges",
+    "test_fast_grant",
 )
 #: Tests left out. mutmut runs the tests twice in one process (to map them,
 #: then clean), so a test that changes its own parameters fails the second

@@ -385,6 +385,11 @@ def test_a_margin_step_is_counted_told_and_logged_as_a_backoff(
     lines = [r.getMessage() for r in caplog.records if "arrival margin" in r.getMessage()]
     assert len(lines) == 1
     assert f"slot={KEY}" in lines[0] and "delay=500ms" in lines[0] and "status=429" in lines[0]
+    # The record's fields as docs/guide.md lists them ("Reading the debug output"): the
+    # refused request still in flight as its answer is applied, its latency, the reason.
+    (record,) = [r for r in caplog.records if getattr(r, "reason", None) == "arrival margin"]
+    assert lines[0].endswith(" reason=arrival margin")
+    assert (record.in_flight, record.latency, record.status) == (1, 0.001, 429)  # type: ignore[attr-defined]
 
 
 def test_two_gaps_around_a_refused_request_sum_to_two_gaps_and_more() -> None:
