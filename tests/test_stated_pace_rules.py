@@ -52,3 +52,18 @@ def test_the_debug_line_says_what_set_the_delay(caplog: pytest.LogCaptureFixture
     reasons = [r.getMessage().rsplit("reason=", 1)[-1] for r in caplog.records]
     assert reasons == ["stated pace", "ramp-up"]
     assert all("latency=10.0ms status=200 " in r.getMessage() for r in caplog.records)
+
+
+def test_a_pace_stated_at_the_delay_itself_is_no_stated_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A stated start is a pace below the delay (docs/signals.md, "Rate-limit
+    # headers"); stated at exactly the delay there is nothing to start from,
+    # and what set the new delay is the latency.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=AutoThrottlePolicy(), start_delay=0.1, debug=True)
+    with caplog.at_level(logging.DEBUG, logger="autothrottle"):
+        throttle.observe(KEY, latency=0.01, status=200, headers=STATED)
+    assert throttle.slot(KEY).delay == pytest.approx(0.055)
+    reasons = [r.getMessage().rsplit("reason=", 1)[-1] for r in caplog.records]
+    assert reasons == ["latency"]
