@@ -73,6 +73,7 @@ FAST = (
     "test_gate_rules",
     "test_rules_edges",
     "test_fast_grant",
+    "test_skeleton",
 )
 #: Tests left out. mutmut runs the tests twice in one process (to map them,
 #: then clean), so a test that changes its own parameters fails the second

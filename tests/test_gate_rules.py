@@ -4,7 +4,9 @@
 the edges a mutation run (``scripts/mutants.py _gate``) showed no test
 asserted: the moment a pause or budget ends, a ramp-up of its own length and
 with a jitter, a burst at a delay of nothing, a ticket dropped from the queue
-before it was abandoned.
+before it was abandoned, a waiter whose loop closed, what counts as lateness,
+a queued request's cost, the policy's own cap of one, and (``_lease``) a
+fleet's check before the wire turn.
 """
 
 from __future__ import annotations
@@ -303,3 +305,40 @@ def test_a_policy_s_cap_of_one_holds_a_queued_request_until_the_release() -> Non
     assert ticket.hold is None
     held.release()
     assert try_acquire(slot, ticket) == 0.0
+
+
+# -- a lease's turn on the wire, with a fleet's check first -----------------------------
+
+
+@pytest.mark.parametrize("fleet_wait", [0.25, 1.5])
+def test_a_fleet_s_wait_at_the_wire_comes_first(fleet_wait: float) -> None:
+    # Lease.wire_wait: the fleet's check (on_wire) first; while it says wait,
+    # that is the answer and the slot's wire turn is not taken.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=1.0)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    lease.on_wire = lambda: fleet_wait
+    assert lease.wire_wait() == fleet_wait
+    lease.on_wire = lambda: 0.0
+    assert lease.wire_wait() == 0.0
+    lease.release()
+
+
+def test_a_fleet_s_go_at_the_wire_still_takes_the_slot_s_wire_turn() -> None:
+    # When the fleet's check says go, the slot's own turn is taken and
+    # recorded (docs/scheduling.md, rule 10): the next grant keeps its gap
+    # from this request's time on the wire, not from its grant.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=1.0)
+    first = throttle.try_acquire(KEY)
+    assert first is not None
+    first.on_wire = lambda: 0.0
+    clock.advance(0.5)  # its connection took half a second
+    assert first.wire_wait() == 0.0
+    clock.advance(0.5)
+    second = throttle.try_acquire(KEY)
+    assert second is not None
+    assert second.wire_wait() == pytest.approx(0.5)
+    first.release()
+    second.release()
