@@ -342,3 +342,30 @@ def test_a_fleet_s_go_at_the_wire_still_takes_the_slot_s_wire_turn() -> None:
     assert second.wire_wait() == pytest.approx(0.5)
     first.release()
     second.release()
+
+
+# -- a response finished as it arrives: what it says still counts ------------------------
+
+
+@pytest.mark.parametrize("path", ["usual", "expired", "fleet"])
+def test_a_finished_response_s_headers_and_cache_flag_count_on_every_path(path: str) -> None:
+    # Lease.finish applies the response as observe does, whichever way it goes:
+    # released with it (usual), or observed then released (a lease that expired,
+    # or a fleet's, whose release also tells the store).
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=0.0, hold_timeout=1.0, max_concurrency=10)
+    slot = throttle.slot(KEY)
+    told: list[str] = []
+    hit, refused = throttle.try_acquire(KEY), throttle.try_acquire(KEY)
+    assert hit is not None and refused is not None
+    if path == "expired":
+        clock.advance(2.0)
+        assert slot.in_flight == 0 and hit.released and refused.released
+    elif path == "fleet":
+        hit.on_release = refused.on_release = lambda: told.append("released")
+    hit.finish(latency=0.01, status=200, from_cache=True)
+    refused.finish(latency=0.01, status=429, headers={"Retry-After": "5"})
+    assert slot.snapshot().cache_hits == 1
+    assert slot.pause_until == pytest.approx(clock.now + 5.0)
+    assert slot.in_flight == 0
+    assert told == (["released", "released"] if path == "fleet" else [])
