@@ -66,3 +66,17 @@ def test_after_a_refusal_the_ramp_no_longer_holds_the_delay(refused: bool) -> No
         assert slot.delay == pytest.approx(0.01)  # what the policy asked for
     else:  # halving at most each second, from 2 s
         assert slot.delay == pytest.approx(2.0 * 2.0 ** (-0.01), rel=1e-3)
+
+
+def test_a_cache_s_304_is_never_counted_as_a_miss() -> None:
+    # docs/signals.md, "Caches": the miss share is the share of sends that
+    # reach the origin. A 304 a cache answered did not reach it: the share
+    # stays where the hits and misses before it left it.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, wall_clock=clock.wall, start_delay=1.0)
+    throttle.observe(KEY, latency=0.5, status=200, headers=MISS)
+    throttle.observe(KEY, latency=0.01, status=200, headers=HIT)
+    state = record_of(throttle.slot(KEY))
+    assert state.miss_share == pytest.approx(0.5)
+    throttle.observe(KEY, latency=0.01, status=304, headers=HIT)
+    assert state.miss_share == pytest.approx(0.5)
