@@ -80,3 +80,44 @@ def test_a_cache_s_304_is_never_counted_as_a_miss() -> None:
     assert state.miss_share == pytest.approx(0.5)
     throttle.observe(KEY, latency=0.01, status=304, headers=HIT)
     assert state.miss_share == pytest.approx(0.5)
+
+
+def test_the_cap_counts_more_than_one_hit_in_flight_at_a_fast_pace() -> None:
+    # Little's law with hits slower than the gap between sends: more than one
+    # hit is in flight, and the cap makes room for each of them.
+    clock = FakeClock()
+    policy = AdaptiveConcurrencyPolicy(initial_limit=2.0, ramp_up=None)
+    throttle = Throttle(
+        clock=clock, wall_clock=clock.wall, start_delay=0.0, max_concurrency=64, policy=policy
+    )
+    for i in range(201):
+        miss = i % 10 == 0
+        throttle.observe(
+            KEY, latency=0.2 if miss else 0.02, status=200, headers=MISS if miss else HIT
+        )
+    state = record_of(throttle.slot(KEY))
+    hits = (1.0 - state.miss_share) * state.hit_latency / state.delay
+    assert hits > 2.0
+    limit = policy.in_flight_limit(state.policy_state)
+    assert limit is not None
+    assert state.in_flight_cap == math.ceil(limit + hits)
+
+
+def test_the_adaptive_policy_never_learns_the_origin_from_a_cache_hit() -> None:
+    # Even where hits may lower the delay (cache_hits_lower_delay), a hit's
+    # latency is the cache's: the adaptive policy's record of the origin
+    # (its base latency, its limit) is left as the misses made it.
+    clock = FakeClock()
+    throttle = Throttle(
+        clock=clock,
+        wall_clock=clock.wall,
+        start_delay=1.0,
+        cache_hits_lower_delay=True,
+        policy=AdaptiveConcurrencyPolicy(ramp_up=None),
+    )
+    throttle.observe(KEY, latency=0.5, status=200, headers=MISS)
+    state = record_of(throttle.slot(KEY))
+    before, delay = dict(state.policy_state), throttle.slot(KEY).delay
+    throttle.observe(KEY, latency=0.01, status=200, headers=HIT)
+    assert dict(state.policy_state) == before
+    assert throttle.slot(KEY).delay == delay
