@@ -16,7 +16,14 @@ import random
 
 import pytest
 
-from autothrottle import AdaptiveConcurrencyPolicy, FixedRatePolicy, Throttle
+from autothrottle import (
+    AdaptiveConcurrencyPolicy,
+    FixedDelayPolicy,
+    FixedRatePolicy,
+    Throttle,
+    ThrottleTimeout,
+)
+from autothrottle.testing import VirtualClock
 from helpers import FakeClock, abandon, gate_of, try_acquire
 
 KEY = "example.com"
@@ -369,3 +376,26 @@ def test_a_finished_response_s_headers_and_cache_flag_count_on_every_path(path: 
     assert slot.pause_until == pytest.approx(clock.now + 5.0)
     assert slot.in_flight == 0
     assert told == (["released", "released"] if path == "fleet" else [])
+
+
+# -- a thread's turn (``_turns.Turns.take_blocking``), on a clock that skips waits -------
+
+
+def test_a_thread_waits_its_turn_on_the_clock_within_the_shorter_bound() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(
+        policy=FixedDelayPolicy(10.0), clock=clock, hosts={"slow.example": {"max_wait": 2.0}}
+    )
+    first = throttle.acquire_blocking(KEY)
+    first.release()
+    second = throttle.acquire_blocking(KEY, max_wait=30.0)  # its turn comes in 10 s
+    second.release()
+    assert second.sent_at - first.sent_at == pytest.approx(10.0, abs=0.2)
+    with pytest.raises(ThrottleTimeout) as raised:
+        throttle.acquire_blocking(KEY, max_wait=3.0)
+    assert (raised.value.slot, raised.value.waited) == (KEY, 3.0)
+    # The slot's own bound (2 s) is the shorter one: it holds.
+    throttle.acquire_blocking("slow.example").release()
+    with pytest.raises(ThrottleTimeout) as raised:
+        throttle.acquire_blocking("slow.example", max_wait=5.0)
+    assert (raised.value.slot, raised.value.waited) == ("slow.example", 2.0)
