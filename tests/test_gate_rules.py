@@ -399,3 +399,22 @@ def test_a_thread_waits_its_turn_on_the_clock_within_the_shorter_bound() -> None
     with pytest.raises(ThrottleTimeout) as raised:
         throttle.acquire_blocking("slow.example", max_wait=5.0)
     assert (raised.value.slot, raised.value.waited) == ("slow.example", 2.0)
+
+
+async def test_a_task_waits_its_turn_on_the_clock_within_the_shorter_bound() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(
+        policy=FixedDelayPolicy(10.0), clock=clock, hosts={"slow.example": {"max_wait": 2.0}}
+    )
+    first = await throttle.acquire(KEY)
+    first.release()
+    second = await throttle.acquire(KEY, max_wait=30.0)  # its turn comes in 10 s
+    second.release()
+    assert second.sent_at - first.sent_at == pytest.approx(10.0, abs=0.2)
+    with pytest.raises(ThrottleTimeout) as raised:
+        await throttle.acquire(KEY, max_wait=3.0)
+    assert (raised.value.slot, raised.value.waited) == (KEY, 3.0)
+    (await throttle.acquire("slow.example")).release()
+    with pytest.raises(ThrottleTimeout) as raised:
+        await throttle.acquire("slow.example", max_wait=5.0)
+    assert (raised.value.slot, raised.value.waited) == ("slow.example", 2.0)
