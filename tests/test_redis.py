@@ -553,7 +553,9 @@ async def test_sync_clients_in_threads_keep_the_fleets_pace() -> None:
 
         await asyncio.wait_for(asyncio.gather(*(asyncio.to_thread(worker) for _ in "abc")), 30)
     assert len(target.arrivals) == 30
-    assert 6.0 <= target.rate() <= 10.6, target.rate()  # one pace, not three, nor a third of one
+    # One pace, not three (30/s), nor a third of one (3.3/s). Below 10/s by the
+    # machine's stalls: three threads at load 18 kept 5.96/s.
+    assert 5.0 <= target.rate() <= 10.6, target.rate()
     assert target.most_in_a_second() <= 10 + 1
 
 
