@@ -148,7 +148,9 @@ def docs(session: nox.Session) -> None:
 @nox.session(python=PYTHONS[0])
 def mutants(session: nox.Session) -> None:
     """Mutation-test the estimators (``scripts/mutants.py``): which small change to a
-    rule does no test notice? ``nox -s mutants -- _pace _limits`` for some of them."""
+    rule does no test notice? ``nox -s mutants -- _pace _limits`` for some of them,
+    ``nox -s mutants -- _gate`` (or ``_rules``, ``_lease``, ``_turns``) for the
+    engine's; each survivor's verdict is in docs/mutants.md."""
     session.install("-e", ".[dev,sim]", "mutmut==3.8.1")
     session.run("python", "scripts/mutants.py", *session.posargs)
 
