@@ -247,3 +247,14 @@ async def arrival_site(host: str) -> AsyncIterator[ArrivalSite]:
         yield target
     finally:
         await runner.cleanup()
+
+
+def slot_fields(obj: object, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Every ``__slots__`` attribute of ``obj`` (and its bases) that is set, but
+    those in ``skip``: what two paths that must agree are compared by, field for field."""
+    out: dict[str, Any] = {}
+    for cls in type(obj).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if name not in skip and name != "__weakref__" and hasattr(obj, name):
+                out[name] = getattr(obj, name)
+    return out

@@ -35,7 +35,7 @@ from autothrottle import (
 from autothrottle._gate import Gate, H
 from autothrottle._request import Cost
 from autothrottle.store import MemoryStore, SlotState
-from helpers import FakeClock
+from helpers import FakeClock, slot_fields
 
 KEY = "example.com"
 
@@ -126,16 +126,6 @@ step = st.one_of(
 )
 
 
-def _slots(obj: object, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """Every slot attribute of ``obj`` (and its bases) that is set."""
-    out: dict[str, Any] = {}
-    for cls in type(obj).__mro__:
-        for name in getattr(cls, "__slots__", ()):
-            if name not in skip and name != "__weakref__" and hasattr(obj, name):
-                out[name] = getattr(obj, name)
-    return out
-
-
 _NOT_COMPARED = frozenset({"lock", "clock", "state", "config", "_rng", "token_book"})
 """The gate's own objects (each throttle has its own); the record is compared whole."""
 
@@ -143,11 +133,11 @@ _NOT_COMPARED = frozenset({"lock", "clock", "state", "config", "_rng", "token_bo
 def _whole_state(throttle: Throttle, clock: FakeClock, leases: list[Lease]) -> dict[str, Any]:
     live = throttle._live(KEY)
     gate = live.gate
-    fields = _slots(gate, _NOT_COMPARED)
+    fields = slot_fields(gate, _NOT_COMPARED)
     fields["_queue"] = len(fields["_queue"])
     fields["_holds"] = sorted(hold.sent_at for hold in fields["_holds"])
     arrivals = fields.get("arrivals")
-    fields["arrivals"] = None if arrivals is None else _slots(arrivals)
+    fields["arrivals"] = None if arrivals is None else slot_fields(arrivals)
     return {
         "record": live.state.to_dict(clock()),
         "ramp_to": live.state.pace.ramp_to,

@@ -39,7 +39,7 @@ from autothrottle._lease import lease_at
 from autothrottle._policies import _Sampled, usual_step
 from autothrottle._slot import LiveSlot
 from autothrottle.policy import Sample, SlotConfig
-from helpers import FakeClock
+from helpers import FakeClock, slot_fields
 
 KEY = "example.com"
 
@@ -112,16 +112,6 @@ step = st.one_of(
 )
 
 
-def _slots(obj: object) -> dict[str, Any]:
-    """Every slot attribute of ``obj`` (and its bases) that is set."""
-    out: dict[str, Any] = {}
-    for cls in type(obj).__mro__:
-        for name in getattr(cls, "__slots__", ()):
-            if name != "__weakref__" and hasattr(obj, name):
-                out[name] = getattr(obj, name)
-    return out
-
-
 def _whole_state(throttle: Throttle, clock: FakeClock) -> dict[str, Any]:
     live = throttle._live(KEY)
     gate = live.gate
@@ -137,7 +127,7 @@ def _whole_state(throttle: Throttle, clock: FakeClock) -> dict[str, Any]:
         "send_at": gate.send_at(now),
         "lead": gate.lead,
         "last_send": gate.last_send,
-        "arrivals": None if arrivals is None else _slots(arrivals),
+        "arrivals": None if arrivals is None else slot_fields(arrivals),
     }
 
 
@@ -267,8 +257,8 @@ def test_a_grants_lease_is_the_lease_its_class_makes(adjust: bool) -> None:
     made = lease_at(live, reporter, 30.0, adjust, 5.0)  # type: ignore[arg-type]
     spec = Lease(live, reporter, 5.0, 35.0, adjust)  # type: ignore[arg-type]
     assert type(made) is Lease
-    assert _slots(made) == _slots(spec)
-    assert set(_slots(spec)) == set(Lease.__slots__) - {"__weakref__"}
+    assert slot_fields(made) == slot_fields(spec)
+    assert set(slot_fields(spec)) == set(Lease.__slots__) - {"__weakref__"}
 
 
 @pytest.mark.parametrize("name", sorted(POLICIES))
