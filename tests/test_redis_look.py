@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -117,11 +118,13 @@ def stand_still() -> None:
 
 async def sent_stalling_at_connect(fleet: Fleet, at_connect: Callable[[], object]) -> Site:
     """One request through aiohttp whose process runs ``at_connect`` (stands
-    still, pauses the host) when its connection is ready, on its way to the
-    wire; it must be answered. The site that saw it."""
+    still, pauses the host; awaited when it is a coroutine) when its connection
+    is ready, on its way to the wire; it must be answered. The site that saw it."""
 
     async def stalled_connect(*_: Any) -> None:
-        at_connect()
+        done = at_connect()
+        if inspect.isawaitable(done):
+            await done
 
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_end.append(stalled_connect)
@@ -312,18 +315,11 @@ async def test_a_request_let_go_before_another_processs_pause_waits_it_out_at_th
     async with RedisStore(REDIS, prefix=fleet.name) as other:
         await connected(other)
 
-        async def paused_at_connect(*_: Any) -> None:
+        async def paused_at_connect() -> None:
             await another_process_pauses(fleet, other)
             await until(lambda: KEY in fleet.ours._heard, "heard", 2.0)
 
-        trace = aiohttp.TraceConfig()
-        trace.on_connection_create_end.append(paused_at_connect)
-        async with (
-            site() as target,
-            ThrottledSession(throttle=fleet.throttle, trace_configs=[trace]) as session,
-        ):
-            async with asyncio.timeout(10.0):
-                assert (await session.get(target.url)).status == 200
+        target = await sent_stalling_at_connect(fleet, paused_at_connect)
     assert len(target.arrivals) == 1
     assert target.arrivals[0] >= fleet.pause_ends - EARLY, target.arrivals[0] - fleet.pause_ends
 
