@@ -87,7 +87,9 @@ class RedisStore:
 
     Close it before the event loop ends, ``async with RedisStore(...) as store:``
     or :meth:`aclose` (a thread's :meth:`close`): it hands back what this
-    process reserved and did not use.
+    process reserved and did not use, and ends the subscriber it keeps from its
+    first answered turn on (one more connection, a task or a thread) to hear
+    the pauses other processes set (``docs/fleet.md``, "Deploying").
 
     Args:
         url_or_client: A ``redis://`` URL (async and sync clients are made
