@@ -1,16 +1,23 @@
-"""The gate's plain grant (``Gate.grant_now`` in one call) is its general one.
+"""The gate's short way for a plain slot is the general rules' answer for it.
 
-``Gate.grant_now`` spaces and grants a slot with nothing but the usual to
-space by (no window, a burst of 1, no jitter, no strict pace, no ramp in force,
-no token windows, no cost) itself, with the steps of ``Gate.send_at`` and
-``Gate._grant`` for that case written in; any other slot asks the two. Two
-throttles with the same settings, the same injected clock and the same random
-sends, answers (usual, refused, paused, a stated budget or pace), wire turns
-and releases: one takes its grants as shipped, the other's gates always ask
-``send_at`` and ``_grant`` (the reference, the code before the plain grant).
-After each step the two slots' whole state (the record, every field of the
-gate and its wire layer, the leases' grant fields) must be the same, and the
-same requests granted.
+``Gate._admit`` is the one home of the spacing rules and the grant. A slot with
+nothing but the usual to space by (no window, a burst of 1, no jitter: a plain
+grant; and no ramp in force) takes a short way through it: its delay's spacing
+is written in rather than asked of ``Gate._paced_at``, and its grant asks
+``Gate._grant_extras`` (a strict pace's due time, windows, a burst, a jitter,
+a cost's tokens) only when it has a strict pace or a cost. Two throttles with
+the same settings, the same injected clock and the same random sends, answers
+(usual, refused, paused, a stated budget or pace), wire turns and releases:
+one as shipped, the other's gates never taking the short way (every spacing
+through ``_paced_at``, every grant through ``_grant_extras``, as a slot with a
+window, a burst or a jitter has them). After each step the two slots' whole
+state (the record, every field of the gate and its wire layer, the leases'
+grant fields) must be the same, and the same requests granted.
+
+The rules both ways share (a stated budget's and a sustained pace's gaps, the
+begun gap, the lead) have one home, so this comparison cannot see them: the
+lead's is tested below; the others' in ``test_signals.py``,
+``test_pacing_rules.py`` and ``test_scheduling.py``.
 """
 
 from __future__ import annotations
@@ -32,8 +39,7 @@ from autothrottle import (
     Lease,
     Throttle,
 )
-from autothrottle._gate import Gate, H
-from autothrottle._request import Cost
+from autothrottle._gate import Gate
 from autothrottle.store import MemoryStore, SlotState
 from helpers import FakeClock, slot_fields
 
@@ -41,22 +47,18 @@ KEY = "example.com"
 
 
 class GeneralGate(Gate):
-    """A gate that always asks ``send_at`` and ``_grant`` (``grant_now`` as it
-    was before the plain grant was written in)."""
+    """A gate that never takes a plain slot's short way: its plain-grant flag
+    reads False, whatever the settings say."""
 
     __slots__ = ()
 
-    def grant_now(self, make: Callable[[float], H], cost: Cost | None = None) -> H | None:
-        with self.lock:
-            if self._queue:
-                return None
-            held = len(self._holds)
-            if held and held >= self.cap():
-                return None
-            now = self.clock()
-            if now < self.send_at(now, cost):
-                return None
-            return self._grant(now, make, cost)
+    @property  # type: ignore[override]
+    def _plain_grant(self) -> bool:
+        return False
+
+    @_plain_grant.setter
+    def _plain_grant(self, value: bool) -> None:
+        pass
 
 
 POLICIES: dict[str, Callable[[], Any]] = {
@@ -126,8 +128,11 @@ step = st.one_of(
 )
 
 
-_NOT_COMPARED = frozenset({"lock", "clock", "state", "config", "_rng", "token_book"})
-"""The gate's own objects (each throttle has its own); the record is compared whole."""
+_NOT_COMPARED = frozenset(
+    {"lock", "clock", "state", "config", "_rng", "token_book", "_plain_grant"}
+)
+"""The gate's own objects (each throttle has its own; the record is compared
+whole), and the flag the general gate reads as False."""
 
 
 def _whole_state(throttle: Throttle, clock: FakeClock, leases: list[Lease]) -> dict[str, Any]:
@@ -182,7 +187,19 @@ def _pair(config: dict[str, Any]) -> tuple[FakeClock, Throttle, Throttle]:
     },
     [("send", 0.0, True), ("answer", 0, 0.1, 200, 1, False), ("due", -1e-7), ("due", 0.0)],
 )
-def test_the_plain_grant_and_the_general_one_leave_the_same_state(
+@example(  # the adaptive policy lowered the delay faster than the ramp-up lets it fall
+    {
+        "policy": "adaptive",
+        "start_delay": 1.0,
+        "min_delay": 0.0,
+        "max_delay": 60.0,
+        "max_concurrency": 4,
+        "jitter": 0.0,
+        "limits": "none",
+    },
+    [("send", 0.0, True), ("answer", 0, 0.01, 200, 0, True), ("due", 0.0)],
+)
+def test_the_short_way_and_the_general_one_leave_the_same_state(
     config: dict[str, Any], steps: list[tuple[Any, ...]]
 ) -> None:
     clock, plain, general = _pair(config)
@@ -233,19 +250,23 @@ def test_the_plain_grant_and_the_general_one_leave_the_same_state(
 
 
 @pytest.mark.parametrize("policy", ["adaptive, no ramp", "autothrottle"])
-def test_a_plain_slot_is_granted_without_asking_send_at(
-    policy: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Without this the test above could pass with the plain grant never taken;
-    a slot that is not plain (a strict pace) asks ``send_at``, as always."""
-    asked: list[float] = []
-    send_at = Gate.send_at
+def test_a_plain_slot_takes_the_short_way(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without this the test above could pass with the short way never taken;
+    a slot with a burst asks ``_paced_at``, one with a strict pace
+    ``_grant_extras``, as always."""
+    asked: list[str] = []
+    paced_at, extras = Gate._paced_at, Gate._grant_extras
 
-    def spy(self: Gate, now: float, cost: Cost | None = None) -> float:
-        asked.append(now)
-        return send_at(self, now, cost)
+    def spy_paced(self: Gate, now: float, last: float, delay: float) -> tuple[float, float]:
+        asked.append("paced_at")
+        return paced_at(self, now, last, delay)
 
-    monkeypatch.setattr(Gate, "send_at", spy)
+    def spy_extras(self: Gate, *args: Any) -> None:
+        asked.append("extras")
+        extras(self, *args)
+
+    monkeypatch.setattr(Gate, "_paced_at", spy_paced)
+    monkeypatch.setattr(Gate, "_grant_extras", spy_extras)
     clock = FakeClock()
     throttle = Throttle(
         start_delay=0.1, policy=POLICIES[policy](), clock=clock, wall_clock=clock.wall
@@ -258,13 +279,66 @@ def test_a_plain_slot_is_granted_without_asking_send_at(
         lease.finish(0.05, 200)
         clock.advance(1.0)
     assert asked == []
+    burst = Throttle(policy=FixedRatePolicy(10.0, burst=3), clock=clock, wall_clock=clock.wall)
+    assert burst.try_acquire(KEY) is not None
+    assert burst.try_acquire(KEY) is not None  # the second asks for the burst's spacing
+    assert "paced_at" in asked
+    asked.clear()
     strict = Throttle(
-        start_delay=0.1, policy=FixedRatePolicy(10.0), clock=clock, wall_clock=clock.wall
+        start_delay=0.1, policy=FixedDelayPolicy(0.1), clock=clock, wall_clock=clock.wall
     )
     lease = strict.try_acquire(KEY)
     assert lease is not None
+    assert asked == []  # plain: no guard before its first answer
     lease.finish(0.05, 200)  # a strict pace keeps the arrival guard from now on
     clock.advance(1.0)
     assert strict.try_acquire(KEY) is not None
-    assert asked
+    assert asked == ["extras"]
     assert math.isfinite(throttle.slot(KEY).delay)
+
+
+def _spaced(clock: FakeClock, lead: float, **limits: float) -> tuple[Throttle, Lease]:
+    """A slot 0.1 s apart (AutoThrottle's rule: no ramp, no strict pace) with
+    ``limits`` stated, its first request on the wire, and ``lead`` set."""
+    store = MemoryStore()
+    if limits:
+        store.save(KEY, SlotState(delay=0.1, **limits))
+    throttle = Throttle(
+        start_delay=0.1,
+        policy=AutoThrottlePolicy(),
+        store=store,
+        clock=clock,
+        wall_clock=clock.wall,
+    )
+    first = throttle.try_acquire(KEY)
+    assert first is not None
+    assert first.wire_wait() == 0.0
+    throttle._live(KEY).gate.lead = lead
+    return throttle, first
+
+
+@pytest.mark.parametrize(
+    ("lead", "limits", "early"),
+    [
+        (0.01, {}, 0.01),  # the whole lead, below a quarter of the gap
+        (0.04, {}, 0.025),  # a quarter of the 0.1-s gap at most
+        (0.04, {"budget_gap": 0.4, "budget_until": 1010.0}, 0.04),  # of the gap kept: 0.4 s
+        (0.2, {"sustained_gap": 0.4, "sustained_until": 1010.0}, 0.1),
+    ],
+)
+def test_a_spaced_grant_is_made_early_by_the_lead_at_most_a_quarter_of_its_gap(
+    lead: float, limits: dict[str, float], early: float
+) -> None:
+    """Rule 10: a grant is made early by the time grants take to reach the
+    wire, at most a quarter of the gap it keeps; the wire turn keeps the whole
+    gap."""
+    clock = FakeClock()
+    throttle, first = _spaced(clock, lead, **limits)
+    gap = 0.4 if limits else 0.1
+    clock.now = first.sent_at + gap - early - 1e-6
+    assert throttle.try_acquire(KEY) is None
+    clock.now = first.sent_at + gap - early + 1e-6
+    second = throttle.try_acquire(KEY)
+    assert second is not None
+    assert second.wire_gap == pytest.approx(gap)
+    assert second.wire_wait() == pytest.approx(early - 1e-6)

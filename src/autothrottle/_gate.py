@@ -71,6 +71,7 @@ class Gate(WireTurn):
     """FIFO queue, concurrency cap, spacing, burst, pause and budget of one slot."""
 
     __slots__ = (
+        "_at",
         "_begun",
         "_due",
         "_factor",
@@ -80,7 +81,6 @@ class Gate(WireTurn):
         "_queue",
         "_rng",
         "_single",
-        "_spaced",
         "_tokens",
         "_tokens_at",
         "_window_sends",
@@ -105,12 +105,11 @@ class Gate(WireTurn):
         # holds, one per response, then cost no walk over the holds, and the
         # usual response (``LiveSlot.respond``) no call.
         self.soonest = math.inf
-        # The gap the next send keeps after the last one, as send_at found it.
+        # The gap the next send keeps after the last one, as _admit found it.
         self._gap = 0.0
-        # When the spacing rules let the next send go (the gap's end, or a
-        # pause's): a grant's due time, what rule 10 counts from while the
-        # host shows a request to spare.
-        self._spaced = -math.inf
+        # When the next send may go, as _admit last found it granting nothing
+        # (send_at's answer, the queue's wait).
+        self._at = -math.inf
         self.last_send: float | None = None
         self._factor = 1.0
         # The delay in force at the last grant: a gap once begun is never
@@ -139,10 +138,10 @@ class Gate(WireTurn):
 
         It also keeps whether a grant has nothing but the usual to do: no
         window to count, a burst of 1, no jitter, and the jitter's factor 1
-        already (most slots; the grant of every request asks it once instead
-        of three times). A factor left by a jitter set before stays for the
-        gap begun with it: the next grant, not plain, sets it to 1 and makes
-        the grants after it plain.
+        already (most slots; :meth:`_admit` asks one flag for the four, at
+        the spacing and at the grant). A factor left by a jitter set before
+        stays for the gap begun with it: the next grant, not plain, sets it
+        to 1 and makes the grants after it plain.
         """
         self.config = config
         self._single = config.burst == 1
@@ -185,53 +184,88 @@ class Gate(WireTurn):
 
     def send_at(self, now: float, cost: Cost | None = None) -> float:
         """The earliest time the next request (of ``cost`` tokens) may be sent,
-        ignoring the cap.
+        ignoring the cap (what :meth:`_admit` finds, granting nothing)."""
+        self._admit(now, None, cost)
+        return self._at
 
-        It also keeps the gap that time keeps after the last send, for the
-        grant that may follow at once, under the same hold of the lock.
-        """
+    def _admit(self, now: float, make: Callable[[float], H] | None, cost: Cost | None) -> H | None:
+        """The spacing rules (``docs/scheduling.md``) and the grant, the lock held:
+        the hold if the next request (of ``cost`` tokens) may go ``now`` (the cap
+        aside) and there is a ``make``; else None, and when it may go in ``_at``.
+        One home for both, in one call for the usual grant (:meth:`grant_now`):
+        a rule the slot has no use for costs it a test, not a call."""
+        state = self.state
+        pace = state.pace
+        limits = state.limits
+        at = limits.pause_until
         last = self.last_send
         if self.arrivals is not None:  # else counts_from says `last`, without its call
             last = self.counts_from(last, self._grant_due, self._gap)
-        limits = self.state.limits
-        at = limits.pause_until
         if last is None:
-            self._gap = 0.0
-            self._spaced = at
+            gap = self._gap = 0.0
+            spaced = at
         else:
-            # When the spacing rules (delay, burst, budget, sustained pace) allow a send.
-            pace = self.state.pace
-            delay = pace.delay
-            if self._begun > delay:
-                delay = self._begun
-            gap = delay * self._factor
-            if pace.ramp_to and 0.0 < pace.ramp_to < pace.delay:  # 0.0 (no ramp) asked once
-                # The headers' spacing below holds while the ramp-up runs too.
-                spaced = self._ramped_at(now, last)
-                gap = spaced - last
-            elif self._single:  # a burst of 1
+            # The delay; a gap once begun is not shortened by a delay that fell since (rule 3).
+            gap = pace.delay
+            if self._begun > gap:
+                gap = self._begun
+            if self._plain_grant and not pace.ramp_to:  # a factor of 1, a burst of 1, no window
                 spaced = last + gap
             else:
-                missing = 1.0 - self._burst_tokens(now)
-                spaced = now + missing * delay if missing > 0 else -math.inf
+                spaced, gap = self._paced_at(now, last, gap)
             if limits.budget_gap > gap and now < limits.budget_until:
                 # Spread the advertised budget until its reset; after it, it is spent.
                 spaced = max(spaced, min(last + limits.budget_gap, limits.budget_until))
             if limits.sustained_gap > gap and now < limits.sustained_until:
                 spaced = max(spaced, min(last + limits.sustained_gap, limits.sustained_until))
-            if self._window_sends:
-                spaced = self._windows_at(spaced)
             gap = self._gap = spaced - last if spaced > last else 0.0
-            if self.arrivals is not None:  # what the grant reads of a strict pace (rule 10)
-                self._spaced = spaced if spaced > at else at
-            # Early by the time a grant takes to reach the wire, at most a
-            # quarter of the gap: the wire turn still keeps the whole gap.
-            lead = self.lead if self.lead < 0.25 * gap else 0.25 * gap
+            # Early by a grant's way to the wire, at most a quarter of the gap (rule 10).
+            lead = self.lead
+            if lead > 0.25 * gap:
+                lead = 0.25 * gap
             if spaced - lead > at:
                 at = spaced - lead
         if self.token_book.windows:
             at = max(at, TokenBudget.fits_at(self.token_book, cost, now))
-        return at
+        if now < at or make is None:
+            self._at = at
+            return None
+        self.last_send = now
+        # While the ramp-up bounds how fast the delay falls (a policy with one,
+        # never refused), its fall runs on time, within a gap too (rule 3).
+        if self.config.policy.ramp_up is not None and state.refusal.refused_gap <= 0.0:
+            self._begun = 0.0
+        else:
+            self._begun = pace.delay
+        if not self._plain_grant or self.arrivals is not None or cost:
+            self._grant_extras(now, max(spaced, limits.pause_until), cost)
+        state.counters.count_send(now)
+        hold = make(now)
+        hold.wire_gap = gap
+        self._holds.add(hold)
+        expires_at = hold.expires_at
+        if expires_at < self.soonest:
+            self.soonest = expires_at
+        return hold
+
+    def _paced_at(self, now: float, last: float, delay: float) -> tuple[float, float]:
+        """:meth:`_admit`'s own spacing (the delay's) for a slot that is not
+        plain: the jitter's factor, the ramp-up in force, a burst, a policy's
+        windows. Returns when it lets the next send go, and the gap the
+        headers' spacing is compared with (the jittered delay, or the ramp's)."""
+        gap = delay * self._factor
+        pace = self.state.pace
+        if pace.ramp_to and 0.0 < pace.ramp_to < pace.delay:  # 0.0 (no ramp) asked once
+            spaced = self._ramped_at(now, last)  # the headers' spacing holds too
+            gap = spaced - last
+        elif self._single:  # a burst of 1
+            spaced = last + gap
+        else:
+            missing = 1.0 - self._burst_tokens(now)
+            spaced = now + missing * delay if missing > 0 else -math.inf
+        if self._window_sends:
+            spaced = self._windows_at(spaced)
+        return spaced, gap
 
     def _windows_at(self, at: float) -> float:
         """``at``, or later when a policy's window (``count`` sends in any
@@ -242,7 +276,7 @@ class Gate(WireTurn):
         return at
 
     def _ramped_at(self, now: float, last: float) -> float:
-        """:meth:`send_at`'s spacing while the ramp-up lets the delay fall over time.
+        """:meth:`_admit`'s spacing while the ramp-up lets the delay fall over time.
 
         The delay falls as :meth:`RampUp.delay_at <autothrottle._pace.RampUp.delay_at>`
         says, down to what the policy asked for (``docs/signals.md``,
@@ -293,12 +327,7 @@ class Gate(WireTurn):
     # -- what the driver calls -----------------------------------------------------
 
     def grant_now(self, make: Callable[[float], H], cost: Cost | None = None) -> H | None:
-        """The fast path: a hold at once if nobody is queued and the gate is open.
-
-        A slot with nothing but the usual to space by is granted by
-        :meth:`_grant_plain`, in one call; any other asks :meth:`send_at` and
-        :meth:`_grant`, the rules' one home.
-        """
+        """The fast path: a hold at once if nobody is queued and the gate is open."""
         lock = self.lock
         lock.acquire()
         try:
@@ -316,69 +345,9 @@ class Gate(WireTurn):
             # The clock taken into a local first: Python 3.11 looks a call on an
             # attribute that holds no method (a field, not a def) up the slow way.
             clock = self.clock
-            now = clock()
-            if (
-                self._plain_grant
-                and self.arrivals is None
-                and cost is None
-                and not self.state.pace.ramp_to
-                and not self.token_book.windows
-            ):
-                return self._grant_plain(now, make)
-            if now < self.send_at(now, cost):
-                return None
-            return self._grant(now, make, cost)
+            return self._admit(clock(), make, cost)
         finally:
             lock.release()
-
-    def _grant_plain(self, now: float, make: Callable[[float], H]) -> H | None:
-        """:meth:`send_at`, then :meth:`_grant` if it may go, for a slot with
-        nothing but the usual to space by (:meth:`grant_now` checked it, the
-        lock held): a plain grant (no window, a burst of 1, no jitter: a factor
-        of 1), no strict pace, no ramp in force, no token windows, no cost.
-        Their steps for that case, the same fields written, in one call
-        (``tests/test_fast_grant.py`` drives both with random sends, answers
-        and stated limits, and compares the gates field for field)."""
-        state = self.state
-        pace = state.pace
-        last = self.last_send
-        limits = state.limits
-        at = limits.pause_until
-        if last is None:
-            gap = self._gap = 0.0
-            self._spaced = at
-        else:
-            gap = pace.delay
-            if self._begun > gap:
-                gap = self._begun
-            spaced = last + gap
-            if limits.budget_gap > gap and now < limits.budget_until:
-                spaced = max(spaced, min(last + limits.budget_gap, limits.budget_until))
-            if limits.sustained_gap > gap and now < limits.sustained_until:
-                spaced = max(spaced, min(last + limits.sustained_gap, limits.sustained_until))
-            gap = self._gap = spaced - last if spaced > last else 0.0
-            # Early by the grant's way to the wire, at most a quarter of the gap.
-            lead = self.lead
-            quarter = 0.25 * gap
-            if lead > quarter:
-                lead = quarter
-            if spaced - lead > at:
-                at = spaced - lead
-        if now < at:
-            return None
-        self.last_send = now
-        if self.config.policy.ramp_up is not None and state.refusal.refused_gap <= 0.0:
-            self._begun = 0.0
-        else:
-            self._begun = pace.delay
-        state.counters.count_send(now)
-        hold = make(now)
-        hold.wire_gap = gap
-        self._holds.add(hold)
-        expires_at = hold.expires_at
-        if expires_at < self.soonest:
-            self.soonest = expires_at
-        return hold
 
     def enqueue(self, cost: Cost | None = None) -> Ticket:
         """Join the queue (with the request's cost in tokens, if it has one)."""
@@ -411,15 +380,16 @@ class Gate(WireTurn):
                 self._due = -math.inf
                 soonest = min(hold.expires_at for hold in self._holds)
                 return max(soonest - now, 0.0) if math.isfinite(soonest) else math.inf
-        wait = self.send_at(now, ticket.cost) - now
-        if wait > 0:
+        hold = self._admit(now, make, ticket.cost)
+        if hold is None:
+            wait = self._at - now
             self._due = now + wait
             return wait
         if self._due > -math.inf:
             self.late(now - self._due)
             self._due = -math.inf
         self._queue.popleft()
-        ticket.hold = self._grant(now, make, ticket.cost)
+        ticket.hold = hold
         self.wake()
         return 0.0
 
@@ -473,42 +443,30 @@ class Gate(WireTurn):
         refill = (now - self._tokens_at) / delay
         return min(float(burst), self._tokens + refill)
 
-    def _grant(self, now: float, make: Callable[[float], H], cost: Cost | None = None) -> H:
-        """Grant a hold at ``now``, right after :meth:`send_at` said it may go."""
-        if self.arrivals is not None:  # a strict pace: when it was due (rule 10)
-            self.granted(now, self._spaced)
-        self.last_send = now
-        state = self.state
-        # While the ramp-up bounds how fast the delay falls (a policy with one,
-        # never refused), its fall runs on time, within a gap too (rule 3).
-        if self.config.policy.ramp_up is not None and state.refusal.refused_gap <= 0.0:
-            self._begun = 0.0
-        else:
-            self._begun = state.pace.delay
-        if not self._plain_grant:  # windows, a burst, a jitter (or its factor from before)
-            config = self.config
-            if self._window_sends:  # the loop only when there are windows: no iterator made
-                for sends in self._window_sends:
-                    sends.append(now)
-            if config.burst > 1:
-                self._tokens = self._burst_tokens(now) - 1.0
-                self._tokens_at = now
-            jitter = config.jitter
-            if jitter:
-                self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0)
-            else:  # a jitter since turned off: its gap is over, and the grants plain again
-                self._factor = 1.0
-                self._plain_grant = not self._window_sends and self._single
-        state.counters.count_send(now)
+    def _grant_extras(self, now: float, due: float, cost: Cost | None) -> None:
+        """What a grant at ``now`` (due at ``due``: the gap's end, or a pause's)
+        does beyond the usual, out of :meth:`_admit` so that the usual grant
+        reads one test for all of it: for a strict pace, the due time rule 10
+        counts from; a send in each policy window, a burst token, the next
+        gap's jitter; the request's tokens. A plain slot with a strict pace or
+        a cost comes here too: the steps it has no use for leave it as it was."""
+        if self.arrivals is not None:
+            self.granted(now, due)
+        config = self.config
+        if self._window_sends:  # the loop only when there are windows: no iterator made
+            for sends in self._window_sends:
+                sends.append(now)
+        if config.burst > 1:
+            self._tokens = self._burst_tokens(now) - 1.0
+            self._tokens_at = now
+        jitter = config.jitter
+        if jitter:
+            self._factor = 1.0 + jitter * (2.0 * self._rng.random() - 1.0)
+        else:  # a jitter since turned off: its gap is over, and the grants plain again
+            self._factor = 1.0
+            self._plain_grant = not self._window_sends and self._single
         if cost:
             TokenBudget.spend(self.token_book, cost, now)
-        hold = make(now)
-        hold.wire_gap = self._gap  # as send_at kept it
-        self._holds.add(hold)
-        expires_at = hold.expires_at
-        if expires_at < self.soonest:
-            self.soonest = expires_at
-        return hold
 
     def expire(self, now: float) -> None:
         """Let go of the holds whose time ran out by ``now``, the lock held:
