@@ -3,10 +3,11 @@
 ``tests/test_scheduling.py`` checks the rules as a crawl meets them; these pin
 the edges a mutation run (``scripts/mutants.py _gate``) showed no test
 asserted: the moment a pause or budget ends, a ramp-up of its own length and
-with a jitter, a burst at a delay of nothing, a ticket dropped from the queue
-before it was abandoned, a waiter whose loop closed, what counts as lateness,
-a queued request's cost, the policy's own cap of one, and (``_lease``) a
-fleet's check before the wire turn.
+with a jitter, a gap begun after a refusal by a grant not plain, a burst at a
+delay of nothing, a ticket dropped from the queue before it was abandoned, a
+waiter whose loop closed, what counts as lateness, a queued request's cost,
+the policy's own cap of one, and (``_lease``) a fleet's check before the wire
+turn.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from autothrottle import (
     ThrottleTimeout,
 )
 from autothrottle.testing import VirtualClock
-from helpers import FakeClock, abandon, gate_of, try_acquire
+from helpers import FakeClock, abandon, gate_of, record_of, try_acquire
 
 KEY = "example.com"
 
@@ -134,6 +135,52 @@ def test_the_jitter_factor_stretches_a_ramped_gap_as_it_does_any(seed: int) -> N
     ticket = gate_of(slot).enqueue()
     wait = try_acquire(slot, ticket)
     assert wait == pytest.approx(_ramped_wait(5.0, 4.0, factor), rel=1e-4)
+
+
+@pytest.mark.parametrize("how", ["queued", "jitter"])
+def test_a_gap_begun_after_a_refusal_keeps_its_delay_when_the_grant_is_not_plain(
+    how: str,
+) -> None:
+    # docs/scheduling.md, rule 3: a gap once begun is never shortened by a delay
+    # that fell since; only the ramp-up of a slot never refused runs within a
+    # gap. A refusal at a gap under a second counts as one: here the delay the
+    # gap began at holds, whether the grant was a queued request's or a
+    # jittered slot's (the general grant, not the plain one).
+    seed, jitter = 7, 0.5 if how == "jitter" else 0.0
+    clock = FakeClock()
+    throttle = Throttle(
+        clock=clock,
+        start_delay=0.2,
+        jitter=jitter,
+        rng=random.Random(seed),
+        policy=AdaptiveConcurrencyPolicy(),  # a ramp-up of 1 s
+    )
+    slot = throttle.slot(KEY)
+    throttle.observe(KEY, latency=0.05, status=200)
+    throttle.observe(KEY, latency=0.05, status=429)
+    assert 0.0 < record_of(slot).refused_gap <= 1.0
+    begun = slot.delay
+    clock.advance(60.0)  # the recovery floor is far below by now
+    if how == "queued":
+        ticket = gate_of(slot).enqueue()
+        assert try_acquire(slot, ticket) == 0.0
+        assert ticket.hold is not None
+        ticket.hold.release()  # type: ignore[attr-defined]
+        throttle.observe(KEY, latency=0.01, status=200)
+        assert slot.delay < begun / 10
+        ticket = gate_of(slot).enqueue()
+        assert try_acquire(slot, ticket) == pytest.approx(begun)
+        return
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    lease.observe(latency=0.01, status=200)
+    lease.release()
+    assert slot.delay < begun / 10
+    gap = begun * (1.0 + jitter * (2.0 * random.Random(seed).random() - 1.0))
+    clock.advance(gap - 1e-3)
+    assert throttle.try_acquire(KEY) is None
+    clock.advance(2e-3)
+    assert throttle.try_acquire(KEY) is not None
 
 
 # -- a burst at a delay of nothing --------------------------------------------------------
