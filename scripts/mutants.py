@@ -17,6 +17,13 @@ module (mutants, killed, survived, other, seconds) and every survivor::
     nox -s mutants -- _pace _limits         # some of them
     python scripts/mutants.py --show _pace  # with each survivor's diff
     nox -s mutants -- _gate                 # the gate: 41 min at load 18
+    nox -s mutants -- _rules --only 'Rules.fail' 'Rules.backoff'   # some functions
+
+mutmut skips a decorated function (but a static or class method), so for a
+module named in ``DECORATED`` the scratch copy takes that decorator off each
+method it wraps and applies it after the class (``Rules.fail =
+_under_slot_lock(Rules.fail)``): the same wrapped method at run time, which
+mutmut now mutates as any other. Nothing in the work tree changes.
 
 The counts of the last runs and each survivor's verdict (equivalent, and
 why) are in ``docs/mutants.md``.
@@ -28,7 +35,9 @@ for). The listed modules must stay importable from ``src/autothrottle``.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -72,6 +81,8 @@ FAST = (
     "test_hosts",
     "test_gate_rules",
     "test_rules_edges",
+    "test_rules_locked",
+    "test_turns_rules",
     "test_fast_grant",
     "test_skeleton",
 )
@@ -79,6 +90,14 @@ FAST = (
 #: then clean), so a test that changes its own parameters fails the second
 #: time: fix such a test rather than list it here.
 DESELECT: tuple[str, ...] = ()
+#: Per module, the decorator mutmut would skip the methods of, and their class:
+#: the scratch copy applies it after the class instead (:func:`_undecorate`).
+DECORATED = {"_rules": ("_under_slot_lock", "Rules")}
+#: Wall-clock seconds a test may run before pytest's faulthandler ends the
+#: worker with exit 1 (killed): a mutant that makes a wait unbounded blocks
+#: without using the CPU, which mutmut's own limit (CPU seconds) never ends.
+#: The slowest fast test takes 15 s quiet.
+HANG = 120
 #: mutmut's exit codes (its ``stats.py``): 1 and 3 a test failed, 0 none did.
 KILLED = {1, 3}
 SURVIVED = {0}
@@ -92,14 +111,49 @@ def _config(module: str, tests: list[str]) -> str:
         f"only_mutate = src/autothrottle/{module}.py",
         "pytest_add_cli_args_test_selection =",
         *(f"    {t}" for t in tests),
-        # The copy's own tests only; xdist off: mutmut forks its own workers.
-        "pytest_add_cli_args = -p no:cacheprovider -p no:xdist",
+        # The copy's own tests only; xdist off: mutmut forks its own workers. One
+        # argument a line (mutmut passes each line as one): "-p x -p y" on one
+        # line would reach pytest as a single "-p" naming no plugin it knows.
+        "pytest_add_cli_args =",
+        "    -pno:cacheprovider",
+        "    -pno:xdist",
+        f"    -ofaulthandler_timeout={HANG}",
+        "    -ofaulthandler_exit_on_timeout=true",
         *(f"    --deselect={t}" for t in DESELECT),
     ]
     return "\n".join(lines) + "\n"
 
 
-def _run_one(module: str, tests: list[str], *, show: bool) -> dict[str, object]:
+def _undecorate(path: Path, decorator: str, cls: str) -> list[str]:
+    """Take ``@decorator`` off each method of ``cls`` in ``path`` and apply it
+    after the module's last line instead: what runs is the same, but mutmut,
+    which mutates no decorated function, now mutates these. Returns their names."""
+    text = path.read_text()
+    pattern = re.compile(rf"^([ \t]+)@{re.escape(decorator)}\n(\1def (\w+)\()", re.MULTILINE)
+    names = [m.group(3) for m in pattern.finditer(text)]
+    if not names:
+        sys.exit(f"{path.name}: no method under @{decorator}: update DECORATED")
+    text = pattern.sub(r"\2", text)
+    text += f"\n\n# scripts/mutants.py: @{decorator} applied here, so that mutmut mutates these.\n"
+    text += "".join(f"{cls}.{n} = {decorator}({cls}.{n})\n" for n in names)
+    path.write_text(text)
+    return names
+
+
+def _patterns(module: str, only: list[str]) -> list[str]:
+    """mutmut's names for the mutants of the functions in ``only`` (``Class.method``
+    or ``function``): ``autothrottle._rules.xǁRulesǁfail__mutmut_3``, ``..._1``."""
+    out = []
+    for name in only:
+        cls, _, func = name.rpartition(".")
+        mangled = f"x\u01c1{cls}\u01c1{func}" if cls else f"x_{func}"
+        out.append(f"autothrottle.{module}.{mangled}__mutmut_*")
+    return out
+
+
+def _run_one(
+    module: str, tests: list[str], *, show: bool, workers: int, only: list[str]
+) -> dict[str, object]:
     """Mutate ``module`` in a scratch copy, run mutmut there, count the verdicts."""
     scratch = ROOT / "build" / "mutants" / module
     shutil.rmtree(scratch, ignore_errors=True)
@@ -108,11 +162,16 @@ def _run_one(module: str, tests: list[str], *, show: bool) -> dict[str, object]:
     shutil.copytree(ROOT / "tests", scratch / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(ROOT / "pyproject.toml", scratch / "pyproject.toml")
     (scratch / "setup.cfg").write_text(_config(module, tests))
+    if module in DECORATED:
+        decorator, cls = DECORATED[module]
+        names = _undecorate(scratch / "src" / "autothrottle" / f"{module}.py", decorator, cls)
+        print(f"{module}: @{decorator} applied after the class to {', '.join(names)}", flush=True)
+    patterns = _patterns(module, only)
     log = scratch / "mutmut.log"
     start = time.monotonic()
     with log.open("w") as out:
         done = subprocess.run(
-            [sys.executable, "-m", "mutmut", "run"],
+            [sys.executable, "-m", "mutmut", "run", "--max-children", str(workers), *patterns],
             cwd=scratch,
             stdout=out,
             stderr=out,
@@ -123,6 +182,8 @@ def _run_one(module: str, tests: list[str], *, show: bool) -> dict[str, object]:
     if done.returncode or not meta.exists():
         sys.exit(f"{module}: mutmut failed (exit {done.returncode}); see {log}")
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+    if patterns:  # the others are listed too, not run
+        codes = {k: c for k, c in codes.items() if any(fnmatch.fnmatch(k, p) for p in patterns)}
     survivors = sorted(k for k, c in codes.items() if c in SURVIVED)
     other = sorted(k for k, c in codes.items() if c not in SURVIVED | KILLED)
     result = {
@@ -163,13 +224,29 @@ def main() -> None:
     )
     parser.add_argument("--show", action="store_true", help="print each survivor's diff")
     parser.add_argument("--json", type=Path, help="also write the counts to this file")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="mutants run at once (mutmut's --max-children; default 1: the machine is shared)",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        metavar="FUNCTION",
+        help="only these functions' mutants, e.g. Rules.fail Turns.take_blocking",
+    )
     args = parser.parse_args()
     try:
         import mutmut  # noqa: F401
     except ImportError:
         sys.exit("needs mutmut: `nox -s mutants`, or `pip install mutmut==3.8.1`")
     tests = [f"tests/{name}.py" for name in FAST if (ROOT / "tests" / f"{name}.py").exists()]
-    results = [_run_one(m.removesuffix(".py"), tests, show=args.show) for m in args.modules]
+    results = [
+        _run_one(m.removesuffix(".py"), tests, show=args.show, workers=args.workers, only=args.only)
+        for m in args.modules
+    ]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 
