@@ -10,6 +10,7 @@ fleet's own rules; these check what ``Turns`` tells it.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import Any
@@ -80,6 +81,26 @@ async def test_a_task_waits_on_the_clock_until_its_cost_fits() -> None:
     second = await throttle.acquire(KEY, cost=600)
     second.release()
     assert second.sent_at - first.sent_at == pytest.approx(12.0, abs=0.2)
+
+
+def _loop_now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize("max_wait", [None, 30.0])
+async def test_a_task_waits_on_the_loop_until_its_cost_fits(max_wait: float | None) -> None:
+    # The driver's own wait (no clock that skips: looptime's loop skips it),
+    # with a bound or without: the cost waits for its tokens either way.
+    throttle = Throttle(policy=FixedDelayPolicy(0.0), clock=_loop_now, max_concurrency=10)
+    lease = await throttle.acquire(KEY)
+    lease.observe(latency=0.01, status=200, headers=TOKENS)
+    lease.release()
+    first = await throttle.acquire(KEY, cost=600, max_wait=max_wait)
+    second = await throttle.acquire(KEY, cost=600, max_wait=max_wait)
+    assert second.sent_at - first.sent_at == pytest.approx(12.0, abs=1e-3)
+    first.release()
+    second.release()
 
 
 def test_a_thread_s_bound_of_nothing_waited_nothing() -> None:
