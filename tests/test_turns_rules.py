@@ -103,6 +103,18 @@ async def test_a_task_waits_on_the_loop_until_its_cost_fits(max_wait: float | No
     second.release()
 
 
+@pytest.mark.looptime
+async def test_a_task_s_bound_on_the_loop_names_its_slot() -> None:
+    throttle = Throttle(policy=FixedDelayPolicy(10.0), clock=_loop_now)
+    (await throttle.acquire(KEY)).release()
+    started = _loop_now()
+    with pytest.raises(ThrottleTimeout) as raised:
+        await throttle.acquire(KEY, max_wait=3.0)
+    assert (raised.value.slot, raised.value.waited) == (KEY, 3.0)
+    assert _loop_now() - started == pytest.approx(3.0, abs=1e-3)
+    assert throttle.slot(KEY).queued == 0
+
+
 def test_a_thread_s_bound_of_nothing_waited_nothing() -> None:
     # max_wait=0: the turn now or never; the timeout says it waited 0 s.
     clock = VirtualClock()
