@@ -37,10 +37,12 @@ GAP = 0.5
 
 
 def reserve(run: Run, at: float, turns: int, lease: str = "x") -> None:
-    """The store answered with a run of ``turns`` turns from ``at``, GAP apart."""
+    """The store answered with a run of ``turns`` turns from ``at``, GAP apart:
+    the process's ask is answered."""
     dues = [at + i * GAP for i in range(turns)]
     leases = [lease] + [f"{lease}:{i}" for i in range(2, turns + 1)]
     run.reserved(dues, leases, GAP, 0.5, 4)
+    run.answered()
 
 
 def test_a_first_run_is_one_turn_and_the_process_asks() -> None:
@@ -53,6 +55,31 @@ def test_a_request_behind_the_process_own_reserved_turn_waits_for_it() -> None:
     run.next(100.0, ROOM)
     reserve(run, 102.0, 1)  # the fleet's turn for it is two seconds away
     assert run.next(100.5, ROOM) == (102.0, [])  # wait for it, then ask: one at a time
+
+
+def test_a_request_while_another_of_the_process_asks_waits_behind_it() -> None:
+    # One reservation in flight per process: before the store's first answer
+    # too, a second request waits for that answer instead of asking on its own.
+    run = Run()
+    assert run.next(100.0, ROOM) == (1, [])
+    assert run.asking
+    assert run.next(100.01, ROOM) == (None, [])
+    run.behind.extend(["b", "c"])  # the store's waiters, in the order they came
+    assert run.serve() is None  # not while the ask is on its way
+    reserve(run, 100.5, 1)
+    assert run.serve() == "b"
+    assert run.next(100.2, ROOM) == (100.5, [])  # the turn is the asker's: wait for its due
+    assert run.serve() == "c"
+    assert run.next(100.5, ROOM) == (2, [])  # then ask, and for two: they came as fast
+    assert run.asking and run.serve() is None
+
+
+def test_a_request_given_up_behind_the_ask_leaves_the_next_to_ask() -> None:
+    run = Run()
+    run.next(100.0, ROOM)
+    run.next(100.01, ROOM)
+    run.answered()  # the asker was cancelled before its answer came
+    assert run.next(100.02, ROOM)[0] == 2  # the next request asks (it was behind: demand)
 
 
 def test_a_run_doubles_while_the_process_requests_come_as_fast_as_its_turns() -> None:

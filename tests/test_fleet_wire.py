@@ -37,11 +37,15 @@ class Store:
     def late_turn(self, key: str, lease: str) -> None:
         self.late.append(lease)
 
-    def take_turn_blocking(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+    def take_turn_blocking(
+        self, key: str, ask: TurnAsk, now: float, left: float = math.inf
+    ) -> SharedTurn:
         self.asked += 1
         return self.answer
 
-    async def take_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+    async def take_turn(
+        self, key: str, ask: TurnAsk, now: float, left: float = math.inf
+    ) -> SharedTurn:
         self.asked += 1
         await self.gate.wait()
         if self.error is not None:

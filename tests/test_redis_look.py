@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -89,11 +90,13 @@ class Fleet:
                 plan[self.asked - 1]()
             return turn
 
-        async def stalled(key: str, ask: TurnAsk, now: float) -> SharedTurn:
-            return after(await take(key, ask, now))
+        async def stalled(key: str, ask: TurnAsk, now: float, left: float = math.inf) -> SharedTurn:
+            return after(await take(key, ask, now, left))
 
-        def stalled_blocking(key: str, ask: TurnAsk, now: float) -> SharedTurn:
-            return after(take_blocking(key, ask, now))
+        def stalled_blocking(
+            key: str, ask: TurnAsk, now: float, left: float = math.inf
+        ) -> SharedTurn:
+            return after(take_blocking(key, ask, now, left))
 
         monkeypatch.setattr(self.ours, "take_turn", stalled)
         monkeypatch.setattr(self.ours, "take_turn_blocking", stalled_blocking)

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 import redis
 
-from autothrottle import FixedRatePolicy, Throttle
+from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
 from autothrottle._fleet import FRESH_MOST, FRESH_ROOM, SPACING_MARGIN, TurnAsk
 from autothrottle._redis_lua import GIVE_BACK, MERGE, TURN
 from autothrottle._redis_parts import LINGER, LINGER_MOST
@@ -210,8 +211,8 @@ def test_a_reserved_run_says_how_many_leases_it_left_free(server: redis.Redis) -
 ASK = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0, SPACING_MARGIN)
 
 
-def fresh_store() -> RedisStore:
-    return RedisStore(URL, prefix=f"rules-{uuid.uuid4().hex}")
+def fresh_store(timeout: float = 0.25) -> RedisStore:
+    return RedisStore(URL, prefix=f"rules-{uuid.uuid4().hex}", timeout=timeout)
 
 
 def test_a_turn_reached_after_its_slack_goes_back_with_its_time(server: redis.Redis) -> None:
@@ -273,28 +274,24 @@ def test_a_pause_merged_is_told_on_the_channel_once_and_only_a_pause(server: red
         listener.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="one reservation of a slot waiting per process holds only once the store "
-    "answered: requests that pass the process's gate before the first answer each "
-    "ask for a turn of their own (docs/fleet.md, Runs)",
-)
 async def test_requests_before_the_first_answer_share_one_reservation(
     server: redis.Redis,
 ) -> None:
     # Rule 8: a process keeps one reservation of a slot waiting at a time, so a
     # run, not a queue of single turns, serves its requests. Redis answers
-    # slower than the slot's gap (a loaded machine, a distant Redis): every
-    # request let through meanwhile asks the store on its own.
+    # slower than the slot's gap (a loaded machine, a distant Redis): the
+    # requests let through meanwhile wait for the first answer, not each
+    # asking the store on its own.
     store = fresh_store()
     throttle = Throttle(policy=FixedRatePolicy(100), store=store)
     run = store._send._run_async
-    asking, most = 0, 0
+    asking, most, asked = 0, 0, 0
 
     async def slow(client: Any, commands: Any) -> list[Any]:
-        nonlocal asking, most
+        nonlocal asking, most, asked
         turns = sum(1 for script, _ in commands if script == "turn")
         asking += turns
+        asked += turns
         most = max(most, asking)
         await asyncio.sleep(0.05)
         try:
@@ -313,3 +310,168 @@ async def test_requests_before_the_first_answer_share_one_reservation(
     finally:
         await store.aclose()
     assert most == 1, most
+    assert asked < 8, asked  # the runs served some without a round trip
+    assert store.turns >= 8
+
+
+def test_sync_requests_before_the_first_answer_share_one_reservation(
+    server: redis.Redis,
+) -> None:
+    # The same through the sync client: threads let through the process's gate
+    # before the first answer wait for it, as tasks do.
+    store = fresh_store()
+    throttle = Throttle(policy=FixedRatePolicy(100), store=store)
+    run = store._send._run_blocking
+    lock = threading.Lock()
+    asking, most = 0, 0
+
+    def slow(client: Any, commands: Any) -> list[Any]:
+        nonlocal asking, most
+        turns = sum(1 for script, _ in commands if script == "turn")
+        with lock:
+            asking += turns
+            most = max(most, asking)
+        time.sleep(0.05)
+        try:
+            return run(client, commands)
+        finally:
+            with lock:
+                asking -= turns
+
+    store._send._run_blocking = slow  # type: ignore[method-assign]
+    failed: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            with throttle.acquire_blocking("h"):
+                pass
+        except BaseException as error:
+            failed.append(error)
+
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10.0)
+    finally:
+        store.close()
+    assert not any(thread.is_alive() for thread in threads)
+    assert not failed, failed
+    assert most == 1, most
+
+
+class Held:
+    """Redis's answers to turns held until :attr:`go` is set; the turns asked counted."""
+
+    def __init__(self, store: RedisStore) -> None:
+        self.go = asyncio.Event()
+        self.asked = 0
+        self._run = store._send._run_async
+        store._send._run_async = self  # type: ignore[method-assign]
+
+    async def __call__(self, client: Any, commands: Any) -> list[Any]:
+        self.asked += sum(1 for script, _ in commands if script == "turn")
+        await self.go.wait()
+        return await self._run(client, commands)
+
+
+async def behind(store: RedisStore, waiting: int) -> None:
+    """Until ``waiting`` requests wait behind the slot's ask (bounded)."""
+    for _ in range(500):
+        run = store._runs.get("h")
+        if run is not None and len(run.behind) == waiting:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the requests never came behind the ask")
+
+
+async def nothing_held(store: RedisStore, throttle: Throttle, server: redis.Redis) -> None:
+    """No lease, reserved turn or request is left, here or in Redis."""
+    await store.flush()
+    run = store._runs.get("h")
+    assert run is None or (len(run) == 0 and not run.behind and not run.asking)
+    slot = throttle.slot("h")
+    assert (slot.in_flight, slot.queued) == (0, 0)
+    assert server.zcard(f"{{{store.prefix}:h}}:l") == 0
+
+
+async def test_a_request_given_up_behind_the_first_ask_holds_nothing(
+    server: redis.Redis,
+) -> None:
+    store = fresh_store(timeout=30.0)  # Redis held, not down
+    throttle = Throttle(policy=FixedRatePolicy(100), store=store)
+    held = Held(store)
+
+    async def one() -> None:
+        with await throttle.acquire("h"):
+            pass
+
+    try:
+        first = asyncio.create_task(one())
+        second = asyncio.create_task(one())
+        await behind(store, 1)
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert not store._runs["h"].behind  # out of the line at once
+        held.go.set()
+        await asyncio.wait_for(first, 10.0)
+        assert held.asked == 1  # nothing was asked for the request given up
+        await nothing_held(store, throttle, server)
+    finally:
+        await store.aclose()
+
+
+async def test_the_ask_given_up_passes_to_the_request_behind_it(server: redis.Redis) -> None:
+    # The asking request is cancelled before its answer: the request behind it
+    # asks in its place, and the turns reserved for the one given up go back.
+    store = fresh_store(timeout=30.0)  # Redis held, not down
+    throttle = Throttle(policy=FixedRatePolicy(100), store=store)
+    held = Held(store)
+
+    async def one() -> None:
+        with await throttle.acquire("h"):
+            pass
+
+    try:
+        first = asyncio.create_task(one())
+        second = asyncio.create_task(one())
+        await behind(store, 1)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        held.go.set()
+        await asyncio.wait_for(second, 10.0)
+        assert held.asked == 2
+        await nothing_held(store, throttle, server)
+    finally:
+        await store.aclose()
+
+
+async def test_a_request_whose_max_wait_ends_behind_the_first_ask_times_out(
+    server: redis.Redis,
+) -> None:
+    store = fresh_store(timeout=30.0)  # Redis held, not down
+    throttle = Throttle(policy=FixedRatePolicy(100), store=store)
+    held = Held(store)
+
+    async def one(max_wait: float | None = None) -> None:
+        with await throttle.acquire("h", max_wait=max_wait):
+            pass
+
+    try:
+        first = asyncio.create_task(one())
+        await asyncio.sleep(0)
+        started = time.monotonic()
+        with pytest.raises(ThrottleTimeout):
+            await asyncio.wait_for(one(max_wait=0.3), 10.0)
+        assert time.monotonic() - started >= 0.29  # the bound, not sooner
+        assert not first.done()  # it did not wait for the answer
+        assert not store._runs["h"].behind
+        held.go.set()
+        await asyncio.wait_for(first, 10.0)
+        assert held.asked == 1
+        await nothing_held(store, throttle, server)
+    finally:
+        await store.aclose()

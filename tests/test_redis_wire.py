@@ -97,11 +97,13 @@ class Fleet:
                 time.sleep(max(0.0, due - time.monotonic()) + STALL)  # its due, then past it
             return turn
 
-        async def stalled(key: str, ask: TurnAsk, now: float) -> SharedTurn:
-            return after(await take(key, ask, now))
+        async def stalled(key: str, ask: TurnAsk, now: float, left: float = math.inf) -> SharedTurn:
+            return after(await take(key, ask, now, left))
 
-        def stalled_blocking(key: str, ask: TurnAsk, now: float) -> SharedTurn:
-            return after(take_blocking(key, ask, now))
+        def stalled_blocking(
+            key: str, ask: TurnAsk, now: float, left: float = math.inf
+        ) -> SharedTurn:
+            return after(take_blocking(key, ask, now, left))
 
         monkeypatch.setattr(self.ours, "take_turn", stalled)
         monkeypatch.setattr(self.ours, "take_turn_blocking", stalled_blocking)

@@ -217,7 +217,8 @@ class Fleet:
         left of it. On any failure, cancellation or timeout the lease is released.
         """
         clock = anyio.current_time
-        steps = self._steps(slot, lease, bound, clock() + left, clock)
+        deadline = clock() + left
+        steps = self._steps(slot, lease, bound, deadline, clock)
         try:
             step, arg = next(steps)
             while True:
@@ -225,7 +226,10 @@ class Fleet:
                     await anyio.sleep(arg)
                     step, arg = steps.send(None)
                 elif step == _TAKE:
-                    step, arg = steps.send(await self.store.take_turn(slot.key, arg, self.clock()))
+                    turn = await self.store.take_turn(
+                        slot.key, arg, self.clock(), deadline - clock()
+                    )
+                    step, arg = steps.send(turn)
                 else:
                     turn, ask = arg
                     seen = await self.store.look(slot.key, turn, ask, self.clock())
@@ -241,7 +245,8 @@ class Fleet:
     ) -> None:
         """:meth:`take_turn` for a thread."""
         clock = time.monotonic
-        steps = self._steps(slot, lease, bound, clock() + left, clock)
+        deadline = clock() + left
+        steps = self._steps(slot, lease, bound, deadline, clock)
         try:
             step, arg = next(steps)
             while True:
@@ -249,9 +254,10 @@ class Fleet:
                     time.sleep(arg)
                     step, arg = steps.send(None)
                 elif step == _TAKE:
-                    step, arg = steps.send(
-                        self.store.take_turn_blocking(slot.key, arg, self.clock())
+                    turn = self.store.take_turn_blocking(
+                        slot.key, arg, self.clock(), deadline - clock()
                     )
+                    step, arg = steps.send(turn)
                 else:
                     turn, ask = arg
                     seen = self.store.look_blocking(slot.key, turn, ask, self.clock())
@@ -697,12 +703,13 @@ class WireCheck:
     def _take(self) -> float:
         fleet, key = self._fleet, self._slot.key
         ask = fleet.ask(self._slot)
+        left = self._until - time.monotonic()  # behind another's ask, no longer (rule 3)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # a thread: the sync client
-            return self._taken(fleet.store.take_turn_blocking(key, ask, fleet.clock()))
+            return self._taken(fleet.store.take_turn_blocking(key, ask, fleet.clock(), left))
         self._looking = False
-        self._task = task = loop.create_task(fleet.store.take_turn(key, ask, fleet.clock()))
+        self._task = task = loop.create_task(fleet.store.take_turn(key, ask, fleet.clock(), left))
         task.add_done_callback(self._answered)
         return WIRE_POLL
 

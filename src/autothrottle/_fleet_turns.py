@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ._state import SlotState
 
@@ -179,6 +179,8 @@ class Run:
         "_demand",
         "_pending",
         "_turns",
+        "asking",
+        "behind",
         "delay",
         "free",
         "last_due",
@@ -204,12 +206,18 @@ class Run:
         """The lateness the fleet left room for after the last run's last turn."""
         self.free = 0
         """The slot's leases left free under the fleet's cap after the last run."""
+        self.asking = False
+        """A request of this process asks the store for a run of the slot now:
+        its answer is on its way (one reservation in flight per process)."""
+        self.behind: deque[Any] = deque()
+        """The requests waiting for that answer, first come first (what waits
+        for each is the store's)."""
         self._demand = False
         self._pending = -math.inf  # the last reserved turn a request may wait for
 
     def next(
         self, now: float, room: float
-    ) -> tuple[tuple[float, str, bool] | float | int, list[str]]:
+    ) -> tuple[tuple[float, str, bool] | float | int | None, list[str]]:
         """What a request of this process does at ``now``, and the leases of the
         turns more than ``room`` past their due that no request took (to hand
         back; the next run is one turn long again):
@@ -219,10 +227,15 @@ class Run:
           turn: it has :attr:`slack`);
         * a float: it waits until then, when this process's last reserved turn
           is due, before asking (one reservation waiting per process);
+        * None: another request of this process is asking the store for a run
+          (:attr:`asking`): it waits behind that one for the answer, and is
+          then served from the run or asks next (:meth:`serve`), never on its
+          own meanwhile (one reservation in flight per process);
         * an int: it asks the store for a run of that many turns: twice the
           last run's when a request of this process waited for that run or
           took a turn of it (its requests come as fast as the fleet's turns),
-          else one.
+          else one. It is the slot's :attr:`asking` request until its answer
+          came (:meth:`answered`).
         """
         stale: list[str] = []
         turns = self._turns
@@ -237,9 +250,27 @@ class Run:
         if self._pending > now + room:
             self._demand = True
             return self._pending, stale
+        if self.asking:
+            self._demand = True
+            return None, stale
         self.length = min(2 * self.length, RUN_MOST) if self._demand else 1
         self._demand = False
+        self.asking = True
         return self.length, stale
+
+    def answered(self) -> None:
+        """The slot's asking request has its answer, or gave up: the requests
+        behind it may be served (:meth:`serve`)."""
+        self.asking = False
+
+    def serve(self) -> Any | None:
+        """The first request waiting behind the answer, if it may be served now
+        (no request asks the store for the slot): it takes its :meth:`next`
+        then, and the next one after it, first come first, until one of them
+        asks the store in its turn."""
+        if self.asking or not self.behind:
+            return None
+        return self.behind.popleft()
 
     def room(self, now: float, gap: float) -> float:
         """Seconds to leave after the run asked for at ``now``: more after this
@@ -286,11 +317,20 @@ class SharedTurns(Protocol):
     Every time it is given is on the throttle's clock (``now``).
     """
 
-    async def take_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
-        """Reserve the slot's next send across the fleet (rules 1, 2 and 6)."""
+    async def take_turn(
+        self, key: str, ask: TurnAsk, now: float, left: float = math.inf
+    ) -> SharedTurn:
+        """Reserve the slot's next send across the fleet (rules 1, 2 and 6).
+
+        A request that finds another of this process asking for the slot
+        waits for that answer (rule 8), at most ``left`` seconds (what is left
+        of its ``max_wait``): past that, the answer is a wait of ``math.inf``
+        with no lease, which no bound allows (rule 3)."""
         ...
 
-    def take_turn_blocking(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+    def take_turn_blocking(
+        self, key: str, ask: TurnAsk, now: float, left: float = math.inf
+    ) -> SharedTurn:
         """:meth:`take_turn` for a thread (the sync clients)."""
         ...
 

@@ -54,6 +54,7 @@ from ._redis_parts import (
     deliver,
     keys,
     merge_args,
+    run_leases,
     sha,
     us,
     within,
@@ -324,8 +325,16 @@ class Sender:
         for ask, result in zip(turns, results[len(results) - len(turns) :], strict=True):
             given_up = not deliver(ask, result)
             if given_up and isinstance(result, list) and result[1] and ask.script == "turn":
-                self.released(ask.key, ask.lease)  # (a look's lease goes with its request)
+                self._given_up(ask, result)  # (a look's lease goes with its request)
         return True
+
+    def _given_up(self, ask: Ask, reply: list[Any]) -> None:
+        """The request that asked for a run gave up before its answer came: every
+        turn reserved for it goes back, the latest first, and its time with it
+        when no process reserved after it (rule 8)."""
+        turns = int(as_text(reply[7])) if len(reply) > 7 else 1
+        gap = float(as_text(reply[8])) / 1e6 if len(reply) > 8 else 0.0
+        self.unused(ask.key, gap, run_leases(ask.lease, turns)[::-1])
 
     async def _load_async(self, client: AsyncClient) -> None:
         for text, _ in self._scripts.values():

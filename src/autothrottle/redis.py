@@ -36,6 +36,7 @@ both, or the client of the kind you use (a ``RedisCluster`` too).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import threading
@@ -67,11 +68,13 @@ from ._redis_parts import (
     LINGER_MOST,
     Ask,
     AsyncClient,
+    Behind,
     Change,
     SyncClient,
     as_text,
     keys,
     phase,
+    run_leases,
     us,
 )
 from ._redis_send import Listener, Sender
@@ -201,12 +204,33 @@ class RedisStore:
 
     # -- the SharedTurns protocol: the fleet (autothrottle._fleet's rules) ----------------
 
-    async def take_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+    async def take_turn(
+        self, key: str, ask: TurnAsk, now: float, left: float = math.inf
+    ) -> SharedTurn:
         """Reserve the slot's next send across the fleet (at most one round trip;
-        none for a turn of a run already reserved)."""
-        ready = self._from_run(key, ask)
+        none for a turn of a run already reserved, or for a request served
+        behind another of this process that asked for the slot: it waits for
+        that answer, at most ``left`` seconds)."""
+        run, ready = self._from_run(key, ask, asyncio.get_running_loop())
+        if isinstance(ready, Behind):
+            started = time.monotonic()
+            ready = await self._behind(key, run, ready, left)
+            now += time.monotonic() - started
         if isinstance(ready, SharedTurn):
             return ready
+        try:
+            turn = await self._asked(key, ask, now, ready, run)
+        except BaseException:
+            self._serve(key, run)
+            raise
+        self._serve(key, run, turn)
+        return turn
+
+    async def _asked(
+        self, key: str, ask: TurnAsk, now: float, ready: tuple[int, float], run: Run
+    ) -> SharedTurn:
+        """The slot's one ask of this process: a run of ``ready[0]`` turns, with
+        room ``ready[1]`` after it."""
         alone = self._outage.alone_now(key, ask, now)
         if alone is not None:
             return alone
@@ -219,13 +243,30 @@ class RedisStore:
             return self._outage.data_error(key, ask, error, now)
         if reply is DOWN:
             return self._outage.while_down(key, ask, now)
-        return self._answer(key, ask, reply, now, ready[1])
+        return self._answer(key, ask, reply, now, ready[1], run)
 
-    def take_turn_blocking(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
+    def take_turn_blocking(
+        self, key: str, ask: TurnAsk, now: float, left: float = math.inf
+    ) -> SharedTurn:
         """:meth:`take_turn` for a thread (``Throttle.acquire_blocking``)."""
-        ready = self._from_run(key, ask)
+        run, ready = self._from_run(key, ask, None)
+        if isinstance(ready, Behind):
+            started = time.monotonic()
+            ready = self._behind_blocking(key, run, ready, left)
+            now += time.monotonic() - started
         if isinstance(ready, SharedTurn):
             return ready
+        try:
+            turn = self._asked_blocking(key, ask, now, ready, run)
+        except BaseException:
+            self._serve(key, run)
+            raise
+        self._serve(key, run, turn)
+        return turn
+
+    def _asked_blocking(
+        self, key: str, ask: TurnAsk, now: float, ready: tuple[int, float], run: Run
+    ) -> SharedTurn:
         alone = self._outage.alone_now(key, ask, now)
         if alone is not None:
             return alone
@@ -237,7 +278,7 @@ class RedisStore:
         if isinstance(reply, ResponseError):
             return self._outage.data_error(key, ask, reply, now)
         assert isinstance(reply, list)
-        return self._answer(key, ask, reply, now, ready[1])
+        return self._answer(key, ask, reply, now, ready[1], run)
 
     async def look(self, key: str, lease: str, ask: TurnAsk, now: float) -> SharedTurn:
         """Whether the turn ``lease``, reached late a second time, may go now: no
@@ -465,7 +506,7 @@ class RedisStore:
         return SharedTurn(wait, None, shared, float(pause) / 1e6, None, senders)
 
     def _answer(
-        self, key: str, ask: TurnAsk, reply: list[Any], now: float, room: float = 0.0
+        self, key: str, ask: TurnAsk, reply: list[Any], now: float, room: float, run: Run
     ) -> SharedTurn:
         self.turns += 1
         parts = [as_text(p) for p in reply[:7]]
@@ -483,12 +524,11 @@ class RedisStore:
         spacing = float(as_text(reply[8])) / 1e6 if len(reply) > 8 else 0.0
         free = int(as_text(reply[9])) if len(reply) > 9 else 0
         dues = [due + i * spacing for i in range(turns)]
-        leases = [lease] + [f"{lease}:{i}" for i in range(2, turns + 1)]
+        leases = run_leases(lease, turns)
         after = slack(spacing or gap * ask.margin, ask.margin, ask.late, turns, room)
         with self._runs_lock:
-            run = self._runs.get(key)
-            if run is None:
-                run = self._runs[key] = Run()
+            # The slot's run (forgotten and taken again meanwhile: the new one's).
+            run = self._runs.setdefault(key, run)
             run.reserved(dues, leases, spacing, shared, senders, after)
             run.free = free
         self._listener.start()  # rule 2: from now on, hear the pauses others set
@@ -503,29 +543,127 @@ class RedisStore:
             slack=after if turns == 1 else math.inf,
         )
 
-    def _from_run(self, key: str, ask: TurnAsk) -> SharedTurn | tuple[int, float]:
-        """The next turn of a run this process reserved, or the wait for its last
-        reserved turn, or the run to ask the store for and the room to leave
-        after it (rule 8)."""
-        gap = min(max(ask.gap, ask.min_gap), ask.max_gap)
-        room = max(gap * (ask.margin - 1.0) + 2.0 * ask.late, LATE_MOST)
+    def _from_run(
+        self, key: str, ask: TurnAsk, loop: asyncio.AbstractEventLoop | None
+    ) -> tuple[Run, SharedTurn | tuple[int, float] | Behind]:
+        """What the request does now (rule 8): the next turn of a run this process
+        reserved, or the wait for its last reserved turn, or the run to ask the
+        store for and the room to leave after it (it is then the slot's asking
+        request), or, while another request of this process asks, its place
+        behind that one (on ``loop``, or a thread's with None)."""
         received = time.monotonic()
         with self._runs_lock:
             run = self._runs.get(key)
             if run is None:
                 run = self._runs[key] = Run()
-            then, stale = run.next(received, room)
-            delay, senders, spacing, after = run.delay, run.senders, run.spacing, run.slack
+            then, stale = self._next(run, ask, received)
+            ready: SharedTurn | tuple[int, float] | Behind
+            if then is None:
+                ready = Behind(ask, loop)
+                run.behind.append(ready)
+            else:
+                ready = then
+            spacing = run.spacing
         self._hand_back(key, stale, spacing)
+        return run, ready
+
+    def _next(
+        self, run: Run, ask: TurnAsk, received: float
+    ) -> tuple[SharedTurn | tuple[int, float] | None, list[str]]:
+        """:meth:`Run.next` for a request asking with ``ask`` (under the lock), and
+        the stale leases to hand back."""
+        gap = min(max(ask.gap, ask.min_gap), ask.max_gap)
+        room = max(gap * (ask.margin - 1.0) + 2.0 * ask.late, LATE_MOST)
+        then, stale = run.next(received, room)
+        if then is None:
+            return None, stale
         if isinstance(then, int):
-            return then, run.room(received, gap)
+            return (then, run.room(received, gap)), stale
+        delay, senders = run.delay, run.senders
         if isinstance(then, float):  # ask again when this process's last turn is due
-            return SharedTurn(max(then - received, ASK_AGAIN), None, delay, 0.0, None, senders)
+            wait = max(then - received, ASK_AGAIN)
+            return SharedTurn(wait, None, delay, 0.0, None, senders), stale
         due, lease, closes = then
         self.turns += 1
         wait = max(0.0, due - received)
-        after = after if closes else math.inf
-        return SharedTurn(wait, lease, delay, 0.0, due, senders, True, closes, after)
+        after = run.slack if closes else math.inf
+        return SharedTurn(wait, lease, delay, 0.0, due, senders, True, closes, after), stale
+
+    async def _behind(
+        self, key: str, run: Run, waiter: Behind, left: float
+    ) -> SharedTurn | tuple[int, float]:
+        """Wait behind the slot's ask for what :meth:`_serve` serves, at most
+        ``left`` seconds; given up meanwhile, the request holds nothing."""
+        assert isinstance(waiter.wake, asyncio.Future)
+        try:
+            async with asyncio.timeout(left if left < math.inf else None):
+                await waiter.wake
+        except TimeoutError:
+            pass
+        except BaseException:
+            self._unserve(key, run, waiter)
+            raise
+        return self._waited(run, waiter)
+
+    def _behind_blocking(
+        self, key: str, run: Run, waiter: Behind, left: float
+    ) -> SharedTurn | tuple[int, float]:
+        """:meth:`_behind` for a thread."""
+        assert isinstance(waiter.wake, threading.Event)
+        waiter.wake.wait(min(left, threading.TIMEOUT_MAX) if left < math.inf else None)
+        return self._waited(run, waiter)
+
+    def _waited(self, run: Run, waiter: Behind) -> SharedTurn | tuple[int, float]:
+        """What the request behind the slot's ask was served; nothing yet when
+        its ``max_wait`` ended: out of the line, it gets a wait no bound allows
+        (the fleet's rule 3 fails it)."""
+        with self._runs_lock:
+            served = waiter.served
+            if served is None:
+                with contextlib.suppress(ValueError):
+                    run.behind.remove(waiter)
+                return SharedTurn(math.inf, None, run.delay, 0.0, None, run.senders)
+        return served
+
+    def _serve(self, key: str, run: Run, turn: SharedTurn | None = None) -> None:
+        """The slot's ask was answered (``turn``) or given up (None): the requests
+        behind it are served in the order they came (rule 8). A pause or the
+        cap (a wait, no turn) serves each of them that wait; anything else, each
+        takes its :meth:`Run.next`: a turn of the run just reserved, the wait
+        for its last turn, or, the first left, the next ask."""
+        later = turn is not None and turn.lease is None and turn.wait > 0.0
+        received = time.monotonic()
+        stale: list[str] = []
+        with self._runs_lock:
+            run.answered()
+            while (waiter := run.serve()) is not None:
+                served: SharedTurn | tuple[int, float] | None
+                if later:
+                    assert turn is not None
+                    served = turn
+                else:
+                    served, old = self._next(run, waiter.ask, received)
+                    stale += old
+                    assert served is not None  # nobody asks: Run.next never says "behind"
+                waiter.serve(served)
+            spacing = run.spacing
+        self._hand_back(key, stale, spacing)
+
+    def _unserve(self, key: str, run: Run, waiter: Behind) -> None:
+        """A request given up behind the slot's ask holds nothing: out of the
+        line; a turn it was served goes back, and the next ask it was to make
+        passes to the next request behind."""
+        with self._runs_lock:
+            served = waiter.served
+            if served is None:
+                with contextlib.suppress(ValueError):
+                    run.behind.remove(waiter)
+                return
+            spacing = run.spacing
+        if not isinstance(served, SharedTurn):
+            self._serve(key, run)
+        elif served.lease is not None:
+            self._hand_back(key, [served.lease], spacing)
 
     def _hand_back(self, key: str, leases: list[str], gap: float) -> None:
         """Turns of a run that no request took go back, the latest first (rule 8)."""
