@@ -115,7 +115,13 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    (each turn is a lease, rule 1), so the other processes still get turns.
    A process keeps one reservation of a slot waiting at a time: a request
    that finds its process's last reserved turn not yet due waits for it,
-   then asks (so a run, not a queue of single turns, serves its requests).
+   then asks (so a run, not a queue of single turns, serves its requests);
+   and one ask of the slot on its way to the store: a request that finds
+   another of its process asking (the slot's first ask too, before the
+   store ever answered) waits for that answer, first come first, within
+   its ``max_wait`` (rule 3), and is served from it: a turn of the run, the
+   wait for its last turn, the pause or the cap the store answered with, or
+   the next ask. A request given up meanwhile holds nothing.
    A process's first turn of a slot in :data:`FRESH_AFTER` seconds may leave
    on a new connection, late by its setup, which the process cannot see
    coming: the turn after it is reserved :data:`FRESH_ROOM` of a gap (at
