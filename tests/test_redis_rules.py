@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -475,3 +477,39 @@ async def test_a_request_whose_max_wait_ends_behind_the_first_ask_times_out(
         await nothing_held(store, throttle, server)
     finally:
         await store.aclose()
+
+
+async def test_a_store_dropped_unclosed_ends_its_subscriber_quietly(server: redis.Redis) -> None:
+    # A store never closed (its docstring asks for aclose) and dropped: once it
+    # is collected its subscriber ends, connection and all, instead of pending
+    # until its task is destroyed ("Task was destroyed but it is pending").
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    store = fresh_store()
+    channel = f"autothrottle:{store.prefix}:pauses"
+    throttle = Throttle(policy=FixedRatePolicy(100), store=store)
+    client = store._send.async_redis()  # closed by the test: not the subscriber's concern
+    try:
+        with await throttle.acquire("h"):
+            pass
+        for _ in range(500):  # bounded: subscribed within moments on loopback
+            if store._listener.listening:
+                break
+            await asyncio.sleep(0.01)
+        assert server.pubsub_numsub(channel) == [(channel.encode(), 1)]
+        task = weakref.ref(store._listener._task)  # type: ignore[arg-type]
+        del store, throttle
+        for _ in range(500):
+            gc.collect()
+            if task() is None and server.pubsub_numsub(channel)[0][1] == 0:
+                break
+            await asyncio.sleep(0.01)
+        gc.collect()
+        assert task() is None  # ended, and let go
+        assert server.pubsub_numsub(channel)[0][1] == 0  # its connection closed
+        assert not [c for c in reported if "destroyed" in str(c.get("message"))], reported
+    finally:
+        loop.set_exception_handler(previous)
+        await client.aclose()

@@ -558,6 +558,11 @@ LISTEN_JOIN = 2.0
 connecting to a slow Redis)."""
 
 
+_LISTENING: set[asyncio.Task[None]] = set()
+"""The subscribers' tasks under way: an event loop holds its tasks only weakly,
+and one whose store was dropped would be collected while pending."""
+
+
 class Listener:
     """Hears the pauses other processes of the fleet set (rule 2).
 
@@ -610,7 +615,9 @@ class Listener:
             if self._task is not None or self._thread is not None or self._stop.is_set():
                 return
             if loop is not None and sender.async_client is not None:
-                self._task = loop.create_task(self._listen_async())
+                self._task = task = loop.create_task(self._listen_async())
+                _LISTENING.add(task)  # held until it ends: never destroyed pending
+                task.add_done_callback(_LISTENING.discard)
             elif loop is None and sender.sync_client is not None:
                 self._thread = threading.Thread(
                     target=self._listen_blocking, name="autothrottle-redis-pauses", daemon=True
@@ -688,6 +695,17 @@ class Listener:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         self.close()
+
+    def dropped(self) -> None:
+        """Its store was collected unclosed: stop listening, from whatever thread
+        the collection ran on. The task is cancelled on its loop (a loop already
+        closed runs nothing any more), the thread ends within :data:`LISTEN_POLL`
+        (not waited: a collection must not block); either closes its connection."""
+        self._stop.set()
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            with contextlib.suppress(RuntimeError):  # its loop is closed
+                task.get_loop().call_soon_threadsafe(task.cancel)
 
     def close(self) -> None:
         """Stop listening: the thread ends within :data:`LISTEN_POLL` (waited here,

@@ -42,7 +42,8 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any, Self
 
 try:
@@ -92,7 +93,10 @@ class RedisStore:
     or :meth:`aclose` (a thread's :meth:`close`): it hands back what this
     process reserved and did not use, and ends the subscriber it keeps from its
     first answered turn on (one more connection, a task or a thread) to hear
-    the pauses other processes set (``docs/fleet.md``, "Deploying").
+    the pauses other processes set (``docs/fleet.md``, "Deploying"). A store
+    dropped unclosed ends that subscriber once it is collected (the subscriber
+    holds it only weakly), but what it reserved waits in Redis until its
+    leases expire, and its own connections until the garbage collector.
 
     Args:
         url_or_client: A ``redis://`` URL (async and sync clients are made
@@ -161,7 +165,11 @@ class RedisStore:
         # The fleet's pauses other processes set, heard (rule 2): the slot's end (on
         # time.monotonic's clock) and Redis's stamp of it, until a request adopts it.
         self._heard: dict[str, tuple[float, str]] = {}
-        self._listener = Listener(self._send, self._heard_pause)
+        # The subscriber holds the store only weakly: a store dropped unclosed is
+        # collected, and its subscriber then ends (its task cancelled, its
+        # connection closed) instead of pending until the loop is torn down.
+        self._listener = Listener(self._send, _weakly(self._heard_pause))
+        weakref.finalize(self, self._listener.dropped).atexit = False
         self.turns = 0
         """Turns taken through the fleet so far (asked of Redis, or of a run)."""
 
@@ -668,3 +676,15 @@ class RedisStore:
     def _hand_back(self, key: str, leases: list[str], gap: float) -> None:
         """Turns of a run that no request took go back, the latest first (rule 8)."""
         self._send.unused(key, gap, leases[::-1])
+
+
+def _weakly(method: Callable[[str, str, float], None]) -> Callable[[str, str, float], None]:
+    """``method`` of an object, called while the object lives (then a no-op)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(key: str, end: str, until: float) -> None:
+        live = ref()
+        if live is not None:
+            live(key, end, until)
+
+    return call
