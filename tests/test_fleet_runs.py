@@ -66,12 +66,16 @@ def test_a_request_while_another_of_the_process_asks_waits_behind_it() -> None:
     assert run.next(100.01, ROOM) == (None, [])
     run.behind.extend(["b", "c"])  # the store's waiters, in the order they came
     assert run.serve() is None  # not while the ask is on its way
-    reserve(run, 100.5, 1)
+    reserve(run, 100.5, 1)  # the turn is the asker's
     assert run.serve() == "b"
-    assert run.next(100.2, ROOM) == (100.5, [])  # the turn is the asker's: wait for its due
+    assert run.next(100.2, ROOM, waited=True) == (2, [])  # b asks next, for two: demand
+    assert run.asking and run.serve() is None  # c waits behind b's ask in turn
+    reserve(run, 101.0, 2)
     assert run.serve() == "c"
-    assert run.next(100.5, ROOM) == (2, [])  # then ask, and for two: they came as fast
-    assert run.asking and run.serve() is None
+    assert run.next(100.3, ROOM, waited=True) == ((101.5, "x:2", True), [])  # from b's run
+    assert run.serve() is None
+    # A request that did not wait behind an ask waits for the last turn's due.
+    assert run.next(100.4, ROOM) == (101.5, [])
 
 
 def test_a_request_given_up_behind_the_ask_leaves_the_next_to_ask() -> None:
@@ -79,7 +83,7 @@ def test_a_request_given_up_behind_the_ask_leaves_the_next_to_ask() -> None:
     run.next(100.0, ROOM)
     run.next(100.01, ROOM)
     run.answered()  # the asker was cancelled before its answer came
-    assert run.next(100.02, ROOM)[0] == 2  # the next request asks (it was behind: demand)
+    assert run.next(100.02, ROOM, waited=True)[0] == 2  # the next asks (it waited: demand)
 
 
 def test_a_run_doubles_while_the_process_requests_come_as_fast_as_its_turns() -> None:

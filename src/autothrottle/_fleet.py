@@ -120,8 +120,10 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    another of its process asking (the slot's first ask too, before the
    store ever answered) waits for that answer, first come first, within
    its ``max_wait`` (rule 3), and is served from it: a turn of the run, the
-   wait for its last turn, the pause or the cap the store answered with, or
-   the next ask. A request given up meanwhile holds nothing.
+   pause or the cap the store answered with, or the next ask, which the
+   requests after it wait for in turn (not for the due of a turn they could
+   not take: they would have asked alongside). A request given up meanwhile
+   holds nothing.
    A process's first turn of a slot in :data:`FRESH_AFTER` seconds may leave
    on a new connection, late by its setup, which the process cannot see
    coming: the turn after it is reserved :data:`FRESH_ROOM` of a gap (at

@@ -216,7 +216,7 @@ class Run:
         self._pending = -math.inf  # the last reserved turn a request may wait for
 
     def next(
-        self, now: float, room: float
+        self, now: float, room: float, waited: bool = False
     ) -> tuple[tuple[float, str, bool] | float | int | None, list[str]]:
         """What a request of this process does at ``now``, and the leases of the
         turns more than ``room`` past their due that no request took (to hand
@@ -230,7 +230,13 @@ class Run:
         * None: another request of this process is asking the store for a run
           (:attr:`asking`): it waits behind that one for the answer, and is
           then served from the run or asks next (:meth:`serve`), never on its
-          own meanwhile (one reservation in flight per process);
+          own meanwhile (one reservation in flight per process). A request
+          that ``waited`` so takes the next reservation when the run has no
+          turn for it, without waiting for the last one's due: it came while
+          nothing it could wait for was known, and would have asked alongside
+          (a crawl's first turns of 200 hosts then left while the second
+          ones' reservations were on their way, and a loaded worker's event
+          loop, busy with 200 new connections, took Redis for unreachable);
         * an int: it asks the store for a run of that many turns: twice the
           last run's when a request of this process waited for that run or
           took a turn of it (its requests come as fast as the fleet's turns),
@@ -247,7 +253,7 @@ class Run:
             due, lease = turns.popleft()
             self._demand = True
             return (due, lease, not turns), stale
-        if self._pending > now + room:
+        if self._pending > now + room and not waited:
             self._demand = True
             return self._pending, stale
         if self.asking:

@@ -576,13 +576,13 @@ class RedisStore:
         return run, ready
 
     def _next(
-        self, run: Run, ask: TurnAsk, received: float
+        self, run: Run, ask: TurnAsk, received: float, waited: bool = False
     ) -> tuple[SharedTurn | tuple[int, float] | None, list[str]]:
-        """:meth:`Run.next` for a request asking with ``ask`` (under the lock), and
-        the stale leases to hand back."""
+        """:meth:`Run.next` for a request asking with ``ask`` (under the lock;
+        ``waited`` behind the slot's ask), and the stale leases to hand back."""
         gap = min(max(ask.gap, ask.min_gap), ask.max_gap)
         room = max(gap * (ask.margin - 1.0) + 2.0 * ask.late, LATE_MOST)
-        then, stale = run.next(received, room)
+        then, stale = run.next(received, room, waited)
         if then is None:
             return None, stale
         if isinstance(then, int):
@@ -637,8 +637,8 @@ class RedisStore:
         """The slot's ask was answered (``turn``) or given up (None): the requests
         behind it are served in the order they came (rule 8). A pause or the
         cap (a wait, no turn) serves each of them that wait; anything else, each
-        takes its :meth:`Run.next`: a turn of the run just reserved, the wait
-        for its last turn, or, the first left, the next ask."""
+        takes its :meth:`Run.next`: a turn of the run just reserved or, the
+        first left, the next ask (the others then wait behind that one)."""
         later = turn is not None and turn.lease is None and turn.wait > 0.0
         received = time.monotonic()
         stale: list[str] = []
@@ -650,7 +650,7 @@ class RedisStore:
                     assert turn is not None
                     served = turn
                 else:
-                    served, old = self._next(run, waiter.ask, received)
+                    served, old = self._next(run, waiter.ask, received, True)
                     stale += old
                     assert served is not None  # nobody asks: Run.next never says "behind"
                 waiter.serve(served)
