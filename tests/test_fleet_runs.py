@@ -78,6 +78,28 @@ def test_a_request_while_another_of_the_process_asks_waits_behind_it() -> None:
     assert run.next(100.4, ROOM) == (101.5, [])
 
 
+def test_a_request_that_comes_while_others_wait_for_the_answer_is_served_after_them() -> None:
+    # A thread may come between the store's recording a run and its serving the
+    # requests behind the ask: the run has turns then, but they are the older
+    # requests' first (per slot, first come first).
+    run = Run()
+    assert run.next(100.0, ROOM) == (1, [])
+    assert run.next(100.01, ROOM) == (None, [])
+    run.behind.append("b")
+    dues = [100.5 + i * GAP for i in range(3)]
+    run.reserved(dues, ["x", "x:2", "x:3"], GAP, 0.5, 4)  # recorded, b not yet served
+    assert run.next(100.02, ROOM) == (None, [])  # the newcomer waits behind b
+    run.behind.append("c")
+    run.answered()
+    assert run.serve() == "b"
+    assert run.next(100.03, ROOM, waited=True) == ((101.0, "x:2", False), [])
+    assert run.serve() == "c"
+    assert run.next(100.03, ROOM, waited=True) == ((101.5, "x:3", True), [])
+    assert run.serve() is None and not run.behind
+    # Nobody waits any more: a request goes by the usual rule again.
+    assert run.next(100.04, ROOM) == (101.5, [])
+
+
 def test_a_request_given_up_behind_the_ask_leaves_the_next_to_ask() -> None:
     run = Run()
     run.next(100.0, ROOM)

@@ -236,7 +236,9 @@ class Run:
           nothing it could wait for was known, and would have asked alongside
           (a crawl's first turns of 200 hosts then left while the second
           ones' reservations were on their way, and a loaded worker's event
-          loop, busy with 200 new connections, took Redis for unreachable);
+          loop, busy with 200 new connections, took Redis for unreachable).
+          A request that finds others waiting so (:attr:`behind`) waits behind
+          them, even when the run has turns: they are served first;
         * an int: it asks the store for a run of that many turns: twice the
           last run's when a request of this process waited for that run or
           took a turn of it (its requests come as fast as the fleet's turns),
@@ -249,6 +251,12 @@ class Run:
             stale.append(turns.popleft()[1])
             self._demand = False
             self.length = 1
+        if self.behind and not waited:
+            # Older requests wait to be served from the answer (a thread may come
+            # between the store's recording a run and its serving them): first
+            # come first, even to the run's turns.
+            self._demand = True
+            return None, stale
         if turns:
             due, lease = turns.popleft()
             self._demand = True
