@@ -145,7 +145,7 @@ _CLIENT_SIDE = {
     "autothrottle.requests", "autothrottle.scrapy", "autothrottle.redis", "autothrottle.otel",
     "autothrottle.sim", "autothrottle.cli", "autothrottle.timeline", "autothrottle._httpx",
     "autothrottle._httpx2", "autothrottle._redis_lua", "autothrottle._redis_parts",
-    "autothrottle._redis_outage", "autothrottle._redis_send",
+    "autothrottle._redis_outage", "autothrottle._redis_runs", "autothrottle._redis_send",
     "autothrottle._scrapy_settings", "autothrottle._scrapy_parts", "autothrottle._aiohttp_parts",
     "autothrottle._requests_parts",
 }  # fmt: skip
@@ -440,5 +440,20 @@ def test_only_the_fleet_writes_what_this_process_sees_of_a_fleets_slot() -> None
         for path in sorted(PACKAGE.rglob("*.py"))
         for line, name in _written_attributes(ast.parse(path.read_text()))
         if _PROCESS_FIELDS.get(name, path.name) != path.name
+    ]
+    assert not wrong, wrong
+
+
+#: What a process keeps of its runs of a slot (rule 8) that a ``Run`` does not write
+#: itself, and the one module that writes it: the store's ``Runs``.
+_RUN_FIELDS = dict.fromkeys(("free", "asking", "behind", "last_due"), "_redis_runs.py")
+
+
+def test_only_the_runs_write_what_a_process_keeps_of_its_runs() -> None:
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} writes {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, name in _written_attributes(ast.parse(path.read_text()))
+        if _RUN_FIELDS.get(name, path.name) != path.name
     ]
     assert not wrong, wrong

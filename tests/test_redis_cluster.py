@@ -193,7 +193,7 @@ async def test_a_pause_set_on_any_shard_reaches_a_process_holding_turns(tmp_path
                 other.backoff(host, pause=5.0)
             await theirs.flush()
             for _ in range(2500):
-                if all(host in ours._heard for host in by_shard.values()):
+                if all(host in ours._runs._heard for host in by_shard.values()):
                     break
                 await asyncio.sleep(0.002)
             heard = {

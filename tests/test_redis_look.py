@@ -259,7 +259,7 @@ async def two_turns_reserved_by_others(fleet: Fleet) -> None:
         async with RedisStore(REDIS, prefix=fleet.name) as other:
             turn = await other.take_turn(KEY, ASK, time.monotonic())
             assert turn.lease is not None
-            other._runs.clear()  # closing hands back only what it did not take
+            other._runs._runs.clear()  # closing hands back only what it did not take
 
 
 async def test_a_turn_reserved_before_another_processs_pause_waits_it_out(
@@ -320,7 +320,7 @@ async def test_a_request_let_go_before_another_processs_pause_waits_it_out_at_th
 
         async def paused_at_connect() -> None:
             await another_process_pauses(fleet, other)
-            await until(lambda: KEY in fleet.ours._heard, "heard", 2.0)
+            await until(lambda: KEY in fleet.ours._runs._heard, "heard", 2.0)
 
         target = await sent_stalling_at_connect(fleet, paused_at_connect)
     assert len(target.arrivals) == 1

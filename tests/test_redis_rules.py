@@ -415,7 +415,7 @@ async def test_a_request_given_up_behind_the_first_ask_holds_nothing(
         second.cancel()
         with pytest.raises(asyncio.CancelledError):
             await second
-        assert not store._runs["h"].behind  # out of the line at once
+        assert not store._runs._runs["h"].behind  # out of the line at once
         assert (held.asked, store._send._turns) == (1, [])  # and nothing asked for it
         held.go.set()
         await asyncio.wait_for(first, 10.0)
@@ -443,7 +443,7 @@ async def test_the_ask_given_up_passes_to_the_request_behind_it(server: redis.Re
         with pytest.raises(asyncio.CancelledError):
             await first
         await asyncio.sleep(0)  # the request behind resumes: it asks in its place
-        assert store._runs["h"].asking and len(store._send._turns) == 1
+        assert store._runs._runs["h"].asking and len(store._send._turns) == 1
         held.go.set()
         await asyncio.wait_for(second, 10.0)
         await nothing_held(store, throttle, server)
@@ -470,7 +470,7 @@ async def test_a_request_whose_max_wait_ends_behind_the_first_ask_times_out(
             await asyncio.wait_for(one(max_wait=0.3), 10.0)
         assert time.monotonic() - started >= 0.29  # the bound, not sooner
         assert not first.done()  # it did not wait for the answer
-        assert not store._runs["h"].behind
+        assert not store._runs._runs["h"].behind
         assert (held.asked, store._send._turns) == (1, [])  # nothing asked for it
         held.go.set()
         await asyncio.wait_for(first, 10.0)

@@ -5,11 +5,9 @@ alone, Redis's clock as the process sees it, and a call's bounded wait."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import math
-import threading
 import zlib
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -19,7 +17,7 @@ import redis.asyncio as aioredis
 import redis.asyncio.cluster as aiocluster
 import redis.cluster
 
-from ._fleet import SharedTurn, TurnAsk
+from ._fleet import SharedTurn
 from ._state import SlotState
 
 __all__ = [
@@ -27,7 +25,6 @@ __all__ = [
     "ASK_AGAIN",
     "Alone",
     "Ask",
-    "Behind",
     "AsyncClient",
     "CALIBRATE",
     "CALIBRATE_MOST",
@@ -168,47 +165,6 @@ class Alone:
         self.next = -math.inf
         self.bad = False  # a data error was logged and the slot went alone
         self.until = -math.inf  # when to try Redis again after it (monotonic)
-
-
-class Behind:
-    """A request of this process waiting behind another's ask for the same slot
-    (rule 8: one reservation in flight per process), and what it is served
-    when that answer comes (set under the store's lock): a turn or a wait
-    (:class:`SharedTurn`), or ``(turns, room)``, the slot's next ask, its own.
-    It is woken through a future on its event loop, or an event for a thread
-    (the sync client); another thread serving an async request wakes it
-    through its loop."""
-
-    __slots__ = ("ask", "loop", "served", "wake")
-
-    def __init__(self, ask: TurnAsk, loop: asyncio.AbstractEventLoop | None) -> None:
-        self.ask = ask
-        self.loop = loop
-        self.served: SharedTurn | tuple[int, float] | None = None
-        self.wake: asyncio.Future[None] | threading.Event = (
-            threading.Event() if loop is None else loop.create_future()
-        )
-
-    def serve(self, served: SharedTurn | tuple[int, float]) -> None:
-        self.served = served
-        wake = self.wake
-        if isinstance(wake, threading.Event):
-            wake.set()
-            return
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self.loop:
-            _woken(wake)
-        elif self.loop is not None:
-            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
-                self.loop.call_soon_threadsafe(_woken, wake)
-
-
-def _woken(wake: asyncio.Future[None]) -> None:
-    if not wake.done():  # (a request given up meanwhile cancelled it)
-        wake.set_result(None)
 
 
 def run_leases(lease: str, turns: int) -> list[str]:

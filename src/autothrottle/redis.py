@@ -19,7 +19,8 @@ one pipeline: the turns asked for at the same moment (of any slots), the
 finished leases and what responses taught, so a request costs at most one
 round trip, and less when requests come together (``docs/fleet.md``;
 :mod:`autothrottle._redis_send` sends, :mod:`autothrottle._redis_outage` paces
-alone while Redis does not answer).
+alone while Redis does not answer, :mod:`autothrottle._redis_runs` serves
+requests from the turns reserved ahead and lines them up behind a slot's ask).
 
 Failure: when Redis is unreachable or slow (``timeout``), the process logs one
 warning and paces on its own, from what it learned last, trying Redis again
@@ -36,7 +37,6 @@ both, or the client of the kind you use (a ``RedisCluster`` too).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import threading
@@ -59,7 +59,7 @@ import redis.asyncio.cluster as aiocluster
 import redis.cluster
 from redis.exceptions import ResponseError
 
-from ._fleet import LATE_MOST, Run, SharedTurn, TurnAsk, slack
+from ._fleet import Run, SharedTurn, TurnAsk, slack
 from ._redis_outage import Outage
 from ._redis_parts import (
     ASK_AGAIN,
@@ -69,7 +69,6 @@ from ._redis_parts import (
     LINGER_MOST,
     Ask,
     AsyncClient,
-    Behind,
     Change,
     SyncClient,
     as_text,
@@ -78,6 +77,7 @@ from ._redis_parts import (
     run_leases,
     us,
 )
+from ._redis_runs import Runs
 from ._redis_send import Listener, Sender
 from ._state import SlotState
 from ._store import MemoryStore
@@ -160,18 +160,19 @@ class RedisStore:
             ttl=self.ttl,
             timeout=self.timeout,
         )
-        self._runs: dict[str, Run] = {}
-        self._runs_lock = threading.Lock()
-        # The fleet's pauses other processes set, heard (rule 2): the slot's end (on
-        # time.monotonic's clock) and Redis's stamp of it, until a request adopts it.
-        self._heard: dict[str, tuple[float, str]] = {}
-        # The subscriber holds the store only weakly: a store dropped unclosed is
-        # collected, and its subscriber then ends (its task cancelled, its
-        # connection closed) instead of pending until the loop is torn down.
-        self._listener = Listener(self._send, _weakly(self._heard_pause))
+        self._runs = Runs(self._send.unused)
+        self._answered = 0
+        # The subscriber holds the store's runs only weakly: a store dropped
+        # unclosed is collected, and its subscriber then ends (its task
+        # cancelled, its connection closed) instead of pending until the loop
+        # is torn down.
+        self._listener = Listener(self._send, _weakly(self._runs.heard))
         weakref.finalize(self, self._listener.dropped).atexit = False
-        self.turns = 0
+
+    @property
+    def turns(self) -> int:
         """Turns taken through the fleet so far (asked of Redis, or of a run)."""
+        return self._answered + self._runs.taken
 
     @property
     def round_trips(self) -> int:
@@ -195,11 +196,7 @@ class RedisStore:
         """Forget the slot here (what the fleet shares stays in Redis for ``ttl``)."""
         self._local.discard(key)
         self._outage.forget(key)
-        with self._runs_lock:
-            run = self._runs.pop(key, None)
-            self._heard.pop(key, None)
-        if run is not None:
-            self._hand_back(key, run.drop(), run.spacing)
+        self._runs.forget(key)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._local)
@@ -219,20 +216,7 @@ class RedisStore:
         none for a turn of a run already reserved, or for a request served
         behind another of this process that asked for the slot: it waits for
         that answer, at most ``left`` seconds)."""
-        run, ready = self._from_run(key, ask, asyncio.get_running_loop())
-        if isinstance(ready, Behind):
-            started = time.monotonic()
-            ready = await self._behind(key, run, ready, left)
-            now += time.monotonic() - started
-        if isinstance(ready, SharedTurn):
-            return ready
-        try:
-            turn = await self._asked(key, ask, now, ready, run)
-        except BaseException:
-            self._serve(key, run)
-            raise
-        self._serve(key, run, turn)
-        return turn
+        return await self._runs.take_turn(key, ask, now, left, self._asked)
 
     async def _asked(
         self, key: str, ask: TurnAsk, now: float, ready: tuple[int, float], run: Run
@@ -257,20 +241,7 @@ class RedisStore:
         self, key: str, ask: TurnAsk, now: float, left: float = math.inf
     ) -> SharedTurn:
         """:meth:`take_turn` for a thread (``Throttle.acquire_blocking``)."""
-        run, ready = self._from_run(key, ask, None)
-        if isinstance(ready, Behind):
-            started = time.monotonic()
-            ready = self._behind_blocking(key, run, ready, left)
-            now += time.monotonic() - started
-        if isinstance(ready, SharedTurn):
-            return ready
-        try:
-            turn = self._asked_blocking(key, ask, now, ready, run)
-        except BaseException:
-            self._serve(key, run)
-            raise
-        self._serve(key, run, turn)
-        return turn
+        return self._runs.take_turn_blocking(key, ask, now, left, self._asked_blocking)
 
     def _asked_blocking(
         self, key: str, ask: TurnAsk, now: float, ready: tuple[int, float], run: Run
@@ -349,29 +320,19 @@ class RedisStore:
 
     def idle(self, key: str) -> None:
         """No request of this process is left for the slot: hand back its run's rest."""
-        with self._runs_lock:
-            run = self._runs.get(key)
-            if run is None or not len(run):
-                return
-            leases = run.drop()
-        self._hand_back(key, leases, run.spacing)
+        self._runs.idle(key)
 
     def late(self, key: str, lease: str) -> None:
         """A turn reached after its slack is not sent: it goes back with the next
         message, its time too when it was the latest reserved (rule 1)."""
-        with self._runs_lock:
-            run = self._runs.get(key)
-            spacing = 0.0 if run is None else run.spacing
-        self._hand_back(key, [lease], spacing)
+        self._runs.late(key, lease)
 
     def fleet_pause(self, key: str, max_pause: float, now: float) -> float:
         """Seconds (at most ``max_pause``) of a pause of the slot another process
         set since this one's last answer for it, as heard on the prefix's
         channel (rule 2; 0.0: none heard). Told once: the asker adopts it
         (rule 4), and the next turn names it as waited out."""
-        if not self._heard:
-            return 0.0
-        heard = self._heard.pop(key, None)
+        heard = self._runs.told(key)
         if heard is None:
             return 0.0
         until, end = heard
@@ -381,24 +342,6 @@ class RedisStore:
         self._outage.waits(key, end, now + left)
         return left
 
-    def _heard_pause(self, key: str, end: str, until: float) -> None:
-        """Another process paused the slot until ``until`` (``end`` on Redis's
-        clock): the turns this process reserved ahead and no request took are
-        void and go back (rule 2); a request waiting for its turn finds the
-        pause when its turn is due (:meth:`fleet_pause`). A slot this process
-        takes no turns of is none of its business."""
-        if until <= time.monotonic():
-            return
-        with self._runs_lock:
-            run = self._runs.get(key)
-            if run is None:
-                return
-            previous = self._heard.get(key)
-            if previous is None or until > previous[0]:
-                self._heard[key] = (until, end)
-            stale, spacing = run.drop(), run.spacing
-        self._hand_back(key, stale, spacing)
-
     async def flush(self) -> None:
         """Send what is waiting (learned records, finished leases) now, if Redis answers."""
         await self._send.flush()
@@ -407,20 +350,13 @@ class RedisStore:
         """:meth:`flush` for a thread."""
         self._send.flush_blocking()
 
-    def _drop_runs(self) -> None:
-        """Hand back every turn reserved and not taken (closing: nothing will take them)."""
-        with self._runs_lock:
-            runs, self._runs = self._runs, {}
-        for key, run in runs.items():
-            self._hand_back(key, run.drop(), run.spacing)
-
     async def aclose(self) -> None:
         """Hand back the turns reserved and not taken, flush, then close the Redis
         clients. Call it (or use ``async with``) before the event loop ends:
         without it the last finished leases wait for their lease's expiry in
         Redis, and a send still lingering is cut off with the loop."""
         await self._listener.aclose()
-        self._drop_runs()
+        self._runs.drop()
         await self.flush()
         if self._send.async_client is not None:
             await self._send.async_client.aclose()
@@ -436,7 +372,7 @@ class RedisStore:
         """Stop hearing the fleet's pauses, flush what the sync client has to send,
         stop its sender, close the sync client."""
         self._listener.close()
-        self._drop_runs()
+        self._runs.drop()
         self._send.close()
 
     async def shared_record(self, key: str) -> dict[str, Any] | None:
@@ -506,17 +442,13 @@ class RedisStore:
         senders = int(processes)
         self._outage.shared(key, gap * ask.margin, senders, paused, now + wait)
         if float(pause) > 0:  # rule 2: the turns reserved before a pause are void
-            with self._runs_lock:
-                run = self._runs.get(key)
-                stale = [] if run is None else run.drop()
-                spacing = 0.0 if run is None else run.spacing
-            self._hand_back(key, stale, spacing)
+            self._runs.void(key)
         return SharedTurn(wait, None, shared, float(pause) / 1e6, None, senders)
 
     def _answer(
         self, key: str, ask: TurnAsk, reply: list[Any], now: float, room: float, run: Run
     ) -> SharedTurn:
-        self.turns += 1
+        self._answered += 1
         parts = [as_text(p) for p in reply[:7]]
         if not parts[1]:
             return self._later(key, ask, parts, now)
@@ -534,11 +466,17 @@ class RedisStore:
         dues = [due + i * spacing for i in range(turns)]
         leases = run_leases(lease, turns)
         after = slack(spacing or gap * ask.margin, ask.margin, ask.late, turns, room)
-        with self._runs_lock:
-            # The slot's run (forgotten and taken again meanwhile: the new one's).
-            run = self._runs.setdefault(key, run)
-            run.reserved(dues, leases, spacing, shared, senders, after)
-            run.free = free
+        self._runs.reserved(
+            key,
+            run,
+            dues,
+            leases,
+            spacing=spacing,
+            delay=shared,
+            senders=senders,
+            slack=after,
+            free=free,
+        )
         self._listener.start()  # rule 2: from now on, hear the pauses others set
         return SharedTurn(
             wait,
@@ -550,132 +488,6 @@ class RedisStore:
             closes=turns == 1,
             slack=after if turns == 1 else math.inf,
         )
-
-    def _from_run(
-        self, key: str, ask: TurnAsk, loop: asyncio.AbstractEventLoop | None
-    ) -> tuple[Run, SharedTurn | tuple[int, float] | Behind]:
-        """What the request does now (rule 8): the next turn of a run this process
-        reserved, or the wait for its last reserved turn, or the run to ask the
-        store for and the room to leave after it (it is then the slot's asking
-        request), or, while another request of this process asks, its place
-        behind that one (on ``loop``, or a thread's with None)."""
-        received = time.monotonic()
-        with self._runs_lock:
-            run = self._runs.get(key)
-            if run is None:
-                run = self._runs[key] = Run()
-            then, stale = self._next(run, ask, received)
-            ready: SharedTurn | tuple[int, float] | Behind
-            if then is None:
-                ready = Behind(ask, loop)
-                run.behind.append(ready)
-            else:
-                ready = then
-            spacing = run.spacing
-        self._hand_back(key, stale, spacing)
-        return run, ready
-
-    def _next(
-        self, run: Run, ask: TurnAsk, received: float, waited: bool = False
-    ) -> tuple[SharedTurn | tuple[int, float] | None, list[str]]:
-        """:meth:`Run.next` for a request asking with ``ask`` (under the lock;
-        ``waited`` behind the slot's ask), and the stale leases to hand back."""
-        gap = min(max(ask.gap, ask.min_gap), ask.max_gap)
-        room = max(gap * (ask.margin - 1.0) + 2.0 * ask.late, LATE_MOST)
-        then, stale = run.next(received, room, waited)
-        if then is None:
-            return None, stale
-        if isinstance(then, int):
-            return (then, run.room(received, gap)), stale
-        delay, senders = run.delay, run.senders
-        if isinstance(then, float):  # ask again when this process's last turn is due
-            wait = max(then - received, ASK_AGAIN)
-            return SharedTurn(wait, None, delay, 0.0, None, senders), stale
-        due, lease, closes = then
-        self.turns += 1
-        wait = max(0.0, due - received)
-        after = run.slack if closes else math.inf
-        return SharedTurn(wait, lease, delay, 0.0, due, senders, True, closes, after), stale
-
-    async def _behind(
-        self, key: str, run: Run, waiter: Behind, left: float
-    ) -> SharedTurn | tuple[int, float]:
-        """Wait behind the slot's ask for what :meth:`_serve` serves, at most
-        ``left`` seconds; given up meanwhile, the request holds nothing."""
-        assert isinstance(waiter.wake, asyncio.Future)
-        try:
-            async with asyncio.timeout(left if left < math.inf else None):
-                await waiter.wake
-        except TimeoutError:
-            pass
-        except BaseException:
-            self._unserve(key, run, waiter)
-            raise
-        return self._waited(run, waiter)
-
-    def _behind_blocking(
-        self, key: str, run: Run, waiter: Behind, left: float
-    ) -> SharedTurn | tuple[int, float]:
-        """:meth:`_behind` for a thread."""
-        assert isinstance(waiter.wake, threading.Event)
-        waiter.wake.wait(min(left, threading.TIMEOUT_MAX) if left < math.inf else None)
-        return self._waited(run, waiter)
-
-    def _waited(self, run: Run, waiter: Behind) -> SharedTurn | tuple[int, float]:
-        """What the request behind the slot's ask was served; nothing yet when
-        its ``max_wait`` ended: out of the line, it gets a wait no bound allows
-        (the fleet's rule 3 fails it)."""
-        with self._runs_lock:
-            served = waiter.served
-            if served is None:
-                with contextlib.suppress(ValueError):
-                    run.behind.remove(waiter)
-                return SharedTurn(math.inf, None, run.delay, 0.0, None, run.senders)
-        return served
-
-    def _serve(self, key: str, run: Run, turn: SharedTurn | None = None) -> None:
-        """The slot's ask was answered (``turn``) or given up (None): the requests
-        behind it are served in the order they came (rule 8). A pause or the
-        cap (a wait, no turn) serves each of them that wait; anything else, each
-        takes its :meth:`Run.next`: a turn of the run just reserved or, the
-        first left, the next ask (the others then wait behind that one)."""
-        later = turn is not None and turn.lease is None and turn.wait > 0.0
-        received = time.monotonic()
-        stale: list[str] = []
-        with self._runs_lock:
-            run.answered()
-            while (waiter := run.serve()) is not None:
-                served: SharedTurn | tuple[int, float] | None
-                if later:
-                    assert turn is not None
-                    served = turn
-                else:
-                    served, old = self._next(run, waiter.ask, received, True)
-                    stale += old
-                    assert served is not None  # nobody asks: Run.next never says "behind"
-                waiter.serve(served)
-            spacing = run.spacing
-        self._hand_back(key, stale, spacing)
-
-    def _unserve(self, key: str, run: Run, waiter: Behind) -> None:
-        """A request given up behind the slot's ask holds nothing: out of the
-        line; a turn it was served goes back, and the next ask it was to make
-        passes to the next request behind."""
-        with self._runs_lock:
-            served = waiter.served
-            if served is None:
-                with contextlib.suppress(ValueError):
-                    run.behind.remove(waiter)
-                return
-            spacing = run.spacing
-        if not isinstance(served, SharedTurn):
-            self._serve(key, run)
-        elif served.lease is not None:
-            self._hand_back(key, [served.lease], spacing)
-
-    def _hand_back(self, key: str, leases: list[str], gap: float) -> None:
-        """Turns of a run that no request took go back, the latest first (rule 8)."""
-        self._send.unused(key, gap, leases[::-1])
 
 
 def _weakly(method: Callable[[str, str, float], None]) -> Callable[[str, str, float], None]:
