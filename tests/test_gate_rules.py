@@ -12,6 +12,7 @@ turn.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 
@@ -334,6 +335,45 @@ def test_a_queued_request_spends_its_cost_when_granted() -> None:
     first.hold.release()  # type: ignore[attr-defined]
     # 400 left of 1000, refilled at 1000 a minute: 200 more come in 12 s.
     assert try_acquire(slot, second) == pytest.approx(12.0)
+
+
+async def test_a_cost_is_spent_at_its_grant_and_a_cancelled_waiter_spends_nothing() -> None:
+    # Through the public throttle: a grant takes its cost at once, and keeps it
+    # taken when its lease is let go unanswered (the server may have counted it);
+    # a request cancelled while it waited was never granted and took nothing.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=0.0, max_concurrency=10)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    headers = {
+        "x-ratelimit-limit-tokens": "1000",
+        "x-ratelimit-remaining-tokens": "1000",
+        "x-ratelimit-reset-tokens": "60s",
+    }
+    lease.observe(latency=0.01, status=200, headers=headers)
+    lease.release()
+    throttle.slot(KEY).delay = 0.0  # only the tokens space these requests
+    granted = throttle.try_acquire(KEY, cost=600)
+    assert granted is not None
+    assert throttle.try_acquire(KEY, cost=600) is None  # 400 left: asking takes nothing
+    waiting = asyncio.create_task(throttle.acquire(KEY, cost=600))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert throttle.slot(KEY).queued == 1
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert throttle.slot(KEY).queued == 0
+    granted.release()  # cancelled after its grant: its 600 stay spent
+    # 400 left, refilled at 1000 a minute: 600 fit 12 s after the grant, not
+    # before (the released grant's tokens did not come back), and not later
+    # (the cancelled waiter's would have made it 48 s).
+    clock.advance(11.9)
+    assert throttle.try_acquire(KEY, cost=600) is None
+    clock.advance(0.1)
+    last = throttle.try_acquire(KEY, cost=600)
+    assert last is not None
+    last.release()
 
 
 # -- the policy's own cap ---------------------------------------------------------------
