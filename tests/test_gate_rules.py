@@ -337,6 +337,30 @@ def test_a_queued_request_spends_its_cost_when_granted() -> None:
     assert try_acquire(slot, second) == pytest.approx(12.0)
 
 
+def test_the_gate_s_next_send_for_a_cost_is_when_that_cost_fits() -> None:
+    # send_at is what the tests read the schedule by: with a cost, it is the
+    # wait a queued request of that cost is told, not a cost-less one's.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, start_delay=0.0, max_concurrency=10)
+    slot = throttle.slot(KEY)
+    gate = gate_of(slot)
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    headers = {
+        "x-ratelimit-limit-tokens": "1000",
+        "x-ratelimit-remaining-tokens": "400",
+        "x-ratelimit-reset-tokens": "60s",
+    }
+    lease.observe(latency=0.01, status=200, headers=headers)
+    lease.release()
+    slot.delay = 0.0
+    now = clock.now
+    assert gate.send_at(now) == now  # a request without a cost needs one token
+    # 400 left, refilled at 600 a minute (600 empty, full in 60 s): 200 more in 20 s.
+    assert gate.send_at(now, 600) == pytest.approx(now + 20.0)
+    assert try_acquire(slot, gate.enqueue(600)) == pytest.approx(20.0)
+
+
 async def test_a_cost_is_spent_at_its_grant_and_a_cancelled_waiter_spends_nothing() -> None:
     # Through the public throttle: a grant takes its cost at once, and keeps it
     # taken when its lease is let go unanswered (the server may have counted it);
