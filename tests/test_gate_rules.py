@@ -13,8 +13,10 @@ turn.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +27,7 @@ from autothrottle import (
     Throttle,
     ThrottleTimeout,
 )
+from autothrottle.store import MemoryStore
 from autothrottle.testing import VirtualClock
 from helpers import FakeClock, abandon, gate_of, record_of, try_acquire
 
@@ -182,6 +185,30 @@ def test_a_gap_begun_after_a_refusal_keeps_its_delay_when_the_grant_is_not_plain
     assert throttle.try_acquire(KEY) is None
     clock.advance(2e-3)
     assert throttle.try_acquire(KEY) is not None
+
+
+def test_a_loaded_ramp_above_the_delay_the_throttle_bounds_is_no_ramp(tmp_path: Path) -> None:
+    # A record saved while the ramp-up held its delay at 10 s on its way down
+    # to 5 s, loaded by a throttle whose max_delay is 3 s: the delay is held to
+    # 3 s, and so is the gap (a bound the user set holds). The ramp's 5 s is
+    # above the delay: no ramp, not a gap of 5 s.
+    path = tmp_path / "learned.json"
+    record = {"delay": 10.0, "ramp_to": 5.0}
+    path.write_text(json.dumps({"autothrottle_slots": 1, "slots": {KEY: record}}))
+    clock = FakeClock(100.0)
+    store = MemoryStore.from_file(path, now=clock.now)
+    throttle = Throttle(store=store, clock=clock, max_delay=3.0)
+    first = throttle.try_acquire(KEY)
+    assert first is not None
+    first.release()
+    assert throttle.slot(KEY).delay == 3.0
+    sent = clock.now
+    clock.now = sent + 3.0 - 1e-3
+    assert throttle.try_acquire(KEY) is None
+    clock.now = sent + 3.0
+    second = throttle.try_acquire(KEY)
+    assert second is not None
+    second.release()
 
 
 # -- a burst at a delay of nothing --------------------------------------------------------
