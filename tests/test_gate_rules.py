@@ -229,6 +229,31 @@ def test_a_burst_policy_set_to_no_delay_sends_at_once_and_keeps_its_tokens() -> 
     assert [lease is not None for lease in sent] == [True, True, True, False]
 
 
+@pytest.mark.parametrize("tokens", ["a whole one", "the bucket full"])
+def test_a_burst_s_grant_that_finds_a_token_keeps_no_gap_on_the_wire(tokens: str) -> None:
+    # docs/scheduling.md, rule 10: on the wire a request keeps the gap its
+    # grant kept, 0 within a burst. The request before it reached the wire
+    # late (its connection was slow); one granted the moment its token is
+    # whole, or with the bucket full, still goes on the wire at once.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=FixedRatePolicy(1, burst=2), max_concurrency=10)
+    whole = tokens == "a whole one"
+    start = clock.now
+    leases = [throttle.try_acquire(KEY) for _ in range(2 if whole else 1)]
+    assert all(lease is not None for lease in leases)
+    clock.now = start + (0.75 if whole else 4.5)
+    assert [lease.wire_wait() for lease in leases if lease is not None] == [0.0] * len(leases)
+    # Both tokens spent at the start: one is back a second later. One spent:
+    # the bucket is full again 4 s before the next grant.
+    clock.now = start + (1.0 if whole else 5.0)
+    last = throttle.try_acquire(KEY)
+    assert last is not None
+    assert last.wire_wait() == 0.0
+    for lease in [*leases, last]:
+        if lease is not None:
+            lease.release()
+
+
 # -- abandon ------------------------------------------------------------------------------
 
 
