@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from autothrottle import ThrottleTimeout
-from autothrottle._fleet import WIRE_POLL, Fleet, SharedTurn, TurnAsk, WireCheck
+from autothrottle._fleet import Fleet, SharedTurn, TurnAsk
+from autothrottle._fleet_wire import WIRE_POLL, WireCheck
 
 GAP = 0.5
 

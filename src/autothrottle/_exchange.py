@@ -466,7 +466,7 @@ def send_failed(
 
 def raise_wire_error(plug: Plug[Request, Any, Any], error: Exception, request: Request) -> NoReturn:
     """Raise what the caller sees of an error the wire turn raised: a turn past
-    ``max_wait`` (a fleet's new turn at the wire, ``_fleet.WireCheck``) as one
+    ``max_wait`` (a fleet's new turn at the wire, ``_fleet_wire.WireCheck``) as one
     past it at the turn (the plug's kind of timeout); anything else as raised."""
     if isinstance(error, ThrottleTimeout):
         _raise_timed_out(plug, error, request)

@@ -17,9 +17,10 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    long after its reserved time its sends left) is added to the gap after its
    send, so a late process costs the fleet its lateness, not a refusal. A
    turn the asker reaches later than that room (its :func:`slack`), at its
-   due time or when its connection is ready (:class:`WireCheck`), is not
-   sent but handed back and another taken, once per request: sent, it would
-   reach the host closer than the gap to the next turn reserved after it.
+   due time or when its connection is ready
+   (:class:`~autothrottle._fleet_wire.WireCheck`), is not sent but handed
+   back and another taken, once per request: sent, it would reach the host
+   closer than the gap to the next turn reserved after it.
    A later turn of the request reached late goes off its turn (so a process
    late every time still sends), after the store looked, reserving nothing,
    that no pause of the fleet's runs (rule 2) and that its lease still holds
@@ -136,9 +137,7 @@ A time crossing the seam is on the throttle's clock: the store turns it into
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import logging
 import math
 import time
 from collections.abc import Callable, Generator, Mapping
@@ -163,11 +162,10 @@ from ._fleet_turns import (
     TurnAsk,
     slack,
 )
+from ._fleet_wire import WireCheck
 from ._lease import Lease
 from ._rules import Rules
 from ._slot import LiveSlot
-
-logger = logging.getLogger(__name__)
 
 GO, AGAIN, LOOK = 0, 1, 2
 """What :meth:`Fleet._done` says of a turn that came: the request goes; its turn
@@ -193,7 +191,6 @@ __all__ = [
     "SharedTurn",
     "SharedTurns",
     "TurnAsk",
-    "WireCheck",
     "slack",
 ]
 
@@ -339,9 +336,17 @@ class Fleet:
 
     @staticmethod
     def _on_the_wire(slot: LiveSlot, lease: Lease) -> float:
-        slot.fleet_went = time.monotonic()
+        Fleet.went(slot)
         lease.on_wire = None
         return 0.0
+
+    @staticmethod
+    def went(slot: LiveSlot) -> None:
+        """This process let a fleet turn of ``slot`` go, now: the next turn of its
+        run is spaced from this send (rule 8, :meth:`after_own`). Here, at the
+        turn and at the wire (:class:`~autothrottle._fleet_wire.WireCheck`), the
+        fleet is the one writer of what this process sees of a fleet's slot."""
+        slot.fleet_went = time.monotonic()
 
     def _done(self, slot: LiveSlot, lease: Lease, turn: SharedTurn, skipped: bool) -> int:
         """Whether the request may go now (:data:`GO`): its reserved turn came (or
@@ -385,7 +390,7 @@ class Fleet:
         # this process's own on top, which would hold it past its turn into the
         # next one's.
         lease.wire_gap = 0.0
-        slot.fleet_went = time.monotonic()
+        Fleet.went(slot)
 
     def looked(
         self,
@@ -564,282 +569,3 @@ class Fleet:
             ok=ok,
             strict=slot.config.policy.strict_spacing,
         )
-
-
-WIRE_POLL = 0.002
-"""Seconds between a waiting request's looks at a turn being taken at the wire."""
-
-
-class WireCheck:
-    """A closing turn's second look at its slack, when its request's connection
-    is ready (rule 1).
-
-    A request reaches the wire later than its turn when its connection is new
-    or its event loop busy (tens to hundreds of milliseconds on a loaded
-    machine, after :meth:`Fleet._done` let it go on time). Later than the
-    slack, the turn goes back and another is taken, and the request waits for
-    it at the wire, once per request as at its turn; a later turn of the
-    request reached late (the one it waits for here, or the one it went on
-    after handing one back at its turn) goes off its turn after the store's
-    look found no pause of the fleet's and room under its cap
-    (:meth:`Fleet.looked`): only the store knows what another process set
-    while this one stood still. A pause that runs then (this process's own,
-    or another's the store heard of: :meth:`Fleet.paused`) voids the turn,
-    as at the turn (rule 2): it goes back, and a new one is taken when the
-    pause is over. :meth:`Lease.wire_wait` calls it:
-    0.0 when the request may go, else the seconds to wait before asking again.
-
-    The bounds hold as at the turn (rule 3): a new turn, or a pause or the
-    cap the fleet answers with, that ends later than the request's
-    ``max_wait`` allows is not waited for, and the request is not sent
-    either (sent off its turn, through the pause, the host's limit would not
-    hold): the turn it held goes back (its time too, when nobody reserved
-    after it) and :class:`~autothrottle.ThrottleTimeout` is raised, which the
-    request's exchange hands its caller as a turn past ``max_wait`` (never
-    the host's failure). What the store raises (it answers an outage itself,
-    rule 6: anything else is a fault, or its task was cancelled with the
-    loop) the request raises, as at its turn (:meth:`Fleet.take_turn`):
-    neither sent off its turn nor counted as the host's. Nothing is held
-    when the request is given up meanwhile: a turn answered after that goes
-    straight back, and an error, with nobody to raise it to, is logged.
-    """
-
-    __slots__ = (
-        "_again",
-        "_bound",
-        "_came",
-        "_failed",
-        "_fleet",
-        "_lease",
-        "_looking",
-        "_skipped",
-        "_slot",
-        "_task",
-        "_turn",
-        "_until",
-    )
-
-    def __init__(
-        self,
-        fleet: Fleet,
-        slot: LiveSlot,
-        lease: Lease,
-        turn: SharedTurn,
-        until: float,
-        bound: float | None = None,
-        skipped: bool = False,
-    ) -> None:
-        self._fleet, self._slot, self._lease = fleet, slot, lease
-        self._turn: SharedTurn | None = turn  # None: a new one is taken from _again on
-        self._came = True  # the turn held came (a new one taken here is waited for)
-        self._until = until
-        self._bound = bound
-        self._skipped = skipped  # the request handed a late turn back already
-        self._again = -math.inf
-        self._task: asyncio.Task[SharedTurn] | None = None
-        self._looking = False  # the task is the store's look at _turn, not a new turn
-        self._failed = False
-
-    def __call__(self) -> float:
-        if self._failed:  # asked again (a client's retry of the write): still past the bound
-            self._timed_out()
-        task = self._task
-        if task is not None:
-            if not task.done():
-                return WIRE_POLL  # the store's answer is on its way
-            self._task = None
-            if not task.cancelled() and task.exception() is not None:
-                self._hand_back_turn()  # raised here, to the request: not lost
-            if self._looking:
-                return self._seen(task.result())  # what look raised, raised here
-            return self._taken(task.result())  # what take_turn raised, raised here
-        turn = self._turn
-        if turn is not None:
-            return self._at(turn, time.monotonic())
-        now = time.monotonic()
-        if now < self._again:
-            return self._again - now
-        return self._take()
-
-    def _at(self, turn: SharedTurn, now: float) -> float:
-        """The request holds ``turn``: wait for it, go on it, or let it go (rules 1-3).
-
-        Only a turn taken here is waited for: the turn :meth:`Fleet._done`
-        let go came already, and its own send is what a run's next turn is
-        spaced from (rule 8), not a reason to hold it a run's gap more."""
-        if not self._came:
-            wait = 0.0 if turn.due is None else turn.due - now
-            if turn.joined:
-                wait = max(wait, Fleet.after_own(self._slot, turn, self._fleet.ask(self._slot)))
-            if wait > 0.0:
-                if now + wait > self._until:  # unused: back, its time too if nobody reserved after
-                    self._drop(late=True)
-                    self._timed_out()
-                return wait
-            self._came = True
-        late = turn.due is not None and now - turn.due > turn.slack + LATE_TOLERANCE
-        paused = self._paused()
-        if paused:  # void; a late turn's time goes back too, as at its turn (rule 1)
-            self._drop(late=late)
-            return self._wait_out(now, paused)
-        if not late:
-            return self._go()
-        if not self._skipped:  # once per request: back, and a new turn
-            self._skipped = True
-            self._drop(late=True)
-            return self._take()
-        return self._look(turn)
-
-    def _drop(self, *, late: bool) -> None:
-        """The turn held is void: it goes back (``late``: its time too, when
-        nobody reserved after it); the request holds nothing."""
-        turn, self._turn = self._turn, None
-        self._lease.on_release = None
-        if turn is not None and turn.lease is not None:
-            store = self._fleet.store
-            (store.late if late else store.released)(self._slot.key, turn.lease)
-
-    def _hand_back_turn(self) -> None:
-        """The store raised: the request raises it, and its release hands back
-        the turn it holds, if any."""
-        turn = self._turn if self._looking else None
-        if turn is None or turn.lease is None:
-            self._lease.on_release = None
-        else:
-            self._lease.on_release = functools.partial(self._fleet.released, self._slot, turn.lease)
-
-    def _take(self) -> float:
-        fleet, key = self._fleet, self._slot.key
-        ask = fleet.ask(self._slot)
-        left = self._until - time.monotonic()  # behind another's ask, no longer (rule 3)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # a thread: the sync client
-            return self._taken(fleet.store.take_turn_blocking(key, ask, fleet.clock(), left))
-        self._looking = False
-        self._task = task = loop.create_task(fleet.store.take_turn(key, ask, fleet.clock(), left))
-        task.add_done_callback(self._answered)
-        return WIRE_POLL
-
-    def _look(self, turn: SharedTurn) -> float:
-        """Ask the store whether the late ``turn`` may go now (:meth:`Fleet.looked`)."""
-        fleet, key = self._fleet, self._slot.key
-        assert turn.lease is not None
-        ask = fleet.ask(self._slot)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # a thread: the sync client
-            return self._seen(fleet.store.look_blocking(key, turn.lease, ask, fleet.clock()))
-        self._looking = True
-        self._task = task = loop.create_task(fleet.store.look(key, turn.lease, ask, fleet.clock()))
-        task.add_done_callback(self._answered)
-        return WIRE_POLL
-
-    def _answered(self, task: asyncio.Task[SharedTurn]) -> None:
-        """The store's answer came: held by the request until it looks at it,
-        or a new turn handed back at once if the request was given up
-        meanwhile (then nobody looks). A failed task is left for the
-        request's look to raise; with nobody to look (given up before or
-        after the answer), its error is logged, never lost and never raised
-        here."""
-        if task.cancelled():  # the loop is ending
-            return
-        error = task.exception()
-        if error is not None:
-            if self._lease.released:
-                self._lost(error)
-            else:  # logged if the request is let go without looking
-                held = self._turn.lease if self._looking and self._turn is not None else None
-                self._lease.on_release = functools.partial(self._lost, error, held)
-            return
-        lease = task.result().lease
-        if lease is None or self._looking:  # a look's lease is the turn the request holds
-            return
-        if self._lease.released:
-            self._task = None
-            self._fleet.store.released(self._slot.key, lease)
-        else:
-            self._lease.on_release = functools.partial(self._fleet.released, self._slot, lease)
-
-    def _lost(self, error: BaseException, held: str | None = None) -> None:
-        """The store failed with nobody to raise it to: say so in the log (and
-        hand back the turn ``held``, whose request is let go)."""
-        if held is not None:
-            self._fleet.released(self._slot, held)
-        logger.warning(
-            "autothrottle: slot %r: a fleet turn taken again at the wire failed after its "
-            "request was given up (%s: %s)",
-            self._slot.key,
-            type(error).__name__,
-            error,
-            exc_info=(type(error), error, error.__traceback__),
-        )
-
-    def _taken(self, new: SharedTurn) -> float:
-        now = time.monotonic()
-        if new.lease is None and new.wait > 0.0:  # a pause, the cap: ask again then
-            self._fleet.adopt(self._slot, new)  # rule 4: the other turns waiting see it too
-            return self._wait_out(now, new.wait)
-        if new.lease is not None:
-            if self._lease.released:  # the request was given up meanwhile
-                self._fleet.store.released(self._slot.key, new.lease)
-                return 0.0
-            self._lease.on_release = functools.partial(self._fleet.released, self._slot, new.lease)
-        self._turn, self._came = new, False
-        return self._at(new, now)
-
-    def _seen(self, seen: SharedTurn) -> float:
-        """The store's look at the late turn held (:meth:`Fleet.looked`): it goes,
-        or it is void and the request waits the fleet's pause (or its cap) out,
-        then takes a new turn."""
-        turn = self._turn
-        assert turn is not None and turn.lease is not None
-        now = time.monotonic()
-        try:
-            wait = self._fleet.looked(
-                self._slot, self._lease, turn.lease, seen, self._bound, self._until - now
-            )
-        except ThrottleTimeout:
-            self._turn, self._failed = None, True
-            raise
-        if wait <= 0.0:
-            return self._go()
-        self._turn = None
-        self._again = now + wait
-        return wait
-
-    def _paused(self) -> float:
-        """Seconds a pause of the slot still runs (0.0: none): this process's
-        own, or another process's that the store heard of (:meth:`Fleet.paused`).
-
-        The slot's gate holds a paused request after this check let it go,
-        with no second look: a turn let go into a pause left late, at the
-        end of it, just before the next process's punctual turn (a 429's
-        1-s ``Retry-After`` held turns 0.5 s past their time in a loaded
-        fleet crawl: a refusal, and three requests in a second at the host).
-        So a pause voids the turn here as at the turn (rule 2,
-        :meth:`Fleet._done`): it goes back, and a new one is taken when the
-        pause is over.
-        """
-        return self._fleet.paused(self._slot)
-
-    def _wait_out(self, now: float, paused: float) -> float:
-        """Wait out a pause (this process's, the fleet's) or the fleet's cap, then
-        take a new turn; past the request's ``max_wait``, fail at once (rule 3)."""
-        if now + paused > self._until:
-            self._timed_out()
-        self._again = now + paused
-        return paused
-
-    def _timed_out(self) -> None:
-        """The wait passes the request's ``max_wait``: it fails, as at its turn
-        (rule 3). The check stays on the lease: a client that retries the
-        write on a new connection (urllib3's retries) is refused again, not
-        sent off its turn."""
-        self._failed = True
-        raise ThrottleTimeout(self._slot.key, self._bound or 0.0)
-
-    def _go(self) -> float:
-        self._lease.on_wire = None
-        self._slot.fleet_went = time.monotonic()
-        return 0.0

@@ -101,7 +101,7 @@ class Lease:
         also the gap the host sees, however long the request waited for a
         connection (``docs/scheduling.md``, rule 10). The adapters do this.
         A fleet's turn looks at its lateness first (``on_wire``: the fleet's
-        rule 1, :class:`~autothrottle._fleet.WireCheck`).
+        rule 1, :class:`~autothrottle._fleet_wire.WireCheck`).
         """
         check = self.on_wire
         if check is not None:
