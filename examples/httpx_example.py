@@ -1,11 +1,12 @@
 """Crawl two local hosts with httpx, paced per host by autothrottle.
 
-Run it with ``python examples/httpx_example.py`` (needs ``autothrottle[httpx,aiohttp]``;
-aiohttp only serves the two demo hosts). It starts a small aiohttp.web server
-on 127.0.0.2 (fast: ~20 ms per answer) and one on 127.0.0.3 (slow: ~120 ms),
-fetches 20 pages through :class:`autothrottle.httpx.AsyncThrottledTransport`, and
-prints every slot's state. Each host gets its own slot: the slow host's delay
-settles higher than the fast one's, and neither holds the other back.
+Run it with ``python examples/httpx_example.py`` (needs ``autothrottle[httpx]``
+and nothing else: the two hosts are the standard library's ``http.server``, in
+threads). It starts a fast server on 127.0.0.2 (~20 ms per answer) and a slow
+one on 127.0.0.3 (~120 ms), fetches 20 pages through
+:class:`autothrottle.httpx.AsyncThrottledTransport`, and prints every slot's
+state. Each host gets its own slot: the slow host's delay settles higher than
+the fast one's, and neither holds the other back.
 
 On macOS, 127.0.0.2 and 127.0.0.3 need aliases first:
 ``sudo ifconfig lo0 alias 127.0.0.2 && sudo ifconfig lo0 alias 127.0.0.3``.
@@ -16,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
-from aiohttp import web
 
 from autothrottle import AutoThrottlePolicy, Throttle
 from autothrottle.httpx import AsyncThrottledTransport
@@ -29,31 +31,36 @@ from autothrottle.httpx import AsyncThrottledTransport
 HOSTS = {"127.0.0.2": 0.02, "127.0.0.3": 0.12}  # address -> seconds per answer
 
 
-@asynccontextmanager
-async def demo_servers() -> AsyncIterator[list[str]]:
-    """Start one server per address; yield their origins."""
-    runners: list[web.AppRunner] = []
-    origins: list[str] = []
+def _handler(latency: float) -> type[BaseHTTPRequestHandler]:
+    class Page(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as a real site
+
+        def do_GET(self) -> None:
+            time.sleep(latency)
+            body = f"page {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # quiet
+            pass
+
+    return Page
+
+
+@contextmanager
+def demo_servers() -> Iterator[list[str]]:
+    """Start one threaded server per address; yield their origins."""
+    servers = [ThreadingHTTPServer((address, 0), _handler(t)) for address, t in HOSTS.items()]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        for address, latency in HOSTS.items():
-
-            async def page(request: web.Request, latency: float = latency) -> web.Response:
-                await asyncio.sleep(latency)
-                return web.Response(text=f"page {request.match_info['n']}")
-
-            app = web.Application()
-            app.router.add_get("/page/{n}", page)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
-            await runner.setup()
-            runners.append(runner)
-            site = web.TCPSite(runner, address, 0)
-            await site.start()
-            port = runner.addresses[0][1]
-            origins.append(f"http://{address}:{port}")
-        yield origins
+        yield [f"http://{a}:{s.server_port}" for a, s in zip(HOSTS, servers, strict=True)]
     finally:
-        for runner in runners:
-            await runner.cleanup()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
 
 
 async def main() -> None:
@@ -70,7 +77,7 @@ async def main() -> None:
         debug=True,
     )
 
-    async with demo_servers() as origins:
+    with demo_servers() as origins:
         urls = [f"{origin}/page/{n}" for origin in origins for n in range(10)]
         transport = AsyncThrottledTransport(throttle=throttle)
         started = time.monotonic()

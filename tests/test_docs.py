@@ -170,11 +170,24 @@ def test_the_readmes_thread_snippets_run_against_a_loopback_host() -> None:
             assert [p.status_code for p in pages] == [200] * 3  # type: ignore[attr-defined]
 
 
+CLIENTS = ("httpx", "httpx2", "aiohttp", "requests", "scrapy", "redis")
+
+
 @pytest.mark.parametrize("example", sorted(p.name for p in (ROOT / "examples").glob("*.py")))
 def test_every_example_runs(example: str) -> None:
-    """``python examples/NAME.py``, as the README says: each against its own loopback servers."""
+    """``python examples/NAME.py``, as the README says: each against its own loopback servers,
+    with only its own client's extra installed (``CLIENT_example.py`` needs ``[CLIENT]``)."""
+    client = example.removesuffix("_example.py")
+    assert client in CLIENTS, f"examples/{example}: name it after the extra it needs"
+    absent = [name for name in CLIENTS if name != client]
+    code = (
+        "import runpy, sys\n"
+        f"for name in {absent!r}:\n"
+        "    sys.modules[name] = None  # as if not installed\n"
+        "runpy.run_path(sys.argv[1], run_name='__main__')\n"
+    )
     done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / example)],
+        [sys.executable, "-c", code, str(ROOT / "examples" / example)],
         capture_output=True,
         text=True,
         timeout=120,
