@@ -157,6 +157,14 @@ async def test_the_readmes_async_quickstarts_run_against_a_loopback_host() -> No
         assert namespace["body"] == "ok"
         assert len(host.arrivals) == 2
 
+        # The mounts example, with a request through its mounted transport where it has ``...``.
+        mounts = httpx_blocks[1].replace("https://api.example.com", host.origin)
+        mounts = mounts.replace("    ...", f"    await client.get({host.url('/')!r})")
+        namespace = {"throttle": Throttle()}
+        await _run_awaiting("import httpx\n" + mounts, namespace)  # the block above imported it
+        assert namespace["throttle"].stats().totals.sent == 1  # type: ignore[attr-defined]
+        assert len(host.arrivals) == 3
+
 
 def test_the_readmes_thread_snippets_run_against_a_loopback_host() -> None:
     threads_httpx = _python_blocks_in(ROOT / "README.md", "## Quickstart: httpx")[-1]
