@@ -203,3 +203,22 @@ def test_every_example_runs(example: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert re.search(r"statuses:? \[200\]", done.stdout), done.stdout[-2000:]
+
+
+def test_the_scrapy_docs_name_what_scrapy_startproject_sets_against_the_pace() -> None:
+    """The settings a new Scrapy project sets that cap or floor the pace are named, with their
+    values, where the docs tell how to turn the middleware on: a reader who adds the five lines
+    to a new project is otherwise held at one request a second per host without a word."""
+    scrapy = pytest.importorskip("scrapy")
+    template = Path(scrapy.__file__).parent / "templates/project/module/settings.py.tmpl"
+    pacing = {"DOWNLOAD_DELAY", "CONCURRENT_REQUESTS_PER_DOMAIN", "CONCURRENT_REQUESTS_PER_IP"}
+    lines = re.findall(r"^([A-Z_]+) = (.+)$", template.read_text(), re.MULTILINE)
+    set_there = [f"{name} = {value}" for name, value in lines if name in pacing]
+    assert set_there, "scrapy startproject sets no pacing setting now: drop the docs' warning"
+    scrapy_md = (DOCS / "scrapy.md").read_text()
+    five_lines = scrapy_md[scrapy_md.index("## Migrating") :].split("\n## ", 1)[0]
+    readme = (ROOT / "README.md").read_text()
+    inside_scrapy = readme[readme.index("## Inside Scrapy") :].split("\n## ", 1)[0]
+    for line in set_there:
+        assert f"`{line}`" in " ".join(five_lines.split()), f"docs/scrapy.md: name {line}"
+        assert f"`{line}`" in " ".join(inside_scrapy.split()), f"README.md: name {line}"
