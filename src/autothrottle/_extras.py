@@ -37,9 +37,10 @@ def install_command(extras: str) -> str:
 def missing_extra(what: str, modules: list[str], extras: str) -> str:
     """The message for ``what`` needing ``modules`` that are not installed."""
     verb = "is" if len(modules) == 1 else "are"
+    extra, it = ("extras", "them") if "," in extras else ("extra", "it")
     return (
         f"{what} needs {', '.join(modules)}, which {verb} not installed "
-        f"(the '{extras}' extra). Install it with:\n  {install_command(extras)}"
+        f"(the '{extras}' {extra}). Install {it} with:\n  {install_command(extras)}"
     )
 
 
