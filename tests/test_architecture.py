@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from autothrottle import Throttle
+from autothrottle._fleet_turns import Run
 from autothrottle.store import MemoryStore, SlotState
 from helpers import FakeClock, record_of
 
@@ -446,7 +447,11 @@ def test_only_the_fleet_writes_what_this_process_sees_of_a_fleets_slot() -> None
 
 #: What a process keeps of its runs of a slot (rule 8) that a ``Run`` does not write
 #: itself, and the one module that writes it: the store's ``Runs``.
-_RUN_FIELDS = dict.fromkeys(("free", "asking", "behind", "last_due"), "_redis_runs.py")
+_RUN_FIELDS = dict.fromkeys(("asking", "behind"), "_redis_runs.py")
+
+#: What a ``Run`` learned of the fleet at its last reservation, written by its own
+#: methods alone (given what the store answered): no module writes it from outside.
+_RUN_OWN = ("free", "last_due", "slack", "spacing")
 
 
 def test_only_the_runs_write_what_a_process_keeps_of_its_runs() -> None:
@@ -455,5 +460,16 @@ def test_only_the_runs_write_what_a_process_keeps_of_its_runs() -> None:
         for path in sorted(PACKAGE.rglob("*.py"))
         for line, name in _written_attributes(ast.parse(path.read_text()))
         if _RUN_FIELDS.get(name, path.name) != path.name
+    ]
+    assert not wrong, wrong
+
+
+def test_a_run_is_the_only_writer_of_what_it_learned_of_the_fleet() -> None:
+    assert set(_RUN_OWN) <= set(Run.__slots__)
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} writes {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, name in _written_attributes(ast.parse(path.read_text()))
+        if name in _RUN_OWN
     ]
     assert not wrong, wrong

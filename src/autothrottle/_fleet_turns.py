@@ -301,13 +301,15 @@ class Run:
         delay: float | None,
         senders: int,
         slack: float = math.inf,
+        free: int = 0,
     ) -> None:
         """The store reserved a run, its turns ``spacing`` apart, the last with
-        ``slack``: the asker takes the first turn, the rest wait here."""
+        ``slack``, ``free`` leases left under the fleet's cap after it: the
+        asker takes the first turn, the rest wait here."""
         self._turns.extend(zip(dues[1:], leases[1:], strict=True))
         self.last_due = self._pending = dues[-1]
         self.spacing, self.delay, self.senders = spacing, delay, senders
-        self.slack = slack
+        self.slack, self.free = slack, free
 
     def drop(self) -> list[str]:
         """Every turn left, to hand back (a pause began, no request of this

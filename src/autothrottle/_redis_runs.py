@@ -155,8 +155,7 @@ class Runs:
         with self._lock:
             # The slot's run (forgotten and taken again meanwhile: the new one's).
             run = self._runs.setdefault(key, run)
-            run.reserved(dues, leases, spacing, delay, senders, slack)
-            run.free = free
+            run.reserved(dues, leases, spacing, delay, senders, slack, free)
 
     def get(self, key: str) -> Run | None:
         """The slot's run, read without the lock (a hint: what it held at its last turn)."""
