@@ -17,6 +17,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
 import uuid
@@ -564,6 +565,42 @@ async def test_sync_clients_in_threads_keep_the_fleets_pace() -> None:
     # machine's stalls: three threads at load 18 kept 5.96/s.
     assert 5.0 <= target.rate() <= 10.6, target.rate()
     assert target.most_in_a_second() <= 10 + 1
+
+
+def test_threads_taking_turns_at_once_are_each_counted() -> None:
+    # The sync client's threads take turns of several slots at the same time:
+    # some asked of Redis (each slot's asks answered in its own thread), some
+    # from the runs they reserved. Every turn a thread holds is counted once.
+    store = RedisStore(REDIS, prefix=prefix(), timeout=10.0)  # never alone here
+    wide = ask(0.001, cap=10_000)  # no cap, no pause: every answer of Redis is a turn
+    held = [0] * 8
+    failed: list[BaseException] = []
+
+    def take(index: int) -> None:
+        key = f"h{index % 4}"  # two threads a slot: one asks, the other waits behind it
+        try:
+            while held[index] < 25:
+                turn = store.take_turn_blocking(key, wide, time.monotonic())
+                if turn.lease is None:  # its last reserved turn is not due yet
+                    time.sleep(min(turn.wait, 0.05))
+                    continue
+                held[index] += 1
+                store.released(key, turn.lease)
+        except BaseException as error:
+            failed.append(error)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(8)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60.0)
+    finally:
+        store.close()
+    assert not any(thread.is_alive() for thread in threads)
+    assert not failed, failed
+    assert held == [25] * 8
+    assert store.turns == 200
 
 
 async def test_a_pause_that_begins_while_a_turn_waits_voids_the_turn() -> None:

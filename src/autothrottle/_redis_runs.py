@@ -93,8 +93,10 @@ class Runs:
         # The fleet's pauses other processes set, heard (rule 2): the slot's end (on
         # time.monotonic's clock) and Redis's stamp of it, until a request adopts it.
         self._heard: dict[str, tuple[float, str]] = {}
-        self.taken = 0
-        """Turns taken from a run so far (no round trip)."""
+        # What :attr:`turns` counts: the turns taken from a run (no round trip),
+        # and the slots' asks Redis answered (a turn, a pause, the cap).
+        self._taken = 0
+        self._answers = 0
 
     async def take_turn(
         self, key: str, ask: TurnAsk, now: float, left: float, asked: Asked
@@ -136,6 +138,21 @@ class Runs:
             raise
         self._serve(key, run, turn)
         return turn
+
+    @property
+    def turns(self) -> int:
+        """Turns taken through the fleet so far: Redis's answers to the slots'
+        asks (:meth:`answered`) and the turns taken from runs."""
+        with self._lock:
+            return self._answers + self._taken
+
+    def answered(self) -> None:
+        """Redis answered a slot's ask. Counted under the lock the turns taken
+        from runs are counted under: the sync client's threads answer the asks
+        of different slots at the same time, and a count of them kept apart,
+        unlocked, could lose one."""
+        with self._lock:
+            self._answers += 1
 
     def reserved(
         self,
@@ -269,7 +286,7 @@ class Runs:
             wait = max(then - received, ASK_AGAIN)
             return SharedTurn(wait, None, delay, 0.0, None, senders), stale
         due, lease, closes = then
-        self.taken += 1
+        self._taken += 1
         wait = max(0.0, due - received)
         after = run.slack if closes else math.inf
         return SharedTurn(wait, lease, delay, 0.0, due, senders, True, closes, after), stale

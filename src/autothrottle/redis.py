@@ -161,7 +161,6 @@ class RedisStore:
             timeout=self.timeout,
         )
         self._runs = Runs(self._send.unused)
-        self._answered = 0
         # The subscriber holds the store's runs only weakly: a store dropped
         # unclosed is collected, and its subscriber then ends (its task
         # cancelled, its connection closed) instead of pending until the loop
@@ -172,7 +171,7 @@ class RedisStore:
     @property
     def turns(self) -> int:
         """Turns taken through the fleet so far (asked of Redis, or of a run)."""
-        return self._answered + self._runs.taken
+        return self._runs.turns
 
     @property
     def round_trips(self) -> int:
@@ -448,7 +447,7 @@ class RedisStore:
     def _answer(
         self, key: str, ask: TurnAsk, reply: list[Any], now: float, room: float, run: Run
     ) -> SharedTurn:
-        self._answered += 1
+        self._runs.answered()
         parts = [as_text(p) for p in reply[:7]]
         if not parts[1]:
             return self._later(key, ask, parts, now)
