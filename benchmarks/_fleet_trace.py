@@ -37,8 +37,8 @@ from typing import Any
 
 import aiohttp
 
-from autothrottle import _fleet
-from autothrottle._fleet import Fleet
+from autothrottle import _fleet_wire
+from autothrottle._fleet import GO, Fleet
 from autothrottle._lease import Lease
 from autothrottle.redis import RedisStore
 
@@ -85,8 +85,9 @@ def install(records: list[dict[str, Any]]) -> aiohttp.TraceConfig:
                 reserved[f"{turn.lease}:{i}"] = at + (i - 1) * spacing
         return turn
 
-    def traced_done(self: Fleet, slot: Any, lease: Any, turn: Any, ask: Any, skipped: bool) -> bool:
-        went = done(self, slot, lease, turn, ask, skipped)
+    def traced_done(self: Fleet, slot: Any, lease: Any, turn: Any, skipped: bool) -> int:
+        verdict = done(self, slot, lease, turn, skipped)
+        went = verdict == GO
         if turn.lease is not None:
             record = {
                 "key": slot.key,
@@ -101,7 +102,7 @@ def install(records: list[dict[str, Any]]) -> aiohttp.TraceConfig:
             records.append(record)
             if went:
                 _current.set(record)
-        return went
+        return verdict
 
     wire_wait = Lease.wire_wait
 
@@ -113,7 +114,7 @@ def install(records: list[dict[str, Any]]) -> aiohttp.TraceConfig:
         return wait
 
     Lease.wire_wait = traced_wire_wait  # type: ignore[method-assign]
-    check = getattr(_fleet, "WireCheck", None)  # the turn taken again at the wire
+    check = getattr(_fleet_wire, "WireCheck", None)  # the turn taken again at the wire
     if check is not None:
         taken = check._taken
 
