@@ -222,3 +222,26 @@ def test_the_scrapy_docs_name_what_scrapy_startproject_sets_against_the_pace() -
     for line in set_there:
         assert f"`{line}`" in " ".join(five_lines.split()), f"docs/scrapy.md: name {line}"
         assert f"`{line}`" in " ".join(inside_scrapy.split()), f"README.md: name {line}"
+
+
+async def test_the_compose_cache_recipe_answers_a_hit_without_the_throttle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/compose.md's hishel recipe as written: the second request, a hit, never reaches
+    the host nor the throttle."""
+    pytest.importorskip("hishel.httpx", reason="hishel 1 or 2 (the dev extra's hishel[async])")
+    monkeypatch.chdir(tmp_path)  # hishel's default storage is a file under the working folder
+    (recipe, *_) = _python_blocks_in(DOCS / "compose.md", "## Caches")
+    from autothrottle.httpx import AsyncThrottledTransport
+
+    namespace: dict[str, object] = {"throttle": Throttle()}
+    exec("import httpx", namespace)
+    namespace["AsyncThrottledTransport"] = AsyncThrottledTransport
+    exec(compile(textwrap.dedent(recipe), "docs/compose.md", "exec"), namespace)  # the docs' own
+    client = namespace["client"]
+    async with loopback_hosts(1) as (host,), client:  # type: ignore[attr-defined]
+        url = host.url("/?h.Cache-Control=max-age%3D60")
+        statuses = [(await client.get(url)).status_code for _ in range(2)]  # type: ignore[attr-defined]
+        assert statuses == [200, 200]
+        assert len(host.arrivals) == 1
+    assert namespace["throttle"].stats().totals.sent == 1  # type: ignore[attr-defined]
