@@ -245,3 +245,30 @@ async def test_the_compose_cache_recipe_answers_a_hit_without_the_throttle(
         assert statuses == [200, 200]
         assert len(host.arrivals) == 1
     assert namespace["throttle"].stats().totals.sent == 1  # type: ignore[attr-defined]
+
+
+async def test_the_timeline_on_disk_example_runs_and_names_a_slot_it_never_saw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/observability.md's timeline on disk, with a crawl of a loopback host: the file is
+    read back and drawn; the example's own slot (a host this crawl never asked) is named in the
+    error, with the slots there are, rather than said to be no samples at all."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    (example,) = _python_blocks_in(DOCS / "observability.md", "## Timelines on disk")
+    from autothrottle.httpx import AsyncThrottledClient
+
+    async with loopback_hosts(1) as (host,):
+
+        async def crawl(throttle: Throttle) -> None:
+            async with AsyncThrottledClient(throttle=throttle) as client:
+                for i in range(3):
+                    await client.get(host.url(f"/page/{i}"))
+
+        namespace: dict[str, object] = {"crawl": crawl}
+        with pytest.raises(ValueError, match=rf"api\.example\.com.*{re.escape(host.address)}"):
+            await _run_awaiting(example, namespace)
+        mine = example.replace('"api.example.com"', repr(host.address))
+        await _run_awaiting(mine, namespace)
+    assert (tmp_path / "crawl.png").stat().st_size > 0
+    assert (tmp_path / "crawl.jsonl").read_text().count(host.address) >= 1

@@ -331,11 +331,14 @@ class Timeline:
 
         Raises:
             ImportError: matplotlib is not installed.
-            ValueError: nothing to draw (no samples yet).
+            ValueError: nothing to draw (no samples yet, or none of ``keys``).
         """
         from ._chart import draw
 
-        rows = self.keys if keys is None else keys
+        rows = self.keys if keys is None else tuple(keys)
+        if keys is not None and rows and not any(self._series.get(key) for key in rows):
+            seen = list(self.keys)
+            raise ValueError(f"keys={list(rows)!r}: no samples of these slots; there are {seen!r}")
         return draw(
             Path(path),
             {key: self.samples(key) for key in rows},
