@@ -16,8 +16,12 @@ module (mutants, killed, survived, other, seconds) and every survivor::
     nox -s mutants                          # every estimator, about ten minutes
     nox -s mutants -- _pace _limits         # some of them
     python scripts/mutants.py --show _pace  # with each survivor's diff
-    nox -s mutants -- _gate                 # the gate: 41 min at load 18
+    nox -s mutants -- _gate                 # the gate: 25 min at load 3-6
     nox -s mutants -- _rules --only 'Rules.fail' 'Rules.backoff'   # some functions
+
+mutmut runs a module's mutants in the order of the time the tests that reach
+each one's function take, so a run stopped early leaves the functions the most
+tests reach (``Rules.__init__``, ``Rules.observe``): ``--only`` runs those.
 
 mutmut skips a decorated function (but a static or class method), so for a
 module named in ``DECORATED`` the scratch copy takes that decorator off each
