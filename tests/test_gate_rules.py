@@ -13,6 +13,7 @@ turn.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import random
@@ -22,6 +23,7 @@ import pytest
 
 from autothrottle import (
     AdaptiveConcurrencyPolicy,
+    AutoThrottlePolicy,
     FixedDelayPolicy,
     FixedRatePolicy,
     Throttle,
@@ -581,3 +583,50 @@ async def test_a_task_waits_its_turn_on_the_clock_within_the_shorter_bound() -> 
     with pytest.raises(ThrottleTimeout) as raised:
         await throttle.acquire("slow.example", max_wait=5.0)
     assert (raised.value.slot, raised.value.waited) == ("slow.example", 2.0)
+
+
+def _loaded(tmp_path: Path, record: dict[str, float], clock: FakeClock) -> MemoryStore:
+    path = tmp_path / "learned.json"
+    path.write_text(json.dumps({"autothrottle_slots": 1, "slots": {KEY: record}}))
+    return MemoryStore.from_file(path, now=clock.now)
+
+
+def test_a_loaded_ramp_falls_no_lower_than_the_loading_throttles_min_delay(
+    tmp_path: Path,
+) -> None:
+    # Saved while the ramp-up held the delay at 1 s on its way down to 50 ms,
+    # loaded by a throttle whose min_delay is 0.4 s: the ramp may still run
+    # (the adaptive policy has one), but it ends at 0.4 s, a bound the user set.
+    clock = FakeClock(100.0)
+    store = _loaded(tmp_path, {"delay": 1.0, "ramp_to": 0.05}, clock)
+    throttle = Throttle(store=store, clock=clock, min_delay=0.4)
+    sends = []
+    for _ in range(400):  # 4 s: the ramp reaches its end within 2
+        lease = throttle.try_acquire(KEY)
+        if lease is not None:
+            sends.append(clock.now)
+            lease.release()
+        clock.now += 0.01
+    gaps = [b - a for a, b in itertools.pairwise(sends)]
+    assert len(sends) >= 6
+    assert min(gaps) >= 0.4 - 1e-9, gaps
+
+
+def test_a_loaded_ramp_is_dropped_under_a_policy_with_no_ramp_up(tmp_path: Path) -> None:
+    # Saved by the adaptive policy mid-ramp (delay 1 s, falling to 0.1 s),
+    # loaded by a throttle with Scrapy's rule, which has no ramp-up: the
+    # record's delay stands, and nothing of another policy's ramp runs on it.
+    clock = FakeClock(100.0)
+    store = _loaded(tmp_path, {"delay": 1.0, "ramp_to": 0.1}, clock)
+    throttle = Throttle(store=store, clock=clock, policy=AutoThrottlePolicy())
+    first = throttle.try_acquire(KEY)
+    assert first is not None
+    first.release()
+    assert throttle.slot(KEY).delay == 1.0
+    sent = clock.now
+    clock.now = sent + 0.999
+    assert throttle.try_acquire(KEY) is None  # a ramp would have let it go after ~0.6 s
+    clock.now = sent + 1.0
+    second = throttle.try_acquire(KEY)
+    assert second is not None
+    second.release()

@@ -65,6 +65,9 @@ def test_adapting_records_when_and_what_the_ramp_held_back() -> None:
 
 
 def test_a_loaded_pace_is_held_to_the_loading_slots_delay_and_clock() -> None:
-    pace = Pace(delay=3000.0, adjusted_at=500.0)
-    pace.bound(100.0, 10.0)
+    pace = Pace(delay=3000.0, adjusted_at=500.0, ramp_to=20.0)
+    pace.bound(100.0, 10.0, 20.0)
     assert (pace.delay, pace.adjusted_at) == (10.0, 100.0)
+    assert pace.ramp_to == 0.0  # a ramp's end at or above the delay: no ramp
+    pace.bound(100.0, 10.0, 2.0)
+    assert pace.ramp_to == 2.0

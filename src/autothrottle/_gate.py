@@ -284,7 +284,11 @@ class Gate(WireTurn):
         delay(t) falls as t grows, so bisection finds it.
         """
         pace = self.state.pace
-        ramp = RampUp(self.config.policy.ramp_up or 1.0)
+        ramp_up = self.config.policy.ramp_up
+        # Only a policy with a ramp-up sets ``ramp_to`` (a loaded record's is
+        # dropped otherwise: ``SlotState.bound``), and a slot keeps its policy.
+        assert ramp_up is not None
+        ramp = RampUp(ramp_up)
         factor = self._factor
 
         def gap(t: float) -> float:

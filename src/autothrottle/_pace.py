@@ -74,10 +74,16 @@ class Pace:
         self.adjusted_at = now
         return changed
 
-    def bound(self, now: float, delay: float) -> None:
-        """Hold a loaded record to ``delay`` (its delay within the loading slot's
-        bounds), its adaptation time no later than ``now``."""
+    def bound(self, now: float, delay: float, ramp_to: float) -> None:
+        """Hold a loaded record to ``delay`` and ``ramp_to`` (its delay and its
+        ramp's end within the loading slot's bounds, the ramp's 0 where that
+        slot's policy has no ramp-up), its adaptation time no later than ``now``.
+
+        A ramp ends below the delay or not at all: one that ends at or above
+        it (the delay held down to ``max_delay``) has nothing left to fall to.
+        """
         self.delay = delay
+        self.ramp_to = ramp_to if ramp_to < delay else 0.0
         self.adjusted_at = min(self.adjusted_at, now)
 
 

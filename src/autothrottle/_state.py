@@ -175,8 +175,15 @@ class SlotState:
         """Hold a record that came from elsewhere (a file, another process) to the
         loading throttle's bounds at ``now``: the delay within ``[min_delay,
         max_delay]``, no pause or budget ending later than ``max_pause`` from
-        now, no past event in the future, the cap within ``max_concurrency``."""
-        self.pace.bound(now, config.clamp(self.pace.delay))
+        now, no past event in the future, the cap within ``max_concurrency``.
+
+        A ramp the record was on falls no lower than ``min_delay`` either, and
+        only under a policy with a ramp-up: one saved under such a policy (or
+        by a throttle with a lower ``min_delay``) is not this slot's to run.
+        """
+        pace = self.pace
+        ramps = config.policy.ramp_up is not None and pace.ramp_to > 0.0
+        pace.bound(now, config.clamp(pace.delay), config.clamp(pace.ramp_to) if ramps else 0.0)
         self.limits.bound(now, max_pause)
         self.refusal.bound(now)
         self.counters.bound(now)
