@@ -99,7 +99,7 @@ def test_sim_delegates_its_arguments_unchanged(monkeypatch: pytest.MonkeyPatch) 
 
 def test_sim_runs_the_simulator(capsys: pytest.CaptureFixture[str]) -> None:
     spec = "127.0.0.2=capacity:workers=1,service_time=0.01"
-    assert main(["sim", "--host", spec, "--duration", "0.1", "--quiet"]) == 0
+    assert main(["sim", "--host", spec, "--duration", "0.1"]) == 0
     out = capsys.readouterr().out
     assert "http://127.0.0.2:" in out and "capacity:workers=1" in out
 

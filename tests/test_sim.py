@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +285,35 @@ def test_python_dash_m_runs_and_stops() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "http://127.0.0.9:" in proc.stdout
     assert "max/1s" in proc.stdout  # the closing summary
+
+
+def test_quiet_prints_the_urls_alone_one_a_line_while_serving(tmp_path: Path) -> None:
+    """What a script reading the URLs from stdout relies on: a line per host, in host
+    order, each a URL it can fetch at once; nothing else, then or at exit."""
+    stats = tmp_path / "stats.json"
+    hosts = ["127.0.0.9=rate:rate=50,burst=5", "127.0.0.10=capacity:workers=1,service_time=0.01"]
+    command = [sys.executable, "-m", "autothrottle", "sim", "--quiet", "--duration", "60"]
+    command += [arg for host in hosts for arg in ("--host", host)]
+    proc = subprocess.Popen(
+        [*command, "--stats-file", str(stats)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        urls = [proc.stdout.readline().rstrip("\n") for _ in hosts]
+        assert [url.rsplit(":", 1)[0] for url in urls] == ["http://127.0.0.9", "http://127.0.0.10"]
+        assert all(url.rsplit(":", 1)[1].isdigit() for url in urls), urls
+        for url in urls:
+            with urllib.request.urlopen(url + "/page/1", timeout=30) as response:
+                assert response.status == 200
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert out == ""  # no summary, no "stats written" line
+    assert list(json.loads(stats.read_text())["hosts"]) == ["127.0.0.9", "127.0.0.10"]
 
 
 # ----------------------------------------------------------------------------- real traffic

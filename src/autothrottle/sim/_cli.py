@@ -292,7 +292,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="on exit, write every host's ground truth to PATH as JSON",
     )
     parser.add_argument(
-        "--quiet", action="store_true", help="print only the URLs, no summary on exit"
+        "--quiet",
+        action="store_true",
+        help="print only each host's URL, one a line, once serving (for a script to read); "
+        "no header, no summary on exit",
     )
     parser.add_argument(
         "--ready-json",
@@ -350,7 +353,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m autothrott
     if args.stats_file:
         with open(args.stats_file, "w", encoding="utf-8") as fh:
             fh.write(stats_text)
-        print(f"stats written to {args.stats_file}", file=out)
+        if not args.quiet:
+            print(f"stats written to {args.stats_file}", file=out)
     if not args.quiet:
         print(summary, file=out)
     out.flush()
@@ -360,18 +364,12 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m autothrott
 async def _serve(sim: SimServer, args: argparse.Namespace, out: TextIO) -> tuple[str, str]:
     """Serve until stopped; returns the stats JSON and the summary table."""
     async with sim:
-        n = len(sim.hosts)
-        print(f"autothrottle.sim: {n} simulated host{'s' * (n != 1)}", file=out)
-        for host in sim.hosts:
-            b = sim.behaviour(host)
-            cap = f"{b.capacity:.4g}/s" if math.isfinite(b.capacity) else "unlimited"
-            print(f"  {sim.url(host)}  {b.spec}  (capacity {cap})", file=out)
-        print(
-            "ground truth: GET <url>/_sim/stats (?all=1: every host), reset: POST <url>/_sim/reset",
-            file=out,
-        )
-        until = "Ctrl-C" if args.duration is None else f"{args.duration:g} s"
-        print(f"running until {until}", file=out, flush=True)
+        if args.quiet:
+            for host in sim.hosts:
+                print(sim.base_url(host), file=out)
+            out.flush()
+        else:
+            _print_hosts(sim, args.duration, out)
         if args.ready_json:
             ready = {
                 host: {
@@ -384,6 +382,21 @@ async def _serve(sim: SimServer, args: argparse.Namespace, out: TextIO) -> tuple
             print(json.dumps({"ready": True, "hosts": ready}), file=out, flush=True)
         await _wait_for_stop(args.duration)
         return (sim.stats_json() if args.stats_file else ""), _summary(sim)
+
+
+def _print_hosts(sim: SimServer, duration: float | None, out: TextIO) -> None:
+    n = len(sim.hosts)
+    print(f"autothrottle.sim: {n} simulated host{'s' * (n != 1)}", file=out)
+    for host in sim.hosts:
+        b = sim.behaviour(host)
+        cap = f"{b.capacity:.4g}/s" if math.isfinite(b.capacity) else "unlimited"
+        print(f"  {sim.url(host)}  {b.spec}  (capacity {cap})", file=out)
+    print(
+        "ground truth: GET <url>/_sim/stats (?all=1: every host), reset: POST <url>/_sim/reset",
+        file=out,
+    )
+    until = "Ctrl-C" if duration is None else f"{duration:g} s"
+    print(f"running until {until}", file=out, flush=True)
 
 
 async def _wait_for_stop(duration: float | None) -> None:
