@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import socket
 import subprocess
@@ -285,6 +286,34 @@ def test_python_dash_m_runs_and_stops() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "http://127.0.0.9:" in proc.stdout
     assert "max/1s" in proc.stdout  # the closing summary
+
+
+def test_python_dash_m_without_aiohttp_says_what_to_install_as_the_command_does(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "aiohttp.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'aiohttp'\", name='aiohttp')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}  # an aiohttp that cannot be imported
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *args, "--duration", "1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=tmp_path,
+        )
+
+    as_module, as_command = run("-m", "autothrottle.sim"), run("-m", "autothrottle", "sim")
+    assert (as_module.returncode, as_command.returncode) == (1, 1)
+    assert "needs aiohttp" in as_command.stderr and "[sim]" in as_command.stderr
+    assert "Traceback" not in as_module.stderr
+    assert as_module.stderr == as_command.stderr.replace(
+        "autothrottle sim", "python -m autothrottle.sim"
+    )
+    assert as_module.stdout == ""
 
 
 def test_quiet_prints_the_urls_alone_one_a_line_while_serving(tmp_path: Path) -> None:

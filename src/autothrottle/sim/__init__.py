@@ -41,8 +41,19 @@ From the shell: ``python -m autothrottle.sim --host
 try:
     import aiohttp as _aiohttp  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the environment
+    import sys
+    from itertools import pairwise
+
     from .._extras import missing_extra
 
+    # `python -m autothrottle.sim` imports this package before its __main__, with
+    # sys.argv[0] "-m" until it is found: an ImportError then is shown as a
+    # traceback, so the command says what to install as `autothrottle sim` does.
+    if sys.argv[:1] == ["-m"]:
+        _args = pairwise([*sys.orig_argv[1:], ""])
+        _target = next((f[2:] or a for f, a in _args if f.startswith("-m")), "")
+        if (_target + ".").startswith(__name__ + "."):
+            raise SystemExit(missing_extra(f"python -m {_target}", ["aiohttp"], "sim")) from None
     raise ImportError(
         missing_extra("autothrottle.sim", ["aiohttp"], "sim"), name="aiohttp"
     ) from exc
