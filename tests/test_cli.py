@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import io
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,24 @@ def test_a_missing_extra_names_the_pip_command_of_this_checkout(
     assert module in err and "Traceback" not in err
     root = Path(autothrottle.__file__).resolve().parent.parent.parent
     assert f'cd {root} && pip install -e ".[{extra}]"' in err
+
+
+def test_the_help_names_the_extras_the_demo_asks_for(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``autothrottle --help`` sends a newcomer to the demo: it must not promise a run
+    that the next command refuses for lack of an extra."""
+    for module in ("rich", "httpx", "aiohttp", "matplotlib"):
+        monkeypatch.setitem(sys.modules, module, None)
+    assert main(["demo"]) == 1
+    asked = re.search(r"\(the '([a-z,]+)' extras?\)", capsys.readouterr().err)
+    assert asked is not None
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    extras = " and ".join(asked.group(1).split(","))
+    assert f"Start with `autothrottle demo`: with the {extras} extras installed" in help_text
 
 
 def test_fetch_needs_no_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

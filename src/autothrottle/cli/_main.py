@@ -34,6 +34,7 @@ _NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     "plot": (("matplotlib",), "plot"),
     "sim": (("aiohttp",), "sim"),
 }
+_DEMO_EXTRAS = " and ".join(_NEEDS["demo"][1].split(","))
 #: A fetch that draws a chart needs the plot extra too.
 _CHART = (("matplotlib",), "cli,plot")
 
@@ -65,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Polite, adaptive per-host request pacing for httpx and aiohttp.",
-        epilog="Start with `autothrottle demo`: it needs nothing but this machine.",
+        epilog=f"Start with `autothrottle demo`: with the {_DEMO_EXTRAS} extras installed, "
+        "it needs nothing but this machine.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
