@@ -147,8 +147,8 @@ _CLIENT_SIDE = {
     "autothrottle.sim", "autothrottle.cli", "autothrottle.timeline", "autothrottle._httpx",
     "autothrottle._httpx2", "autothrottle._redis_lua", "autothrottle._redis_parts",
     "autothrottle._redis_outage", "autothrottle._redis_runs", "autothrottle._redis_send",
-    "autothrottle._scrapy_settings", "autothrottle._scrapy_parts", "autothrottle._aiohttp_parts",
-    "autothrottle._requests_parts",
+    "autothrottle._redis_listen", "autothrottle._scrapy_settings", "autothrottle._scrapy_parts",
+    "autothrottle._aiohttp_parts", "autothrottle._requests_parts",
 }  # fmt: skip
 
 

@@ -14,19 +14,17 @@ thread waiting, and a background thread sends what no turn carried
 the :class:`~autothrottle._redis_outage.Outage`, keeps what was not sent to
 send again (rule 7) and answers the turns waiting with :data:`DOWN`.
 
-:class:`Listener` hears the pauses other processes set (rule 2), on a
-connection of its own: nothing of it rides the pipelines.
+The pauses other processes set are heard apart, on a connection of its own
+(:mod:`autothrottle._redis_listen`): nothing of them rides the pipelines.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -60,7 +58,7 @@ from ._redis_parts import (
     within,
 )
 
-__all__ = ["LISTEN_POLL", "Listener", "Sender"]
+__all__ = ["Sender"]
 
 logger = logging.getLogger("autothrottle")
 
@@ -547,173 +545,3 @@ class Sender:
                     args[1],
                     result,
                 )
-
-
-LISTEN_POLL = 0.1
-"""Seconds the sync client's listener waits for a message before it looks
-whether its store was closed (what closing it may wait)."""
-
-LISTEN_JOIN = 2.0
-"""Seconds closing a store waits at most for its sync listener to end (it may be
-connecting to a slow Redis)."""
-
-
-_LISTENING: set[asyncio.Task[None]] = set()
-"""The subscribers' tasks under way: an event loop holds its tasks only weakly,
-and one whose store was dropped would be collected while pending."""
-
-
-class Listener:
-    """Hears the pauses other processes of the fleet set (rule 2).
-
-    A turn this process reserved waits for its due time without asking Redis
-    again; a pause another process sets meanwhile (a host's ``Retry-After``,
-    a spent budget, ``backoff(pause=)``) would reach this process only with
-    the store's next answer for the slot, after the turn went through it
-    (loaded fleet crawls sent 7-8 requests into a 2-s pause so). The merge
-    script publishes every pause it sets or extends on the prefix's channel
-    (:func:`~autothrottle._redis_parts.channel`); one subscriber per store,
-    started with its first reserved turn (a connection of its own: the turns'
-    pipelines gain no round trip), hands each pause another process set to
-    ``heard(slot, end, until)``: ``end`` as Redis stamped it, ``until`` on
-    ``time.monotonic``'s clock (:class:`ServerClock`'s mapping). Classic
-    pub/sub reaches every node of a Redis Cluster, so a subscriber on any
-    node hears every shard's pauses.
-
-    It never holds a request: while Redis is down or slow it tries again
-    every ``retry_after`` seconds, logging at debug level only (the outage
-    is the turns' to tell); a pause published while it is not subscribed
-    reaches the process with the store's next answer for the slot, as
-    without it.
-    """
-
-    __slots__ = ("_heard", "_lock", "_sender", "_stop", "_task", "_thread", "heard", "listening")
-
-    def __init__(self, sender: Sender, heard: Callable[[str, str, float], None]) -> None:
-        self._sender = sender
-        self._heard = heard
-        self._lock = threading.Lock()
-        self._task: asyncio.Task[None] | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self.listening = False
-        """Subscribed: the pauses published from now on are heard."""
-        self.heard = 0
-        """Pauses other processes set that this one heard so far (any slot)."""
-
-    def start(self) -> None:
-        """Listen from now on, on this thread's event loop if it has one (the
-        async client), else on a thread of its own (the sync client); once."""
-        if self._task is not None or self._thread is not None or self._stop.is_set():
-            return
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        sender = self._sender
-        with self._lock:
-            if self._task is not None or self._thread is not None or self._stop.is_set():
-                return
-            if loop is not None and sender.async_client is not None:
-                self._task = task = loop.create_task(self._listen_async())
-                _LISTENING.add(task)  # held until it ends: never destroyed pending
-                task.add_done_callback(_LISTENING.discard)
-            elif loop is None and sender.sync_client is not None:
-                self._thread = threading.Thread(
-                    target=self._listen_blocking, name="autothrottle-redis-pauses", daemon=True
-                )
-                self._thread.start()
-
-    async def _listen_async(self) -> None:
-        client = self._sender.async_client
-        assert client is not None
-        while not self._stop.is_set():
-            pubsub = client.pubsub()
-            try:
-                await pubsub.subscribe(self._sender.channel)
-                while True:
-                    self._message(await pubsub.get_message(timeout=None))
-            except (RedisError, OSError) as error:
-                self._lost(error)
-            finally:
-                self.listening = False
-                with contextlib.suppress(RedisError, OSError):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-            await asyncio.sleep(self._sender.outage.retry_after)
-
-    def _listen_blocking(self) -> None:
-        client = self._sender.sync_client
-        assert client is not None
-        while not self._stop.is_set():
-            pubsub = client.pubsub()  # type: ignore[no-untyped-call]
-            try:
-                pubsub.subscribe(self._sender.channel)
-                while not self._stop.is_set():
-                    self._message(pubsub.get_message(timeout=LISTEN_POLL))
-            except (RedisError, OSError) as error:
-                self._lost(error)
-            finally:
-                self.listening = False
-                with contextlib.suppress(RedisError, OSError):
-                    pubsub.close()
-            self._stop.wait(self._sender.outage.retry_after)
-
-    def _message(self, message: dict[str, Any] | None) -> None:
-        """A pause told on the channel: ``end now process slot`` (Redis's clock, µs)."""
-        if message is None:
-            return
-        kind = as_text(message.get("type"))
-        if kind == "subscribe":
-            self.listening = True
-        if kind != "message":
-            return
-        try:
-            end, server, process, key = as_text(message["data"]).split(" ", 3)
-            end_us, server_us = int(end), int(server)
-        except (KeyError, ValueError):  # not the merge script's: not ours to read
-            return
-        if process == self._sender.process:  # this process's own pause: its slot has it
-            return
-        self.heard += 1
-        received = time.monotonic()
-        wait = self._sender.server_clock.wait(server_us / 1e6, (end_us - server_us) / 1e6, received)
-        self._heard(key, end, received + wait)
-
-    def _lost(self, error: BaseException) -> None:
-        logger.debug(
-            "autothrottle: Redis store %r: not hearing the fleet's pauses for now (%s: %s)",
-            self._sender.prefix,
-            type(error).__name__,
-            error,
-        )
-
-    async def aclose(self) -> None:
-        """Stop listening and close the subscriber's connection (awaited)."""
-        self._stop.set()
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        self.close()
-
-    def dropped(self) -> None:
-        """Its store was collected unclosed: stop listening, from whatever thread
-        the collection ran on. The task is cancelled on its loop (a loop already
-        closed runs nothing any more), the thread ends within :data:`LISTEN_POLL`
-        (not waited: a collection must not block); either closes its connection."""
-        self._stop.set()
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            with contextlib.suppress(RuntimeError):  # its loop is closed
-                task.get_loop().call_soon_threadsafe(task.cancel)
-
-    def close(self) -> None:
-        """Stop listening: the thread ends within :data:`LISTEN_POLL` (waited here,
-        at most :data:`LISTEN_JOIN`); a task is cancelled (:meth:`aclose` awaits it)."""
-        self._stop.set()
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(LISTEN_JOIN)

@@ -60,6 +60,7 @@ import redis.cluster
 from redis.exceptions import ResponseError
 
 from ._fleet import Run, SharedTurn, TurnAsk, slack
+from ._redis_listen import Listener
 from ._redis_outage import Outage
 from ._redis_parts import (
     ASK_AGAIN,
@@ -78,7 +79,7 @@ from ._redis_parts import (
     us,
 )
 from ._redis_runs import Runs
-from ._redis_send import Listener, Sender
+from ._redis_send import Sender
 from ._state import SlotState
 from ._store import MemoryStore
 from ._validate import check_bool, check_number, check_positive
