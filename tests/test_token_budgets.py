@@ -11,7 +11,7 @@ import math
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from autothrottle import FixedDelayPolicy, Throttle
@@ -203,7 +203,8 @@ def test_a_request_without_a_cost_waits_only_while_a_window_is_spent() -> None:
     read(book, window(3, 10.0), now=0.0)
     assert BUDGET.fits_at(book, None, 0.0) == 0.0
     read(book, window(0, 10.0), now=0.0)  # 100 a second: one token in 10 ms
-    assert BUDGET.fits_at(book, None, 0.0) == pytest.approx(0.01)
+    # 10 ms, and the microsecond past it that the server's rounding may need
+    assert BUDGET.fits_at(book, None, 0.0) == pytest.approx(0.01, abs=2e-6)
     BUDGET.spend(book, None, 0.0)  # and spends nothing
     assert book.windows["tokens"].level == 0
 
@@ -401,6 +402,10 @@ class _Bucket:
         return ok, window(math.floor(self.level), reset, self.limit)
 
 
+# Found by a run: the bucket emptied at 6.27 s held the next request's 31 tokens
+# at 7.2 s by the book's sum and 30.999999999 by the server's, counted from its
+# own stamps, and refused it at that instant.
+@example(limit=2000, window_s=60.0, latency=0.0625, in_flight=9, seed=2)
 @settings(max_examples=30, deadline=None)
 @given(
     limit=st.integers(2000, 50_000),

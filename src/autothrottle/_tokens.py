@@ -51,6 +51,12 @@ flight at once than this, and the oldest are forgotten (the estimate is then
 that much too high, until the next response)."""
 
 
+_PAST_THE_INSTANT = 1e-6
+"""Seconds a refill's wait goes past the instant the window holds the need. The
+server counts the same refill from its own stamps: at the exact instant it may
+hold a rounding less (30.999999999 of 31 tokens) and refuse the request."""
+
+
 @dataclass(slots=True)
 class TokenWindow:
     """One token window as this slot estimates it.
@@ -94,7 +100,7 @@ class TokenWindow:
             return now
         at = math.inf
         if self.rate > 0.0:
-            at = now + (need - level) / self.rate
+            at = now + (need - level) / self.rate + _PAST_THE_INSTANT
         full = math.inf if self.limit is None else self.limit - self.spent_since
         if full >= need:
             at = min(at, max(now, self.full_at))
