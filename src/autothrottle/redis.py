@@ -20,7 +20,8 @@ finished leases and what responses taught, so a request costs at most one
 round trip, and less when requests come together (``docs/fleet.md``;
 :mod:`autothrottle._redis_send` sends, :mod:`autothrottle._redis_outage` paces
 alone while Redis does not answer, :mod:`autothrottle._redis_runs` serves
-requests from the turns reserved ahead and lines them up behind a slot's ask).
+requests from the turns reserved ahead and lines them up behind a slot's ask,
+:mod:`autothrottle._redis_listen` hears the pauses the other processes set).
 
 Failure: when Redis is unreachable or slow (``timeout``), the process logs one
 warning and paces on its own, from what it learned last, trying Redis again
