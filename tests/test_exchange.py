@@ -1,4 +1,4 @@
-"""The exchange's hold: a lease released when its response is finished or collected.
+"""The request's hold (``_hold``): a lease released when its response is finished or collected.
 
 Each test runs through :func:`watch`, the hold every adapter makes (one weak
 reference to the owner that is the hold).
@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from autothrottle import Throttle
-from autothrottle._exchange import Exchange, free_exchange, watch
+from autothrottle._exchange import Exchange, free_exchange
+from autothrottle._hold import watch
 from autothrottle._lease import Lease
 from helpers import wait_until
 

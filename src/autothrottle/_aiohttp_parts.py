@@ -28,8 +28,9 @@ from aiohttp import (
 )
 from aiohttp.connector import BaseConnector, Connection, TCPConnector
 
-from ._exchange import Exchange, Watch, watch
+from ._exchange import Exchange
 from ._extras import require_privates
+from ._hold import Watch, watch
 from ._lease import Lease
 from ._request import (
     DEFAULT_OPTIONS,
@@ -430,7 +431,7 @@ def hold_until_finished(response: ClientResponse, lease: Lease) -> None:
     arrived to the end, when the response is released or closed, and when a
     never-closed response is collected: the hold is released with it. Two
     backstops: the connection being lost mid-body (server gone, session
-    closed), and the exchange's :func:`~autothrottle._exchange.watch` (the
+    closed), and the exchange's :func:`~autothrottle._hold.watch` (the
     hold), which releases a response collected without reaching its
     connection. The throttle's ``hold_timeout`` bounds everything else.
     """

@@ -28,8 +28,9 @@ from typing import Any, Self, Unpack, cast
 import httpx2
 
 from .._errors import ThrottleTimeout
-from .._exchange import Exchange, Plug, paced, release_later
+from .._exchange import Exchange, Plug, paced
 from .._extras import require_privates
+from .._hold import release_later
 from .._lease import Lease
 from .._throttle import Throttle
 from ._common import (
@@ -157,9 +158,9 @@ class _LeaseStream(httpx2.AsyncByteStream):
     The stream is the hold itself: a response garbage-collected unclosed
     takes this stream with it, whose finalizer releases the lease, soon
     rather than at once (the collector may have run inside the gate's lock:
-    ``_exchange.release_later``). A finalizer of our own class costs a
+    ``_hold.release_later``). A finalizer of our own class costs a
     request one call when the stream is freed, where a weak reference to it
-    (``_exchange.watch``, for clients whose response is not ours to extend)
+    (``_hold.watch``, for clients whose response is not ours to extend)
     cost the making of the reference, the loop's look-up and two set updates.
 
     httpx2's client wraps this stream in one that refers back to the response
