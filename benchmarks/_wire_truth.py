@@ -55,10 +55,10 @@ def recording() -> Iterator[dict[int, list[_Pass]]]:
         least = math.inf
         if guard is not None and prev is not None:
             excess = max(0.0, guard.latest - prev)
-            margin = guard.margin(gap)
+            margin = guard.margin(gap, self.lateness)
             if prev <= guard.refused_at:
                 margin += MAX_MARGIN_SHARE * gap  # the makeup after a refusal
-            counted = guard.since(prev, gap) - prev
+            counted = guard.since(prev, gap, self.lateness) - prev
             least = guard.least_latency()
         wait = original(self, hold)
         if wait == 0.0:
