@@ -630,3 +630,21 @@ def test_a_loaded_ramp_is_dropped_under_a_policy_with_no_ramp_up(tmp_path: Path)
     second = throttle.try_acquire(KEY)
     assert second is not None
     second.release()
+
+
+async def test_a_queue_of_its_own_for_the_first_request_that_waits() -> None:
+    # A gate nobody waited at shares one empty queue (no 760-byte block a slot);
+    # the first request that waits gives its gate a queue of its own.
+    from autothrottle import _gate
+
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(1.0), clock=clock)
+    for key in ("a.example", "b.example"):
+        (await throttle.acquire(key)).release()
+    second = asyncio.ensure_future(throttle.acquire("a.example"))
+    await asyncio.sleep(0)
+    assert throttle.slot("a.example").queued == 1
+    assert throttle.slot("b.example").queued == 0
+    assert len(_gate._NO_QUEUE) == 0
+    (await second).release()
+    assert len(_gate._NO_QUEUE) == 0

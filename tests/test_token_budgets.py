@@ -492,3 +492,16 @@ async def test_every_adapter_holds_a_request_until_its_cost_fits(client: str) ->
     assert [r.status for r in api.records] == [200, 200]  # the second was never refused
     first, second = (r.arrival for r in api.records)
     assert second - first >= 0.5  # 600 more tokens at 1000 a second
+
+
+def test_a_book_has_spends_of_its_own_from_its_first_grant_with_a_cost() -> None:
+    # Books that spent nothing share one empty deque (no 760-byte block a slot).
+    from autothrottle import _tokens
+
+    spent, idle = TokenBook(), TokenBook()
+    for book in (spent, idle):
+        read(book, window(1000, 10.0), now=0.0)
+    BUDGET.spend(spent, 100, 1.0)
+    assert list(spent.spends) == [(1.0, 100)]
+    assert list(idle.spends) == [] and len(_tokens._NO_SPENDS) == 0
+    assert spent.spends.maxlen == _tokens._MAX_SPENDS

@@ -50,6 +50,12 @@ _MAX_SPENDS = 1024
 flight at once than this, and the oldest are forgotten (the estimate is then
 that much too high, until the next response)."""
 
+_NO_SPENDS: deque[tuple[float, Cost]] = deque()
+"""The spends of a book no grant with a cost has used yet: shared, empty, and
+never appended to (:meth:`TokenBudget.spend` gives the book its own first). An
+empty deque holds a block of 64 places, 760 bytes a slot, and most slots never
+spend a token."""
+
 
 _PAST_THE_INSTANT = 1e-6
 """Seconds a refill's wait goes past the instant the window holds the need. The
@@ -121,7 +127,7 @@ class TokenBook:
     """
 
     windows: dict[str, TokenWindow] = field(default_factory=dict)
-    spends: deque[tuple[float, Cost]] = field(default_factory=lambda: deque(maxlen=_MAX_SPENDS))
+    spends: deque[tuple[float, Cost]] = field(default_factory=lambda: _NO_SPENDS)
     longest: float = math.inf
 
 
@@ -193,7 +199,10 @@ class TokenBudget:
             window.level = window.level_at(now) - amount
             window.at = now
             window.spent_since += amount
-        book.spends.append((now, cost))
+        spends = book.spends
+        if spends is _NO_SPENDS:
+            spends = book.spends = deque(maxlen=_MAX_SPENDS)
+        spends.append((now, cost))
 
     @staticmethod
     def fits_at(book: TokenBook, cost: Cost | None, now: float) -> float:
