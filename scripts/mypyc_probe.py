@@ -62,6 +62,7 @@ MODULES = [
     "_table",
     "_throttle",
     "_exchange",
+    "_hold",
     "_request",
     "_state",
     "_arrivals",
@@ -84,7 +85,8 @@ PATCHES = {
 
 INTERPRETED = {
     "_policy.py": ["Sample"],
-    "_exchange.py": ["ThrottleInfo", "Watch"],
+    "_exchange.py": ["ThrottleInfo"],
+    "_hold.py": ["Watch"],
     "_state.py": ["SlotState"],
     "_throttle.py": ["Throttle"],
 }
