@@ -23,6 +23,7 @@ import itertools
 import math
 import random
 import statistics
+import sys
 from collections import OrderedDict
 from typing import Any
 
@@ -578,6 +579,20 @@ class TestIdleEviction:
         clock.advance(10.5)
         assert throttle.evict_idle() == 1
         assert len(store) == 0
+
+    def test_an_evicted_crawl_gives_its_memory_back(self) -> None:
+        # A dict keeps the table of the most it held: after a crawl of many
+        # hosts is evicted, the store's table is rebuilt to what is left.
+        clock, throttle, store = self.make(idle_timeout=10.0)
+        for i in range(2000):
+            grant(throttle.slot(f"host-{i}"), throttle).release()
+        full = sys.getsizeof(store._records)
+        clock.advance(10.5)
+        grant(throttle.slot("new"), throttle).release()  # evicts a batch
+        throttle.evict_idle()  # and the rest
+        assert list(store) == ["new"]
+        assert sys.getsizeof(store._records) * 50 < full
+        assert store.load("new") is not None and throttle.slot("new").key == "new"
 
     def test_traffic_to_known_slots_alone_still_evicts_stale_ones(self) -> None:
         clock, throttle, store = self.make(idle_timeout=10.0)
