@@ -194,11 +194,8 @@ def test_a_loaded_ramp_above_the_delay_the_throttle_bounds_is_no_ramp(tmp_path: 
     # to 5 s, loaded by a throttle whose max_delay is 3 s: the delay is held to
     # 3 s, and so is the gap (a bound the user set holds). The ramp's 5 s is
     # above the delay: no ramp, not a gap of 5 s.
-    path = tmp_path / "learned.json"
-    record = {"delay": 10.0, "ramp_to": 5.0}
-    path.write_text(json.dumps({"autothrottle_slots": 1, "slots": {KEY: record}}))
     clock = FakeClock(100.0)
-    store = MemoryStore.from_file(path, now=clock.now)
+    store = _loaded(tmp_path, {"delay": 10.0, "ramp_to": 5.0}, clock)
     throttle = Throttle(store=store, clock=clock, max_delay=3.0)
     first = throttle.try_acquire(KEY)
     assert first is not None
@@ -368,20 +365,25 @@ def test_a_head_that_waited_on_the_cap_counts_no_lateness() -> None:
 # -- a queued request's cost ------------------------------------------------------------
 
 
+def _told_tokens(throttle: Throttle, remaining: int) -> None:
+    """A first answer says ``remaining`` of 1,000 tokens a minute are left."""
+    lease = throttle.try_acquire(KEY)
+    assert lease is not None
+    headers = {
+        "x-ratelimit-limit-tokens": "1000",
+        "x-ratelimit-remaining-tokens": str(remaining),
+        "x-ratelimit-reset-tokens": "60s",
+    }
+    lease.observe(latency=0.01, status=200, headers=headers)
+    lease.release()
+
+
 def test_a_queued_request_spends_its_cost_when_granted() -> None:
     clock = FakeClock()
     throttle = Throttle(clock=clock, start_delay=0.0, max_concurrency=10)
     slot = throttle.slot(KEY)
     gate = gate_of(slot)
-    lease = throttle.try_acquire(KEY)
-    assert lease is not None
-    headers = {
-        "x-ratelimit-limit-tokens": "1000",
-        "x-ratelimit-remaining-tokens": "1000",
-        "x-ratelimit-reset-tokens": "60s",
-    }
-    lease.observe(latency=0.01, status=200, headers=headers)
-    lease.release()
+    _told_tokens(throttle, 1000)
     slot.delay = 0.0  # only the tokens space these two
     first, second = gate.enqueue(600), gate.enqueue(600)
     assert try_acquire(slot, first) == 0.0
@@ -398,15 +400,7 @@ def test_the_gate_s_next_send_for_a_cost_is_when_that_cost_fits() -> None:
     throttle = Throttle(clock=clock, start_delay=0.0, max_concurrency=10)
     slot = throttle.slot(KEY)
     gate = gate_of(slot)
-    lease = throttle.try_acquire(KEY)
-    assert lease is not None
-    headers = {
-        "x-ratelimit-limit-tokens": "1000",
-        "x-ratelimit-remaining-tokens": "400",
-        "x-ratelimit-reset-tokens": "60s",
-    }
-    lease.observe(latency=0.01, status=200, headers=headers)
-    lease.release()
+    _told_tokens(throttle, 400)
     slot.delay = 0.0
     now = clock.now
     assert gate.send_at(now) == now  # a request without a cost needs one token
@@ -421,15 +415,7 @@ async def test_a_cost_is_spent_at_its_grant_and_a_cancelled_waiter_spends_nothin
     # a request cancelled while it waited was never granted and took nothing.
     clock = FakeClock()
     throttle = Throttle(clock=clock, start_delay=0.0, max_concurrency=10)
-    lease = throttle.try_acquire(KEY)
-    assert lease is not None
-    headers = {
-        "x-ratelimit-limit-tokens": "1000",
-        "x-ratelimit-remaining-tokens": "1000",
-        "x-ratelimit-reset-tokens": "60s",
-    }
-    lease.observe(latency=0.01, status=200, headers=headers)
-    lease.release()
+    _told_tokens(throttle, 1000)
     throttle.slot(KEY).delay = 0.0  # only the tokens space these requests
     granted = throttle.try_acquire(KEY, cost=600)
     assert granted is not None
