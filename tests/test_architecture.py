@@ -453,11 +453,12 @@ def test_only_the_fleet_writes_what_this_process_sees_of_a_fleets_slot() -> None
 
 #: What a process keeps of its runs of a slot (rule 8) that a ``Run`` does not write
 #: itself, and the one module that writes it: the store's ``Runs``.
-_RUN_FIELDS = dict.fromkeys(("asking", "behind"), "_redis_runs.py")
+_RUN_FIELDS = {"behind": "_redis_runs.py"}
 
-#: What a ``Run`` learned of the fleet at its last reservation, written by its own
-#: methods alone (given what the store answered): no module writes it from outside.
-_RUN_OWN = ("free", "last_due", "slack", "spacing")
+#: Whether a ``Run``'s ask is on its way, and what it learned of the fleet at its last
+#: reservation: written by its own methods alone (given what the store answered), no
+#: module writes them from outside.
+_RUN_OWN = ("asking", "free", "last_due", "slack", "spacing")
 
 
 def test_only_the_runs_write_what_a_process_keeps_of_its_runs() -> None:
