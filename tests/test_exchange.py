@@ -125,3 +125,46 @@ def test_a_free_turns_exchange_is_the_exchange_its_class_makes() -> None:
     assert fields(made) == fields(spec)
     assert set(fields(spec)) == set(Exchange.__slots__) - {"wire_error"}
     lease.release()
+
+
+def test_the_wire_turn_asks_the_leases_own_check_first_as_the_lease_does() -> None:
+    """``Exchange.wire_now`` passes a lease with no check of its own straight to
+    its gate's wire turn, and one with a check (a fleet's, ``Lease.on_wire``)
+    the lease's way: the answers are ``Lease.wire_wait``'s, step for step, on
+    two throttles driven alike by one clock."""
+    now = [100.0]
+
+    def throttle() -> Throttle:
+        return Throttle(start_delay=1.0, max_concurrency=4, clock=lambda: now[0])
+
+    by_exchange, by_lease = throttle(), throttle()
+    pairs = []
+    for _ in range(3):  # three grants, the later ones spaced by the delay
+        a, b = by_exchange.try_acquire("k"), by_lease.try_acquire("k")
+        assert a is not None and b is not None
+        pairs.append((Exchange(a, 0.0, "k"), b))
+        now[0] += 1.0
+    now[0] = 103.5  # the three go to the wire together: the later two are told to wait
+    asked: list[float] = []
+
+    def check() -> float:
+        asked.append(now[0])
+        return 0.25
+
+    waits = []
+    for exchange, lease in pairs:
+        waits.append(exchange.wire_now())
+        assert waits[-1] == lease.wire_wait()
+        now[0] += 0.001
+    assert waits[0] == 0.0 and waits[1] > 0.9 and waits[2] > 0.9
+    exchange, lease = pairs[1]
+    exchange.lease.on_wire = lease.on_wire = check  # a check of its own: asked first
+    assert exchange.wire_now() == lease.wire_wait() == 0.25
+    assert asked == [now[0], now[0]] and not exchange.wired
+    exchange.lease.on_wire = lease.on_wire = None
+    now[0] += 1.0
+    assert exchange.wire_now() == lease.wire_wait() == 0.0
+    assert exchange.wired
+    for exchange, lease in pairs:
+        exchange.lease.release()
+        lease.release()
