@@ -105,6 +105,7 @@ from ._exchange import (
     send_failed,
     wait_turn,
 )
+from ._lease import Lease
 from ._request import (
     CONTROL_HEADER,
     DEFAULT_OPTIONS,
@@ -269,20 +270,33 @@ class _ThrottleMiddleware:
             return state.options
         return state.options.merged(from_header)
 
+    def _turn_now(
+        self, request: ClientRequest, options: RequestOptions
+    ) -> tuple[str, float, Lease | None]:
+        """The slot key, the moment the turn was asked, and the turn if it is
+        now, for a request with options set (not bypassed)."""
+        key = options.slot
+        if key is None:
+            url = request.url
+            key = self.throttle.key_for(url, host=url.raw_host or "")
+        asked = perf_counter()
+        lease = self.throttle.acquire_now(key, options.adjust, options.max_wait, options.cost)
+        return key, asked, lease
+
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         if self._header_options_seen or _CONTROL in request.headers:
             options = self._options(request)
         else:  # the usual request: no control header on it, nor ever seen on one
             state = REQUEST.get()
             options = DEFAULT_OPTIONS if state is None or state.done else state.options
-        if options.bypass:
+        if options is DEFAULT_OPTIONS:  # none set (most requests): no option to read
+            key = self.throttle.key_for(url := request.url, host=url.raw_host or "")
+            asked = perf_counter()  # from here on, _exchange.paced with the plug written in
+            lease = self.throttle.acquire_now(key)
+        elif options.bypass:
             return await handler(request)
-        key = options.slot
-        if key is None:
-            url = request.url
-            key = self.throttle.key_for(url, host=url.raw_host or "")
-        asked = perf_counter()  # from here on, _exchange.paced with the plug written in
-        lease = self.throttle.acquire_now(key, options.adjust, options.max_wait, options.cost)
+        else:
+            key, asked, lease = self._turn_now(request, options)
         if lease is None:
             lease = await wait_turn(_PLUG, self.throttle, key, options, options.max_wait, request)
             exchange = Exchange(lease, asked, key)
