@@ -196,8 +196,11 @@ def hook_connector(connector: BaseConnector) -> None:
         timeout: Any,  # noqa: ASYNC109 (aiohttp's own parameter)
     ) -> Connection:
         connection = await connect(req, traces, timeout)
-        exchange: Exchange | None = getattr(req, WIRED, None)
-        if exchange is None:  # not throttled, or a request with no room for it
+        try:  # WIRED, read without getattr's call (a third of what this hook costs)
+            exchange: Exchange | None = req._autothrottle_exchange  # type: ignore[attr-defined]  # noqa: SLF001
+        except AttributeError:  # not throttled (bypassed, another session's), or no room for it
+            exchange = None
+        if exchange is None:
             exchange = EXCHANGE.get()
             if exchange is None:
                 return connection
