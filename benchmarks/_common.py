@@ -2,11 +2,16 @@
 
 Each benchmark writes ``benchmarks/results/<name>.json`` (the directory is
 gitignored) with the machine that produced the figures, because a figure
-without its machine cannot be compared with anything.
+without its machine cannot be compared with anything. ``--results-dir DIR``
+(``add_results_option``) sends it, and any profile a benchmark keeps,
+elsewhere: the test that runs every benchmark in a tiny form
+(tests/test_benchmarks_run.py) writes into its own temporary directory, never
+into the checkout.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -27,13 +32,43 @@ import aiohttp
 __all__ = [
     "RESULTS_DIR",
     "SimProcess",
+    "add_results_option",
     "control_session",
     "machine",
     "print_table",
+    "results_dir",
     "write_results",
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+"""Where results go unless ``--results-dir`` says otherwise."""
+
+_RESULTS = [RESULTS_DIR]
+
+
+def results_dir() -> Path:
+    """The directory this run writes its results (and profiles) to."""
+    return _RESULTS[0]
+
+
+class _ResultsDir(argparse.Action):
+    """Sets the directory as the option is parsed: ``write_results`` needs no argument."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        _RESULTS[0] = Path(values).resolve()
+        setattr(namespace, self.dest, _RESULTS[0])
+
+
+def add_results_option(parser: argparse.ArgumentParser) -> None:
+    """``--results-dir DIR``: where ``write_results`` (and a kept profile) writes."""
+    parser.add_argument(
+        "--results-dir",
+        metavar="DIR",
+        default=RESULTS_DIR,
+        action=_ResultsDir,
+        help="where the results JSON goes (default benchmarks/results)",
+    )
+
 
 _PACKAGES = ("autothrottle", "httpx", "aiohttp")
 
@@ -68,9 +103,11 @@ def machine() -> dict[str, Any]:
 
 
 def write_results(name: str, data: dict[str, Any]) -> Path:
-    """Write ``data`` with the machine and a UTC timestamp to ``results/<name>.json``."""
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / f"{name}.json"
+    """Write ``data`` with the machine and a UTC timestamp to ``results/<name>.json``
+    (or ``--results-dir``'s)."""
+    folder = results_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
     document = {
         "benchmark": name,
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -59,6 +59,10 @@ of the test run.
 autothrottle's aiohttp and httpx clients crawl: a busy client, whose loop
 reads every answer late (docs/signals.md, "The client's own lag"). Each run
 of those clients reports the lateness its throttle measured.
+
+``--smoke`` makes every run 2 s and every learn host 4 pages: the shortest run
+of each code path (figures and verdicts mean nothing), which the test suite
+runs to keep this benchmark working.
 """
 
 from __future__ import annotations
@@ -79,7 +83,13 @@ from typing import Any
 
 import aiohttp
 import httpx
-from _common import SimProcess, control_session, print_table, write_results
+from _common import (
+    SimProcess,
+    add_results_option,
+    control_session,
+    print_table,
+    write_results,
+)
 
 from autothrottle import (
     AdaptiveConcurrencyPolicy,
@@ -1057,10 +1067,19 @@ def _parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=1, help="the simulator's jitter seed")
     parser.add_argument("--name", default="adaptive", help="results file name (default adaptive)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="2-s runs, 4 pages a learn host: every code path, no figure worth reading",
+    )
+    add_results_option(parser)
     args = parser.parse_args()
     if args.quick:
         args.seconds = 15.0
-    if not 6 <= args.seconds <= 600:
+    if args.smoke:
+        global LEARN_PAGES
+        args.seconds, LEARN_PAGES = 2.0, 4
+    elif not 6 <= args.seconds <= 600:
         parser.error("--seconds must be in [6, 600]")
     args.sites = [b.strip() for b in args.sites.split(",") if b.strip()]
     args.clients = [c.strip() for c in args.clients.split(",") if c.strip()]

@@ -80,7 +80,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from _common import RESULTS_DIR, SimProcess, control_session, print_table, write_results
+from _common import (
+    SimProcess,
+    add_results_option,
+    control_session,
+    print_table,
+    results_dir,
+    write_results,
+)
 
 from autothrottle import FixedRatePolicy, Throttle
 
@@ -491,8 +498,8 @@ async def one_run(
     sim: SimProcess, args: argparse.Namespace, client: str, policy: str
 ) -> dict[str, Any]:
     urls = list(sim.hosts.values())
-    profile = str(RESULTS_DIR / f"{args.name}-{client}-{policy}.prof") if args.profile else None
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    profile = str(results_dir() / f"{args.name}-{client}-{policy}.prof") if args.profile else None
+    results_dir().mkdir(parents=True, exist_ok=True)
     async with control_session() as http:
         await sim.wait_idle(http)
         await sim.reset(http)
@@ -689,6 +696,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--name", default="crawl_10k", help="results file: benchmarks/results/NAME.json"
     )
+    add_results_option(parser)
     args = parser.parse_args()
     if args.quick:
         args.seconds = 40.0

@@ -35,7 +35,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import SimProcess, control_session, print_table, write_results
+from _common import (
+    SimProcess,
+    add_results_option,
+    control_session,
+    print_table,
+    write_results,
+)
 
 GOAL = 0.90
 
@@ -147,6 +153,7 @@ def main() -> None:
     parser.add_argument("--policy", default=None, help="default: fixed-rate=RATE")
     parser.add_argument("--urls", type=int, default=1_000_000, help="input size for memory")
     parser.add_argument("--fresh", type=int, default=1_000)
+    add_results_option(parser)
     args = parser.parse_args()
     if args.quick:
         args.seconds, args.urls = 10.0, 200_000

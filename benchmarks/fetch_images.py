@@ -5,11 +5,14 @@ a real ``autothrottle fetch`` of 2,840 URLs over 13 simulated hosts (ten 10/s
 APIs, two fast origins, one 2/s API that tells nobody its limit), with the
 live view recorded about halfway through and the chart written at the end.
 The screenshot is drawn with matplotlib, one monospace cell per character,
-in rich's colours.
+in rich's colours. ``--out DIR`` writes the two images there instead, and
+``--pages N`` fetches N pages a host (240; the 2/s host min(N, 40)): the test
+suite runs ``--pages 4`` into a temporary directory to keep this working.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 import time
@@ -66,6 +69,15 @@ def screenshot(view: Group, path: Path, width: int = 110) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--out", type=Path, default=IMG, help="where the images go (default docs/img)"
+    )
+    parser.add_argument("--pages", type=int, default=240, help="pages a host (default 240)")
+    args = parser.parse_args()
+    if args.pages < 1:
+        parser.error("--pages must be >= 1")
+    out: Path = args.out
     sim = SimProcess(
         [
             "--many",
@@ -90,7 +102,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             urls = Path(tmp) / "urls.txt"
             with urls.open("w") as fh:
-                for i in range(240):
+                for i in range(args.pages):
                     # The 2/s host gets fewer URLs: it would take two minutes for 240.
                     fh.writelines(
                         f"{base}/page/{i}\n"
@@ -101,7 +113,7 @@ def main() -> None:
                 urls=str(urls),
                 out=str(Path(tmp) / "out.jsonl"),
                 progress="live",
-                chart=str(IMG / "fetch-chart.png"),
+                chart=str(out / "fetch-chart.png"),
             )
             throttle = Throttle(start_delay=0.2, target_concurrency=2.0, rate_limit_headers=True)
             console = Console(stderr=True, force_terminal=True, width=110)
@@ -112,8 +124,8 @@ def main() -> None:
         fetch_module.live_view = original
         sim.stop()
     view = min(frames, key=lambda frame: abs(frame[0] - middle))[1]
-    screenshot(view, IMG / "fetch-live.png")
-    print(f"wrote {IMG / 'fetch-live.png'} and {IMG / 'fetch-chart.png'}", file=sys.stderr)
+    screenshot(view, out / "fetch-live.png")
+    print(f"wrote {out / 'fetch-live.png'} and {out / 'fetch-chart.png'}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
-from _common import print_table, write_results
+from _common import add_results_option, print_table, write_results
 
 from autothrottle import FixedDelayPolicy, Throttle
 from autothrottle.httpx import AsyncThrottledClient
@@ -152,6 +152,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--seed", type=int, default=1)
+    add_results_option(parser)
     args = parser.parse_args()
     limits = LLMLimits(requests=args.rpm, tokens=args.tpm, window=args.window, latency=args.latency)
     results: dict[str, list[dict[str, Any]]] = {}

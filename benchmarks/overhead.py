@@ -57,6 +57,11 @@ function: the bytecodes each runs and the calls made of it a request
 concurrent tasks: with ``--policy adaptive`` they queue in the gate, so the
 waiting loop's cost (the driver's wake-ups) is counted too.
 
+``--smoke`` makes the chosen mode as short as it goes: one round of 0.2 s
+(0.1 s of warm-up); with ``--instructions``, 2 and 4 requests a count (still six
+runs under valgrind a client, about half a minute each). Its figures mean
+nothing: it is what the test suite runs to keep the benchmark working.
+
 httpcore calls ``import sniffio`` on every request; anyio >= 4.12 no longer
 installs sniffio, and a failing import searches ``sys.path`` each time
 (~0.3 ms here), which would slow raw httpx and flatter the ratio. Unless
@@ -111,7 +116,7 @@ else:
 
 import aiohttp
 import httpx
-from _common import print_table, write_results
+from _common import add_results_option, print_table, write_results
 
 from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
 from autothrottle.aiohttp import ThrottledSession, throttle_middleware
@@ -587,9 +592,20 @@ def _parse() -> argparse.Namespace:
         "slot until the body ends",
     )
     parser.add_argument("--count", nargs=4, help=argparse.SUPPRESS)  # one run under valgrind
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the shortest run of the mode (one 0.2-s round; --instructions: 2 and 4 "
+        "requests a count): for the tests, no figure worth reading",
+    )
+    add_results_option(parser)
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.seconds = 3, 2.0
+    if args.smoke:
+        args.rounds, args.seconds, args.warmup, args.profile_seconds = 1, 0.2, 0.1, 0.2
+        for kind in COUNT_RUNS:
+            COUNT_RUNS[kind] = (2, 4)
     if not 1 <= args.rounds <= 50 or not 0.2 <= args.seconds <= 60:
         parser.error("--rounds must be in [1, 50] and --seconds in [0.2, 60]")
     if not 1 <= args.concurrency <= 256:

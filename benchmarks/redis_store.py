@@ -8,6 +8,10 @@ shorter than the limit's at the hosts (``benchmarks/_fleet_trace.py``).
 Each worker's full garbage collections are counted (their CPU, what they
 walk, the longest pause of any); ``--gc-freeze`` and ``--gc-threshold`` try
 the collector's settings in the workers (``docs/fleet.md``).
+Every part's keys are under a fresh prefix, ``--prefix`` then a random hex.
+``--smoke`` is the shortest run of every part (a 2-s crawl of 4 hosts, 50
+requests a cost, 0.3-s turns, 1-s one-slot runs): its figures mean nothing; it
+is what the test suite runs to keep the benchmark working.
 
 * **The fleet crawl** (the goals): four worker processes share 200 hosts
   through one ``RedisStore``, each with ``Throttle(policy=FixedRatePolicy(2))``
@@ -44,7 +48,7 @@ from typing import Any
 
 import _fleet_trace
 import aiohttp
-from _common import SimProcess, control_session, write_results
+from _common import SimProcess, add_results_option, control_session, write_results
 from aiohttp import web
 from many_hosts import summarize
 
@@ -58,6 +62,13 @@ RATE = 2.0
 WORKERS = 4
 GOAL_AGGREGATE = 0.95
 GOAL_ROUND_TRIPS = 1.0
+PREFIX = [""]
+"""``--prefix``: what every part's key prefix starts with."""
+
+
+def _prefix() -> str:
+    """A fresh key prefix: no part shares a key with another, or with another run."""
+    return PREFIX[0] + uuid.uuid4().hex
 
 
 # -- the fleet crawl ----------------------------------------------------------------------
@@ -172,7 +183,7 @@ async def fleet_crawl(
         async with control_session() as http:
             await sim.reset(http)
             queue: Any = multiprocessing.Queue()
-            prefix = uuid.uuid4().hex
+            prefix = _prefix()
             start = time.time() + 3.0  # every worker imported and ready
             workers = [
                 multiprocessing.Process(
@@ -220,7 +231,7 @@ async def fleet_crawl(
 
 
 def _stores(redis: str) -> list[tuple[str, Any]]:
-    return [("memory", MemoryStore()), ("redis", RedisStore(redis, prefix=uuid.uuid4().hex))]
+    return [("memory", MemoryStore()), ("redis", RedisStore(redis, prefix=_prefix()))]
 
 
 def _added(results: dict[str, float]) -> dict[str, float]:
@@ -285,7 +296,7 @@ def _turns(redis: str, prefix: str, slots: int, seconds: float, out: Any) -> Non
 
 def turns_per_second(redis: str, processes: int, slots: int, seconds: float = 3.0) -> float:
     queue: Any = multiprocessing.Queue()
-    prefix = uuid.uuid4().hex
+    prefix = _prefix()
     workers = [
         multiprocessing.Process(target=_turns, args=(redis, prefix, slots, seconds, queue))
         for _ in range(processes)
@@ -335,7 +346,7 @@ async def one_slot(redis: str, processes: int, seconds: float) -> dict[str, floa
     url = f"http://127.0.0.2:{runner.addresses[0][1]}/"
     count = int(seconds * 10 / processes / 4) + 1
     queue: Any = multiprocessing.Queue()
-    prefix = uuid.uuid4().hex
+    prefix = _prefix()
     workers = [
         multiprocessing.Process(target=_one_slot, args=(redis, prefix, url, count, queue))
         for _ in range(processes)
@@ -415,12 +426,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     results["turns"] = {}
     for slots in (1, 1000):
         for processes in (1, 4):
-            rate = turns_per_second(args.redis, processes, slots)
+            rate = turns_per_second(args.redis, processes, slots, args.turn_seconds)
             results["turns"][f"{processes}x{slots}"] = rate
             print(f"turns/s, {processes} process(es), {slots:4} slot(s): {rate:,.0f}", flush=True)
     results["one_slot"] = {}
     for processes in (1, 4):
-        row = await one_slot(args.redis, processes, 8.0)
+        row = await one_slot(args.redis, processes, args.slot_seconds)
         results["one_slot"][f"x{processes}"] = row
         print(
             f"FixedRatePolicy(10), one slot, {processes} process(es): {row['rate']:.2f}/s "
@@ -456,7 +467,21 @@ if __name__ == "__main__":
         metavar="N[,N,N]",
         help="each worker calls gc.set_threshold(N, ...) first (Python's: 700,10,10)",
     )
+    parser.add_argument(
+        "--prefix", default="", help="what every key prefix starts with (default nothing)"
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the shortest run of every part (a 2-s crawl of 4 hosts): for the tests",
+    )
+    add_results_option(parser)
     arguments = parser.parse_args()
+    PREFIX[0] = arguments.prefix
+    arguments.turn_seconds, arguments.slot_seconds = 3.0, 8.0
+    if arguments.smoke:
+        arguments.seconds, arguments.hosts, arguments.requests = 2.0, 4, 50
+        arguments.turn_seconds, arguments.slot_seconds = 0.3, 1.0
     threshold = None
     if arguments.gc_threshold:
         try:

@@ -2,6 +2,8 @@
 
 Run with ``python benchmarks/scale.py`` (well under a minute on 2 cores; no
 network, no sockets: the throttle is driven directly through its lease API).
+``--smoke`` runs every part at 10 and 1,000 slots in short rounds (a second
+or two, no figure worth reading): what the test suite runs to keep it working.
 
 What it measures, at 10, 10^3 and 10^5 slots of one
 ``Throttle(start_delay=0, max_delay=60, max_concurrency=8)``:
@@ -36,6 +38,7 @@ paused by ``Retry-After`` could be forgotten and hit again early.)
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import itertools
@@ -48,7 +51,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from _common import print_table, write_results
+from _common import add_results_option, print_table, write_results
 
 from autothrottle import Lease, Throttle
 from autothrottle.store import MemoryStore
@@ -368,5 +371,18 @@ async def main() -> None:
     print(f"results: {path}")
 
 
+def _parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="10 and 1,000 slots, short rounds, 1,000 to evict: every part in seconds",
+    )
+    add_results_option(parser)
+    return parser.parse_args()
+
+
 if __name__ == "__main__":
+    if _parse().smoke:
+        SIZES, ROUNDS, PER_ROUND, EVICT_SLOTS = (10, 1_000), 2, 2_000, 1_000
     asyncio.run(main())

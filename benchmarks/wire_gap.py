@@ -17,6 +17,9 @@ rule 10):
 For each client, setting and policy (each with ``min_delay=0.2``), 8 requests
 are sent at once; the table gives the smallest and median gap between arrivals
 at the server and whether the smallest is within 5 ms of the 200 ms promised.
+
+``--smoke`` runs the first policy only (each client and setting once, about
+10 s): every code path, for the test that keeps the benchmarks runnable.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any
 import aiohttp
 import httpcore
 import httpx
-from _common import write_results
+from _common import add_results_option, write_results
 from aiohttp import web
 
 from autothrottle import (
@@ -162,9 +165,10 @@ async def measure(client: str, setting: str, policy: str) -> dict[str, Any]:
 
 async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
+    policies = list(POLICIES)[:1] if args.smoke else list(POLICIES)
     for client in ("httpx", "aiohttp"):
         for setting in ("saturated pool", "slow setup"):
-            for policy in POLICIES:
+            for policy in policies:
                 row = await measure(client, setting, policy)
                 rows.append(row)
                 print(
@@ -179,6 +183,10 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--name", default="wire_gap", help="results file name (default wire_gap)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the first policy only: every code path, ~10 s"
+    )
+    add_results_option(parser)
     arguments = parser.parse_args()
     results = asyncio.run(main(arguments))
     print(f"results: {write_results(arguments.name, {'cases': results})}")
