@@ -20,6 +20,7 @@ comparing the step with its own hooks would compare a rule with itself.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any
 
 import pytest
@@ -510,6 +511,22 @@ def test_the_adaptive_step_is_its_documented_rule(
     assert by_step == by_hooks
     unset = {"limit": policy.initial_limit, "seen": 0.0, "steady": 0.0, "low": 0.0, "second": 0.0}
     assert {**unset, **by_step} == rule.memory()
+
+
+def test_a_state_of_another_type_gives_the_adaptive_rule_what_a_dict_does() -> None:
+    """The adaptive step reads a slot's dict by subscript; a state of another
+    type handed to ``next_delay`` (a ``defaultdict``, whose subscript would make
+    each key it misses) gives the same delays and ends with the same keys."""
+    policy = AdaptiveConcurrencyPolicy(round_size=2)
+    config = _config(policy, 64)
+    plain: dict[str, float] = {}
+    other: defaultdict[str, float] = defaultdict(float)
+    answers = [(0.05, 429), (0.05, 200), (0.0, 200), (0.06, 200), (0.04, 200), (0.2, 200)]
+    for latency, status in answers:
+        want = policy.next_delay(1.0, Sample(latency, status, 1, False, plain), config)
+        assert policy.next_delay(1.0, Sample(latency, status, 1, False, other), config) == want
+        assert dict(other) == plain
+    assert set(plain) >= {"limit", "base", "low", "second", "seen"}
 
 
 @settings(max_examples=200, deadline=None)

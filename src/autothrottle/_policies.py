@@ -7,7 +7,7 @@ shares (the throttle applies those, so each class here states only its idea).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Protocol
 
 from ._policy import DelayPolicy, Sample, SlotConfig, new_sample
@@ -26,6 +26,12 @@ __all__ = [
 
 _INF = math.inf
 _NEG_INF = -math.inf
+_ADAPTIVE_KEYS = ("limit", "base", "low", "second")
+"""The adaptive rule's keys that read as None when missing (``seen`` reads 0).
+All of them are there after a slot's first usual response, so the rule reads
+them by subscript, a fifth of what ``get``'s calls cost (on every response),
+and by ``get`` only when one is missing. A state of another type than ``dict``
+(a subclass's subscript may make what it misses) is read through :class:`_Reads`."""
 
 
 class AutoThrottlePolicy(DelayPolicy):
@@ -343,7 +349,9 @@ def _of_sample(
     config: SlotConfig,
 ) -> float:
     """``next_delay`` through ``step``: the hook and the usual response's one
-    call run the same rule."""
+    call run the same rule. A state of another type than ``dict`` (a caller's
+    own, a ``defaultdict``) is read through :class:`_Reads`."""
+    state = sample.state
     return step(
         policy,
         delay,
@@ -352,9 +360,41 @@ def _of_sample(
         sample.cache_hit,
         _Sampled(sample.in_flight, sample.lag),
         0.0,
-        sample.state,
+        state if type(state) is dict else _Reads(state),
         config,
     )[0]
+
+
+_MISSING = object()
+
+
+class _Reads(MutableMapping[str, float]):
+    """A policy's state of another type than ``dict``, as the shipped steps read a
+    slot's own: a missing key raises ``KeyError`` and makes nothing (a
+    ``defaultdict``'s subscript would make it); the rest goes through."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: MutableMapping[str, float]) -> None:
+        self._state = state
+
+    def __getitem__(self, key: str) -> float:
+        value = self._state.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value  # type: ignore[return-value]  # not _MISSING: a float
+
+    def __setitem__(self, key: str, value: float) -> None:
+        self._state[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._state[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._state)
+
+    def __len__(self) -> int:
+        return len(self._state)
 
 
 def _autothrottle_step(
@@ -411,46 +451,47 @@ def _adaptive_step(
     cache_hit: bool,
     load: Load,
     now: float,
-    state: dict[str, float],
+    state: MutableMapping[str, float],
     config: SlotConfig,
 ) -> tuple[float, float]:
     """:meth:`AdaptiveConcurrencyPolicy.next_delay`'s rule, and the limit it leaves.
 
-    A value it would store again, the very object it read (the limit, the
-    round's lows, on most responses), is not stored again: only the same
-    object is skipped, so the memory ends the same, and a dict's store costs
-    as much as a good part of the rule."""
-    kept = state.get("limit")
+    A value read is not stored again when it is the very object to store (a
+    dict's store costs a good part of the rule), so the memory ends the same;
+    its keys are read by subscript (``_ADAPTIVE_KEYS`` says why)."""
+    kept_all: Mapping[str, float | None] = state  # what a missing key reads: None
+    try:
+        kept, kept_base, kept_seen = kept_all["limit"], kept_all["base"], state["seen"]
+        kept_low, kept_second = kept_all["low"], kept_all["second"]
+    except KeyError:  # a new slot's first usual response
+        kept, kept_base, kept_low, kept_second = map(state.get, _ADAPTIVE_KEYS)
+        kept_seen = state.get("seen", 0.0)
     limit = kept if kept is not None and kept > 0.0 else policy.initial_limit  # in_flight_limit's
     if status != 200 or cache_hit or latency <= 0.0:
         if limit is not kept:
             state["limit"] = limit
         return delay, limit
-    base = state.get("base", latency) * (1.0 + policy.base_decay)
+    base = (latency if kept_base is None else kept_base) * (1.0 + policy.base_decay)
     if not base < latency:  # min(latency, base), without its call (on every response)
         base = latency
     # The round's two lowest latencies (0 stored: none yet, read as inf, so a
     # round's first latency is its lowest and not its second too); the second
     # is the one judged, so one lucky request that met no queue does not hide a queue.
-    kept_low = state.get("low")
-    kept_second = state.get("second")
     low = kept_low or _INF
     second = kept_second or _INF
     if latency < low:
         low, second = latency, low
     elif latency < second:
         second = latency
-    # Judge once per round (about one round trip), as Vegas does once per
-    # RTT: judging every response would move the limit many steps before
-    # the first change could show in the latency.
-    seen = state.get("seen", 0.0) + 1.0
+    # Judge once per round (about one round trip), as Vegas does once per RTT: judging
+    # every response would move the limit many steps before a change could show in the latency.
+    seen = kept_seen + 1.0
     if seen >= limit and seen >= policy.round_size:
         limit = _judged(
             policy, limit, base + load.lag, second, load.in_flight_at(now), state, config
         )
         seen, low, second = 0.0, 0.0, 0.0
-    # Item by item: update(**...) builds a dict of its keywords first, per response.
-    if limit is not kept:
+    if limit is not kept:  # item by item: update(**...) builds a dict of its keywords first
         state["limit"] = limit
     state["base"] = base
     state["seen"] = seen
@@ -469,7 +510,7 @@ def _judged(
     floor: float,
     second: float,
     in_flight: int,
-    state: dict[str, float],
+    state: MutableMapping[str, float],
     config: SlotConfig,
 ) -> float:
     """The limit after a round whose judged latency was ``second`` (inf: none),
