@@ -132,6 +132,20 @@ def test_a_missing_extra_names_the_pip_command_of_this_checkout(
     assert f'cd {root} && pip install -e ".[{extra}]"' in err
 
 
+def test_sim_help_without_aiohttp_lists_the_options_and_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``sim --help`` answers before the extra is installed; a run still refuses."""
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
+    assert main(["sim", "--help"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "--many N=SPEC" in out and "--ready-json" in out
+    assert out.rstrip().endswith('pip install -e ".[sim]"')
+    assert main(["sim", "--many", "2=rate:rate=2", "--", "--help"]) == 1  # not a flag there
+    out, err = capsys.readouterr()
+    assert out == "" and "autothrottle sim needs aiohttp" in err
+
+
 def test_the_help_names_the_extras_the_demo_asks_for(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -113,6 +113,10 @@ err = io.StringIO()
 with contextlib.redirect_stderr(err):
     status = main(["demo"])
 messages["autothrottle demo"] = [err.getvalue(), status]
+out, err = io.StringIO(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    status = main(["sim", "--help"])
+messages["autothrottle sim --help"] = [out.getvalue(), err.getvalue(), status]
 print(json.dumps(messages))
 """
     done = subprocess.run(
@@ -135,3 +139,7 @@ print(json.dumps(messages))
     assert status == 1
     assert "(the 'cli,plot' extras). Install them with:" in demo
     assert 'pip install "autothrottle[cli,plot]"' in demo
+    sim_help, sim_err, status = messages["autothrottle sim --help"]
+    assert (status, sim_err) == (0, "")  # the options, read before the extra is installed
+    assert "--host ADDRESS=SPEC" in sim_help and "Behaviour SPEC" in sim_help
+    assert sim_help.rstrip().endswith('pip install "autothrottle[sim]"')

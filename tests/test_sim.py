@@ -316,6 +316,35 @@ def test_python_dash_m_without_aiohttp_says_what_to_install_as_the_command_does(
     assert as_module.stdout == ""
 
 
+def test_the_help_lists_the_options_without_aiohttp_and_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user reads the options before installing the extra: ``--help`` prints the
+    simulator's own help, ended by what to install, and exits 0 (a run still
+    refuses, as above)."""
+    (tmp_path / "aiohttp.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'aiohttp'\", name='aiohttp')\n"
+    )
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps the help to the terminal's width
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, timeout=60, env=env
+        )
+
+    for args, prog in [
+        (("-m", "autothrottle.sim", "--help"), "python -m autothrottle.sim"),
+        (("-m", "autothrottle", "sim", "--duration", "1", "-h"), "autothrottle sim"),
+    ]:
+        done = run(*args)
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr
+        options, _, note = done.stdout.rpartition(f"\n{prog} needs aiohttp")
+        assert options == build_parser(prog).format_help()  # the same options
+        assert "which is not installed (the 'sim' extra)" in note
+        assert 'pip install -e ".[sim]"' in note
+
+
 def test_quiet_prints_the_urls_alone_one_a_line_while_serving(tmp_path: Path) -> None:
     """What a script reading the URLs from stdout relies on: a line per host, in host
     order, each a URL it can fetch at once; nothing else, then or at exit."""

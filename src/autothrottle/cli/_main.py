@@ -2,7 +2,8 @@
 
 The heavy imports (rich, matplotlib, the clients, the simulator) happen only
 once a subcommand has been chosen, so ``--help`` and ``--version`` stay fast
-and work without the ``cli`` extra.
+and work without the ``cli`` extra; ``sim --help`` works without the ``sim``
+extra too (its parser is :mod:`autothrottle._sim_args`, the standard library's).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import NoReturn
 
 from autothrottle import __version__
 from autothrottle._extras import missing_extra
+from autothrottle._sim_args import help_without_sim
 
 from ._fetch_options import add_fetch_arguments, seconds_arg
 from ._paths import folder_problem, input_problem, output_problem
@@ -179,6 +181,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["sim"]:
         problem = _check_extra("sim")
         if problem:
+            # The options can be read before the extra is installed; a run cannot.
+            sim_help = help_without_sim(args[1:], f"{PROG} sim", problem)
+            if sim_help is not None:
+                sys.stdout.write(sim_help)
+                return 0
             print(problem, file=sys.stderr)
             return 1
         from autothrottle.sim import main as sim_main

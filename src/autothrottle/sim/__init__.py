@@ -53,7 +53,15 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         _args = pairwise([*sys.orig_argv[1:], ""])
         _target = next((f[2:] or a for f, a in _args if f.startswith("-m")), "")
         if (_target + ".").startswith(__name__ + "."):
-            raise SystemExit(missing_extra(f"python -m {_target}", ["aiohttp"], "sim")) from None
+            from .._sim_args import help_without_sim
+
+            _prog = f"python -m {_target}"
+            _problem = missing_extra(_prog, ["aiohttp"], "sim")
+            _help = help_without_sim(sys.argv[1:], _prog, _problem)
+            if _help is not None:  # the options can be read before the extra is installed
+                sys.stdout.write(_help)
+                raise SystemExit(0) from None
+            raise SystemExit(_problem) from None
     raise ImportError(
         missing_extra("autothrottle.sim", ["aiohttp"], "sim"), name="aiohttp"
     ) from exc
