@@ -1056,3 +1056,36 @@ async def test_the_middleware_ends_every_outcome_as_the_skeleton_does(how: str) 
         # aiohttp sends a GET again once on a dropped connection: each attempt
         # takes a turn of its own, and each is the host's failure.
         assert ours[-1][0][:5] == (key(host), 2, 0, {}, 2)
+
+
+@pytest.mark.parametrize("key", [None, lambda url: "by-function:" + url.split("/")[2]])
+async def test_the_middleware_keys_a_request_as_the_throttle_does(key: Any) -> None:
+    """A request with no option set is keyed by ``host_key`` of its host when the
+    throttle has no key function (``key_for``'s answer then, without its call),
+    and by ``key_for`` when it has one: the slot each request went to is the
+    one ``key_for`` names."""
+    from multidict import CIMultiDict
+    from yarl import URL
+
+    throttle = Throttle(start_delay=0.0, key=key)
+    middleware = throttle_middleware(throttle)
+
+    async def refused(request: Any) -> Any:
+        raise ValueError("not sent")  # the caller's error: the lease is only released
+
+    urls = [
+        "http://Example.COM./a",
+        "http://example.com:8080/b",
+        "http://[0:0:0:0:0:0:0:1]:8080/",
+        "http://b\u00fccher.example/",
+        "https://xn--bcher-kva.example./c?d=e",
+    ]
+    for text in urls:
+        url = URL(text)
+        request: Any = SimpleNamespace(url=url, headers=CIMultiDict())
+        with pytest.raises(ValueError, match="not sent"):
+            await middleware(request, refused)
+        want = throttle.key_for(url, host=url.raw_host or "")
+        assert request._autothrottle_exchange.lease.slot.key == want
+        assert throttle.slot(want).in_flight == 0
+    assert len(list(throttle.slots())) == (3 if key is None else 5)  # a port is no new host

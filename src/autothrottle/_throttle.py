@@ -540,3 +540,12 @@ class Throttle:
         so a repeated signal with nothing sent in between counts once."""
         last = slot.gate.last_send
         return last if last is not None else -math.inf
+
+
+def keys_by_host(throttle: Throttle) -> bool:
+    """Whether ``throttle`` keys a URL by its host alone: it was given no key
+    function (fixed when it was made). Its :meth:`~Throttle.key_for` of a URL
+    whose host is known is then ``host_key(host)``, which an adapter may ask
+    itself, a call fewer on every request
+    (``test_the_middleware_keys_a_request_as_the_throttle_does``)."""
+    return throttle._key is None  # noqa: SLF001 (this module's own class)

@@ -110,9 +110,10 @@ from ._request import (
     CONTROL_HEADER,
     DEFAULT_OPTIONS,
     RequestOptions,
+    host_key,
     options_from_header,
 )
-from ._throttle import Throttle
+from ._throttle import Throttle, keys_by_host
 
 __all__ = [
     "ThrottledSession",
@@ -236,10 +237,11 @@ class _ThrottleMiddleware:
     asserts they end alike; a change to one goes to the other.
     """
 
-    __slots__ = ("_header_options", "_header_options_seen", "throttle")
+    __slots__ = ("_by_host", "_header_options", "_header_options_seen", "throttle")
 
     def __init__(self, throttle: Throttle) -> None:
         self.throttle = throttle
+        self._by_host = keys_by_host(throttle)
         # Options read from the control header, kept per request object: the
         # header is gone from the request after the first pass, and a retrying
         # middleware may hand the same request through again.
@@ -270,6 +272,10 @@ class _ThrottleMiddleware:
             return state.options
         return state.options.merged(from_header)
 
+    def _key_of(self, url: URL) -> str:
+        """The slot key of ``url`` (the throttle's :meth:`~Throttle.key_for`)."""
+        return self.throttle.key_for(url, host=url.raw_host or "")
+
     def _turn_now(
         self, request: ClientRequest, options: RequestOptions
     ) -> tuple[str, float, Lease | None]:
@@ -277,8 +283,7 @@ class _ThrottleMiddleware:
         now, for a request with options set (not bypassed)."""
         key = options.slot
         if key is None:
-            url = request.url
-            key = self.throttle.key_for(url, host=url.raw_host or "")
+            key = self._key_of(request.url)
         asked = perf_counter()
         lease = self.throttle.acquire_now(key, options.adjust, options.max_wait, options.cost)
         return key, asked, lease
@@ -290,7 +295,8 @@ class _ThrottleMiddleware:
             state = REQUEST.get()
             options = DEFAULT_OPTIONS if state is None or state.done else state.options
         if options is DEFAULT_OPTIONS:  # none set (most requests): no option to read
-            key = self.throttle.key_for(url := request.url, host=url.raw_host or "")
+            url = request.url  # keyed by host: key_for's answer, without its call
+            key = host_key(url.raw_host or "") if self._by_host else self._key_of(url)
             asked = perf_counter()  # from here on, _exchange.paced with the plug written in
             lease = self.throttle.acquire_now(key)
         elif options.bypass:
@@ -302,16 +308,14 @@ class _ThrottleMiddleware:
             exchange = Exchange(lease, asked, key)
         else:
             exchange = free_exchange(lease, asked, key)
-        token: contextvars.Token[Exchange | None] | None
         try:  # _AiohttpPlug.wire
             request._autothrottle_exchange = exchange  # type: ignore[attr-defined]  # noqa: SLF001
+            token = EXCHANGE.set(exchange) if _traced else None
         except AttributeError:
             token = EXCHANGE.set(exchange)
         except BaseException:  # nothing was sent: released, no failure counted
             lease.release()
             raise
-        else:
-            token = EXCHANGE.set(exchange) if _traced else None
         try:
             response = await handler(request)
         except BaseException as error:
