@@ -12,7 +12,8 @@ into a temporary directory (``--results-dir``, never the checkout). What is
 checked: the exit status, that the JSON parses with the keys the docs' tables
 come from, each goal's figure and verdict (met or missed: never which), and
 that the run did some work. Never a speed or a figure: a smoke run on a busy
-machine is no verdict.
+machine is no verdict. And every flag the docs give a benchmark is one its
+``--help`` shows.
 
 Left out: ``overhead.py --instructions`` unless ``AUTOTHROTTLE_BENCH_VALGRIND=1``
 (even its smoke form is six runs under callgrind a client, ~30 s each).
@@ -23,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -452,7 +454,55 @@ def test_redis_store_trace(tmp_path: Path, redis_prefix: str) -> None:
     assert any(traces)
 
 
-# -- every entry script is run above ------------------------------------------------------
+# -- every entry script is run above, and every command the docs give parses -------------
+
+_FLAGS_OF = """
+import contextlib, io, json, runpy, sys
+sys.path.insert(0, sys.argv[1])
+flags = {}
+for name in sys.argv[2:]:
+    script = sys.path[0] + "/" + name
+    sys.argv = [script, "--help"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        runpy.run_path(script, run_name="__main__")
+    flags[name] = out.getvalue()
+print(json.dumps(flags))
+"""
+
+
+def test_every_flag_the_docs_give_a_benchmark_is_in_its_help() -> None:
+    """A command the docs give (docs/*.md but the log, whose commands are history)
+    names only flags its script's ``--help`` shows: a renamed flag fails it here."""
+    commands = re.compile(r"python (benchmarks/\w+\.py)([^`|#\n]*)")
+    named: dict[str, set[str]] = {}
+    for page in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
+        if page.name == "benchmarks-log.md":
+            continue
+        for script, args in commands.findall(page.read_text(encoding="utf-8")):
+            flags = {arg.split("=")[0] for arg in args.split() if arg.startswith("--")}
+            named.setdefault(Path(script).name, set()).update(flags)
+    assert "adaptive.py" in named and "overhead.py" in named, named
+    parsed = [name for name in sorted(named) if "argparse" in (BENCHMARKS / name).read_text()]
+    done = subprocess.run(
+        [sys.executable, "-c", _FLAGS_OF, str(BENCHMARKS), *parsed],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = {
+        name: set(re.findall(r"--[\w-]+", text)) for name, text in json.loads(done.stdout).items()
+    }
+    assert "--clients" in shown["adaptive.py"]
+    unknown = {
+        name: sorted(named[name] - shown[name]) for name in parsed if named[name] - shown[name]
+    }
+    assert not unknown, unknown
+    assert not {name for name in named if name not in parsed and named[name]}
+
 
 RUN_HERE: dict[str, Callable[..., None]] = {
     "adaptive.py": test_adaptive_beside_scrapy,
