@@ -160,7 +160,10 @@ def mutants(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmarks (never part of the test run); each prints a table and writes JSON."""
+    """The benchmarks at full length; each prints a table and writes JSON.
+
+    The test run starts each in a tiny form (tests/test_benchmarks_run.py) only
+    to keep it running; the figures come from here."""
     session.install("-e", ".[dev,sim,cli,plot,bench]")
     # redis_store needs Redis on 127.0.0.1:6379 (as the tests do).
     names = session.posargs or [
