@@ -26,6 +26,13 @@ wire too, goes off its turn after the store looked for a pause. So:
 - ``pause-stalled``: the process stands still after the store answered the
   first turn, so that turn always goes back and the request reaches the wire
   on its second turn, where the store's look finds the pause.
+
+The request must reach the wire before its ``max_wait`` ends, or it fails at
+its turn and the wire is not tested. Its store is connected before it (a
+first connection loads the scripts and maps Redis's clock: up to 50 round
+trips on a loaded machine, all counted in ``max_wait``), and ``max_wait``
+leaves room (see :data:`MAX_WAIT`). Redis answering slowly is not an outage here (that
+is ``test_redis.py``'s): every store waits :data:`TIMEOUT` for it.
 """
 
 from __future__ import annotations
@@ -59,7 +66,21 @@ KEY = "127.0.0.2"
 GAP = 1.0  # FixedRatePolicy(1): the others' turns are a second apart
 LATE = 0.6  # how long the request takes from its turn to the wire: far past its slack
 STALL = 0.3  # how long the process stands still after its first turn's answer
-MAX_WAIT = 2.0
+MAX_WAIT = 4.0
+"""The request's bound. Under what the fleet answers at the wire in every case,
+counted from the request's start: the others' four turns after its first one,
+or their 5-s pause, end 5 s or more after it, however long reaching the wire
+took. Above what reaching the wire takes: the first turn at the slot's phase
+point (up to a gap), :data:`STALL`, two round trips. At 2 s, with the store's
+first connection inside the bound, a process that stood still a second on the
+way failed the request at its turn, before the wire: the pool timeout its test
+expects, and a check that found no other process's turn."""
+TIMEOUT = 5.0  # each store's Redis timeout: a loaded machine's slow answer is no outage
+WARM = "127.0.0.3"  # the slot a store's first turn (its connection) is taken on
+
+
+_ASK = TurnAsk(GAP, 0.0, 60.0, 8, 300.0, 300.0)
+"""What the others (and our store's first turn) ask with."""
 
 
 @pytest.fixture(autouse=True)
@@ -78,10 +99,11 @@ class Fleet:
     def __init__(self, pause: bool) -> None:
         self.name = f"test-{uuid.uuid4().hex}"
         self.pause = pause  # the others pause the host (a Retry-After), or reserve turns
-        self.others = [RedisStore(REDIS, prefix=self.name) for _ in range(4)]
+        self.others = [RedisStore(REDIS, prefix=self.name, timeout=TIMEOUT) for _ in range(4)]
         self.admin = redis.Redis.from_url(REDIS)
         self.tat: bytes | None = None
-        self.ours = RedisStore(REDIS, prefix=self.name)
+        self.crowded = False  # the request reached the wire
+        self.ours = RedisStore(REDIS, prefix=self.name, timeout=TIMEOUT)
         self.throttle = Throttle(policy=FixedRatePolicy(1 / GAP), store=self.ours)
 
     def stall_first_turn(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,23 +112,31 @@ class Fleet:
         take, take_blocking = self.ours.take_turn, self.ours.take_turn_blocking
         asked: list[float] = []
 
-        def after(turn: SharedTurn) -> SharedTurn:
-            if not asked:
+        def after(key: str, turn: SharedTurn) -> SharedTurn:
+            if key == KEY and not asked:
                 asked.append(time.monotonic())
                 due = turn.due if turn.due is not None else time.monotonic()
                 time.sleep(max(0.0, due - time.monotonic()) + STALL)  # its due, then past it
             return turn
 
         async def stalled(key: str, ask: TurnAsk, now: float, left: float = math.inf) -> SharedTurn:
-            return after(await take(key, ask, now, left))
+            return after(key, await take(key, ask, now, left))
 
         def stalled_blocking(
             key: str, ask: TurnAsk, now: float, left: float = math.inf
         ) -> SharedTurn:
-            return after(take_blocking(key, ask, now, left))
+            return after(key, take_blocking(key, ask, now, left))
 
         monkeypatch.setattr(self.ours, "take_turn", stalled)
         monkeypatch.setattr(self.ours, "take_turn_blocking", stalled_blocking)
+
+    async def warm(self) -> None:
+        """Connect our store before the request: its first turn, of another slot."""
+        assert (await self.ours.take_turn(WARM, _ASK, time.monotonic())).lease is not None
+
+    def warm_blocking(self) -> None:
+        """:meth:`warm` for the sync client (in the thread that sends)."""
+        assert self.ours.take_turn_blocking(WARM, _ASK, time.monotonic()).lease is not None
 
     def leases(self) -> int:
         return int(self.admin.zcard(f"{{{self.name}:{KEY}}}:l"))
@@ -119,6 +149,7 @@ class Fleet:
         next four turns, or one of them is told to pause the host 5 s. The
         look at the wire that follows is the library's own again."""
         _fleet.LATE_TOLERANCE = LATE_TOLERANCE  # see the module's docstring
+        self.crowded = True
         assert self.leases() == 1  # ours: the request's turn was taken
         if self.pause:
             other = Throttle(policy=FixedRatePolicy(1 / GAP), store=self.others[0])
@@ -126,8 +157,7 @@ class Fleet:
             await self.others[0].flush()
         else:
             for store in self.others:
-                ask = TurnAsk(GAP, 0.0, 60.0, 8, 300.0, 300.0)
-                assert (await store.take_turn(KEY, ask, time.monotonic())).lease is not None
+                assert (await store.take_turn(KEY, _ASK, time.monotonic())).lease is not None
         self.tat = self.next_free()
 
     def crowd_blocking(self) -> None:
@@ -135,7 +165,7 @@ class Fleet:
 
     async def crowd_in_new_loop(self) -> None:
         stores = self.others
-        self.others = [RedisStore(REDIS, prefix=self.name) for _ in stores]
+        self.others = [RedisStore(REDIS, prefix=self.name, timeout=TIMEOUT) for _ in stores]
         try:
             await self.crowd()
         finally:
@@ -144,7 +174,9 @@ class Fleet:
             self.others = stores
 
     async def check(self, target: Site) -> None:
-        """Nothing reached the host, no host failure, nothing left reserved."""
+        """It failed at the wire: nothing reached the host, no host failure,
+        nothing left reserved."""
+        assert self.crowded, "the request failed at its turn, before the wire"
         assert target.arrivals == []  # not sent off its turn, nor through the pause
         assert self.throttle.slot(KEY).snapshot().failures == 0
         await self.ours.flush()
@@ -184,6 +216,7 @@ async def test_aiohttp_fails_at_the_wire_as_past_max_wait(fleet: Fleet) -> None:
         await fleet.crowd()
         await asyncio.sleep(LATE)
 
+    await fleet.warm()
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_end.append(slow_connect)
     async with (
@@ -193,7 +226,7 @@ async def test_aiohttp_fails_at_the_wire_as_past_max_wait(fleet: Fleet) -> None:
         with pytest.raises(ThrottleTimeout) as raised:
             await asyncio.wait_for(
                 session.get(target.url, trace_request_ctx={"autothrottle": {"max_wait": MAX_WAIT}}),
-                10.0,
+                30.0,
             )
         assert not isinstance(raised.value, aiohttp.ClientError)  # not a connection timeout
         await fleet.check(target)
@@ -212,6 +245,7 @@ def _slow_trace(crowd: Callable[[], Any]) -> Any:
 async def test_httpx_fails_at_the_wire_with_its_pool_timeout(fleet: Fleet, package: str) -> None:
     http = pytest.importorskip(package)
     adapter = importlib.import_module(f"autothrottle.{package}")
+    await fleet.warm()
     async with site() as target, adapter.AsyncThrottledClient(throttle=fleet.throttle) as client:
         with pytest.raises(http.PoolTimeout) as raised:
             await asyncio.wait_for(
@@ -222,7 +256,7 @@ async def test_httpx_fails_at_the_wire_with_its_pool_timeout(fleet: Fleet, packa
                         "trace": _slow_trace(fleet.crowd),
                     },
                 ),
-                10.0,
+                30.0,
             )
         assert isinstance(raised.value, ThrottleTimeout)
         await fleet.check(target)
@@ -239,6 +273,7 @@ async def test_the_sync_httpx_client_fails_at_the_wire_with_its_pool_timeout(
     errors: list[BaseException] = []
 
     def send(url: str) -> None:
+        fleet.warm_blocking()
         with ThrottledClient(throttle=fleet.throttle) as client:
             try:
                 client.get(url, extensions={"autothrottle": {"max_wait": MAX_WAIT}, "trace": trace})
@@ -246,7 +281,7 @@ async def test_the_sync_httpx_client_fails_at_the_wire_with_its_pool_timeout(
                 errors.append(error)
 
     async with site() as target:
-        await asyncio.wait_for(asyncio.to_thread(send, target.url), 10.0)
+        await asyncio.wait_for(asyncio.to_thread(send, target.url), 30.0)
         assert len(errors) == 1 and isinstance(errors[0], httpx.PoolTimeout), errors
         assert isinstance(errors[0], ThrottleTimeout)
         fleet.ours.flush_blocking()
@@ -273,6 +308,7 @@ async def test_requests_fails_at_the_wire_with_its_wait_timeout(
     errors: list[BaseException] = []
 
     def send(url: str) -> None:
+        fleet.warm_blocking()
         with RequestsSession(throttle=fleet.throttle) as session:
             try:
                 session.get(url, autothrottle={"max_wait": MAX_WAIT})
@@ -280,7 +316,7 @@ async def test_requests_fails_at_the_wire_with_its_wait_timeout(
                 errors.append(error)
 
     async with site() as target:
-        await asyncio.wait_for(asyncio.to_thread(send, target.url), 10.0)
+        await asyncio.wait_for(asyncio.to_thread(send, target.url), 30.0)
         assert len(errors) == 1 and isinstance(errors[0], ThrottleWaitTimeout), errors
         assert isinstance(errors[0], requests.Timeout)
         fleet.ours.flush_blocking()
