@@ -11,13 +11,17 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from autothrottle import Lease, Slot, SlotSnapshot, Throttle
+from autothrottle._fleet import TurnAsk
 from autothrottle._gate import Gate, Ticket
 from autothrottle.store import SlotState
+
+if TYPE_CHECKING:  # the redis extra is not every test's
+    from autothrottle.redis import RedisStore
 
 WALL = 1_700_000_000.0
 """The fake wall clock's epoch seconds when the fake monotonic clock reads 0."""
@@ -177,6 +181,36 @@ def needs_redis() -> None:
     if os.environ.get("CI"):
         pytest.fail("Redis is not running on 127.0.0.1:6379 (.ci/run starts it)")
     pytest.skip("no Redis on 127.0.0.1:6379: start one with `redis-server --daemonize yes`")
+
+
+CONNECT_KEY = "connect-first"
+"""The slot of a Redis store's first turn, taken to connect it (:func:`connected`)."""
+
+_CONNECT_ASK = TurnAsk(0.0, 0.0, 60.0, 8, 300.0, 300.0)  # no gap: no phase point to wait for
+
+
+async def connected(store: RedisStore) -> RedisStore:
+    """``store`` with its first connection made: its scripts loaded, Redis's
+    clock mapped, by a turn of a slot no test uses (:data:`CONNECT_KEY`,
+    handed back).
+
+    That connection is a one-off of up to 50 round trips (until an answer
+    of Redis's clock comes back clean), which a process standing still on a
+    loaded machine stretches past a second. A test that times a turn, a
+    lease's hold or a pause from before a store's first call measures that
+    connection too; connected first, it measures what it is about."""
+    turn = await store.take_turn(CONNECT_KEY, _CONNECT_ASK, time.monotonic())
+    assert turn.lease is not None, "the store did not reach Redis"
+    store.released(CONNECT_KEY, turn.lease)
+    return store
+
+
+def connected_blocking(store: RedisStore) -> RedisStore:
+    """:func:`connected` for the sync client (call it in the thread that sends)."""
+    turn = store.take_turn_blocking(CONNECT_KEY, _CONNECT_ASK, time.monotonic())
+    assert turn.lease is not None, "the store did not reach Redis"
+    store.released(CONNECT_KEY, turn.lease)
+    return store
 
 
 _REQUESTS_MADE_BY = ("autothrottle", "httpx", "httpcore", "httpx2", "httpcore2")
