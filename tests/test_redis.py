@@ -33,7 +33,7 @@ from autothrottle._fleet import FRESH_MOST, FRESH_ROOM, SPACING_MARGIN, TurnAsk
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
-from helpers import FakeClock, needs_redis, reachable
+from helpers import FakeClock, connected, needs_redis, reachable
 
 REDIS = "redis://127.0.0.1:6379/0"
 HERE = Path(__file__).resolve().parent
@@ -140,7 +140,8 @@ async def four_workers_keep_the_pace_of_one(redis_url: str, name: str) -> None:
     # processes share one pace rather than each taking the fleet's delay times four
     # (0.4 s gaps, 2.5/s): the median gap says it, where the rate over the whole
     # span read 5.8/s at load 10, the workers' first sends spread over seconds
-    # (each maps Redis's clock first, in up to 50 calls on a loaded machine).
+    # (each mapped Redis's clock after "go" then, in up to 50 calls on a loaded
+    # machine; fleet_worker.py now connects before "ready").
     gaps = [b - a for a, b in itertools.pairwise(sorted(target.arrivals))]
     assert statistics.median(gaps) < 0.2, gaps
     assert target.rate() <= 10.6, target.rate()
@@ -167,13 +168,20 @@ async def test_a_retry_after_seen_by_one_pauses_the_others() -> None:
 
 
 async def test_throttles_with_different_prefixes_share_nothing() -> None:
+    # Each store is connected first: a first connection that one of them makes
+    # while the other's turn is taken (the process standing still a second on
+    # a loaded machine) would part their sends by its length, not by the fleet.
     async with site() as target:
-        one, other = RedisStore(REDIS, prefix=prefix()), RedisStore(REDIS, prefix=prefix())
+        one = await connected(RedisStore(REDIS, prefix=prefix()))
+        other = await connected(RedisStore(REDIS, prefix=prefix()))
         await asyncio.gather(crawl(target.url, one, 1, 0.2), crawl(target.url, other, 1, 0.2))
         await one.aclose()
         await other.aclose()
     first, second = sorted(target.arrivals)
-    assert second - first < 1.0  # each went at once; one shared slot at 0.2/s would wait 5 s
+    # One shared slot at 0.2/s would part them by its gap, 5 s. Apart, each
+    # goes at the host's phase point, the same instant for both: a second
+    # apart only when that point fell between their two asks.
+    assert second - first < 2.5
 
 
 async def test_closing_the_store_sends_a_lingering_hand_back_and_leaves_no_timer() -> None:
@@ -213,7 +221,11 @@ async def test_closing_the_store_while_redis_is_down_leaves_no_retry_timer() -> 
 
 async def test_a_crashed_workers_lease_comes_back_after_it_expires() -> None:
     name = prefix()
-    crashed, alive = RedisStore(REDIS, prefix=name), RedisStore(REDIS, prefix=name)
+    # Both connected first: the lease's 1-s hold must outlast the alive
+    # process's turn, not its first connection too (past a second on a loaded
+    # machine, which left the lease expired before it was asked about).
+    crashed = await connected(RedisStore(REDIS, prefix=name))
+    alive = await connected(RedisStore(REDIS, prefix=name))
     turn = await crashed.take_turn("host", ask(0.0, 1, 1.0), time.monotonic())
     assert turn.lease is not None  # and never released: the worker died
     blocked = await alive.take_turn("host", ask(0.0, 1, 1.0), time.monotonic())
@@ -254,7 +266,8 @@ async def test_a_worker_killed_mid_request_gives_its_share_back_when_its_lease_e
         )
         assert survivor.stdout is not None
         # The bound below counts from the survivor's being ready: its start (a
-        # few seconds at load 11, imports and all) is not the lease's doing.
+        # few seconds at load 11, imports and all) and its store's first
+        # connection (made before "ready") are not the lease's doing.
         assert await asyncio.wait_for(survivor.stdout.readline(), 30) == b"ready\n"
         ready_at = time.monotonic()
         out, _ = await asyncio.wait_for(survivor.communicate(b"go\n"), 30)
@@ -418,6 +431,7 @@ async def test_fail_closed_raises_throttle_timeout_at_max_wait_while_redis_is_do
             retry_after=5.0,
         )
         throttle = Throttle(start_delay=0.0, store=store, max_wait=0.5)
+        await connected(store)  # within its timeout, not within the first request's max_wait
         (await throttle.acquire("host")).release()
         server.kill()
         server.wait()
@@ -435,7 +449,8 @@ async def test_a_pause_from_the_fleet_lasts_at_most_the_local_max_pause() -> Non
     lease.observe(latency=0.01, status=429, headers={"Retry-After": "3600"})
     lease.release()
     await patient.store.flush()  # type: ignore[attr-defined]
-    hasty = Throttle(start_delay=0.0, max_pause=1.0, store=RedisStore(REDIS, prefix=name))
+    joining = await connected(RedisStore(REDIS, prefix=name))  # not inside the bound below
+    hasty = Throttle(start_delay=0.0, max_pause=1.0, store=joining)
     started = time.monotonic()
     (await asyncio.wait_for(hasty.acquire("host"), 10.0)).release()
     assert 0.8 <= time.monotonic() - started <= 3.0  # the pause, as long as max_pause allows
@@ -451,7 +466,8 @@ async def test_a_fleet_delay_above_the_local_max_delay_spaces_sends_by_max_delay
     lease.observe(latency=0.01, status=200)
     lease.release()
     await slow.store.flush()  # type: ignore[attr-defined]
-    quick = Throttle(start_delay=0.0, max_delay=0.5, store=RedisStore(REDIS, prefix=name))
+    joining = await connected(RedisStore(REDIS, prefix=name))  # not inside the bound below
+    quick = Throttle(start_delay=0.0, max_delay=0.5, store=joining)
     started = time.monotonic()
     for _ in range(3):
         (await asyncio.wait_for(quick.acquire("host"), 10.0)).release()
@@ -463,14 +479,16 @@ async def test_a_fleet_delay_above_the_local_max_delay_spaces_sends_by_max_delay
 
 async def test_a_reserved_turn_further_than_max_wait_fails_at_once_and_is_handed_back() -> None:
     name = prefix()
-    others = [RedisStore(REDIS, prefix=name) for _ in range(4)]
+    # Every store connected first: its max_wait and "at once" are the turn's,
+    # not a first connection's too (past a second on a loaded machine), nor
+    # the time the others' turns passed by meanwhile.
+    ours = await connected(RedisStore(REDIS, prefix=name))
+    others = [await connected(RedisStore(REDIS, prefix=name)) for _ in range(4)]
     for store in others:  # four other processes reserved the next four sends, a second apart
         assert (await store.take_turn("host", ask(1.0), time.monotonic())).lease is not None
     admin = redis.Redis.from_url(REDIS)
     assert admin.zcard(f"{{{name}:host}}:l") == 4
-    throttle = Throttle(
-        policy=FixedRatePolicy(1), max_wait=1.0, store=RedisStore(REDIS, prefix=name)
-    )
+    throttle = Throttle(policy=FixedRatePolicy(1), max_wait=1.0, store=ours)
     started = time.monotonic()
     with pytest.raises(ThrottleTimeout):
         await asyncio.wait_for(throttle.acquire("host"), 3.0)
@@ -605,10 +623,13 @@ def test_threads_taking_turns_at_once_are_each_counted() -> None:
 
 async def test_a_pause_that_begins_while_a_turn_waits_voids_the_turn() -> None:
     name = prefix()
+    # Ours connected before the others' turns: its first connection after
+    # them (past a second on a loaded machine) left them behind, and its turn
+    # due at once, before the pause.
+    store = await connected(RedisStore(REDIS, prefix=name))
     other = RedisStore(REDIS, prefix=name)
     for _ in range(2):  # another process holds the next two sends, 0.2 s apart
         await other.take_turn("host", ask(0.2), time.monotonic())
-    store = RedisStore(REDIS, prefix=name)
     throttle = Throttle(start_delay=0.0, policy=FixedRatePolicy(5), store=store)
     waiting = asyncio.ensure_future(throttle.acquire("host"))  # its turn is ~0.4 s away
     await asyncio.sleep(0.15)
@@ -622,7 +643,9 @@ async def test_a_pause_that_begins_while_a_turn_waits_voids_the_turn() -> None:
 
 async def test_turns_are_reserved_the_spacing_margin_wider_than_the_gap() -> None:
     name = prefix()
-    stores = [RedisStore(REDIS, prefix=name) for _ in "ab"]  # two processes
+    # Two processes, connected first: the second's first connection, made
+    # after the first turn, would leave the first turn's next free time behind.
+    stores = [await connected(RedisStore(REDIS, prefix=name)) for _ in "ab"]
     margin = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0, SPACING_MARGIN)
     asked = time.monotonic()
     first = await stores[0].take_turn("host", margin, asked)
