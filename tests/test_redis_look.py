@@ -34,7 +34,7 @@ from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
 from helpers import ArrivalSite as Site
-from helpers import arrival_site, needs_redis
+from helpers import arrival_site, connected, connected_blocking, needs_redis
 
 REDIS = "redis://127.0.0.1:6379/0"
 KEY = "127.0.0.3"
@@ -156,10 +156,15 @@ async def test_a_second_turn_reached_late_looks_for_the_fleets_pause(
 async def test_the_bound_holds_when_the_pause_is_longer(
     fleet: Fleet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The store is connected first: its first connection (past a second on a
+    # loaded machine) inside max_wait failed the request before its second
+    # turn, the pause never set: a timeout, but not the one this is about.
+    await connected(fleet.ours)
     fleet.stall_turns(monkeypatch, stand_still, lambda: (fleet.pause(), stand_still()))
     started = time.monotonic()
     with pytest.raises(ThrottleTimeout):  # not sent through the pause: past max_wait, raised
         await fleet.throttle.acquire(KEY, max_wait=1.0)
+    assert fleet.pause_ends > 0.0, "it failed before the pause"
     assert time.monotonic() - started < 1.0 + STALL * 2  # at once, not at the pause's end
     await fleet.ours.flush()
     assert fleet.leases() == 0  # nothing left reserved
@@ -226,18 +231,16 @@ async def listening(store: RedisStore) -> None:
     await until(lambda: store._listener.listening, "listening")
 
 
-async def another_process_pauses(fleet: Fleet, store: RedisStore | None = None) -> None:
-    """Another process of the fleet (``store``: its connected store) pauses the
-    host for :data:`PAUSE` seconds by its own throttle (``backoff(pause=)``, a
-    host's ``Retry-After`` alike): its store merges the pause into Redis,
-    which tells the fleet."""
-    async with contextlib.AsyncExitStack() as stack:
-        if store is None:
-            store = await stack.enter_async_context(RedisStore(REDIS, prefix=fleet.name))
-        other = Throttle(policy=FixedRatePolicy(2), store=store)
-        set_at = time.monotonic()
-        other.backoff(KEY, pause=PAUSE)
-        await store.flush()
+async def another_process_pauses(fleet: Fleet, store: RedisStore) -> None:
+    """Another process of the fleet (``store``: its store, connected: a first
+    connection here would delay the pause past the time it is counted from)
+    pauses the host for :data:`PAUSE` seconds by its own throttle
+    (``backoff(pause=)``, a host's ``Retry-After`` alike): its store merges
+    the pause into Redis, which tells the fleet."""
+    other = Throttle(policy=FixedRatePolicy(2), store=store)
+    set_at = time.monotonic()
+    other.backoff(KEY, pause=PAUSE)
+    await store.flush()
     fleet.pause_ends = set_at + PAUSE
 
 
@@ -245,18 +248,16 @@ ASK = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0)
 """A turn as a process at 2/s asks it."""
 
 
-async def connected(store: RedisStore) -> RedisStore:
-    """``store``, its connection made and its scripts loaded (a turn of another slot)."""
-    turn = await store.take_turn("127.0.0.9", ASK, time.monotonic())
-    assert turn.lease is not None
-    return store
-
-
 async def two_turns_reserved_by_others(fleet: Fleet) -> None:
     """Two other processes reserved the next two turns at 2/s: ours, asked for
-    next, is due about a second on."""
-    for _ in range(2):
-        async with RedisStore(REDIS, prefix=fleet.name) as other:
+    next, is due about a second on. Both are connected before the first turn:
+    the second's first connection (past a second on a loaded machine) between
+    the turns left the first one behind, and ours due at once."""
+    async with contextlib.AsyncExitStack() as stack:
+        others = [RedisStore(REDIS, prefix=fleet.name) for _ in range(2)]
+        for other in others:
+            await connected(await stack.enter_async_context(other))
+        for other in others:
             turn = await other.take_turn(KEY, ASK, time.monotonic())
             assert turn.lease is not None
             other._runs._runs.clear()  # closing hands back only what it did not take
@@ -266,13 +267,19 @@ async def test_a_turn_reserved_before_another_processs_pause_waits_it_out(
     fleet: Fleet,
 ) -> None:
     # Nothing of ours asks the store for the slot while our turn waits: the
-    # pause reaches us on the prefix's channel.
+    # pause reaches us on the prefix's channel. Every store is connected
+    # first: a first connection (past a second on a loaded machine) made
+    # after the others' turns, or before the pause, let our turn come first.
+    await connected(fleet.ours)
+    pauser = await connected(RedisStore(REDIS, prefix=fleet.name))
     await two_turns_reserved_by_others(fleet)
     fleet.throttle = Throttle(policy=FixedRatePolicy(2), store=fleet.ours)
     waiting = asyncio.create_task(fleet.throttle.acquire(KEY))
-    await listening(fleet.ours)  # reserved, waiting for its due
+    await listening(fleet.ours)
+    await until(lambda: fleet.leases() == 3, "reserved")  # waiting for its due
     assert not waiting.done()
-    await another_process_pauses(fleet)
+    await another_process_pauses(fleet, pauser)
+    await pauser.aclose()
     async with asyncio.timeout(10.0):
         lease = await waiting
     acquired = time.monotonic()
@@ -283,7 +290,10 @@ async def test_a_turn_reserved_before_another_processs_pause_waits_it_out(
 async def test_a_sync_clients_turn_reserved_before_another_processs_pause_waits_it_out(
     fleet: Fleet,
 ) -> None:
-    # acquire_blocking: the store listens on a thread of its own.
+    # acquire_blocking: the store listens on a thread of its own. Every store
+    # is connected first, as in the test above (ours by its sync client).
+    await asyncio.to_thread(connected_blocking, fleet.ours)
+    pauser = await connected(RedisStore(REDIS, prefix=fleet.name))
     await two_turns_reserved_by_others(fleet)
     fleet.throttle = Throttle(policy=FixedRatePolicy(2), store=fleet.ours)
 
@@ -293,8 +303,10 @@ async def test_a_sync_clients_turn_reserved_before_another_processs_pause_waits_
 
     waiting = asyncio.ensure_future(asyncio.to_thread(acquire))
     await listening(fleet.ours)
+    await until(lambda: fleet.leases() == 3, "reserved")  # waiting for its due
     assert not waiting.done()
-    await another_process_pauses(fleet)
+    await another_process_pauses(fleet, pauser)
+    await pauser.aclose()
     async with asyncio.timeout(10.0):
         acquired = await waiting
     assert acquired >= fleet.pause_ends - EARLY, acquired - fleet.pause_ends
