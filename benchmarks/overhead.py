@@ -42,9 +42,11 @@ Goals (printed, each met or missed, for the lead to rerun on a quiet machine):
 added CPU per request at most 12 µs on either client; against a zero-work
 server, throughput at least 0.85 of raw aiohttp's and 0.97 of raw httpx's;
 with a server that takes 1 ms or more (``--server-delay 1``), at least 0.99 of
-either. The breakdown beside them: the engine alone (acquire, observe and
-release in-process, with the client's own header type), the adapter (the rest
-of the added CPU), and the total.
+either. The breakdown beside them: the engine alone (in-process, the
+throttle's calls as the adapters make them: the turn, the wire turn through
+``free_exchange`` and ``Exchange.wire_now``, the response observed and
+released, with the client's own header type), the adapter (the rest of the
+added CPU), and the total.
 
 Wall-clock rates and CPU times swing with other work on the machine.
 ``--instructions`` counts instructions instead (valgrind's callgrind, one
@@ -56,6 +58,17 @@ function: the bytecodes each runs and the calls made of it a request
 ``--tasks 8`` counts the same with eight
 concurrent tasks: with ``--policy adaptive`` they queue in the gate, so the
 waiting loop's cost (the driver's wake-ups) is counted too.
+
+``--count-engine N`` counts the engine alone quickly, for an A/B of a change
+to it: N warm requests a client under callgrind, counted only inside
+``sys.call_tracing`` (``--toggle-collect=sys_call_tracing``: start-up,
+imports and warm-up are never counted, so one run says the figure, no
+difference of two), about 20 s a client. It prints instructions a request
+and which tree's ``autothrottle`` it counted: run it once with
+``PYTHONPATH=/tmp/base/src`` (a ``git worktree`` of the base, acf252f or
+later: the path calls ``free_exchange``) and once without.
+``PYTHONHASHSEED`` is 0 unless set. It counts the path ``--instructions``'
+engine column counts, and agrees with it within 50 instructions.
 
 ``--smoke`` makes the chosen mode as short as it goes: one round of 0.2 s
 (0.1 s of warm-up); with ``--instructions``, 2 and 4 requests a count (still six
@@ -94,8 +107,9 @@ import sys
 import time
 import types
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from multiprocessing.connection import Connection
+from time import perf_counter
 from typing import Any
 
 if not sys.stdout.isatty():
@@ -119,6 +133,7 @@ import httpx
 from _common import add_results_option, print_table, write_results
 
 from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
+from autothrottle._exchange import Exchange, free_exchange
 from autothrottle.aiohttp import ThrottledSession, throttle_middleware
 from autothrottle.httpx import AsyncThrottledClient
 
@@ -414,16 +429,53 @@ def _client_headers(client: str) -> Any:
     return CIMultiDictProxy(CIMultiDict(_HEADERS))
 
 
-async def _engine_requests(client: str, n: int) -> None:
-    """``n`` requests through the engine alone: acquire, observe, release (the
-    turn as the adapters take it: ``acquire_now``, awaiting ``acquire`` only
-    when the turn is not free)."""
-    throttle = _throttle()
+ENGINE_LATENCY = 0.001
+"""The latency the engine alone is given for each response (seconds)."""
+
+
+async def _engine_requests(client: str, n: int, throttle: Throttle | None = None) -> None:
+    """``n`` requests through the engine alone, each as the adapters take it
+    (``_ThrottleMiddleware.__call__``, ``_exchange.paced``, the connector's hook).
+
+    The turn: ``acquire_now``, and the exchange made as theirs
+    (``free_exchange``; the queue, ``acquire``, and ``Exchange`` only when the
+    turn is not free). The wire turn: ``Exchange.wire_now``, awaiting
+    ``on_wire`` only when it is not free. The response, with the client's own
+    header type: aiohttp's, its body with its headers, observed and released
+    in one step (``Lease.finish``, the middleware's usual case; with
+    ``--body-bytes``, observed, then released when the body ends); httpx's
+    through ``Exchange.responded``, released when its body's stream closes.
+    The latency is ``ENGINE_LATENCY``, given, not timed (httpx's adapter
+    gives ``responded`` the moment its headers came): the clock reads that
+    time it are the adapters', and one that differs in its last bits from
+    response to response (``started + ENGINE_LATENCY - started``) counted
+    1.6k instructions a request more than a steady one (httpx, the adaptive
+    default): the figure is the path's, not its latencies'.
+    """
+    if throttle is None:
+        throttle = _throttle()
     headers = _client_headers(client)
+    finish = client == "aiohttp" and not BODY_BYTES[0]
+    key = "host"
     for _ in range(n):
-        lease = throttle.acquire_now("host") or await throttle.acquire("host")
-        lease.observe(latency=0.001, status=200, headers=headers)
-        lease.release()
+        asked = perf_counter()
+        lease = throttle.acquire_now(key)
+        if lease is None:
+            lease = await throttle.acquire(key)
+            exchange = Exchange(lease, asked, key)
+        else:
+            exchange = free_exchange(lease, asked, key)
+        wait = exchange.wire_now()
+        if wait > 0.0:
+            await exchange.on_wire(wait)
+        if finish:
+            lease.finish(ENGINE_LATENCY, 200, headers)
+        elif client == "aiohttp":
+            lease.observe(ENGINE_LATENCY, 200, headers)
+            lease.release()
+        else:
+            exchange.responded(200, headers, latency=ENGINE_LATENCY)
+            lease.release()
 
 
 async def _engine_cost(n: int = 50_000) -> dict[str, float]:
@@ -575,7 +627,8 @@ def _parse() -> argparse.Namespace:
     parser.add_argument(
         "--clients",
         default="aiohttp,httpx",
-        help="with --instructions or --bytecodes: which clients, comma-separated (default both)",
+        help="with --instructions, --bytecodes or --count-engine: which clients, comma-separated "
+        "(default both)",
     )
     parser.add_argument(
         "--bytecodes",
@@ -591,7 +644,16 @@ def _parse() -> argparse.Namespace:
         "the ~120-byte body with the headers); aiohttp's throttled responses then hold their "
         "slot until the body ends",
     )
+    parser.add_argument(
+        "--count-engine",
+        type=int,
+        metavar="N",
+        help="count the engine alone's instructions a request under valgrind, fast (~20 s a "
+        "client): N warm requests (2000 is plenty), counted inside sys.call_tracing only; "
+        "to compare two trees, run it with PYTHONPATH=TREE/src for each",
+    )
     parser.add_argument("--count", nargs=4, help=argparse.SUPPRESS)  # one run under valgrind
+    parser.add_argument("--engine-count", nargs=2, help=argparse.SUPPRESS)  # --count-engine's
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -616,6 +678,8 @@ def _parse() -> argparse.Namespace:
         parser.error("--server-delay must be in [0, 1000] ms")
     if not 0 <= args.body_bytes <= 10**7:
         parser.error("--body-bytes must be in [0, 10**7]")
+    if args.count_engine is not None and not 1 <= args.count_engine <= 10**6:
+        parser.error("--count-engine must be in [1, 10**6]")
     return args
 
 
@@ -849,6 +913,99 @@ def instructions_main(args: argparse.Namespace) -> None:
     print(f"results: {write_results(name, doc)}")
 
 
+# -- the engine alone, counted quickly (valgrind) --------------------------------------
+
+ENGINE_WARMUP = 200
+"""Requests through a throttle before ``--count-engine`` counts its next N."""
+
+
+def _run_free(coroutine: Coroutine[Any, Any, None]) -> None:
+    """Run ``coroutine`` to its end in one step, with no event loop between.
+
+    Every turn free (the benchmark's throttle has no delay and no cap in
+    reach), the engine's path never suspends, and its first ``send`` ends it.
+    One that does would count a wait, not the path: an error then."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    coroutine.close()
+    raise RuntimeError("a turn or wire turn was not free: the count would include its wait")
+
+
+async def _count_engine_child(client: str, n: int) -> None:
+    """What runs under callgrind for ``--count-engine``: ``ENGINE_WARMUP``
+    requests, then ``n`` inside ``sys.call_tracing``, the one C function that
+    callgrind's ``--toggle-collect`` turns collection on for (a call into the
+    interpreter that changes nothing when no tracer is set): start-up,
+    imports and warm-up are not counted at all."""
+    throttle = _throttle()
+    await _engine_requests(client, ENGINE_WARMUP, throttle)
+    sys.call_tracing(_run_free, (_engine_requests(client, n, throttle),))
+
+
+def count_engine_main(args: argparse.Namespace) -> None:
+    if shutil.which("valgrind") is None:
+        sys.exit("--count-engine needs valgrind (apt-get install valgrind)")
+    import autothrottle
+
+    n = args.count_engine
+    # The same hash seed in each run (unless the caller set one): the layout
+    # of a dict or set of strings then does not move a count between runs.
+    env = {**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}
+    rows = []
+    per_request: dict[str, float] = {}
+    for client in args.clients.split(","):
+        command = [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            "--collect-atstart=no",
+            "--toggle-collect=sys_call_tracing",
+            sys.executable,
+            __file__,
+            "--policy",
+            POLICY[0],
+            "--body-bytes",
+            str(BODY_BYTES[0]),
+            "--engine-count",
+            client,
+            str(n),
+        ]
+        done = subprocess.run(
+            command, capture_output=True, text=True, check=True, timeout=600, env=env
+        )
+        counts = [
+            int(line.rsplit(":", 1)[1].strip())
+            for line in done.stderr.splitlines()
+            if "Collected :" in line
+        ]
+        if not counts or counts[0] <= 0:
+            raise RuntimeError(
+                "callgrind collected nothing: it sees no sys_call_tracing in this Python "
+                f"(a stripped build?): {done.stderr[-500:]}"
+            )
+        per_request[client] = counts[0] / n
+        rows.append((client, f"{counts[0] / n:,.0f}", f"{counts[0]:,}"))
+    print_table(
+        f"the engine alone, instructions a request (callgrind, {n:,} warm requests one at a "
+        f"time, {_policy_text()}{_body_text()}, PYTHONHASHSEED={env['PYTHONHASHSEED']}; "
+        "autothrottle from "
+        f"{os.path.dirname(autothrottle.__file__)})",
+        ["client", "instructions a request", f"instructions, {n:,} requests"],
+        rows,
+    )
+    doc = {
+        "engine_per_request": per_request,
+        "requests": n,
+        "policy": args.policy,
+        "body_bytes": args.body_bytes,
+        "pythonhashseed": env["PYTHONHASHSEED"],
+        "autothrottle": os.path.dirname(autothrottle.__file__),
+    }
+    print(f"results: {write_results('overhead_count_engine', doc)}")
+
+
 # -- bytecodes (sys.settrace) ---------------------------------------------------------
 
 TRACED_REQUESTS = 50
@@ -933,6 +1090,13 @@ def main() -> None:
     if args.count:
         client, kind, n, url = args.count
         asyncio.run(_count_requests(client, kind, int(n), url, args.tasks))
+        return
+    if args.engine_count:
+        client, n = args.engine_count
+        asyncio.run(_count_engine_child(client, int(n)))
+        return
+    if args.count_engine is not None:
+        count_engine_main(args)
         return
     if args.instructions:
         instructions_main(args)

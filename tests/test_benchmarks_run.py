@@ -16,7 +16,8 @@ machine is no verdict. And every flag the docs give a benchmark is one its
 ``--help`` shows.
 
 Left out: ``overhead.py --instructions`` unless ``AUTOTHROTTLE_BENCH_VALGRIND=1``
-(even its smoke form is six runs under callgrind a client, ~30 s each).
+(even its smoke form is six runs under callgrind a client, ~30 s each);
+``--count-engine``, one such run, runs wherever valgrind is installed.
 """
 
 from __future__ import annotations
@@ -343,6 +344,23 @@ def test_overhead_instructions(tmp_path: Path) -> None:
     found = results(tmp_path, "overhead_instructions")
     has(found, "per_request.aiohttp.raw", "per_request.aiohttp.throttled")
     has(found, "per_request.aiohttp.engine")
+
+
+def test_overhead_count_engine(tmp_path: Path) -> None:
+    """``--count-engine`` runs (one callgrind run a client, ~20 s, most of it the
+    interpreter's start-up under valgrind: cheap enough to run whenever there is one)."""
+    if shutil.which("valgrind") is None:
+        pytest.skip("--count-engine needs valgrind (apt-get install valgrind)")
+    out = run(
+        "overhead.py",
+        *("--count-engine", "20", "--clients", "aiohttp", "--policy", "adaptive"),
+        *results_option(tmp_path),
+    )
+    assert "the engine alone, instructions a request" in out
+    found = results(tmp_path, "overhead_count_engine")
+    has(found, "engine_per_request.aiohttp", "requests", "autothrottle")
+    assert found["engine_per_request"]["aiohttp"] > 0  # something was counted
+    assert Path(found["autothrottle"]).name == "autothrottle"  # which tree's it counted
 
 
 # -- the one policy on every simulated site, and Scrapy -----------------------------------
