@@ -15,7 +15,8 @@ that ``PYTHONPATH`` (an editable install's finder would otherwise win).
 
 What the copy changes before compiling (mypyc's rules, not the engine's):
 ``object.__new__`` of a compiled class is refused, so the lease (made that
-way on every grant) is made by calling its class; the two frozen dataclasses
+way on every grant) and the free turn's exchange (``free_exchange``) are made
+by calling their classes; the two frozen dataclasses
 made that way (the policy's sample, ``ThrottleInfo``) stay interpreted
 classes, since a compiled one's ``__init__`` goes through
 ``object.__setattr__`` (8k instructions a sample), and so do ``SlotState``
@@ -72,14 +73,22 @@ MODULES = [
 """The modules a request's usual path runs through (``overhead.py --bytecodes``)."""
 
 PATCHES = {
-    "_lease.py": (  # object.__new__ of a compiled class is refused: call the class
-        r"    lease: Lease = _new_object\(Lease\)\n.*?    return lease\n",
-        "    return Lease(live, reporter, sent_at, sent_at + expiry, adjust)\n",
-    ),
-    "_exchange.py": (  # a compiled class's attribute is deleted only if it says so
-        r"    wire_error: Exception\n",
-        '    wire_error: Exception\n    __deletable__ = ["wire_error"]\n',
-    ),
+    "_lease.py": [  # object.__new__ of a compiled class is refused: call the class
+        (
+            r"    lease: Lease = _new_object\(Lease\)\n.*?    return lease\n",
+            "    return Lease(live, reporter, sent_at, sent_at + expiry, adjust)\n",
+        ),
+    ],
+    "_exchange.py": [
+        (  # a compiled class's attribute is deleted only if it says so
+            r"    wire_error: Exception\n",
+            '    wire_error: Exception\n    __deletable__ = ["wire_error"]\n',
+        ),
+        (  # the free turn's exchange, made by object.__new__ too: call the class
+            r"    exchange: Exchange = _new_object\(Exchange\)\n.*?    return exchange\n",
+            "    return Exchange(lease, asked, key, True)\n",
+        ),
+    ],
 }
 """Per file: what mypyc refuses, and what it takes instead (one place each)."""
 
@@ -117,11 +126,13 @@ def _prepare(tree: Path) -> None:
         shutil.rmtree(tree)
     shutil.copytree(ROOT / "src" / "autothrottle", tree / "autothrottle")
     package = tree / "autothrottle"
-    for name, (pattern, replacement) in PATCHES.items():
+    for name, patches in PATCHES.items():
         path = package / name
-        text, count = re.subn(pattern, replacement, path.read_text(), flags=re.DOTALL)
-        if count != 1:
-            raise SystemExit(f"{name}: {pattern!r} not found")
+        text = path.read_text()
+        for pattern, replacement in patches:
+            text, count = re.subn(pattern, replacement, text, flags=re.DOTALL)
+            if count != 1:
+                raise SystemExit(f"{name}: {pattern!r} not found")
         path.write_text(text)
     decorators = {
         "native_class=False": INTERPRETED,
