@@ -94,7 +94,11 @@ EXCHANGE: contextvars.ContextVar[Exchange | None] = contextvars.ContextVar(
 )
 
 WIRED = "_autothrottle_exchange"
-"""The attribute of a request being sent that holds its exchange (None after)."""
+"""The attribute that holds a request's exchange while it is sent (None after), and
+a throttled response's (its :class:`ThrottleInfo` is made from it when asked for).
+An attribute costs a fraction of an entry in a ``WeakKeyDictionary``, which is
+kept for response classes with no room. The hot paths write and read it by
+this name literally, without ``setattr``'s or ``getattr``'s call."""
 
 # -- trace config ------------------------------------------------------------------
 

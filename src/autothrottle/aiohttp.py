@@ -89,6 +89,7 @@ from yarl import URL
 from ._aiohttp_parts import (
     EXCHANGE,
     REQUEST,
+    WIRED,
     default_connector,
     hold_until_finished,
     hook_connector,
@@ -123,10 +124,6 @@ __all__ = [
     "throttle_trace_config",
 ]
 
-_EXCHANGE_ATTRIBUTE = "_autothrottle_exchange"
-"""Where a throttled response keeps its exchange (its :class:`ThrottleInfo` is
-made from it when asked for): an attribute, which costs a fraction of an entry
-in a ``WeakKeyDictionary``; that is kept for response classes with no room."""
 
 _INFO: weakref.WeakKeyDictionary[ClientResponse, Exchange] = weakref.WeakKeyDictionary()
 
@@ -149,7 +146,7 @@ def throttle_info(response: ClientResponse) -> ThrottleInfo | None:
                 info = throttle_info(response)
                 throttle.backoff(url, sent_at=info.sent_at if info else None)
     """
-    exchange = getattr(response, _EXCHANGE_ATTRIBUTE, None)
+    exchange = getattr(response, WIRED, None)
     if exchange is None:
         exchange = _INFO.get(response)
     return None if exchange is None else exchange.info()
@@ -415,7 +412,7 @@ def _respond(exchange: Exchange, response: ClientResponse) -> ClientResponse:
             from_cache=getattr(response, "from_cache", False) is True,
             finished=finished,
         )
-    try:  # the attribute named by _EXCHANGE_ATTRIBUTE, set without setattr's call
+    try:  # the attribute named by WIRED, set without setattr's call
         response._autothrottle_exchange = exchange  # type: ignore[attr-defined]  # noqa: SLF001
     except AttributeError:  # a response class with __slots__
         _INFO[response] = exchange
