@@ -5,6 +5,7 @@ the docs' examples that can run on loopback run as a reader copies them."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 import subprocess
 import sys
@@ -146,36 +147,40 @@ async def _run_awaiting(block: str, namespace: dict[str, object]) -> None:
     namespace.update(await namespace["_block"]())  # type: ignore[operator]
 
 
-async def test_the_readmes_async_quickstarts_run_against_a_loopback_host() -> None:
+def test_the_readmes_quickstarts_run_as_scripts_against_a_loopback_host(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each quickstart, pasted into a file and run with ``python``: the async ones are whole
+    scripts (a top-level ``async with`` is a SyntaxError there), the fragments after them run
+    where they say, and the thread ones with the ``urls`` they define."""
     httpx_blocks = _python_blocks_in(ROOT / "README.md", "## Quickstart: httpx")
     aiohttp_blocks = _python_blocks_in(ROOT / "README.md", "## Quickstart: aiohttp")
-    async with loopback_hosts(1) as (host,):
+    (requests_block,) = _python_blocks_in(ROOT / "README.md", "## Quickstart: requests")
+    with running_hosts(1) as (host,):
         for block in (httpx_blocks[0], aiohttp_blocks[0]):
-            namespace: dict[str, object] = {}
-            await _run_awaiting(block.replace("https://example.com/", host.url("/")), namespace)
+            namespace: dict[str, object] = {"__name__": "__main__"}
+            script = block.replace("https://example.com/", host.url("/"))
+            exec(compile(script, "README.md", "exec"), namespace)  # the docs' own code
             assert namespace["throttle"].stats().totals.sent == 1  # type: ignore[attr-defined]
-        assert namespace["body"] == "ok"
+            assert capsys.readouterr().out.startswith("200 ThrottleInfo(slot='127.0.0.2'")
         assert len(host.arrivals) == 2
 
-        # The mounts example, with a request through its mounted transport where it has ``...``.
+        # The mounts example, in main() as it says, with a request where it has ``...``.
         mounts = httpx_blocks[1].replace("https://api.example.com", host.origin)
         mounts = mounts.replace("    ...", f"    await client.get({host.url('/')!r})")
         namespace = {"throttle": Throttle()}
-        await _run_awaiting("import httpx\n" + mounts, namespace)  # the block above imported it
+        asyncio.run(_run_awaiting("import httpx\n" + mounts, namespace))
         assert namespace["throttle"].stats().totals.sent == 1  # type: ignore[attr-defined]
         assert len(host.arrivals) == 3
 
-
-def test_the_readmes_thread_snippets_run_against_a_loopback_host() -> None:
-    threads_httpx = _python_blocks_in(ROOT / "README.md", "## Quickstart: httpx")[-1]
-    (threads_requests,) = _python_blocks_in(ROOT / "README.md", "## Quickstart: requests")
-    with running_hosts(1) as (host,):
-        urls = [host.url(f"/page/{i}") for i in range(3)]
-        for block in (threads_httpx, threads_requests):
-            namespace: dict[str, object] = {"urls": urls, "throttle": Throttle()}
-            exec(compile(block, "README.md", "exec"), namespace)  # the docs' own code
+        for block in (httpx_blocks[-1], requests_block):
+            namespace = {"throttle": Throttle()}  # the httpx one goes on from the first block
+            script = block.replace("https://example.com", host.origin)
+            exec(compile(script, "README.md", "exec"), namespace)  # the docs' own code
             pages = namespace["pages"]
-            assert [p.status_code for p in pages] == [200] * 3  # type: ignore[attr-defined]
+            assert [p.status_code for p in pages] == [200] * 20  # type: ignore[attr-defined]
+        assert capsys.readouterr().out == f"{[200] * 20}\n"
+        assert len(host.arrivals) == 43
 
 
 CLIENTS = ("httpx", "httpx2", "aiohttp", "requests", "scrapy", "redis")
