@@ -150,20 +150,22 @@ async def _run_awaiting(block: str, namespace: dict[str, object]) -> None:
 def test_the_readmes_quickstarts_run_as_scripts_against_a_loopback_host(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Each quickstart, pasted into a file and run with ``python``: the async ones are whole
-    scripts (a top-level ``async with`` is a SyntaxError there), the fragments after them run
-    where they say, and the thread ones with the ``urls`` they define."""
+    """Each quickstart (and docs/index.md's), pasted into a file and run with ``python``: the
+    async ones are whole scripts (a top-level ``async with`` is a SyntaxError there), the
+    fragments after them run where they say, and the thread ones with the ``urls`` they
+    define."""
     httpx_blocks = _python_blocks_in(ROOT / "README.md", "## Quickstart: httpx")
     aiohttp_blocks = _python_blocks_in(ROOT / "README.md", "## Quickstart: aiohttp")
     (requests_block,) = _python_blocks_in(ROOT / "README.md", "## Quickstart: requests")
     with running_hosts(1) as (host,):
-        for block in (httpx_blocks[0], aiohttp_blocks[0]):
+        (index,) = re.findall(r"```python\n(.*?)```", (DOCS / "index.md").read_text(), re.DOTALL)
+        for block in (httpx_blocks[0], aiohttp_blocks[0], index):
             namespace: dict[str, object] = {"__name__": "__main__"}
             script = block.replace("https://example.com/", host.url("/"))
             exec(compile(script, "README.md", "exec"), namespace)  # the docs' own code
             assert namespace["throttle"].stats().totals.sent == 1  # type: ignore[attr-defined]
             assert capsys.readouterr().out.startswith("200 ThrottleInfo(slot='127.0.0.2'")
-        assert len(host.arrivals) == 2
+        assert len(host.arrivals) == 3
 
         # The mounts example, in main() as it says, with a request where it has ``...``.
         mounts = httpx_blocks[1].replace("https://api.example.com", host.origin)
@@ -171,7 +173,7 @@ def test_the_readmes_quickstarts_run_as_scripts_against_a_loopback_host(
         namespace = {"throttle": Throttle()}
         asyncio.run(_run_awaiting("import httpx\n" + mounts, namespace))
         assert namespace["throttle"].stats().totals.sent == 1  # type: ignore[attr-defined]
-        assert len(host.arrivals) == 3
+        assert len(host.arrivals) == 4
 
         for block in (httpx_blocks[-1], requests_block):
             namespace = {"throttle": Throttle()}  # the httpx one goes on from the first block
@@ -180,7 +182,7 @@ def test_the_readmes_quickstarts_run_as_scripts_against_a_loopback_host(
             pages = namespace["pages"]
             assert [p.status_code for p in pages] == [200] * 20  # type: ignore[attr-defined]
         assert capsys.readouterr().out == f"{[200] * 20}\n"
-        assert len(host.arrivals) == 43
+        assert len(host.arrivals) == 44
 
 
 CLIENTS = ("httpx", "httpx2", "aiohttp", "requests", "scrapy", "redis")
