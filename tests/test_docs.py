@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import re
 import subprocess
 import sys
@@ -279,3 +280,20 @@ async def test_the_timeline_on_disk_example_runs_and_names_a_slot_it_never_saw(
         await _run_awaiting(mine, namespace)
     assert (tmp_path / "crawl.png").stat().st_size > 0
     assert (tmp_path / "crawl.jsonl").read_text().count(host.address) >= 1
+
+
+def test_the_guides_debug_setup_shows_the_debug_records() -> None:
+    """``debug=True`` logs at DEBUG, which Python hides by default: the guide's block sets the
+    ``autothrottle`` logger's level, so a reader who pastes it sees the records."""
+    (block,) = _python_blocks_in(DOCS / "guide.md", "## Reading the debug output")
+    logger = logging.getLogger("autothrottle")
+    level, handlers = logger.level, list(logging.root.handlers)
+    try:
+        logger.setLevel(logging.NOTSET)
+        namespace: dict[str, object] = {}
+        exec(compile(block, "docs/guide.md", "exec"), namespace)  # the docs' own code
+        assert namespace["throttle"].debug  # type: ignore[attr-defined]
+        assert logger.isEnabledFor(logging.DEBUG)
+    finally:
+        logger.setLevel(level)
+        logging.root.handlers[:] = handlers  # what basicConfig added, if anything
