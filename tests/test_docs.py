@@ -297,3 +297,20 @@ def test_the_guides_debug_setup_shows_the_debug_records() -> None:
     finally:
         logger.setLevel(level)
         logging.root.handlers[:] = handlers  # what basicConfig added, if anything
+
+
+def test_the_timeline_example_of_docs_cli_runs_as_a_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/cli.md's ``Timeline`` example, pasted into a file and run against a loopback host:
+    it crawls, draws the chart, and prints the samples of the slot it crawled."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.chdir(tmp_path)
+    (block,) = _python_blocks_in(DOCS / "cli.md", "## Recording your own crawl: `Timeline`")
+    with running_hosts(1) as (host,):
+        script = block.replace("https://example.com", host.origin)
+        script = script.replace('"example.com"', repr(host.address))
+        exec(compile(script, "docs/cli.md", "exec"), {"__name__": "__main__"})  # the docs' own
+        assert len(host.arrivals) == 20
+    assert (tmp_path / "crawl.png").stat().st_size > 0
+    assert len(capsys.readouterr().out.splitlines()) >= 1  # a sample of the slot, at least
