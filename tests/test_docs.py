@@ -314,3 +314,20 @@ def test_the_timeline_example_of_docs_cli_runs_as_a_script(
         assert len(host.arrivals) == 20
     assert (tmp_path / "crawl.png").stat().st_size > 0
     assert len(capsys.readouterr().out.splitlines()) >= 1  # a sample of the slot, at least
+
+
+def test_the_readmes_per_host_settings_build_and_name_every_key() -> None:
+    """The README's one-line ``hosts=`` example builds a throttle as written, and the keys it
+    lists are exactly the per-host settings there are."""
+    import dataclasses
+
+    from autothrottle import FixedRatePolicy, HostSettings
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    (example,) = re.findall(r"`(Throttle\(hosts=\{.*?\}\}\))`", readme)
+    # A key or a value the throttle does not take raises here, naming it.
+    eval(example, {"Throttle": Throttle, "FixedRatePolicy": FixedRatePolicy})  # the docs' own
+    listed = re.search(r"the keys are (.*?) \(", readme)
+    assert listed, "README.md: list the per-host keys"
+    named = re.findall(r"`([a-z_]+)`", listed.group(1))
+    assert named == [f.name for f in dataclasses.fields(HostSettings)]
