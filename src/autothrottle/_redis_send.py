@@ -12,7 +12,9 @@ sync throttles send from the thread that holds the sender lock, for every
 thread waiting, and a background thread sends what no turn carried
 (``redis``'s sync client). When a call fails or is slow, :class:`Sender` tells
 the :class:`~autothrottle._redis_outage.Outage`, keeps what was not sent to
-send again (rule 7) and answers the turns waiting with :data:`DOWN`.
+send again (rule 7) and answers the turns waiting with :data:`DOWN`; so too
+when a pipeline ends any other way (cancelled, a fault), and no turn taken
+for it is left unanswered.
 
 The pauses other processes set are heard apart, on a connection of its own
 (:mod:`autothrottle._redis_listen`): nothing of them rides the pipelines.
@@ -125,12 +127,16 @@ class Sender:
 
     def turn(self, ask: Ask, loop: asyncio.AbstractEventLoop) -> None:
         """Send an async turn with the next pipeline (one starts now if none is under way)."""
+        if self.async_client is None and self.url is None:
+            self.async_redis()  # the TypeError naming the mix-up, raised to the asker
         with self._lock:
             self._turns.append(ask)
         self._kick_async(loop)
 
     def turn_blocking(self, ask: Ask) -> None:
         """Send a sync turn; on return its reply is in ``ask.reply``."""
+        if self.sync_client is None and self.url is None:
+            self._sync_redis()  # the TypeError naming the mix-up, raised to the asker
         with self._lock:
             self._sync_turns.append(ask)
         with self._sync_sender:  # whoever holds it sends every turn waiting
@@ -175,8 +181,11 @@ class Sender:
         if lingering is not None:  # what it would send goes now: no timer left behind
             lingering.cancel()
             self._lingering = None
-        if self._sender is not None and not self._sender.done():
-            await asyncio.gather(self._sender, return_exceptions=True)
+        sender = self._sender
+        if sender is not None and not sender.done():
+            # Waited, not gathered: a flush cancelled (an aclose under a timeout)
+            # leaves the pipeline under way to answer its turns.
+            await asyncio.wait((sender,))
         if self.async_client is not None or self.url is not None:
             await self._send_async()
         else:
@@ -305,8 +314,8 @@ class Sender:
             for ask in turns:
                 deliver(ask, DOWN)
             return False
-        commands = self._commands(turns, releases, changes)
         try:
+            commands = self._commands(turns, releases, changes)
             client = self.async_redis()
             if not self._ready_async:  # connecting and loading the scripts: more time
                 await within(self._load_async(client), self.timeout * FIRST)
@@ -319,11 +328,20 @@ class Sender:
             for ask in turns + stranded:
                 deliver(ask, DOWN)
             return False
-        self._settle(commands, results, turns)
-        for ask, result in zip(turns, results[len(results) - len(turns) :], strict=True):
-            given_up = not deliver(ask, result)
-            if given_up and isinstance(result, list) and result[1] and ask.script == "turn":
-                self._given_up(ask, result)  # (a look's lease goes with its request)
+        except BaseException as error:
+            if self._broken(error, turns, releases, changes):
+                raise
+            return False
+        try:
+            self._settle(commands, results, turns)
+            for ask, result in zip(turns, results[len(results) - len(turns) :], strict=True):
+                given_up = not deliver(ask, result)
+                if given_up and isinstance(result, list) and result[1] and ask.script == "turn":
+                    self._given_up(ask, result)  # (a look's lease goes with its request)
+        except BaseException as error:
+            if self._broken(error, turns, [], {}):  # Redis answered: what was taken went
+                raise
+            return False
         return True
 
     def _given_up(self, ask: Ask, reply: list[Any]) -> None:
@@ -407,15 +425,24 @@ class Sender:
             self._keep(releases, changes)
             replies = [DOWN] * len(turns)
         else:
-            commands = self._commands(turns, releases, changes)
             try:
+                commands = self._commands(turns, releases, changes)
                 replies = self._run_blocking(self._sync_redis(), commands)
             except (RedisError, OSError) as error:
                 self._failed(error, turns, releases, changes)
                 self._flush_soon()  # the background sender tries again
-                replies = [DOWN] * len(commands)
+                replies = [DOWN] * len(turns)
+            except BaseException as error:
+                if self._broken(error, turns, releases, changes):
+                    raise
+                return
             else:
-                self._settle(commands, replies, turns)
+                try:
+                    self._settle(commands, replies, turns)
+                except BaseException as error:
+                    if self._broken(error, turns, [], {}):  # Redis answered
+                        raise
+                    return
         for ask, reply in zip(turns, replies[len(replies) - len(turns) :], strict=True):
             ask.reply = reply
             ask.done.set()
@@ -489,12 +516,61 @@ class Sender:
     ) -> None:
         """Redis did not answer: keep what was not sent, to send again (rule 7).
 
-        A turn whose answer was lost may have been reserved: its lease is
+        A turn whose answer was lost may have been reserved: its leases are
         handed back too (a look's is its request's, still in flight).
         """
-        lost = [(ask.key, ask.lease) for ask in turns if ask.script == "turn"]
+        lost = [lease for ask in turns for lease in _reserved(ask)]
         self._keep(releases + lost, changes)
         self._went_down(error)
+
+    def _broken(
+        self,
+        error: BaseException,
+        turns: list[Ask],
+        releases: list[tuple[str, str]],
+        changes: dict[str, Change],
+    ) -> bool:
+        """Something other than Redis failing ended a pipeline before its turns were
+        answered: its sender cancelled mid-call (a cancelled task, the event loop
+        ending, an interrupt in the sending thread), a cancel redis-py raised of
+        its own, a fault (ours, redis-py's, a reply of a shape not expected).
+
+        Each turn not answered yet is answered :data:`DOWN`, so its request, and
+        those waiting behind it, go on as while Redis is down instead of waiting
+        for ever; its leases go back (Redis may have reserved them); the leases
+        and changes taken for the pipeline are kept to go again (rule 7), not
+        left to expire in Redis. A fault is logged with its traceback and
+        counts as Redis failing (tried again in ``retry_after``); a cancel or an
+        interrupt is not Redis's: what was kept goes soon, and the caller
+        re-raises it (True).
+        """
+        lost: list[tuple[str, str]] = []
+        for ask in turns:
+            done = ask.done
+            if isinstance(done, threading.Event):
+                if done.is_set():
+                    continue
+                ask.reply = DOWN
+                done.set()
+            elif not deliver(ask, DOWN) and not done.cancelled():
+                continue  # answered with its result: its lease is its request's
+            lost += _reserved(ask)
+        self._keep(releases + lost, changes)
+        stopping = not isinstance(error, Exception)
+        if isinstance(error, asyncio.CancelledError):  # the task's, or redis-py's own
+            stopping = _cancelling()
+        if not stopping:
+            logger.error(
+                "autothrottle: Redis store %r: a send failed unexpectedly (%s: %s)",
+                self.prefix,
+                type(error).__name__,
+                error,
+                exc_info=error,
+            )
+            self._went_down(error)
+        if not self._closed:
+            self._flush_soon()  # (while Redis counts as down, once it is tried again)
+        return stopping
 
     def _went_down(self, error: BaseException) -> None:
         """Pace alone, and try Redis again in ``retry_after`` (the async side)."""
@@ -545,3 +621,22 @@ class Sender:
                     args[1],
                     result,
                 )
+
+
+def _reserved(ask: Ask) -> list[tuple[str, str]]:
+    """What Redis may have reserved for a turn whose answer was lost: the leases of
+    the run it asked for (``RedisStore._ask`` puts the run's length 14th), none
+    for a look (its lease is its request's, still in flight)."""
+    if ask.script != "turn":
+        return []
+    return [(ask.key, lease) for lease in run_leases(ask.lease, int(ask.args[13]))]
+
+
+def _cancelling() -> bool:
+    """Whether the task running is being cancelled (a cancel raised while it is
+    not came from inside a call: redis-py's own)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # a thread: no task to cancel
+        return False
+    return task is not None and task.cancelling() > 0
