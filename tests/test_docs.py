@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import re
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autothrottle import Throttle
+from autothrottle import Throttle, _extras
 from autothrottle.cli._main import build_parser
 from autothrottle.sim._cli import build_parser as build_sim_parser
 from loopback import loopback_hosts, running_hosts
@@ -331,3 +332,66 @@ def test_the_readmes_per_host_settings_build_and_name_every_key() -> None:
     assert listed, "README.md: list the per-host keys"
     named = re.findall(r"`([a-z_]+)`", listed.group(1))
     assert named == [f.name for f in dataclasses.fields(HostSettings)]
+
+
+class _Dist:
+    """What ``importlib.metadata.distribution`` returns, with a ``direct_url.json`` of choice."""
+
+    def __init__(self, direct_url: str | None, package: Path) -> None:
+        self.direct_url, self.package = direct_url, package
+
+    def locate_file(self, path: str) -> Path:
+        return self.package.parent / path
+
+    def read_text(self, name: str) -> str | None:
+        return self.direct_url if name == "direct_url.json" else None
+
+
+#: The install command a missing extra's message gives (``_extras``), where the docs'
+#: ``pip install "autothrottle[...]"`` would ask an index that has no such package.
+HERE = Path(_extras.__file__).resolve().parent
+WHEEL = "file:///tmp/w/autothrottle-0.1.0-py3-none-any.whl"
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "package", "command"),
+    [
+        # pip install /tmp/w/autothrottle-0.1.0-py3-none-any.whl: the index has no such package.
+        (
+            json.dumps({"url": WHEEL, "archive_info": {}}),
+            HERE,
+            f'pip install "autothrottle[cli,plot] @ {WHEEL}"',
+        ),
+        # pip install git+https://github.com/o/autothrottle@v1
+        (
+            json.dumps(
+                {
+                    "url": "https://github.com/o/autothrottle",
+                    "vcs_info": {"vcs": "git", "requested_revision": "v1", "commit_id": "ab"},
+                }
+            ),
+            HERE,
+            'pip install "autothrottle[cli,plot] @ git+https://github.com/o/autothrottle@v1"',
+        ),
+        # A path a shell would expand inside double quotes: single quotes.
+        (
+            json.dumps({"url": "file:///tmp/$HOME/a.whl", "archive_info": {}}),
+            HERE,
+            "pip install 'autothrottle[cli,plot] @ file:///tmp/$HOME/a.whl'",
+        ),
+        (None, HERE, 'pip install "autothrottle[cli,plot]"'),  # from an index
+        ("not json", HERE, 'pip install "autothrottle[cli,plot]"'),
+        # Metadata of another copy of the package, earlier on the path: not this one's source.
+        (
+            json.dumps({"url": WHEEL}),
+            Path("/elsewhere/autothrottle"),
+            'pip install "autothrottle[cli,plot]"',
+        ),
+    ],
+)
+def test_an_installed_package_names_the_file_or_url_it_came_from(
+    monkeypatch: pytest.MonkeyPatch, direct_url: str | None, package: Path, command: str
+) -> None:
+    monkeypatch.setattr(_extras, "_checkout", lambda: None)
+    monkeypatch.setattr(_extras.metadata, "distribution", lambda name: _Dist(direct_url, package))
+    assert _extras.install_command("cli,plot") == command

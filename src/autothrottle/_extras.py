@@ -2,12 +2,16 @@
 and the check that a client still has the private names an adapter is built on.
 
 From a checkout (the package is not published yet) that is ``pip install -e
-".[cli]"`` in the checkout's folder; from an installed package, ``pip install
-"autothrottle[cli]"``.
+".[cli]"`` in the checkout's folder; from a package pip installed from a file or
+a URL (a wheel built from a checkout, a git URL), the same file or URL with the
+extra (``pip install "autothrottle[cli] @ file:///.../autothrottle-0.1.0-py3-none-any.whl"``):
+the name alone would ask an index that has no such package; from an index,
+``pip install "autothrottle[cli]"``.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Iterable
 from importlib import metadata
@@ -26,11 +30,41 @@ def _checkout() -> Path | None:
     return None
 
 
+def _installed_from() -> str | None:
+    """The file or URL pip installed this package from (PEP 610's ``direct_url.json``:
+    a wheel, a folder, a VCS URL), as a requirement's ``@`` part; None when it came from
+    an index, or when the metadata found is not this package's."""
+    try:
+        dist = metadata.distribution("autothrottle")
+        package = Path(str(dist.locate_file("autothrottle"))).resolve()
+        if package != Path(__file__).resolve().parent:
+            return None  # another copy's metadata, earlier on the path
+        data = json.loads(dist.read_text("direct_url.json") or "null")
+    except (metadata.PackageNotFoundError, OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str) or not data["url"]:
+        return None
+    url: str = data["url"]
+    vcs = data.get("vcs_info")
+    if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):
+        url = f"{vcs['vcs']}+{url}"
+        revision = vcs.get("requested_revision")
+        if isinstance(revision, str) and revision:
+            url = f"{url}@{revision}"
+    return url
+
+
 def install_command(extras: str) -> str:
     """The command that installs ``extras`` (``"cli"``, ``"cli,plot"``) where this runs."""
     root = _checkout()
     if root is not None:
         return f'cd {shlex.quote(str(root))} && pip install -e ".[{extras}]"'
+    source = _installed_from()
+    if source is not None:
+        requirement = f"autothrottle[{extras}] @ {source}"
+        if any(c in source for c in '"$`\\!'):  # special inside a shell's double quotes
+            return f"pip install {shlex.quote(requirement)}"
+        return f'pip install "{requirement}"'
     return f'pip install "autothrottle[{extras}]"'
 
 
