@@ -318,8 +318,8 @@ def test_the_timeline_example_of_docs_cli_runs_as_a_script(
 
 
 def test_the_readmes_per_host_settings_build_and_name_every_key() -> None:
-    """The README's one-line ``hosts=`` example builds a throttle as written, and the keys it
-    lists are exactly the per-host settings there are."""
+    """The README's one-line ``hosts=`` and ``set_host`` examples run as written, and the keys
+    they list are exactly the per-host settings there are."""
     import dataclasses
 
     from autothrottle import FixedRatePolicy, HostSettings
@@ -327,7 +327,9 @@ def test_the_readmes_per_host_settings_build_and_name_every_key() -> None:
     readme = " ".join((ROOT / "README.md").read_text().split())
     (example,) = re.findall(r"`(Throttle\(hosts=\{.*?\}\}\))`", readme)
     # A key or a value the throttle does not take raises here, naming it.
-    eval(example, {"Throttle": Throttle, "FixedRatePolicy": FixedRatePolicy})  # the docs' own
+    throttle = eval(example, {"Throttle": Throttle, "FixedRatePolicy": FixedRatePolicy})
+    (later,) = re.findall(r"`(throttle\.set_host\(.*?\}\))`", readme)
+    eval(later, {"throttle": throttle})  # the docs' own code
     listed = re.search(r"the keys are (.*?) \(", readme)
     assert listed, "README.md: list the per-host keys"
     named = re.findall(r"`([a-z_]+)`", listed.group(1))
