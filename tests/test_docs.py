@@ -77,18 +77,21 @@ def _install_lines() -> list[tuple[str, str]]:
         (page.name, line)
         for page in pages
         for line in page.read_text().splitlines()
-        if ("pip install" in line and "autothrottle" in line) or 'pip install -e "' in line
+        if ("pip install" in line and "autothrottle" in line)
+        or 'pip install -e "' in line
+        or ".whl[" in line
     ]
 
 
 def test_every_install_command_in_the_docs_works_from_a_checkout() -> None:
-    extras = set(
-        tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    )
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = set(project["optional-dependencies"])
+    wheel = f"autothrottle-{project['version']}-py3-none-any.whl["  # what python -m build makes
     lines = _install_lines()
     assert len(lines) >= 8
     for page, line in lines:
-        assert 'pip install -e ".[' in line or "published" in line, (page, line)
+        assert 'pip install -e ".[' in line or "published" in line or ".whl[" in line, (page, line)
+        assert ".whl[" not in line or wheel in line, (page, line, f"the wheel is {wheel}")
         for group in re.findall(r"\[([a-z,]+)\]", line):
             assert set(group.split(",")) <= extras, (page, line)
 
