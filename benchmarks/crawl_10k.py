@@ -552,13 +552,20 @@ def bound_of(r: dict[str, Any]) -> str | None:
     return None
 
 
+def _lag_ms(r: dict[str, Any]) -> str:
+    """The loop's p99 lateness in ms, or ``-``: a crawl whose deadline came before
+    the ticker's first tick (a tiny run on a loaded machine) measured none."""
+    lag = r["loop_lag_p99"]
+    return "-" if lag is None else f"{lag * 1e3:.0f}"
+
+
 def goal_of(r: dict[str, Any]) -> tuple[str, str, str]:
     good = r["goodput"] / r["limit_sum"]
     need = (r["cpu_per_request"] or 0.0) * r["limit_sum"]
     figure = (
         f"goodput {good:.1%} of {r['limit_sum']:g}/s, {r['limited']} refused "
         f"({r['limited'] / max(1, r['requests']):.2%}); the sum needs {need:.2f} of a core "
-        f"at the client's CPU per request; loop late {r['loop_lag_p99'] * 1e3:.0f} ms (p99)"
+        f"at the client's CPU per request; loop late {_lag_ms(r)} ms (p99)"
     )
     goal = f">= {GOAL_SHARE:.0%} of the sum unless the client's CPU is the bound"
     if good >= GOAL_SHARE:
@@ -609,7 +616,7 @@ def report(runs: list[dict[str, Any]], args: argparse.Namespace) -> list[tuple[s
                 f"{r['limited'] / r['hosts']:.2f}",
                 f"{r['cpu_per_request'] * 1e6:.0f}" if r["cpu_per_request"] else "-",
                 f"{r['cpu_share']:.2f}",
-                f"{r['loop_lag_p99'] * 1e3:.0f}",
+                _lag_ms(r),
                 f"{r['sim_cpu_per_request'] * 1e6:.0f}" if r["sim_cpu_per_request"] else "-",
                 f"{r['bytes_per_host'] / 1e3:.1f}",
                 f"{r['slots']}",

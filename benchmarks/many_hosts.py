@@ -295,6 +295,7 @@ def host_figures(h: dict[str, Any]) -> dict[str, Any]:
     ok_span = ok_times[-1] - ok_times[0] if len(ok_times) > 1 else 0.0
     return {
         "requests": h["requests"],
+        "arrivals": len(arrivals),
         "ok": h["outcomes"]["ok"],
         "limited": h["outcomes"]["limited"],
         "rate": (len(arrivals) - 1) / span if span > 0 else 0.0,
@@ -317,13 +318,16 @@ def summarize(doc: dict[str, Any], limit: float) -> dict[str, Any]:
     windows = [f["max_in_window"] for f in figures]
     return {
         "hosts": len(figures),
+        # A host with fewer than two arrivals has no rate and no gap: a thin run
+        # (a tiny smoke run on a loaded machine) is told apart, not judged as slow.
+        "hosts_thin": sum(1 for f in figures if f["arrivals"] < 2),
         "limit_sum": limit * len(figures),
         "aggregate_rate": sum(f["rate"] for f in figures),
         "aggregate_goodput": sum(f["goodput"] for f in figures),
         "requests": sum(f["requests"] for f in figures),
         "ok": sum(f["ok"] for f in figures),
         "limited": sum(f["limited"] for f in figures),
-        "worst_window": max(windows),
+        "worst_window": max(windows, default=0),
         "hosts_above_limit": sum(1 for w in windows if w > limit),
         "windows_histogram": {str(w): windows.count(w) for w in sorted(set(windows))},
         "min_gap": all_gaps[0] if all_gaps else None,
@@ -393,10 +397,12 @@ async def bench(args: argparse.Namespace, sim: SimProcess) -> list[dict[str, Any
     return runs
 
 
-def goal_of(r: dict[str, Any], policy: str) -> tuple[str, str, bool]:
-    """The goal a run is held to, its figure, and whether it was met."""
-    agg = r["aggregate_rate"] / r["limit_sum"]
-    good = r["aggregate_goodput"] / r["limit_sum"]
+def goal_of(r: dict[str, Any], policy: str) -> tuple[str, str, str]:
+    """The goal a run is held to, its figure, and the verdict: ``met``, ``MISSED``,
+    or ``MISSED`` with why the run cannot be judged (too thin)."""
+    limit_sum = r["limit_sum"]
+    agg = r["aggregate_rate"] / limit_sum if limit_sum else 0.0
+    good = r["aggregate_goodput"] / limit_sum if limit_sum else 0.0
     refused = r["limited"] / r["requests"] if r["requests"] else 0.0
     if policy == "fixed":
         goal = (
@@ -412,14 +418,54 @@ def goal_of(r: dict[str, Any], policy: str) -> tuple[str, str, bool]:
             and refused <= GOAL_FIXED_REFUSED
             and r["hosts_above_limit"] == 0
         )
-        return goal, figure, met
-    per_host = r["limited"] / r["hosts"]
-    goal = (
-        f"<= {GOAL_ADAPTIVE_REFUSALS:g} refusal per host, "
-        f">= {GOAL_ADAPTIVE_SHARE:.0%} of the allowed total"
-    )
-    figure = f"{per_host:.2f} refusals per host, goodput {good:.1%}"
-    return goal, figure, per_host <= GOAL_ADAPTIVE_REFUSALS and good >= GOAL_ADAPTIVE_SHARE
+    else:
+        per_host = r["limited"] / r["hosts"] if r["hosts"] else 0.0
+        goal = (
+            f"<= {GOAL_ADAPTIVE_REFUSALS:g} refusal per host, "
+            f">= {GOAL_ADAPTIVE_SHARE:.0%} of the allowed total"
+        )
+        figure = f"{per_host:.2f} refusals per host, goodput {good:.1%}"
+        met = per_host <= GOAL_ADAPTIVE_REFUSALS and good >= GOAL_ADAPTIVE_SHARE
+    thin = r.get("hosts_thin", 0)
+    if not r["hosts"] or thin:
+        # A host that got fewer than two requests has no rate: the shares above
+        # count it as 0, so the run is not judged slow, it is too thin to judge.
+        why = f"{thin} of {r['hosts']} hosts with < 2 arrivals"
+        return goal, figure, f"MISSED: too thin to judge ({why})"
+    return goal, figure, "met" if met else "MISSED"
+
+
+def _ms_or_dash(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def tables(
+    runs: list[dict[str, Any]], policy: str
+) -> tuple[list[tuple[str, ...]], list[tuple[str, str, str, str]]]:
+    """The figures' rows and the goals' rows (run, goal, figure, verdict) of ``runs``;
+    a figure a thin run does not have (no gap, no host) shows as ``-``."""
+    rows = []
+    goal_rows = []
+    for r in runs:
+        limit_sum = r["limit_sum"]
+        goal, figure, verdict = goal_of(r, policy)
+        goal_rows.append((r["label"], goal, figure, verdict))
+        rows.append(
+            (
+                r["label"],
+                f"{r['aggregate_rate']:.1f}",
+                f"{r['aggregate_rate'] / limit_sum:.1%}" if limit_sum else "-",
+                f"{r['aggregate_goodput']:.1f}",
+                f"{r['aggregate_goodput'] / limit_sum:.1%}" if limit_sum else "-",
+                f"{r['limited']}",
+                f"{r['worst_window']}",
+                f"{r['hosts_above_limit']}",
+                _ms_or_dash(r["min_gap"]),
+                f"{r['share_gaps_below_limit_gap']:.1%}" if r["min_gap"] is not None else "-",
+                "met" if verdict == "met" else "MISSED",
+            )
+        )
+    return rows, goal_rows
 
 
 def main() -> None:
@@ -493,28 +539,7 @@ def main() -> None:
     finally:
         sim.stop()
 
-    rows = []
-    goal_rows = []
-    for r in runs:
-        agg = r["aggregate_rate"] / r["limit_sum"]
-        good = r["aggregate_goodput"] / r["limit_sum"]
-        goal, figure, met = goal_of(r, args.policy)
-        goal_rows.append((r["label"], goal, figure, "met" if met else "MISSED"))
-        rows.append(
-            (
-                r["label"],
-                f"{r['aggregate_rate']:.1f}",
-                f"{agg:.1%}",
-                f"{r['aggregate_goodput']:.1f}",
-                f"{good:.1%}",
-                f"{r['limited']}",
-                f"{r['worst_window']}",
-                f"{r['hosts_above_limit']}",
-                f"{r['min_gap'] * 1000:.1f}",
-                f"{r['share_gaps_below_limit_gap']:.1%}",
-                "met" if met else "MISSED",
-            )
-        )
+    rows, goal_rows = tables(runs, args.policy)
     print_table(
         f"{args.hosts} hosts x {RATE:g} req/s (sum {args.hosts * RATE:g}/s), "
         f"{args.seconds:g} s, sim spec {spec}",

@@ -356,11 +356,20 @@ async def one_slot(redis: str, processes: int, seconds: float) -> dict[str, floa
     for worker in workers:  # the server runs on this loop: wait without blocking it
         await asyncio.to_thread(worker.join, seconds * 3)
     await runner.cleanup()
+    return slot_figures(arrivals)
+
+
+def slot_figures(arrivals: list[float]) -> dict[str, Any]:
+    """The rate and the most arrivals in any 1 s, past the first tenth (the start).
+
+    A worker that never got going on a loaded machine leaves fewer than two
+    arrivals: no rate (None), not a crash."""
     times = sorted(arrivals[len(arrivals) // 10 :])  # past the start
-    window = max(sum(1 for t in times[i:] if t < s + 1.0) for i, s in enumerate(times))
+    window = max((sum(1 for t in times[i:] if t < s + 1.0) for i, s in enumerate(times)), default=0)
+    span = times[-1] - times[0] if len(times) > 1 else 0.0
     return {
         "requests": len(arrivals),
-        "rate": (len(times) - 1) / (times[-1] - times[0]),
+        "rate": (len(times) - 1) / span if span > 0 else None,
         "max_in_1s": window,
     }
 
@@ -372,6 +381,42 @@ def verdict(met: bool) -> str:
     return "met" if met else "MISSED"
 
 
+def print_goals(crawl: dict[str, Any]) -> None:
+    """The fleet crawl's three goals, each with its verdict and figure.
+
+    A thin crawl (a smoke run on a loaded machine: a host with fewer than two
+    arrivals) has no gap and no rate for that host: its gap shows as ``-`` and
+    the aggregate goal says it was too thin to judge."""
+    limit_sum = crawl["limit_sum"]
+    share = crawl["aggregate_rate"] / limit_sum if limit_sum else 0.0
+    thin = crawl.get("hosts_thin", 0)
+    aggregate = verdict(share >= GOAL_AGGREGATE)
+    if thin or not crawl["hosts"]:
+        aggregate = (
+            f"MISSED: too thin to judge ({thin} of {crawl['hosts']} hosts with < 2 arrivals)"
+        )
+    gap = crawl["min_gap"]
+    print(
+        f"  goal aggregate >= {GOAL_AGGREGATE:.0%} of {limit_sum:g}/s: "
+        f"{aggregate} ({crawl['aggregate_rate']:.1f}/s, {share:.1%}; "
+        f"goodput {crawl['aggregate_goodput']:.1f}/s; {crawl['limited']} refused)",
+        flush=True,
+    )
+    print(
+        f"  goal no host above {RATE:g} in any 1-s window: "
+        f"{verdict(crawl['hosts_above_limit'] == 0)} ({crawl['hosts_above_limit']} hosts above, "
+        f"worst window {crawl['worst_window']}, smallest gap "
+        f"{'-' if gap is None else f'{gap * 1000:.1f}'} ms)",
+        flush=True,
+    )
+    trips = crawl["round_trips_per_request"]
+    print(
+        f"  goal at most {GOAL_ROUND_TRIPS:g} round trip per request: "
+        f"{verdict(trips <= GOAL_ROUND_TRIPS)} ({trips:.2f})",
+        flush=True,
+    )
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     print(
@@ -381,25 +426,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     crawl = results["fleet_crawl"] = await fleet_crawl(
         args.redis, args.seconds, args.hosts, args.trace, args.collector
     )
-    share = crawl["aggregate_rate"] / crawl["limit_sum"]
-    print(
-        f"  goal aggregate >= {GOAL_AGGREGATE:.0%} of {crawl['limit_sum']:g}/s: "
-        f"{verdict(share >= GOAL_AGGREGATE)} ({crawl['aggregate_rate']:.1f}/s, {share:.1%}; "
-        f"goodput {crawl['aggregate_goodput']:.1f}/s; {crawl['limited']} refused)",
-        flush=True,
-    )
-    print(
-        f"  goal no host above {RATE:g} in any 1-s window: "
-        f"{verdict(crawl['hosts_above_limit'] == 0)} ({crawl['hosts_above_limit']} hosts above, "
-        f"worst window {crawl['worst_window']}, smallest gap {crawl['min_gap'] * 1000:.1f} ms)",
-        flush=True,
-    )
-    trips = crawl["round_trips_per_request"]
-    print(
-        f"  goal at most {GOAL_ROUND_TRIPS:g} round trip per request: "
-        f"{verdict(trips <= GOAL_ROUND_TRIPS)} ({trips:.2f})",
-        flush=True,
-    )
+    print_goals(crawl)
     cpu = [f"{worker['cpu_share']:.0%}" for worker in crawl["workers"]]
     print(f"  each worker's CPU (of one core): {', '.join(cpu)}", flush=True)
     heard = [str(worker.get("pauses_heard", 0)) for worker in crawl["workers"]]
@@ -433,8 +460,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     for processes in (1, 4):
         row = await one_slot(args.redis, processes, args.slot_seconds)
         results["one_slot"][f"x{processes}"] = row
+        rate = "-" if row["rate"] is None else f"{row['rate']:.2f}"
         print(
-            f"FixedRatePolicy(10), one slot, {processes} process(es): {row['rate']:.2f}/s "
+            f"FixedRatePolicy(10), one slot, {processes} process(es): {rate}/s "
             f"at the host, at most {row['max_in_1s']} in any 1 s",
             flush=True,
         )
