@@ -109,9 +109,13 @@ async def crawl(
     seconds: float,
     per_host: int,
 ) -> dict[str, int]:
-    """Fetch pages from every base URL for ``seconds``; client-side status counts."""
+    """Fetch pages from every base URL for ``seconds``; client-side status counts.
+
+    The ``seconds`` start once the client is open: the first httpx run imports
+    httpx and its backends here, which on a loaded machine (under ``--profile``
+    too) took longer than a 2-s smoke crawl, and the run sent nothing."""
     counts: dict[str, int] = {}
-    deadline = time.monotonic() + seconds
+    deadline = 0.0  # set once the client is open
 
     def count(what: str) -> None:
         counts[what] = counts.get(what, 0) + 1
@@ -127,6 +131,7 @@ async def crawl(
         async with AsyncThrottledClient(
             throttle=throttle, pool_per_host=client != "httpx-one-pool"
         ) as hx:
+            deadline = time.monotonic() + seconds
 
             async def worker_httpx(base: str, n: int) -> None:
                 i = n
@@ -147,6 +152,7 @@ async def crawl(
         async with ThrottledSession(
             throttle=throttle, connector=connector, timeout=timeout
         ) as session:
+            deadline = time.monotonic() + seconds
 
             async def worker_aiohttp(base: str, n: int) -> None:
                 i = n
