@@ -4,6 +4,11 @@
 go on time may reach the wire long after (a new connection, a busy event
 loop), and a turn later than its slack there goes back and another is taken.
 Plain numbers for the turns; the store is a fake that records what it was told.
+
+The clock is a :class:`~helpers.FakeClock` that moves only when a test moves
+it, in the wire check and the fleet alike: on the real clock a test read a
+wait, then read it again as still above a bound, and a process standing still
+between the two reads (two cores busy) failed it.
 """
 
 from __future__ import annotations
@@ -11,17 +16,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from autothrottle import ThrottleTimeout
+from autothrottle import ThrottleTimeout, _fleet, _fleet_wire
 from autothrottle._fleet import Fleet, SharedTurn, TurnAsk
 from autothrottle._fleet_wire import WIRE_POLL, WireCheck
+from helpers import FakeClock
 
 GAP = 0.5
+
+clock = FakeClock()
+"""The check's and the fleet's ``time.monotonic`` (:func:`_fake_clock`)."""
+
+
+@pytest.fixture(autouse=True)
+def _fake_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both modules read ``time.monotonic`` (and the fleet's blocking path
+    sleeps): here they read :data:`clock`, and a sleep moves it."""
+    fake = SimpleNamespace(monotonic=clock, sleep=clock.advance)
+    monkeypatch.setattr(_fleet_wire, "time", fake)
+    monkeypatch.setattr(_fleet, "time", fake)
 
 
 class Store:
@@ -95,7 +112,7 @@ def setup(
         signals=SimpleNamespace(hold_timeout=300.0, max_pause=300.0),
         adopt=lambda slot, delay, pause, now: adopted.append(pause),
     )
-    fleet = Fleet(shared, rules, clock=time.monotonic)
+    fleet = Fleet(shared, rules, clock=clock)
     gate = SimpleNamespace(in_flight=lambda: 1, queued=lambda: 0)
     slot: Any = SimpleNamespace(
         key="k",
@@ -107,7 +124,7 @@ def setup(
         senders=1,
     )
     lease: Any = SimpleNamespace(on_release="old", on_wire=None, released=False)
-    turn = SharedTurn(0.0, "old", GAP, 0.0, time.monotonic() - late, 4, slack=slack)
+    turn = SharedTurn(0.0, "old", GAP, 0.0, clock() - late, 4, slack=slack)
     bound = None if until == math.inf else 1.0
     lease.on_wire = WireCheck(fleet, slot, lease, turn, until, bound, skipped)
     return lease, store, slot
@@ -125,13 +142,14 @@ async def answered(lease: Any) -> float:
     return wait
 
 
-ON_TIME = 1.0
-"""The slack of a turn reached on time (5 ms after its due): a loaded machine
-that stands still between the check's making and its call still finds it on time."""
+ON_TIME = 0.016
+"""The slack of a turn reached on time (5 ms after its due): a closing turn's
+16 ms, as a real one has (the clock stands still between the check's making
+and its call, however loaded the machine)."""
 
 
 def new_turn(due_in: float) -> SharedTurn:
-    return SharedTurn(due_in, "new", GAP, 0.0, time.monotonic() + due_in, 4, slack=0.016)
+    return SharedTurn(due_in, "new", GAP, 0.0, clock() + due_in, 4, slack=0.016)
 
 
 def test_a_turn_on_time_at_the_wire_goes() -> None:
@@ -184,12 +202,12 @@ def test_a_turn_reached_during_the_processs_own_pause_goes_back_and_is_taken_ane
     # would hold the request to the pause's end, past its turn and into the
     # next process's. The turn goes back; a new one is taken after the pause.
     lease, store, slot = setup(new_turn(0.4), late=0.005, slack=ON_TIME)
-    slot.state.pause_until = time.monotonic() + 0.05
+    slot.state.pause_until = clock() + 0.05
     wait = lease.on_wire()
     assert 0.0 < wait <= 0.05
     assert store.released == ["old"] and store.late == [] and store.asked == 0
     assert lease.on_release is None and lease.on_wire is not None  # nothing held; looks again
-    time.sleep(wait + 0.005)
+    clock.advance(wait + 0.005)
     assert 0.2 < lease.on_wire() <= 0.4  # the new turn's due (the sync client asked at once)
     assert store.asked == 1 and lease.on_release.args[1] == "new"
 
@@ -213,10 +231,8 @@ def test_a_late_turn_in_a_pause_heard_at_the_wire_goes_back_with_its_time() -> N
 
 
 def test_a_pause_past_the_request_bound_at_the_wire_fails_at_once() -> None:
-    lease, store, slot = setup(
-        new_turn(0.4), late=0.005, slack=ON_TIME, until=time.monotonic() + 1.0
-    )
-    slot.state.pause_until = time.monotonic() + 5.0
+    lease, store, slot = setup(new_turn(0.4), late=0.005, slack=ON_TIME, until=clock() + 1.0)
+    slot.state.pause_until = clock() + 5.0
     with pytest.raises(ThrottleTimeout):
         lease.on_wire()
     assert store.released == ["old"] and store.asked == 0
@@ -225,7 +241,7 @@ def test_a_pause_past_the_request_bound_at_the_wire_fails_at_once() -> None:
 async def test_a_new_turn_due_during_the_processs_own_pause_goes_back() -> None:
     lease, store, slot = setup(new_turn(-0.001), late=0.08)
     assert lease.on_wire() == WIRE_POLL  # late: a new turn is being taken
-    slot.state.pause_until = time.monotonic() + 0.3  # meanwhile a 429 paused the slot
+    slot.state.pause_until = clock() + 0.3  # meanwhile a 429 paused the slot
     store.gate.set()
     wait = await answered(lease)
     assert wait == pytest.approx(0.3, abs=0.1)  # the pause, not a send at its end
@@ -233,7 +249,7 @@ async def test_a_new_turn_due_during_the_processs_own_pause_goes_back() -> None:
 
 
 def test_a_new_turn_past_the_request_bound_fails_and_goes_back() -> None:
-    lease, store, _ = setup(new_turn(2.0), late=0.08, until=time.monotonic() + 1.0)
+    lease, store, _ = setup(new_turn(2.0), late=0.08, until=clock() + 1.0)
     with pytest.raises(ThrottleTimeout):  # not sent off its turn: max_wait and the host's limit
         lease.on_wire()
     assert store.late == ["old", "new"]  # both turns back, the new one's time too
@@ -245,7 +261,7 @@ def test_a_new_turn_past_the_request_bound_fails_and_goes_back() -> None:
 
 def test_a_pause_past_the_request_bound_fails_at_the_wire() -> None:
     pause = SharedTurn(3.0, None, GAP, 3.0, None, 4)  # the fleet's pause: ask again in 3 s
-    lease, store, _ = setup(pause, late=0.08, until=time.monotonic() + 1.0)
+    lease, store, _ = setup(pause, late=0.08, until=clock() + 1.0)
     with pytest.raises(ThrottleTimeout):  # not sent through the host's pause
         lease.on_wire()
     assert store.late == ["old"] and lease.on_release is None
@@ -253,7 +269,7 @@ def test_a_pause_past_the_request_bound_fails_at_the_wire() -> None:
 
 def test_a_pause_within_the_bound_is_waited_then_a_turn_asked_for() -> None:
     pause = SharedTurn(0.5, None, GAP, 0.5, None, 4)
-    lease, store, slot = setup(pause, late=0.08, until=time.monotonic() + 1.0)
+    lease, store, slot = setup(pause, late=0.08, until=clock() + 1.0)
     assert lease.on_wire() == pytest.approx(0.5, abs=0.05)
     assert lease.on_wire() > 0.3 and store.asked == 1  # not asked again before its end
     assert slot.adopted == [0.5]  # this process's other turns waiting see the pause too
@@ -335,14 +351,14 @@ def test_a_request_late_again_in_the_fleets_pause_waits_it_out_then_takes_a_turn
     assert 0.0 < wait <= 0.05  # not sent through the pause
     assert store.late == ["old"] and lease.on_release is None  # the turn went back
     assert slot.adopted == [0.05]  # this process's other turns waiting see the pause too
-    time.sleep(wait + 0.005)
+    clock.advance(wait + 0.005)
     store.answer = new_turn(0.0)  # the fleet's next turn, due now, after the pause
     assert lease.on_wire() == 0.0
     assert store.asked == 1 and lease.on_release.args[1] == "new"
 
 
 def test_a_request_late_again_in_a_pause_past_its_bound_fails_at_once() -> None:
-    lease, store, _ = setup(new_turn(0.0), late=0.08, until=time.monotonic() + 1.0, skipped=True)
+    lease, store, _ = setup(new_turn(0.0), late=0.08, until=clock() + 1.0, skipped=True)
     store.seen = SharedTurn(3.0, None, GAP, 3.0, None, 4)
     with pytest.raises(ThrottleTimeout):  # neither sent through the pause nor waiting past it
         lease.on_wire()
@@ -384,10 +400,10 @@ def test_a_turn_inside_a_run_notes_when_it_reached_the_wire() -> None:
     # moment the fleet let it go (its connection may have kept it longer).
     store = Store(new_turn(1.0))
     shared: Any = SimpleNamespace(late=store.late_turn)
-    fleet = Fleet(shared, SimpleNamespace(), clock=time.monotonic)  # type: ignore[arg-type]
+    fleet = Fleet(shared, SimpleNamespace(), clock=clock)  # type: ignore[arg-type]
     slot: Any = SimpleNamespace(fleet_went=-math.inf)
     lease: Any = SimpleNamespace(on_wire=None)
-    inside = SharedTurn(0.0, "x", GAP, 0.0, time.monotonic() - 0.3, 4, joined=True, closes=False)
+    inside = SharedTurn(0.0, "x", GAP, 0.0, clock() - 0.3, 4, joined=True, closes=False)
     fleet._check_at_wire(slot, lease, inside, False, None, math.inf)
     assert slot.fleet_went == -math.inf  # not yet: the request waits for its connection
     assert lease.on_wire() == 0.0  # never held back: the next send is this process's own
@@ -401,7 +417,7 @@ def test_a_closing_turn_of_a_run_let_go_on_time_goes_at_the_wire_at_once() -> No
     # process's (or this process's next run's) turn.
     lease, store, slot = setup(new_turn(1.0), late=0.005, slack=ON_TIME)
     turn = lease.on_wire._turn._replace(joined=True)
-    slot.fleet_went = time.monotonic()  # Fleet._done let it go just now
+    slot.fleet_went = clock()  # Fleet._done let it go just now
     lease.on_wire = WireCheck(lease.on_wire._fleet, slot, lease, turn, math.inf)
     assert lease.on_wire() == 0.0
     assert store.asked == 0 and store.looked == 0 and store.late == []
