@@ -8,6 +8,9 @@ and its store connected, and waits for a line on its standard input before it
 sends: workers started one after another on a loaded machine then still send
 together, and a test's bound from "ready" holds no start-up (a store's first
 connection maps Redis's clock: up to 50 round trips on a loaded machine).
+With ``FLEET_WORKER_GRANTS=1`` it prints, once its requests are done, one line
+"granted SECONDS" per turn it sent: the send time Redis granted that turn
+(:class:`helpers.Grants`, on Redis's clock, the machine's wall clock).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from redis.asyncio.cluster import RedisCluster
 from autothrottle import FixedRatePolicy, Throttle
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.redis import RedisStore
-from helpers import connected
+from helpers import Grants, connected
 
 
 async def main(url: str, redis_url: str, prefix: str, count: int, hold: float, cap: int) -> None:
@@ -41,6 +44,7 @@ async def main(url: str, redis_url: str, prefix: str, count: int, hold: float, c
             await connected(store)
             print("ready", flush=True)
             await asyncio.to_thread(sys.stdin.readline)
+        grants = Grants(store) if os.environ.get("FLEET_WORKER_GRANTS") == "1" else None
         for _ in range(count):
             try:
                 async with session.get(url) as response:
@@ -48,6 +52,9 @@ async def main(url: str, redis_url: str, prefix: str, count: int, hold: float, c
                     print("ok", response.status, flush=True)
             except Exception as error:  # reported to the test, which counts them
                 print("error", type(error).__name__, flush=True)
+        if grants is not None:
+            for granted in grants.sent():
+                print("granted", repr(granted), flush=True)
     await store.aclose()
 
 

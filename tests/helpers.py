@@ -292,3 +292,48 @@ def slot_fields(obj: object, skip: frozenset[str] = frozenset()) -> dict[str, An
             if name not in skip and name != "__weakref__" and hasattr(obj, name):
                 out[name] = getattr(obj, name)
     return out
+
+
+class Grants:
+    """The send times a :class:`~autothrottle.redis.RedisStore`'s answers
+    granted, and the turns it handed back as finished, slot by slot: the
+    fleet's pace as Redis reserved it.
+
+    A turn's granted time is ``server + waited`` of its answer (``i``
+    spacings more for the ``i``-th turn of a run), in seconds on Redis's
+    ``TIME``: the wall clock (``time.time()``) of the machine Redis runs on.
+    It does not move with a process that reached its turn late (a busy
+    event loop, two cores busy, a worker started slowly), where the time a
+    request reached the host does. A turn handed back as finished is one
+    that was sent (a turn reached late goes back through ``late`` instead;
+    a turn voided by a pause through ``released`` too, so a test that
+    counts on this has no pause)."""
+
+    def __init__(self, store: RedisStore) -> None:
+        from autothrottle._redis_parts import as_text, run_leases
+
+        self.granted: dict[str, float] = {}
+        self.finished: dict[str, list[str]] = {}
+        answer, hand_back = store._answer, store.released
+
+        def answered(key: str, ask: TurnAsk, reply: list[Any], *args: Any) -> Any:
+            waited, lease, *_, server = (as_text(part) for part in reply[:7])
+            if lease:  # a turn, or a run of them a spacing apart
+                turns = int(as_text(reply[7])) if len(reply) > 7 else 1
+                spacing = float(as_text(reply[8])) if len(reply) > 8 else 0.0
+                for i, name in enumerate(run_leases(lease, turns)):
+                    self.granted[name] = (float(server) + float(waited) + i * spacing) / 1e6
+            return answer(key, ask, reply, *args)
+
+        def released(key: str, lease: str) -> None:
+            self.finished.setdefault(key, []).append(lease)
+            hand_back(key, lease)
+
+        store._answer = answered  # type: ignore[method-assign]
+        store.released = released  # type: ignore[method-assign]
+
+    def sent(self, key: str | None = None) -> list[float]:
+        """The granted times of slot ``key``'s turns handed back as finished, in
+        order (``None``: every slot's but :data:`CONNECT_KEY`'s)."""
+        keys = [key] if key is not None else sorted(self.finished.keys() - {CONNECT_KEY})
+        return [self.granted[lease] for k in keys for lease in self.finished.get(k, [])]
