@@ -16,16 +16,15 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis.asyncio.cluster as aiocluster
 import redis.cluster
 
 from autothrottle import FixedRatePolicy, Throttle
-from autothrottle._fleet import SharedTurn, TurnAsk
-from autothrottle._redis_parts import as_text, run_leases
+from autothrottle._fleet import TurnAsk
 from autothrottle.redis import RedisStore
+from helpers import Grants
 from test_redis import four_workers_keep_the_pace_of_one, prefix
 
 SHARDS = 3
@@ -133,9 +132,7 @@ async def test_four_processes_on_a_cluster_keep_the_pace_of_one(tmp_path: Path) 
         shards.close()
 
 
-async def test_slots_spread_over_the_shards_each_pace_as_on_one_redis(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_slots_spread_over_the_shards_each_pace_as_on_one_redis(tmp_path: Path) -> None:
     """Each slot's turns are reserved by its own shard's script, on that shard's
     clock, a gap apart: as one Redis reserves them.
 
@@ -151,25 +148,7 @@ async def test_slots_spread_over_the_shards_each_pace_as_on_one_redis(
         client = aiocluster.RedisCluster(host="127.0.0.1", port=ports[0])
         await client.initialize()
         store = RedisStore(client, prefix=prefix())
-        granted: dict[str, float] = {}  # a turn's lease -> its send time on its shard
-        sent: dict[str, list[str]] = {}  # a slot -> the leases of its sent turns, in order
-
-        def answer(key: str, ask: TurnAsk, reply: list[Any], *args: Any) -> SharedTurn:
-            waited, lease, *_, server = (as_text(p) for p in reply[:7])
-            if lease:  # a turn, or a run of them one spacing apart
-                turns = int(as_text(reply[7])) if len(reply) > 7 else 1
-                spacing = int(as_text(reply[8])) if len(reply) > 8 else 0
-                for i, name in enumerate(run_leases(lease, turns)):
-                    granted[name] = (int(server) + int(waited) + i * spacing) / 1e6
-            return answers(key, ask, reply, *args)
-
-        def released(key: str, lease: str) -> None:
-            sent.setdefault(key, []).append(lease)
-            hand_back(key, lease)
-
-        answers, hand_back = store._answer, store.released
-        monkeypatch.setattr(store, "_answer", answer)
-        monkeypatch.setattr(store, "released", released)
+        grants = Grants(store)  # the send times the shards granted, the turns sent
         throttle = Throttle(policy=FixedRatePolicy(20), store=store)
         hosts = [f"host{i}" for i in range(12)]
         nodes = {client.get_node_from_key(f"{{{store.prefix}:{h}}}:s").port for h in hosts}
@@ -185,10 +164,10 @@ async def test_slots_spread_over_the_shards_each_pace_as_on_one_redis(
         await asyncio.wait_for(asyncio.gather(*(five(h) for h in hosts)), 30)
         await store.aclose()
     assert time.monotonic() - started < 10
-    assert sorted(sent) == sorted(hosts)
-    for host, leases in sent.items():
-        assert len(leases) == 5, (host, leases)
-        times = [granted[lease] for lease in leases]
+    assert sorted(grants.finished) == sorted(hosts)
+    for host in hosts:
+        times = grants.sent(host)
+        assert len(times) == 5, (host, times)
         gaps = [b - a for a, b in itertools.pairwise(times)]
         # Each slot at 20/s: its shard reserves the turns one gap apart (times
         # the spacing margin, 1.02), whenever the process got to them.
