@@ -32,7 +32,7 @@ from helpers import WALL, FakeClock
 NOW = 1_700_000_000.0  # Tue, 14 Nov 2023 22:13:20 GMT
 KEY = "api.example"
 MARGIN = 1.0  # sends at a window's own pace, exactly (a fake clock has no timing noise)
-PROPERTY = settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def budget_of(headers: Mapping[str, str], *, now: float) -> RateLimit | None:
