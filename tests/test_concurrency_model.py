@@ -5,9 +5,10 @@ the scripts. A script is a list of operations on a real :class:`Throttle`
 driven through the real asyncio driver on looptime's fake-time loop: start a
 request on a slot (``acquire`` with or without ``max_wait``, or
 ``try_acquire``), cancel a task (waiting or holding its turn), finish a held
-request (200, 429 with ``Retry-After``, 503, a failure, an exception inside the
-lease's ``with``), let the loop run a few turns, advance the clock, pause a slot,
-set its delay by hand, change its cap (``set_host``). An abrupt advance stops
+request (200, 429 with ``Retry-After``, 503, a failure, an exception inside
+the lease's ``with``), pass a held request onto the wire, let the loop run a
+few turns, advance the clock, pause a slot, set its delay by hand, change its
+cap (``set_host``). An abrupt advance stops
 in the loop's turn that reached the time, with the wake-ups of that instant
 still pending, so the next operation lands between a wake-up and the task it
 wakes: a cancel may meet a grant, a deadline or another cancel at one instant.
@@ -29,16 +30,20 @@ What is checked, after every operation and at the end:
   :class:`ThrottleTimeout` exactly at it (looptime's clock ticks in µs);
 - **spacing**: a grant comes no sooner than the previous grant of its slot plus
   the delay in force now and the delay in force when that gap began (unless
-  the delay was set by hand since: it applies to the gap begun, rule 3), and
-  not during a pause. The delay is not checked where it is not the spacing:
-  the adaptive policy's ramp-up lets a falling delay shorten a gap begun
-  (docs/signals.md, "Ramp-up"), a burst spends tokens, a jitter scales it;
+  the delay was set by hand since: it applies to the gap begun, rule 3), less
+  the lead by which rule 10 lets a grant come early, and not during a pause.
+  The delay is not checked where it is not the spacing: the adaptive policy's
+  ramp-up lets a falling delay shorten a gap begun (docs/signals.md,
+  "Ramp-up"), a burst spends tokens, a jitter scales it;
+- **the wire**: a held request that takes its turn on the wire goes no sooner
+  than the last one of its slot plus the gap of the later grant of the two,
+  and not during a pause (rule 10);
 - **the end**: once every held request is let go and the clock has run long
   enough, every request that was not cancelled and had no bound was granted
   (no starvation), every lease is released and the slots hold nothing.
 
-Not covered here: threads (the blocking driver), the wire turn (rule 10),
-holds that expire (``hold_timeout``), a fleet's shared store.
+Not covered here: threads (the blocking driver), holds that expire
+(``hold_timeout``), a fleet's shared store.
 ``AUTOTHROTTLE_MODEL_EXAMPLES=5000`` runs more scripts than the suite's.
 """
 
@@ -158,6 +163,8 @@ class SetCap:
 Op = Ask | Cancel | Finish | Advance | Turns | Pause | SetDelay | SetCap
 
 OUTCOMES = ("ok", "finish", "refused", "unavailable", "failed", "raised", "released")
+"""How a held request ends; ``Finish(pick, "wire")`` instead takes its turn on
+the wire (rule 10) and holds on, as a client between its request and the answer."""
 
 _slot = st.integers(0, len(SLOTS) - 1)
 _pick = st.integers(0, 29)
@@ -179,6 +186,7 @@ _kinds = {
         st.sampled_from(OUTCOMES),
         st.sampled_from([0.0, 0.05, 0.3, 1.0, 2.0, 5.0]),
     ),
+    "wire": st.builds(Finish, _pick, st.just("wire")),
     "advance": _advances,
     "turns": st.builds(Turns, st.sampled_from([1, 2, 3, 50])),
     "pause": st.builds(Pause, _slot, st.sampled_from([0.5, 1.0, 3.0])),
@@ -189,6 +197,7 @@ _WEIGHTS = {
     "ask": 6,
     "cancel": 2,
     "finish": 3,
+    "wire": 4,
     "advance": 3,
     "turns": 1,
     "pause": 1,
@@ -232,6 +241,8 @@ class SlotModel:
     delay_at_last_grant: float = 0.0
     set_by_hand: bool = False
     over: int = 0  # holders a lowered cap left in flight, while they last
+    wire: Lease | None = None  # the last request on the wire
+    wire_at: float = -math.inf
 
 
 class Boom(Exception):
@@ -248,6 +259,7 @@ class Model:
     caps: dict[str, int] = field(default_factory=lambda: dict(CAPS))
     errors: list[str] = field(default_factory=list)
     draining: bool = False
+    wires: int = 0
     _order: itertools.count[int] = field(default_factory=itertools.count)
 
     def now(self) -> float:
@@ -397,6 +409,8 @@ class Model:
             delay = self.throttle.slot(key).delay
             if slot.last_grant is not None:
                 need = delay if slot.set_by_hand else max(delay, slot.delay_at_last_grant)
+                # Early by the grants' lead to the wire, a quarter of the gap at most (rule 10).
+                need -= min(live.gate.lead, 0.25 * need)
                 gap = now - slot.last_grant
                 if gap < need - EPS:
                     problems.append(f"granted {gap!r} s after the last grant, delay {need!r}")
@@ -414,6 +428,12 @@ class Model:
         try:
             with lease:
                 outcome, value = await request.outcome
+                while outcome == "wire":
+                    await self.wire(request, lease)
+                    request.outcome = self.loop.create_future()
+                    if self.draining:
+                        request.outcome.set_result(("released", 0.0))
+                    outcome, value = await request.outcome
                 if outcome == "ok":
                     lease.observe(latency=value, status=200)
                 elif outcome == "finish":
@@ -438,6 +458,31 @@ class Model:
             self.ended(request, request.ended or "released")
             if not lease.released:
                 self.errors.append(f"request {request.index}: its lease outlived its with")
+
+    async def wire(self, request: Request, lease: Lease) -> None:
+        """Take the wire turn as the adapters do, and check it: no sooner than
+        the last request on the wire plus the gap of the later grant of the two,
+        and not during a pause (rule 10)."""
+        while True:
+            wait = lease.wire_wait()
+            if wait <= 0.0:
+                break
+            await asyncio.sleep(wait)
+        now = self.now()
+        slot = self.slots[request.key]
+        last = slot.wire
+        pause_until = self.throttle.slot(request.key).pause_until
+        if now < pause_until - EPS:
+            self.errors.append(f"request {request.index} on the wire in a pause")
+        if last is not None:
+            gap = lease.wire_gap if lease.sent_at >= last.sent_at else last.wire_gap
+            if now - slot.wire_at < gap - EPS:
+                self.errors.append(
+                    f"request {request.index} on the wire {now - slot.wire_at!r} s "
+                    f"after the last, gap {gap!r}"
+                )
+        slot.wire, slot.wire_at = lease, now
+        self.wires += 1
 
     def ended(self, request: Request, how: str) -> None:
         """The request's task ends (or, holding, is about to)."""
@@ -536,7 +581,7 @@ def run_script(policy: str, script: list[Op]) -> Model:
 
 
 @settings(
-    max_examples=int(os.environ.get("AUTOTHROTTLE_MODEL_EXAMPLES", "400")),
+    max_examples=int(os.environ.get("AUTOTHROTTLE_MODEL_EXAMPLES", "300")),
     deadline=None,
     database=None,
     derandomize=True,
@@ -548,6 +593,7 @@ def test_random_interleavings_keep_every_promise(policy: str, script: list[Op]) 
     for how in sorted({r.ended for r in model.requests}):
         event(f"a request {how}")
     event(f"requests: {len(model.requests) // 5 * 5}+")
+    event(f"on the wire: {min(model.wires, 3)}+")
 
 
 @pytest.mark.parametrize("policy", sorted(VARIANTS))
