@@ -506,10 +506,14 @@ else:
             cls,
             base_url: str | URL | None = None,
             *,
-            throttle: Throttle,
+            throttle: Throttle | None = None,
             request_options: bool = True,
             **kwargs: Unpack[_SessionOptions],
         ) -> ClientSession:
+            # Python's own message for a missing keyword would name this
+            # metaclass's __call__, a private name the user never wrote.
+            if throttle is None:
+                raise TypeError(_missing_throttle(base_url))
             return _throttled_session(base_url, throttle, request_options, dict(kwargs))
 
         def __instancecheck__(cls, instance: object) -> bool:
@@ -543,6 +547,19 @@ else:
         (``trace_request_ctx`` options are then ignored; the ``X-AutoThrottle``
         header still works).
         """
+
+
+def _missing_throttle(base_url: object) -> str:
+    """The message of a ``ThrottledSession`` built without ``throttle``: what
+    the parameter takes and how to pass it (a throttle given positionally
+    lands in ``base_url``, hence the second sentence)."""
+    message = (
+        "ThrottledSession needs throttle=, an autothrottle.Throttle (keyword only), e.g. "
+        "ThrottledSession(throttle=Throttle())"
+    )
+    if isinstance(base_url, Throttle):
+        message += "; the Throttle was passed positionally, where base_url goes"
+    return message
 
 
 def _throttled_session(
