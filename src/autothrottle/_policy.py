@@ -182,7 +182,7 @@ class SlotConfig:
         ``start_delay=None`` is the policy's own (:attr:`DelayPolicy.start_delay`).
         """
         if not isinstance(policy, DelayPolicy):
-            raise TypeError(f"policy must be a DelayPolicy, got {policy!r}")
+            raise TypeError(_policy_hint(policy))
         if start_delay is None:
             start_delay = policy.start_delay
         start = check_number("start_delay", start_delay)
@@ -210,6 +210,29 @@ class SlotConfig:
             delay = low
         high = self.max_delay
         return high if delay > high else delay
+
+
+def _policy_hint(policy: object) -> str:
+    """Why ``policy`` is not one, and what to pass instead.
+
+    The two likely slips get their fix spelled out: the class where an
+    instance belongs (its name, not its private module, and the call), and a
+    name as the command line and Scrapy's settings write it, which only
+    ``policy_from_text`` reads (a string here would mean a second reader of
+    the same names)."""
+    if isinstance(policy, type) and issubclass(policy, DelayPolicy):
+        name = policy.__name__
+        return (
+            f"policy must be a DelayPolicy instance, got the class {name}; "
+            f"pass an instance: policy={name}()"
+        )
+    if isinstance(policy, str):
+        return (
+            f"policy must be a DelayPolicy, got the string {policy!r}; a policy named "
+            "in text is read by autothrottle.policy.policy_from_text: "
+            f"policy=policy_from_text({policy!r})"
+        )
+    return f"policy must be a DelayPolicy, got {policy!r}"
 
 
 def _policy_burst(policy: DelayPolicy) -> int:
