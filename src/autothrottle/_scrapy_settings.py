@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
-from scrapy.settings import BaseSettings
+from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
 from scrapy.utils.misc import load_object
 
 from ._policy import DelayPolicy
@@ -16,7 +16,7 @@ from ._policy_text import policy_from_text
 from ._store import MemoryStore, SlotStore
 from ._throttle import Throttle
 
-__all__ = ["policy_from_setting", "throttle_from_settings"]
+__all__ = ["kept_limits", "policy_from_setting", "throttle_from_settings"]
 
 
 def policy_from_setting(value: object, setting: str = "AUTOTHROTTLE_POLICY") -> DelayPolicy:
@@ -136,3 +136,44 @@ def throttle_from_settings(settings: BaseSettings, spider_name: str = "spider") 
         if "max_concurrency" in str(error):
             named.append("CONCURRENT_REQUESTS_PER_DOMAIN")
         raise type(error)(f"{' / '.join(named) or 'autothrottle settings'}: {error}") from error
+
+
+def _project_set(settings: BaseSettings, name: str) -> bool:
+    """Whether ``name`` comes from the project (or a spider, an add-on, the
+    command line) rather than Scrapy's defaults."""
+    return (settings.getpriority(name) or 0) > SETTINGS_PRIORITIES["default"]
+
+
+def kept_limits(settings: BaseSettings) -> str | None:
+    """The line saying which of the project's own cap and floor the throttle
+    keeps, or None when neither binds.
+
+    ``scrapy startproject`` writes ``CONCURRENT_REQUESTS_PER_DOMAIN = 1`` and
+    ``DOWNLOAD_DELAY = 1`` into a new project; kept as Scrapy means them, they
+    hold every host to one request at a time and a second apart whatever the
+    policy finds, which looks like a throttle that does not adapt. Said once
+    at start, naming each setting, the user can tell a choice from a default.
+    Scrapy's own defaults (a cap of 8, no floor) are not a choice and are not
+    named.
+    """
+    kept: list[str] = []
+    per_ip = settings.getint("CONCURRENT_REQUESTS_PER_IP")
+    cap = "CONCURRENT_REQUESTS_PER_IP" if per_ip else "CONCURRENT_REQUESTS_PER_DOMAIN"
+    if _project_set(settings, cap):
+        value = settings.getint(cap)
+        noun = "request" if value == 1 else "requests"
+        kept.append(f"{cap} = {value} (at most {value} {noun} at a time per slot)")
+    delay = settings.getfloat("DOWNLOAD_DELAY")
+    if delay > 0 and _project_set(settings, "DOWNLOAD_DELAY"):
+        spread = _jitter(settings)
+        average = f", on average: each gap is spread ±{spread:.0%}" if spread else ""
+        kept.append(
+            f"DOWNLOAD_DELAY = {delay:g} (never faster than {1 / delay:.3g}/s per slot{average})"
+        )
+    if not kept:
+        return None
+    return (
+        f"autothrottle keeps the project's {' and '.join(kept)}, whatever the policy "
+        f"finds; remove {'them' if len(kept) > 1 else 'it'} for the policy to find each host's "
+        "pace (docs/scrapy.md)"
+    )

@@ -65,7 +65,7 @@ from ._exchange import Exchange, ThrottleInfo
 from ._lease import Lease
 from ._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
 from ._scrapy_parts import CLOSING, Held, as_meta, hook_engine_close, host_failure, response_headers
-from ._scrapy_settings import throttle_from_settings
+from ._scrapy_settings import kept_limits, throttle_from_settings
 from ._store import MemoryStore
 
 __all__ = ["INFO_KEY", "AutoThrottleMiddleware", "ThrottleWaitTimeout", "blocked"]
@@ -132,6 +132,9 @@ class AutoThrottleMiddleware:
         self.throttle = throttle_from_settings(
             settings, getattr(crawler.spidercls, "name", None) or "spider"
         )
+        limits = kept_limits(settings)
+        if limits is not None:
+            logger.info(limits)
         self._debug = settings.getbool("AUTOTHROTTLE_DEBUG")
         pattern = settings.get("AUTOTHROTTLE_BLOCK_PATTERN")
         self._block_pattern = re.compile(pattern) if pattern else None

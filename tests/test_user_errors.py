@@ -1,0 +1,183 @@
+"""What a user reads after a slip at construction: the library's words, naming
+the parameter and the value, and the fix; never a private name of ours.
+
+Also the one line a Scrapy crawl logs at start when the project's own
+``CONCURRENT_REQUESTS_PER_DOMAIN`` / ``DOWNLOAD_DELAY`` hold it to a cap or a
+floor (a new project's 1 and 1 look like a throttle that does not adapt).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from autothrottle import AIMDPolicy, AutoThrottlePolicy, HostSettings, Throttle
+from autothrottle._scrapy_settings import kept_limits
+from autothrottle.aiohttp import ThrottledSession
+from autothrottle.httpx import (
+    AsyncThrottledClient,
+    AsyncThrottledTransport,
+    ThrottledClient,
+    ThrottledTransport,
+)
+from autothrottle.policy import policy_from_text
+from autothrottle.requests import ThrottledHTTPAdapter
+from autothrottle.requests import ThrottledSession as RequestsSession
+from autothrottle.scrapy import AutoThrottleMiddleware
+
+PRIVATE = re.compile(r"(?<![\w.])_[A-Za-z]\w*|\._[A-Za-z]")
+"""A private name of ours (``_SessionFactory``, ``autothrottle._policies``)."""
+
+ADAPTERS: list[Callable[..., Any]] = [
+    ThrottledSession,
+    AsyncThrottledClient,
+    AsyncThrottledTransport,
+    ThrottledClient,
+    ThrottledTransport,
+    ThrottledHTTPAdapter,
+    RequestsSession,
+]
+
+
+def message(error: pytest.ExceptionInfo[BaseException]) -> str:
+    text = str(error.value)
+    assert not PRIVATE.search(text), text
+    return text
+
+
+# -- adapters without a throttle -----------------------------------------------------------
+
+
+def test_an_aiohttp_session_without_a_throttle_says_what_to_pass() -> None:
+    with pytest.raises(TypeError) as error:
+        ThrottledSession()  # type: ignore[call-arg]
+    text = message(error)
+    assert "throttle=" in text
+    assert "autothrottle.Throttle" in text
+    assert "ThrottledSession(throttle=Throttle())" in text
+
+
+def test_an_aiohttp_throttle_passed_positionally_is_pointed_at() -> None:
+    with pytest.raises(TypeError) as error:
+        ThrottledSession(Throttle())  # type: ignore[arg-type, call-arg]
+    assert "positionally, where base_url goes" in message(error)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: f"{a.__module__}.{a.__name__}")
+def test_every_adapter_without_a_throttle_names_the_parameter(adapter: Callable[..., Any]) -> None:
+    with pytest.raises(TypeError) as error:
+        adapter()
+    assert "throttle" in message(error)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: f"{a.__module__}.{a.__name__}")
+def test_every_adapter_with_a_wrong_throttle_names_it_and_the_value(
+    adapter: Callable[..., Any],
+) -> None:
+    with pytest.raises(TypeError) as error:
+        adapter(throttle="slow")
+    text = message(error)
+    assert "throttle must be an autothrottle.Throttle" in text
+    assert "'slow'" in text
+
+
+# -- a policy that is not one --------------------------------------------------------------
+
+
+def test_a_policy_class_asks_for_an_instance() -> None:
+    with pytest.raises(TypeError) as error:
+        Throttle(policy=AutoThrottlePolicy)  # type: ignore[arg-type]
+    text = message(error)
+    assert "policy" in text
+    assert "the class AutoThrottlePolicy" in text
+    assert "pass an instance: policy=AutoThrottlePolicy()" in text
+
+
+def test_a_policy_named_in_text_points_to_the_reader_of_text() -> None:
+    with pytest.raises(TypeError) as error:
+        Throttle(policy="adaptive")  # type: ignore[arg-type]
+    text = message(error)
+    assert "'adaptive'" in text
+    assert "policy_from_text('adaptive')" in text
+    # ... and what the message suggests is accepted.
+    assert Throttle(policy=policy_from_text("adaptive")).config.policy is not None
+
+
+def test_a_host_s_policy_gets_the_same_hint_under_its_host() -> None:
+    with pytest.raises(TypeError) as error:
+        Throttle(hosts={"api.example.com": HostSettings(policy=AIMDPolicy)})  # type: ignore[arg-type]
+    text = message(error)
+    assert "api.example.com" in text
+    assert "policy=AIMDPolicy()" in text
+
+
+def test_any_other_value_is_named() -> None:
+    with pytest.raises(TypeError) as error:
+        Throttle(policy=3)  # type: ignore[arg-type]
+    assert "policy must be a DelayPolicy, got 3" in message(error)
+
+
+# -- Scrapy: the project's own cap and floor, said once at start ---------------------------
+
+
+def test_a_new_project_s_cap_and_floor_are_named_with_their_meaning() -> None:
+    line = kept_limits(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 1, "DOWNLOAD_DELAY": 1}))
+    assert line is not None
+    assert "CONCURRENT_REQUESTS_PER_DOMAIN = 1 (at most 1 request at a time per slot)" in line
+    assert "DOWNLOAD_DELAY = 1 (never faster than 1/s per slot" in line
+    assert "remove them" in line
+
+
+def test_a_floor_without_jitter_is_exact_and_a_cap_plural() -> None:
+    settings = {
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 4,
+        "DOWNLOAD_DELAY": 0.25,
+        "RANDOMIZE_DOWNLOAD_DELAY": False,
+    }
+    line = kept_limits(Settings(settings))
+    assert line is not None
+    assert "at most 4 requests at a time per slot" in line
+    assert "never faster than 4/s per slot)" in line
+
+
+@pytest.mark.filterwarnings("ignore:The CONCURRENT_REQUESTS_PER_IP setting is deprecated")
+def test_the_per_ip_cap_is_the_one_named_when_set() -> None:
+    line = kept_limits(Settings({"CONCURRENT_REQUESTS_PER_IP": 2}))
+    assert line is not None
+    assert "CONCURRENT_REQUESTS_PER_IP = 2" in line
+    assert "CONCURRENT_REQUESTS_PER_DOMAIN" not in line
+    assert "remove it " in line
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{}, {"DOWNLOAD_DELAY": 0}, {"AUTOTHROTTLE_POLICY": "adaptive"}],
+    ids=["scrapy-defaults", "no-floor", "other-settings"],
+)
+def test_scrapy_s_defaults_and_no_floor_say_nothing(settings: dict[str, Any]) -> None:
+    assert kept_limits(Settings(settings)) is None
+
+
+def _middleware_lines(
+    caplog: pytest.LogCaptureFixture, settings: dict[str, Any]
+) -> list[logging.LogRecord]:
+    crawler = get_crawler(settings_dict={"AUTOTHROTTLE_ENABLED": False, **settings})
+    with caplog.at_level(logging.INFO, logger="autothrottle.scrapy"):
+        AutoThrottleMiddleware(crawler)
+    return [r for r in caplog.records if "keeps the project's" in r.getMessage()]
+
+
+def test_the_middleware_logs_the_line_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    lines = _middleware_lines(caplog, {"CONCURRENT_REQUESTS_PER_DOMAIN": 1, "DOWNLOAD_DELAY": 1})
+    assert [r.levelno for r in lines] == [logging.INFO]
+    assert "DOWNLOAD_DELAY = 1" in lines[0].getMessage()
+
+
+def test_the_middleware_is_quiet_on_scrapy_s_defaults(caplog: pytest.LogCaptureFixture) -> None:
+    assert _middleware_lines(caplog, {}) == []
