@@ -581,7 +581,7 @@ def run_script(policy: str, script: list[Op]) -> Model:
 
 
 @settings(
-    max_examples=int(os.environ.get("AUTOTHROTTLE_MODEL_EXAMPLES", "300")),
+    max_examples=int(os.environ.get("AUTOTHROTTLE_MODEL_EXAMPLES", "400")),
     deadline=None,
     database=None,
     derandomize=True,
