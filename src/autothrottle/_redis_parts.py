@@ -116,18 +116,27 @@ DOWN = Down()
 
 class Ask:
     """One turn waiting to be sent, and, once sent, its reply: ``script`` is
-    "turn" (reserve one) or "look" (may a late turn ``lease`` go now)."""
+    "turn" (reserve a run of ``turns``) or "look" (may a late turn ``lease`` go
+    now). ``turns`` is what Redis may have reserved under ``lease`` when an
+    answer is lost (a look reserves none)."""
 
-    __slots__ = ("args", "done", "key", "lease", "reply", "script")
+    __slots__ = ("args", "done", "key", "lease", "reply", "script", "turns")
 
     def __init__(
-        self, key: str, args: list[str | int], lease: str, done: Any, script: str = "turn"
+        self,
+        key: str,
+        args: list[str | int],
+        lease: str,
+        done: Any,
+        script: str = "turn",
+        turns: int = 1,
     ) -> None:
         self.key = key
         self.args = args
         self.lease = lease
         self.done = done  # an asyncio.Future, or a threading.Event
         self.script = script
+        self.turns = turns
         self.reply: list[Any] | BaseException | Down | None = None
 
 

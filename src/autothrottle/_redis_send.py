@@ -625,11 +625,11 @@ class Sender:
 
 def _reserved(ask: Ask) -> list[tuple[str, str]]:
     """What Redis may have reserved for a turn whose answer was lost: the leases of
-    the run it asked for (``RedisStore._ask`` puts the run's length 14th), none
-    for a look (its lease is its request's, still in flight)."""
+    the run it asked for, none for a look (its lease is its request's, still in
+    flight)."""
     if ask.script != "turn":
         return []
-    return [(ask.key, lease) for lease in run_leases(ask.lease, int(ask.args[13]))]
+    return [(ask.key, lease) for lease in run_leases(ask.lease, ask.turns)]
 
 
 def _cancelling() -> bool:

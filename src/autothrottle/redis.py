@@ -404,7 +404,7 @@ class RedisStore:
             run[0],
             us(run[1]),
         ]
-        return Ask(key, args, lease, done)
+        return Ask(key, args, lease, done, turns=run[0])
 
     def _look_args(self, key: str, lease: str, ask: TurnAsk, now: float) -> list[str | int]:
         hold = ask.hold if math.isfinite(ask.hold) else 3_600.0
