@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
@@ -439,3 +441,25 @@ def test_a_pool_timeout_set_on_a_sync_client_bounds_a_threads_wait(package: str)
     with client, pytest.raises(ThrottlePoolTimeout, match=f"{package} pool timeout"):
         client.get(URL)
     assert throttle.slot("api.example").queued == 0
+
+
+# -- what the first request costs ---------------------------------------------------------
+
+
+def test_the_client_imports_its_http_core_as_it_is_built_not_in_a_request(
+    package: str,
+) -> None:
+    # Plain httpx imports httpcore as the client is built. The pools are made at
+    # each origin's first request: left to them, that import (about a second on
+    # a busy machine) would block the event loop in the middle of a crawl.
+    core = {"httpx": "httpcore", "httpx2": "httpcore2"}[package]
+    code = (
+        "import sys\n"
+        "from autothrottle import Throttle\n"
+        f"from autothrottle.{package} import AsyncThrottledClient\n"
+        f"assert {core!r} not in sys.modules, 'imported with the adapter already'\n"
+        "AsyncThrottledClient(throttle=Throttle())\n"
+        f"assert {core!r} in sys.modules, 'not imported as the client was built'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

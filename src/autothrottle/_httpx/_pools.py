@@ -346,6 +346,13 @@ def pools_for(
     """
     if pool_per_host is False or kwargs.get("transport") is not None:
         return None
+    # httpx imports httpcore when it makes its first transport, which plain
+    # httpx does as the client is built. Pools are made at each origin's first
+    # request, so that import (50 ms quiet, about a second on a busy machine,
+    # trio's with it where trio is installed) would block the event loop, and
+    # every other request on it, in the middle of a crawl: it is done here.
+    import httpcore  # noqa: F401
+
     context = httpx.create_ssl_context(
         verify=kwargs.get("verify", True),
         cert=kwargs.get("cert"),

@@ -347,6 +347,13 @@ def pools_for(
     """
     if pool_per_host is False or kwargs.get("transport") is not None:
         return None
+    # httpx2 imports httpcore2 when it makes its first transport, which plain
+    # httpx2 does as the client is built. Pools are made at each origin's first
+    # request, so that import (50 ms quiet, about a second on a busy machine,
+    # trio's with it where trio is installed) would block the event loop, and
+    # every other request on it, in the middle of a crawl: it is done here.
+    import httpcore2  # noqa: F401
+
     context = httpx2.create_ssl_context(
         verify=kwargs.get("verify", True),
         cert=kwargs.get("cert"),
