@@ -6,11 +6,15 @@ recorded by hand, request by request, at set times: no server, no clock.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 
+from autothrottle.cli._demo import _p90, _tick
 from autothrottle.cli._demo_crawl import Tally
 from autothrottle.cli._demo_judge import Figures, Outcome
 from autothrottle.cli._demo_sites import Site
+from autothrottle.cli._demo_view import BUSY_LATENESS, busy_note
 from autothrottle.sim import CDN, Capacity, HostStats
 from autothrottle.sim._stats import Recorder
 
@@ -91,3 +95,39 @@ def test_a_cache_s_origin_with_misses_waiting_is_not_too_cautious() -> None:
     calm = dataclasses.replace(origin, mean_queued=0.0)
     quiet = dataclasses.replace(front, origin=calm)
     assert Outcome(site, Tally(), quiet, 0.0).verdict().startswith("too cautious")
+
+
+# -- a busy machine -----------------------------------------------------------------------
+
+
+def test_a_loop_that_kept_time_gets_no_busy_note() -> None:
+    assert busy_note(0.0, 0.3, 2) is None
+    assert busy_note(BUSY_LATENESS * 0.9, 12.0, 2) is None  # the loop, not the load, decides
+
+
+def test_a_late_loop_gets_a_note_with_its_lateness_and_the_load() -> None:
+    note = busy_note(0.054, 10.63, 2)
+    assert note is not None
+    text = note.plain
+    assert "load 10.6 on 2 cores" in text and "54 ms late" in text and "too cautious" in text
+    bare = busy_note(BUSY_LATENESS, None, None)  # no load average on this system
+    assert bare is not None and "load" not in bare.plain and "10 ms late" in bare.plain
+
+
+def test_the_ticker_sees_a_loop_held_back() -> None:
+    # A callback that holds the loop 150 ms makes the ticker's next wake-up at
+    # least that late (a lower bound: more load only makes it later).
+    async def scenario() -> list[float]:
+        lateness: list[float] = []
+        ticking = asyncio.create_task(_tick(lateness, every=0.01))
+        await asyncio.sleep(0.05)
+        time.sleep(0.15)  # noqa: ASYNC251 (holding the loop is the point)
+        await asyncio.sleep(0.05)
+        ticking.cancel()
+        await asyncio.gather(ticking, return_exceptions=True)
+        return lateness
+
+    lateness = asyncio.run(scenario())
+    assert max(lateness) >= 0.14 - 0.01
+    assert all(late >= 0.0 for late in lateness)
+    assert _p90([0.0] * 9 + [1.0]) == 1.0 and _p90([]) == 0.0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from pathlib import Path
@@ -26,15 +27,18 @@ from autothrottle.timeline import Timeline
 from ._demo_crawl import Crawl, Host, build_throttle, fetchers
 from ._demo_judge import Outcome
 from ._demo_sites import Sites, sites
-from ._demo_view import intro, new_console, progress, summary_table, verdicts
+from ._demo_view import busy_note, intro, new_console, progress, summary_table, verdicts
 
 __all__ = ["run"]
 
 
 async def _crawl(
-    duration: float, live: bool, seed: int | None, console: Console
+    duration: float, live: bool, seed: int | None, console: Console, lateness: list[float]
 ) -> tuple[list[Outcome], Timeline, float]:
-    """Serve the sites, crawl them until the time is up; the outcomes, timeline, seconds."""
+    """Serve the sites, crawl them until the time is up; the outcomes, timeline, seconds.
+
+    ``lateness`` gets how late the event loop woke, again and again, over the crawl.
+    """
     demo_sites = sites()
     throttle = build_throttle(demo_sites, seed=seed)
     timeline = Timeline(throttle, interval=0.1)
@@ -47,13 +51,15 @@ async def _crawl(
             await timeline.start()
             workers = crawl.start(fetch)
             shown = asyncio.create_task(progress(crawl, console, live, started, duration))
+            ticking = asyncio.create_task(_tick(lateness))
             try:
                 await _wait(duration)
             finally:
                 elapsed = time.monotonic() - started
                 crawl.stop.set()
                 shown.cancel()
-                await asyncio.gather(shown, return_exceptions=True)
+                ticking.cancel()
+                await asyncio.gather(shown, ticking, return_exceptions=True)
                 await crawl.finish(workers)
                 await timeline.stop()
         truth = await server.stats()
@@ -64,6 +70,26 @@ async def _crawl(
         if h.site.address in snapshot
     ]
     return outcomes, timeline, elapsed
+
+
+async def _tick(lateness: list[float], every: float = 0.05) -> None:
+    """How late the event loop wakes from a short sleep, until cancelled: on a busy
+    machine the crawl's requests go out later than the throttle allows."""
+    while True:
+        asked = time.monotonic()
+        await asyncio.sleep(every)
+        lateness.append(max(0.0, time.monotonic() - asked - every))
+
+
+def _p90(values: list[float]) -> float:
+    return sorted(values)[int(len(values) * 0.9)] if values else 0.0
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # no load average on this system
+        return None
 
 
 async def _wait(duration: float) -> None:
@@ -105,10 +131,15 @@ def run(
         raise ValueError(f"out: cannot write the chart to {str(path)!r}: {exc}") from None
     if path.is_dir():
         raise ValueError(f"out: {str(path)!r} is a directory; give a file name such as demo.png")
-    outcomes, timeline, elapsed = asyncio.run(_crawl(duration, live, seed, console))
+    lateness: list[float] = []
+    outcomes, timeline, elapsed = asyncio.run(_crawl(duration, live, seed, console, lateness))
     console.print()
     console.print(summary_table(outcomes, elapsed, console.width))
     console.print(verdicts(outcomes))
+    note = busy_note(_p90(lateness), _load(), os.cpu_count())
+    if note is not None:
+        console.print()
+        console.print(note)
     console.print()
     timeline.plot(
         path,

@@ -30,7 +30,15 @@ from ._demo_crawl import WORKERS, Crawl, Host, Tally
 from ._demo_judge import VERDICT_WORDS, Outcome, ms
 from ._demo_sites import Site
 
-__all__ = ["new_console", "intro", "progress", "summary_table", "verdicts"]
+__all__ = [
+    "BUSY_LATENESS",
+    "busy_note",
+    "new_console",
+    "intro",
+    "progress",
+    "summary_table",
+    "verdicts",
+]
 
 
 def _rate(value: float) -> str:
@@ -232,6 +240,32 @@ def verdicts(outcomes: list[Outcome]) -> Table:
     for word, meaning in VERDICT_WORDS:
         table.add_row(Text(word, style="dim"), Text(meaning, style="dim"))
     return table
+
+
+BUSY_LATENESS = 0.010
+"""How late (seconds, at the 90th percentile) the crawler's event loop may wake
+before the demo says the machine was busy. A quiet 2-core machine wakes it
+within a millisecond or two; at 10 ms and more the workers send later than
+the throttle allows, and the sites see a slower crawl than the throttle's."""
+
+
+def busy_note(lateness_p90: float, load: float | None, cores: int | None) -> Text | None:
+    """A warning under the verdicts when the machine, not the throttle, set the pace.
+
+    ``lateness_p90``: how late the crawler's event loop woke, at the 90th
+    percentile; ``load``: the 1-minute load average at the end (None where the
+    system has none); ``cores``: the machine's. None when the loop kept time.
+    """
+    if not lateness_p90 >= BUSY_LATENESS:
+        return None
+    where = f"load {load:.1f} on {cores} cores; " if load is not None and cores else ""
+    return Text(
+        f"This machine was busy while the demo ran ({where}the crawler's event loop woke "
+        f"{lateness_p90 * 1000:.0f} ms late at the 90th percentile): its requests went out "
+        "later than the throttle allowed, so a verdict of too cautious is the machine's as "
+        "much as the throttle's. Run it again when the machine is quieter.",
+        style="yellow",
+    )
 
 
 async def progress(
