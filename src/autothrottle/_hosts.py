@@ -11,6 +11,7 @@ not ``example.com`` itself.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from fnmatch import fnmatchcase
@@ -80,7 +81,7 @@ def _specificity(pattern: str) -> tuple[int, int]:
 class HostTable:
     """Resolves a slot key to its config; built once, validated at construction."""
 
-    __slots__ = ("_base", "_exact", "_given", "_globs")
+    __slots__ = ("_base", "_exact", "_given", "_globs", "_lock")
 
     def __init__(self, base: SlotConfig, hosts: Mapping[str, object] | None) -> None:
         self._base = base
@@ -88,6 +89,7 @@ class HostTable:
         self._globs: list[tuple[str, SlotConfig]] = []
         #: Normalised pattern -> its config, in the order given (the tie-break among globs).
         self._given: dict[str, SlotConfig] = {}
+        self._lock = threading.Lock()  # one set() at a time; config_for takes none
         if hosts is None:
             hosts = {}
         if not isinstance(hosts, Mapping):
@@ -117,13 +119,22 @@ class HostTable:
         self._globs = [(key, config) for _, _, key, config in globs]
 
     def set(self, pattern: str, value: object) -> None:
-        """Settings for ``pattern`` from now on, replacing any given before for it."""
+        """Settings for ``pattern`` from now on, replacing any given before for it.
+
+        An exact host is stored in place (one store into a dict: a reader sees
+        it or not), so a crawl that sets each host's floor as it meets it
+        (``autothrottle fetch``'s robots.txt) pays as much for its 100,000th
+        as for its first: rebuilding the index each time made n hosts cost n
+        squared. A glob rebuilds the index (the order of globs is their tie-break).
+        """
         key = self._key(pattern)
         config = self._merge(pattern, _as_settings(pattern, value))
-        given = dict(self._given)
-        given[key] = config
-        self._given = given
-        self._index()
+        with self._lock:
+            self._given[key] = config
+            if _WILDCARDS.isdisjoint(key):
+                self._exact[key] = config
+            else:
+                self._index()
 
     def _merge(self, pattern: str, settings: HostSettings) -> SlotConfig:
         base = self._base
