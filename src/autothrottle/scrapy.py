@@ -66,6 +66,7 @@ from ._lease import Lease
 from ._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
 from ._scrapy_parts import CLOSING, Held, as_meta, hook_engine_close, host_failure, response_headers
 from ._scrapy_settings import kept_limits, throttle_from_settings
+from ._slot import SlotSnapshot
 from ._store import MemoryStore
 
 __all__ = ["INFO_KEY", "AutoThrottleMiddleware", "ThrottleWaitTimeout", "blocked"]
@@ -82,6 +83,9 @@ optionally ``pause`` (seconds to send nothing to the slot)::
 
 _STATS_EVERY = 1.0
 """Seconds between writes of the counted stats to the crawl's stats collector."""
+
+_LOOK_AT = 1024
+"""The fewest slots noted before the middleware looks for those the throttle forgot."""
 
 INFO_KEY = "autothrottle_info"
 """The ``request.meta`` (and ``response.meta``) key of the
@@ -141,7 +145,11 @@ class AutoThrottleMiddleware:
         self._state_file = settings.get("AUTOTHROTTLE_STATE_FILE")
         self._held: weakref.WeakKeyDictionary[Request, Held] = weakref.WeakKeyDictionary()
         self._waiting: set[anyio.CancelScope] = set()
+        # Each slot this crawl used, its pauses and cache hits when last read; the
+        # slots the throttle forgot are let go of (_let_go) and banked here.
         self._seen: dict[str, tuple[int, int]] = {}
+        self._banked = [0, 0, 0]  # slots let go of, their pauses, their cache hits
+        self._look_at = _LOOK_AT
         self._closing = False
         self._counts: dict[str, int] = {}  # stats counted since they were last written
         self._waited = self._waited_max = 0.0
@@ -330,8 +338,32 @@ class AutoThrottleMiddleware:
         """Note the slot's counters when this crawl first uses it: a state file or
         the fleet may bring counts from earlier runs."""
         if key not in self._seen:
+            if len(self._seen) >= self._look_at:
+                self._let_go()
             snapshot = self.throttle.slot(key).snapshot()
             self._seen[key] = (snapshot.pauses, snapshot.cache_hits)
+
+    def _let_go(self) -> dict[str, SlotSnapshot]:
+        """Bank what the slots counted so far and let go of those the throttle
+        forgot (idle past its store's ``idle_timeout``), so that a crawl of
+        millions of hosts keeps about its live slots here, not every host it
+        met. Looked at when the slots noted reach twice those kept at the last
+        look: a first sight pays for it, never the usual request."""
+        live = self.throttle.snapshot()
+        kept: dict[str, tuple[int, int]] = {}
+        banked = self._banked
+        for key, (pauses, hits) in self._seen.items():
+            snapshot = live.get(key)
+            if snapshot is None:
+                banked[0] += 1  # what it counted since the last look went with it
+                continue
+            # (a slot forgotten and made again since counts from its new start)
+            banked[1] += max(0, snapshot.pauses - pauses)
+            banked[2] += max(0, snapshot.cache_hits - hits)
+            kept[key] = (snapshot.pauses, snapshot.cache_hits)
+        self._seen = kept
+        self._look_at = max(_LOOK_AT, 2 * len(kept))
+        return live
 
     # -- signals ------------------------------------------------------------------------
 
@@ -420,21 +452,20 @@ class AutoThrottleMiddleware:
             self._inc(f"autothrottle/backoffs/{reason}")
 
     def _final_stats(self) -> None:
+        """The slots' figures, read from the live slots once (a slot the throttle
+        forgot is not made again to be read)."""
         stats = self.crawler.stats
-        if stats is None or not self._seen:
+        if stats is None or not (self._seen or self._banked[0]):
             return
-        pauses = cache_hits = 0
-        delays = []
-        for key, (pauses_before, hits_before) in self._seen.items():
-            snapshot = self.throttle.slot(key).snapshot()
-            pauses += snapshot.pauses - pauses_before
-            cache_hits += snapshot.cache_hits - hits_before
-            delays.append(snapshot.delay)
-        stats.set_value("autothrottle/slots", len(self._seen))
+        live = self._let_go()
+        slots, pauses, cache_hits = self._banked
+        stats.set_value("autothrottle/slots", slots + len(self._seen))
         stats.set_value("autothrottle/pauses", pauses)
         stats.set_value("autothrottle/cache_hits", cache_hits)
-        stats.set_value("autothrottle/delay_max", max(delays))
-        stats.set_value("autothrottle/delay_mean", sum(delays) / len(delays))
+        delays = [live[key].delay for key in self._seen if key in live]
+        if delays:
+            stats.set_value("autothrottle/delay_max", max(delays))
+            stats.set_value("autothrottle/delay_mean", sum(delays) / len(delays))
 
     def _log_response(
         self, key: str, before: Any, response: Response, latency: float | None
