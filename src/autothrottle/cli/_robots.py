@@ -4,7 +4,11 @@ The rules it keeps (RFC 9309; docs/cli.md, "robots.txt"):
 
 * each origin's ``/robots.txt`` is requested once per run, by the first URL of
   that origin, through the same throttled client as every other request (so it
-  is paced, and teaches the slot); the origin's other URLs wait for it;
+  is paced, and teaches the slot); the origin's other URLs wait for it. The
+  rules are kept while the origin's slot lives: those of a slot the throttle
+  forgot (idle past its ``idle_timeout``) are let go of, and read again if
+  the host comes back, so a crawl of millions of hosts holds the rules of its
+  live ones, not of every host it met;
 * 2xx: its rules are read with protego (which reads fractional delays and
   ``Request-rate``), matched against the user agent; at most 512 KiB are read;
 * 4xx (no robots.txt): everything is allowed;
@@ -31,6 +35,9 @@ __all__ = ["ROBOTS_BYTES", "HostRules", "Robots"]
 
 #: How much of a robots.txt is read (RFC 9309 asks crawlers to parse at least 500 KiB).
 ROBOTS_BYTES = 512 * 1024
+
+#: The fewest origins' rules held before the fetch looks for those whose slot is gone.
+_LOOK_AT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,7 @@ class Robots:
         self._attempts = attempts
         self._note = note
         self._known: dict[str, asyncio.Future[HostRules]] = {}
+        self._look_at = _LOOK_AT
         self._floors: dict[str, float] = {}
         self.requests = 0
 
@@ -92,17 +100,32 @@ class Robots:
         known = self._known.get(origin)
         if known is not None:
             return await known
+        if len(self._known) >= self._look_at:
+            self._let_go()
         future: asyncio.Future[HostRules] = asyncio.get_running_loop().create_future()
         self._known[origin] = future
         try:
             rules = await self._read(origin)
         except BaseException:
-            del self._known[origin]  # cancelled: the next URL of the origin reads it again
+            self._known.pop(origin, None)  # cancelled: the next URL of the origin reads it again
             future.cancel()
             raise
         self._apply(url, rules)
         future.set_result(rules)
         return rules
+
+    def _let_go(self) -> None:
+        """Let go of the rules of origins whose slot the throttle forgot. Looked
+        at when the origins held reach twice those kept at the last look: a new
+        origin pays for it, never a URL of a known one."""
+        live = {slot.key for slot in self._throttle.slots()}
+        key_for = self._throttle.key_for
+        self._known = {
+            origin: future
+            for origin, future in self._known.items()
+            if not future.done() or key_for(f"{origin}/robots.txt") in live
+        }
+        self._look_at = max(_LOOK_AT, 2 * len(self._known))
 
     async def _read(self, origin: str) -> HostRules:
         problem = "no answer"
