@@ -124,8 +124,11 @@ class Timeline:
         """Take one sample of every slot now."""
         t = self.now()
         taken = []
+        # Only the slots sampled now are kept as the last ones: a slot the throttle
+        # forgot (and one made again under its key) counts from zero when it comes back.
+        last, self._last = self._last, {}
         for key, snap in self._throttle.snapshot().items():
-            before = self._last.get(key)
+            before = last.get(key)
             self._last[key] = snap
             sample = _delta(t, snap, before)
             self._add(key, sample)
