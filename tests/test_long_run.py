@@ -157,6 +157,24 @@ def test_scrapys_middleware_keeps_a_row_per_live_slot_and_counts_every_slot() ->
     assert WAVE // 4 <= stats["autothrottle/pauses"] <= WAVES * WAVE // 4
 
 
+def test_scrapys_closing_stats_make_no_forgotten_slot_again() -> None:
+    crawler = _Crawler()
+    middleware = AutoThrottleMiddleware(crawler)  # type: ignore[arg-type]
+    clock = FakeClock()
+    throttle = Throttle(store=MemoryStore(idle_timeout=IDLE), clock=clock, wall_clock=clock.wall)
+    middleware.throttle = throttle
+    for wave in range(2):  # fewer slots than the middleware looks at: it never looked
+        keys = [f"w{wave}-h{i}.test" for i in range(WAVE)]
+        for key in keys:
+            middleware._first_sight(key)
+        wave_of_requests(throttle, keys)
+        clock.advance(IDLE + 10.0)
+    assert len(throttle._table) == WAVE  # the second wave's slots swept the first's
+    middleware._final_stats()
+    assert len(throttle._table) == WAVE
+    assert crawler.stats.values["autothrottle/slots"] == 2 * WAVE
+
+
 # -- autothrottle fetch's robots.txt and per-host floors -----------------------------------------
 
 
