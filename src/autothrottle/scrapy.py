@@ -43,7 +43,7 @@ import re
 import time
 import weakref
 from time import perf_counter
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import anyio
 
@@ -66,8 +66,10 @@ from ._lease import Lease
 from ._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
 from ._scrapy_parts import CLOSING, Held, as_meta, hook_engine_close, host_failure, response_headers
 from ._scrapy_settings import kept_limits, throttle_from_settings
-from ._slot import SlotSnapshot
 from ._store import MemoryStore
+
+if TYPE_CHECKING:
+    from . import SlotSnapshot
 
 __all__ = ["INFO_KEY", "AutoThrottleMiddleware", "ThrottleWaitTimeout", "blocked"]
 
