@@ -11,6 +11,8 @@ connection maps Redis's clock: up to 50 round trips on a loaded machine).
 With ``FLEET_WORKER_GRANTS=1`` it prints, once its requests are done, one line
 "granted SECONDS" per turn it sent: the send time Redis granted that turn
 (:class:`helpers.Grants`, on Redis's clock, the machine's wall clock).
+With ``FLEET_WORKER_TOGETHER=1`` it starts its COUNT requests at once instead of
+one after another, so that each process always has a request asking for a turn.
 """
 
 from __future__ import annotations
@@ -45,13 +47,20 @@ async def main(url: str, redis_url: str, prefix: str, count: int, hold: float, c
             print("ready", flush=True)
             await asyncio.to_thread(sys.stdin.readline)
         grants = Grants(store) if os.environ.get("FLEET_WORKER_GRANTS") == "1" else None
-        for _ in range(count):
+
+        async def one() -> None:
             try:
                 async with session.get(url) as response:
                     await response.read()
                     print("ok", response.status, flush=True)
             except Exception as error:  # reported to the test, which counts them
                 print("error", type(error).__name__, flush=True)
+
+        if os.environ.get("FLEET_WORKER_TOGETHER") == "1":
+            await asyncio.gather(*(one() for _ in range(count)))
+        else:
+            for _ in range(count):
+                await one()
         if grants is not None:
             for granted in grants.sent():
                 print("granted", repr(granted), flush=True)
