@@ -86,6 +86,11 @@ HOST_BOUND = {"three.test": 1.5}
 
 MAX_DELAY = 4.0
 MAX_PAUSE = 10.0
+NEVER = 1e6
+"""The hold_timeout of the scripts where no hold expires: one that expired would hide a leak."""
+HOLD = 2.0
+"""The hold_timeout of the scripts where holds expire: shorter than the longest advance,
+the longest delay and a Retry-After, so a silent holder outlives its hold often."""
 
 
 @dataclass(frozen=True)
@@ -168,12 +173,8 @@ the wire (rule 10) and holds on, as a client between its request and the answer.
 
 _slot = st.integers(0, len(SLOTS) - 1)
 _pick = st.integers(0, 29)
-_asks = st.builds(
-    Ask,
-    _slot,
-    st.one_of(st.none(), st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0])),
-    st.sampled_from([False, False, False, True]),
-)
+_bounds = st.one_of(st.none(), st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0]))
+_asks = st.builds(Ask, _slot, _bounds, st.sampled_from([False, False, False, True]))
 _advances = st.builds(
     Advance, st.sampled_from([1e-6, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0]), st.booleans()
 )
@@ -209,6 +210,17 @@ operations = st.sampled_from([k for k, n in _WEIGHTS.items() for _ in range(n)])
     _kinds.__getitem__
 )
 scripts = st.lists(operations, min_size=20, max_size=30)
+_expiring_kinds = {**_kinds, "ask": st.builds(Ask, _slot, _bounds, st.booleans())}
+expiring_scripts = st.lists(
+    st.sampled_from([k for k, n in _WEIGHTS.items() for _ in range(n)]).flatmap(
+        _expiring_kinds.__getitem__
+    ),
+    min_size=20,
+    max_size=30,
+)
+"""Where holds expire, half the requests ask ``try_acquire``: a turn free only
+because a hold expired is then asked for now and again before anything else
+let the expired hold go."""
 
 
 # -- the model ----------------------------------------------------------------------
@@ -243,6 +255,8 @@ class SlotModel:
     over: int = 0  # holders a lowered cap left in flight, while they last
     wire: Lease | None = None  # the last request on the wire
     wire_at: float = -math.inf
+    responses: int = 0  # observed by the holders (a late one after expiry too)
+    failures: int = 0
 
 
 class Boom(Exception):
@@ -258,8 +272,10 @@ class Model:
     slots: dict[str, SlotModel] = field(default_factory=lambda: {k: SlotModel() for k in SLOTS})
     caps: dict[str, int] = field(default_factory=lambda: dict(CAPS))
     errors: list[str] = field(default_factory=list)
+    hold_timeout: float = NEVER
     draining: bool = False
     wires: int = 0
+    late: int = 0  # held requests finished after their hold expired
     _order: itertools.count[int] = field(default_factory=itertools.count)
 
     def now(self) -> float:
@@ -335,9 +351,38 @@ class Model:
         lease = self.throttle.try_acquire(request.key)
         if lease is None:
             self.ended(request, "refused")
+            self.refused(request)
             return
         self.granted(request, lease)
         await self.hold(request, lease)
+
+    def refused(self, request: Request) -> None:
+        """``try_acquire`` said no: something must hold the turn back (rules 1, 5,
+        6; the spacing is the gate's own answer, ``send_at``): no one queued, the
+        holds that count under the cap and the gate open is a free turn refused."""
+        key = request.key
+        gate = self.throttle._live(key).gate
+        now = self.now()
+        queued = any(r.key == key and r.state == "waiting" for r in self.requests)
+        counting = len(self.counting(key))
+        if not queued and counting < min(self.caps[key], gate.cap()) and gate.send_at(now) <= now:
+            self.errors.append(
+                f"request {request.index}: try_acquire refused a free turn on {key} "
+                f"({counting} holds counting, cap {self.caps[key]})"
+            )
+
+    def counting(self, key: str) -> list[Request]:
+        """The requests of ``key`` holding a turn that still counts: not yet
+        past their ``hold_timeout`` (the gate lets go of a hold at its expiry)."""
+        now = self.now()
+        return [
+            r
+            for r in self.requests
+            if r.key == key
+            and r.state == "holding"
+            and r.lease is not None
+            and r.lease.expires_at > now
+        ]
 
     async def send(self, request: Request) -> None:
         slot = self.slots[request.key]
@@ -385,12 +430,16 @@ class Model:
         problems = []
         if lease.sent_at != now:
             problems.append(f"sent_at {lease.sent_at!r} is not the grant's time {now!r}")
+        if lease.expires_at != now + self.hold_timeout:
+            problems.append(f"expires_at {lease.expires_at!r}, granted at {now!r}")
         if any(r.lease is lease for r in self.requests if r is not request):
             problems.append("a lease granted twice")
-        if slot.holders > self.caps[key]:
-            problems.append(f"{slot.holders} holding, cap {self.caps[key]}")
-        if slot.holders > live.gate.cap():
-            problems.append(f"{slot.holders} holding, the gate's cap {live.gate.cap()}")
+        # The holds that count: a hold past its hold_timeout no longer does (rule 5).
+        counting = len(self.counting(key))
+        if counting > self.caps[key]:
+            problems.append(f"{counting} holding, cap {self.caps[key]}")
+        if counting > live.gate.cap():
+            problems.append(f"{counting} holding, the gate's cap {live.gate.cap()}")
         earlier = [
             r.index
             for r in self.requests
@@ -434,6 +483,12 @@ class Model:
                     if self.draining:
                         request.outcome.set_result(("released", 0.0))
                     outcome, value = await request.outcome
+                if self.now() >= lease.expires_at and outcome != "released":
+                    self.late += 1  # a late finish: its hold expired (it must change no other)
+                if outcome in ("ok", "finish", "refused", "unavailable"):
+                    slot.responses += 1
+                elif outcome == "failed":
+                    slot.failures += 1
                 if outcome == "ok":
                     lease.observe(latency=value, status=200)
                 elif outcome == "finish":
@@ -490,24 +545,75 @@ class Model:
 
     # -- the checks --
 
-    def check(self) -> None:
+    def check(self, look: bool = True) -> None:
+        """The checks after a step; ``look``: the public snapshot's too (reading
+        its count lets the expired holds go, which the gate must also do when
+        nobody reads it: a grant's, a ``try_acquire``'s)."""
         assert not self.errors, self.errors
         for key in SLOTS:
             slot = self.slots[key]
             live = self.throttle._live(key)
             gate = live.gate
-            holders = sum(1 for r in self.requests if r.key == key and r.state == "holding")
+            holding = [r for r in self.requests if r.key == key and r.state == "holding"]
             waiting = sum(1 for r in self.requests if r.key == key and r.state == "waiting")
-            assert (holders, waiting) == (slot.holders, slot.waiters)
-            assert slot.holders <= max(self.caps[key], slot.over), (key, slot.holders)
-            assert len(gate._holds) == slot.holders, (key, len(gate._holds), slot.holders)
+            assert (len(holding), waiting) == (slot.holders, slot.waiters)
+            counting = self.counting(key)
+            assert len(counting) <= max(self.caps[key], slot.over), (key, len(counting))
+            self.check_holds(key, gate._holds, holding, counting)
             assert len(gate._queue) == slot.waiters, (key, len(gate._queue), slot.waiters)
+            if not look:
+                continue
             snapshot = self.throttle.slot(key).snapshot()
-            assert (snapshot.in_flight, snapshot.queued) == (slot.holders, slot.waiters), key
+            # The public count expires holds first: exactly the holds that count.
+            assert (snapshot.in_flight, snapshot.queued) == (len(counting), slot.waiters), key
             assert snapshot.sent == slot.grants, (key, snapshot.sent, slot.grants)
+            assert (snapshot.responses, snapshot.failures) == (slot.responses, slot.failures), (
+                key,
+                (snapshot.responses, snapshot.failures),
+                (slot.responses, slot.failures),
+            )
+
+    def check_holds(
+        self, key: str, holds: set[Any], holding: list[Request], counting: list[Request]
+    ) -> None:
+        """The gate's holds (private state: the public count expires them, which
+        would hide a leak) are the holders' leases: every one that still counts,
+        perhaps some past their expiry the gate has not looked at yet, and none
+        else (a late finish lets go of its own hold only, once). A lease is
+        released once the gate let go of it, and not before."""
+        leases = {id(r.lease): r for r in holding}
+        for hold in holds:
+            assert id(hold) in leases, (key, "a hold no task holds", hold.sent_at)
+            assert not hold.released, (key, "a released lease still held", hold.sent_at)
+        for request in counting:
+            assert request.lease in holds, (key, f"request {request.index} let go early")
+        for request in holding:
+            assert request.lease is not None
+            if request.lease not in holds:  # the gate let it go at its expiry
+                assert request.lease.expires_at <= self.now(), (key, request.index)
+                assert request.lease.released, (key, f"request {request.index} expired unreleased")
+
+    def drain_silent(self) -> None:
+        """Holds that expire: let no held request go, and run the clock until no
+        request waits. Every hold expires within hold_timeout, so every request
+        still waiting is granted (or reaches its bound) by expiries alone: a
+        waiter the gate did not wake at an expiry would wait here for good."""
+        # Each request waits at most a delay, a pause and a hold.
+        per = MAX_DELAY + MAX_PAUSE + self.hold_timeout
+        limit = self.now() + (len(self.requests) + 2) * per
+        while self.now() < limit and any(r.state == "waiting" for r in self.requests):
+            self.run(asyncio.sleep(MAX_DELAY))
+            self.check()
+        for request in self.requests:
+            assert request.state != "waiting", (
+                f"request {request.index} on {request.key} still waiting at {self.now()!r} "
+                "with every hold expired: starved"
+            )
 
     def drain(self) -> None:
         """Let every held request go, then run the clock until every task ended."""
+        if self.hold_timeout < NEVER:
+            self.drain_silent()
         self.draining = True
         for request in self.requests:
             if request.outcome is not None and not request.outcome.done():
@@ -543,7 +649,7 @@ async def _turns(count: int) -> None:
         await asyncio.sleep(0)
 
 
-def run_script(policy: str, script: list[Op]) -> Model:
+def run_script(policy: str, script: list[Op], hold_timeout: float = NEVER) -> Model:
     """Run ``script`` on a fresh throttle under ``policy``, checking after every step."""
     variant = VARIANTS[policy]
     # One idle turn before the clock jumps is enough: nothing here waits on I/O.
@@ -558,17 +664,18 @@ def run_script(policy: str, script: list[Op]) -> Model:
             max_delay=MAX_DELAY,
             max_concurrency=3,
             max_pause=MAX_PAUSE,
-            hold_timeout=1e6,  # a hold that expired would hide a leak
+            hold_timeout=hold_timeout,
             hosts={
                 "one.test": {"max_concurrency": 1},
                 "two.test": {"max_concurrency": 2},
                 "three.test": {"max_wait": HOST_BOUND["three.test"]},
             },
         )
-        model = Model(loop, throttle, variant.spaced)
-        for op in script:
+        model = Model(loop, throttle, variant.spaced, hold_timeout=hold_timeout)
+        for step, op in enumerate(script):
             model.apply(op)
-            model.check()
+            # Where holds expire, the public count only after every fourth step.
+            model.check(look=hold_timeout >= NEVER or step % 4 == 3)
         model.drain()
         return model
     finally:
@@ -594,6 +701,41 @@ def test_random_interleavings_keep_every_promise(policy: str, script: list[Op]) 
         event(f"a request {how}")
     event(f"requests: {len(model.requests) // 5 * 5}+")
     event(f"on the wire: {min(model.wires, 3)}+")
+
+
+@settings(
+    max_examples=int(os.environ.get("AUTOTHROTTLE_MODEL_EXAMPLES", "150")),
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(policy=st.sampled_from(sorted(VARIANTS)), script=expiring_scripts)
+def test_holds_that_expire_keep_every_promise(policy: str, script: list[Op]) -> None:
+    # The same scripts with a hold_timeout shorter than the clock's steps: a
+    # holder left silent outlives its hold, and may finish late; the end lets
+    # the holds expire before it lets any go.
+    model = run_script(policy, script, hold_timeout=HOLD)
+    event(f"finished late: {min(model.late, 3)}+")
+
+
+def test_try_acquire_takes_the_turn_an_expired_hold_left() -> None:
+    # A hold past its hold_timeout no longer counts (rule 5): a slot at its cap
+    # only by such holds has a free turn, which try_acquire (and the adapters'
+    # acquire_now) must not refuse before anything else let the hold go.
+    now = [0.0]
+    throttle = Throttle(
+        policy=FixedDelayPolicy(0.0), clock=lambda: now[0], max_concurrency=1, hold_timeout=5.0
+    )
+    assert throttle.try_acquire("k") is not None  # never released
+    now[0] = 4.9
+    assert throttle.try_acquire("k") is None  # still counts
+    now[0] = 5.0
+    lease = throttle.acquire_now("k")
+    assert lease is not None and lease.sent_at == 5.0
+    lease.release()
+    assert throttle.try_acquire("k") is not None
+    assert throttle.slot("k").in_flight == 1
 
 
 @pytest.mark.parametrize("policy", sorted(VARIANTS))

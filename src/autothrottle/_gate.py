@@ -351,7 +351,7 @@ class Gate(WireTurn):
                 if (
                     held >= self.config.max_concurrency
                     or held >= self.state.cache.in_flight_cap > 0
-                ):
+                ) and not self._room_after_expiry():
                     return None
             # The clock taken into a local first: Python 3.11 looks a call on an
             # attribute that holds no method (a field, not a def) up the slow way.
@@ -359,6 +359,17 @@ class Gate(WireTurn):
             return self._admit(clock(), make, cost)
         finally:
             lock.release()
+
+    def _room_after_expiry(self) -> bool:
+        """Whether the slot, at its cap by the holds kept, is under it once the
+        holds past their ``hold_timeout`` are let go, the lock held: they no
+        longer count (rule 5), and a ``try_acquire`` must not refuse the turn
+        they left. Off the usual path: only a slot at its cap asks."""
+        now = self.clock()
+        if now < self.soonest:
+            return False
+        self.expire(now)
+        return len(self._holds) < self.cap()
 
     def enqueue(self, cost: Cost | None = None) -> Ticket:
         """Join the queue (with the request's cost in tokens, if it has one)."""
