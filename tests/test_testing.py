@@ -173,6 +173,67 @@ def test_max_wait_of_a_thread_is_counted_on_the_clock() -> None:
     assert clock.skipped <= 3.0 + 0.2
 
 
+async def test_a_waiter_behind_the_head_times_out_at_its_own_max_wait_on_the_clock() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(10.0), clock=clock)
+    (await throttle.acquire("k")).release()
+    on_its_way = await throttle.acquire("other")  # no jump until both wait
+    started = clock()
+    ended: dict[str, float] = {}
+
+    async def head() -> None:
+        (await throttle.acquire("k")).release()  # its turn is 10 s away
+        ended["head"] = clock() - started
+
+    async def behind() -> None:
+        await asyncio.sleep(0)  # it asks second: its turn is never known as a time
+        with pytest.raises(ThrottleTimeout):
+            await throttle.acquire("k", max_wait=1.0)
+        ended["behind"] = clock() - started
+
+    async def answered() -> None:
+        for _ in range(5):  # each asks in its first turn or two
+            await asyncio.sleep(0)
+        assert throttle.slot("k").queued == 2
+        on_its_way.release()
+
+    await asyncio.gather(head(), behind(), answered())
+    # On the clock it fails at its 1 s, before the head's turn: the head's jump to
+    # its 10 s must not pass over a bound still to come (it failed at 10.0 s).
+    # The clock is real time plus skipped: the bound above is loose.
+    assert 1.0 <= ended["behind"] < 5.0 < 9.0 <= ended["head"], ended
+
+
+def test_a_thread_behind_the_head_times_out_at_its_own_max_wait_on_the_clock() -> None:
+    clock = VirtualClock()
+    throttle = Throttle(policy=FixedDelayPolicy(10.0), clock=clock)
+    throttle.acquire_blocking("k").release()
+    on_its_way = throttle.acquire_blocking("other")  # no jump until both wait
+    started = clock()
+    ended: dict[str, float] = {}
+
+    def head() -> None:
+        throttle.acquire_blocking("k").release()
+        ended["head"] = clock() - started
+
+    def behind() -> None:
+        with pytest.raises(ThrottleTimeout):
+            throttle.acquire_blocking("k", max_wait=1.0)
+        ended["behind"] = clock() - started
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(head)
+        while throttle.slot("k").queued < 1:  # the head asks first
+            time.sleep(0.001)
+        second = pool.submit(behind)
+        while throttle.slot("k").queued < 2:
+            time.sleep(0.001)
+        on_its_way.release()
+        first.result(timeout=30.0)
+        second.result(timeout=30.0)
+    assert 1.0 <= ended["behind"] < 5.0 < 9.0 <= ended["head"], ended
+
+
 async def test_no_host_s_turn_is_passed_over_by_another_host_s_jump() -> None:
     clock = VirtualClock()
     throttle = Throttle(

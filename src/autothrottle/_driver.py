@@ -240,14 +240,24 @@ def wait_for_hold_blocking(
         raise
 
 
-def _turn_at(gate: Gate, now: float, wait: float) -> float:
-    """When a turn ``wait`` seconds away comes, on a skipping clock: never, while
-    the slot is at its cap (the turn waits for a release, not for a time; the
-    wait the gate gives is the soonest hold's expiry, a time never to jump to).
-    Nor is ``max_wait`` jumped to then: a slot at its cap has a request in
-    flight, which holds every jump back, and once that hold expires the turn
-    is free; a jump decided before it expired would pass over the free turn."""
-    return math.inf if gate.in_flight() >= gate.cap() else now + wait
+def _turn_at(gate: Gate, now: float, wait: float, give_up: float) -> tuple[float, bool]:
+    """When a waiter's turn ``wait`` seconds away comes on a skipping clock, or
+    its bound ``give_up`` if sooner (inf: when woken), and whether the clock may
+    jump there.
+
+    Not while the slot is at its cap: its head waits for a release or for the
+    soonest hold's expiry (the wait the gate gives), in real time; a slot at its
+    cap has a request in flight, which holds every jump back, and once that
+    hold expires the turn is free, so a jump decided before it expired would
+    pass over the free turn. It still says when, as every waiter with a bound
+    does (one behind the head too, whose turn is only known once it is the
+    head): no other waiter's jump, once nothing is in flight, may pass over a
+    turn or a ``max_wait`` still to come, which would then time out late on
+    the clock."""
+    deadline = min(now + wait, give_up)
+    if math.isinf(deadline):
+        return deadline, False
+    return deadline, math.isinf(wait) or gate.in_flight() < gate.cap()
 
 
 async def wait_skipping(
@@ -280,15 +290,13 @@ async def wait_skipping(
             now = clock()
             if now >= give_up:
                 raise TimeoutError
-            turn = _turn_at(gate, now, wait)
-            if math.isinf(turn):  # woken, or at the soonest hold's expiry, in real time
-                clock.expect(ticket, math.inf)
+            deadline, jump = _turn_at(gate, now, wait, give_up)
+            clock.expect(ticket, deadline)
+            if not jump:  # woken, or at the soonest hold's expiry, in real time
                 idled = False
-                with anyio.move_on_after(min(wait, give_up - now)):
+                with anyio.move_on_after(deadline - now):
                     await event.wait()
                 continue
-            deadline = min(turn, give_up)
-            clock.expect(ticket, deadline)
             if idled:
                 idled = False
                 clock.skip(ticket)
@@ -331,15 +339,12 @@ def wait_skipping_blocking(
             now = clock()
             if now >= give_up:
                 raise TimeoutError
-            turn = _turn_at(gate, now, wait)
-            if math.isinf(turn):  # woken, or at the soonest hold's expiry, in real time
-                clock.expect(ticket, math.inf)
-                idled = False
-                timeout = min(wait, give_up - now)
-                event.wait(None if math.isinf(timeout) else timeout)
-                continue
-            deadline = min(turn, give_up)
+            deadline, jump = _turn_at(gate, now, wait, give_up)
             clock.expect(ticket, deadline)
+            if not jump:  # woken, or at the soonest hold's expiry, in real time
+                idled = False
+                event.wait(None if math.isinf(deadline) else deadline - now)
+                continue
             if idled:
                 idled = False
                 clock.skip(ticket)
