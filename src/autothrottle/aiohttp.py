@@ -176,6 +176,7 @@ def _middleware_of(middleware: object) -> _ThrottleMiddleware | None:
 _HOST_FAILURES: tuple[type[BaseException], ...] = (
     aiohttp.ClientConnectionError,
     aiohttp.ClientPayloadError,
+    aiohttp.ClientResponseError,
     asyncio.TimeoutError,
     TimeoutError,
     OSError,
@@ -183,9 +184,15 @@ _HOST_FAILURES: tuple[type[BaseException], ...] = (
 
 
 def _host_failure(error: BaseException) -> bool:
-    """The host failed: refused, reset, timed out, or sent a broken body.
+    """The host failed: refused, reset, timed out, or sent a broken response.
 
-    Other client errors (``InvalidURL``, a user middleware's own) are the caller's.
+    The middleware is the innermost, so a ``ClientResponseError`` reaching it
+    is aiohttp's parser refusing what the host sent (a broken status line or
+    header, headers past the session's limits), or a proxy refusing the
+    tunnel: httpx's ``RemoteProtocolError`` and ``ProxyError``, which are the
+    host's there. ``raise_for_status`` raises its own after the middlewares,
+    once the response was observed. Other client errors (``InvalidURL``, a
+    user middleware's own) are the caller's.
     """
     return isinstance(error, _HOST_FAILURES)
 
