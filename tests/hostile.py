@@ -1,0 +1,289 @@
+"""A hostile HTTP/1.1 server on a loopback address: raw bytes, no framework.
+
+It misbehaves at the TCP and HTTP level, one behaviour per path: ``/silent``
+accepts and never answers, ``/stall-body`` sends its headers and stalls the
+body, ``/reset-before`` resets the connection (``SO_LINGER`` 0) unanswered,
+and so on (:data:`BEHAVIOURS`). ``/ok`` answers 200 and keeps the connection.
+A server framework would refuse to send most of these, hence raw asyncio.
+
+The server runs its own event loop in a thread of the test process, so sync
+clients (requests, httpx's ``Client``) and async ones reach it alike. A stalled
+behaviour waits until the client closes its end (or the server stops): nothing
+is left running on the server's side of a request the client gave up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import socket
+import struct
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+
+from autothrottle._headers._names import _TABLE
+
+_Writer = asyncio.StreamWriter
+_Behaviour = Callable[[asyncio.StreamReader, _Writer], Awaitable[bool]]
+"""Answers one request; True keeps the connection for the next request."""
+
+RATE_NAMES = tuple(name for name, _ in _TABLE)
+"""Every response header the library reads, as servers spell it: every dialect."""
+
+HOSTILE_VALUES = {
+    "garbage": "soon-ish; q=?? [[nope]]",
+    "huge": "9" * 400,
+    "negative": "-86400",
+    "far-date": "Fri, 01 Jan 9999 00:00:00 GMT",
+    "overlong": "7" * 5000,
+}
+"""What a 429 sends in every header of :data:`RATE_NAMES` (``/429-<kind>``); an
+overlong value goes in two of them only (``Retry-After``, ``RateLimit-Remaining``):
+in all of them it is past h11's limit of a response head (16 KB), which then
+never reaches the throttle."""
+
+
+def _head(status: bytes, *fields: tuple[str, str | int]) -> bytes:
+    lines = [status, *(f"{name}: {value}".encode() for name, value in fields)]
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+async def _until_closed(reader: asyncio.StreamReader) -> None:
+    """Stall: read and drop whatever comes until the client closes its end."""
+    while await reader.read(65536):
+        pass
+
+
+def _reset(writer: _Writer) -> None:
+    """Close with a TCP reset (``SO_LINGER`` on, 0 s), not a FIN."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+async def _ok(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    writer.write(_head(b"HTTP/1.1 200 OK", ("Content-Length", 2)) + b"ok")
+    return True
+
+
+async def _silent(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    await _until_closed(reader)
+    return False
+
+
+async def _stall_body(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    writer.write(_head(b"HTTP/1.1 200 OK", ("Content-Length", 1000)) + b"x" * 10)
+    await _until_closed(reader)
+    return False
+
+
+async def _short_body(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    writer.write(_head(b"HTTP/1.1 200 OK", ("Content-Length", 1000)) + b"x" * 10)
+    return False  # closed with 990 bytes owed
+
+
+async def _reset_before(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    _reset(writer)
+    return False
+
+
+async def _reset_after(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    writer.write(_head(b"HTTP/1.1 200 OK", ("Content-Length", 1000)) + b"x" * 10)
+    await writer.drain()
+    await asyncio.sleep(0.05)  # let the headers reach the client first
+    _reset(writer)
+    return False
+
+
+async def _bad_status(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    writer.write(b"HTTP/1.1 2x0 Maybe\r\nContent-Length: 2\r\n\r\nok")
+    return False
+
+
+async def _garbage(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    writer.write(b"\x00\xffSSH-2.0-not-http\r\n\r\n")
+    return False
+
+
+async def _bad_header(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    writer.write(
+        b"HTTP/1.1 200 OK\r\nNo colon here\r\nX-Bad\x00: nul\r\nContent-Length: 2\r\n\r\nok"
+    )
+    return False
+
+
+async def _many_headers(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    fields = [(f"X-Many-{i}", "v") for i in range(10_000)]
+    writer.write(_head(b"HTTP/1.1 200 OK", *fields, ("Content-Length", 2)) + b"ok")
+    return False
+
+
+async def _huge_header(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    fields = (("X-Huge", "h" * 1_000_000), ("Content-Length", 2))
+    writer.write(_head(b"HTTP/1.1 200 OK", *fields) + b"ok")
+    return False
+
+
+def _refusal(value: str) -> _Behaviour:
+    names = RATE_NAMES if len(value) < 1000 else ("Retry-After", "RateLimit-Remaining")
+
+    async def refuse(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+        fields = [(name, value) for name in names]
+        writer.write(_head(b"HTTP/1.1 429 Too Many Requests", *fields, ("Content-Length", 0)))
+        return True
+
+    return refuse
+
+
+async def _continue(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    writer.write(_head(b"HTTP/1.1 200 OK", ("Content-Length", 2)) + b"ok")
+    return True
+
+
+async def _chunked_stall(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    writer.write(_head(b"HTTP/1.1 200 OK", ("Transfer-Encoding", "chunked")) + b"2\r\nok\r\n")
+    await _until_closed(reader)  # the last chunk never comes
+    return False
+
+
+async def _chunked_drip(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    """A chunked body that never ends and never goes quiet: no read timeout ends it."""
+    writer.write(_head(b"HTTP/1.1 200 OK", ("Transfer-Encoding", "chunked")))
+    while not reader.at_eof():
+        writer.write(b"1\r\nx\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.1)
+    return False
+
+
+async def _http10(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"y" * 100)
+    return False  # the close ends the body
+
+
+async def _slowloris(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    """The status line and headers, a byte a second."""
+    for byte in _head(b"HTTP/1.1 200 OK", ("Content-Length", 2)):
+        if reader.at_eof() or writer.is_closing():
+            break
+        writer.write(bytes([byte]))
+        await writer.drain()
+        await asyncio.sleep(1.0)
+    return False
+
+
+BEHAVIOURS: dict[str, _Behaviour] = {
+    "ok": _ok,
+    "silent": _silent,
+    "stall-body": _stall_body,
+    "short-body": _short_body,
+    "reset-before": _reset_before,
+    "reset-after": _reset_after,
+    "bad-status": _bad_status,
+    "garbage": _garbage,
+    "bad-header": _bad_header,
+    "many-headers": _many_headers,
+    "huge-header": _huge_header,
+    **{f"429-{kind}": _refusal(value) for kind, value in HOSTILE_VALUES.items()},
+    "continue": _continue,
+    "chunked-stall": _chunked_stall,
+    "chunked-drip": _chunked_drip,
+    "http10": _http10,
+    "slowloris": _slowloris,
+}
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
+    """A request's line and headers (its body, if any, is read and dropped)."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        return None
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                await reader.readexactly(int(value))
+    return head
+
+
+class HostileServer:
+    """The server, started in a thread of its own; :meth:`url` names a behaviour."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._arrived: dict[str, int] = {}
+        self._tags = itertools.count()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def url(self, behaviour: str) -> str:
+        """The URL of ``behaviour``, tagged anew on each call: :meth:`arrivals`
+        counts the requests that reached this URL alone."""
+        return f"http://{self.address}:{self.port}/{behaviour}?{next(self._tags)}"
+
+    def arrivals(self, url: str) -> int:
+        """How many requests for ``url`` (its path and query) reached the server."""
+        return self._arrived.get(url.partition(f":{self.port}")[2], 0)
+
+    def start(self) -> None:
+        self._thread.start()
+        started = asyncio.run_coroutine_threadsafe(self._listen(), self._loop)
+        self.port = started.result(10)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    async def _listen(self) -> int:
+        self._server = await asyncio.start_server(self._accept, self.address, 0)
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def _close(self) -> None:
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: _Writer) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._tasks.discard(task)
+            writer.transport.abort()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: _Writer) -> None:
+        while (head := await _read_head(reader)) is not None:
+            target = head.split(b" ", 2)[1].decode("latin-1")
+            self._arrived[target] = self._arrived.get(target, 0) + 1
+            behaviour = BEHAVIOURS.get(target.lstrip("/").partition("?")[0], _ok)
+            keep = await behaviour(reader, writer)
+            if writer.transport.is_closing():
+                return
+            await writer.drain()
+            if not keep:
+                writer.close()
+                return
+
+
+@contextlib.contextmanager
+def hostile_server(address: str) -> Iterator[HostileServer]:
+    server = HostileServer(address)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

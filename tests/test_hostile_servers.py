@@ -1,0 +1,404 @@
+"""Every adapter against a server that misbehaves at the TCP and HTTP level.
+
+A request to a hostile server (:mod:`hostile`: never answers, stalls the body,
+closes or resets early, sends a broken status line, 10,000 headers, a 1 MB
+header, a 429 with hostile ``Retry-After`` and rate-limit values in every
+dialect read, a 100 Continue, a chunked body that never ends, HTTP/1.0, a
+byte a second) must end: with a response or an error, by the client's own
+timeouts, or by the caller's cancel. Then, whatever the path:
+
+* the throttle holds nothing for the slot (``in_flight`` 0, nothing queued);
+* the next request to the host is granted (its ``max_wait`` is well below
+  ``hold_timeout``: a phantom reservation would refuse it, however long the
+  machine took);
+* the slot's delay stays within ``[min_delay, max_delay]`` and no pause is
+  longer than ``max_pause``;
+* a hostile value the library reads is named in the log (``docs/signals.md``);
+* an error the host caused counts as the host's failure, in every adapter
+  alike (``docs/adapters.md``, "Failure"); a cancel counts as none.
+
+Bounds are generous: a request must end within :data:`ENDS` seconds, whatever
+the load; no test asserts speed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from autothrottle import SlotSnapshot, Throttle, ThrottleTimeout
+from hostile import HOSTILE_VALUES, HostileServer, hostile_server
+
+ADDRESS = "127.0.0.61"
+KEY = ADDRESS
+MAX_DELAY = 0.5
+MAX_PAUSE = 0.25
+GRANT = 10.0
+"""The follow-up request's ``max_wait``: far above any wait the slot may ask
+(``MAX_DELAY``, ``MAX_PAUSE``), far below ``hold_timeout`` (300 s), which is
+what a reservation nobody released would hold it for."""
+ENDS = 30.0
+"""Seconds within which a hostile request must end (it takes about one)."""
+STALL_READ = 0.3
+"""The client's read timeout for behaviours that stall."""
+READ = 20.0
+"""The client's read timeout for the others: it never fires."""
+
+STALLS = ("silent", "stall-body", "chunked-stall", "slowloris")
+"""Behaviours only a timeout or a cancel ends."""
+ANSWERED = {"http10": 200, "continue": 200, **{f"429-{kind}": 429 for kind in HOSTILE_VALUES}}
+"""Behaviours every client must read as a response, with its status."""
+BEHAVIOURS = (
+    *STALLS,
+    "short-body",
+    "reset-before",
+    "reset-after",
+    "bad-status",
+    "garbage",
+    "bad-header",
+    "many-headers",
+    "huge-header",
+    "chunked-drip",
+    *ANSWERED,
+)
+LOGGED = {
+    "429-garbage": (logging.INFO, "soon-ish"),
+    "429-huge": (logging.WARNING, "capped to max_pause"),
+    "429-negative": (logging.INFO, "-86400"),
+    "429-far-date": (logging.WARNING, "capped to max_pause"),
+    "429-overlong": (logging.INFO, "5000 characters long"),
+}
+"""What the log must say of each hostile 429: its level and a piece of its text."""
+
+ASYNC_ADAPTERS = ("aiohttp", "httpx-async", "httpx2-async")
+ADAPTERS = (*ASYNC_ADAPTERS, "httpx-sync", "httpx2-sync", "requests")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[HostileServer]:
+    with hostile_server(ADDRESS) as running:
+        yield running
+
+
+def throttle() -> Throttle:
+    """A cap of one: a reservation left behind would refuse the next request."""
+    return Throttle(start_delay=0.05, max_delay=MAX_DELAY, max_concurrency=1, max_pause=MAX_PAUSE)
+
+
+# -- one client per adapter, behind one small interface --------------------------------
+#
+# Each opener yields ``get(url, read, max_wait, partial) -> status``: a GET that
+# reads the body (only its first piece, then closes, when ``partial``), with
+# ``read`` as the client's read timeout (None: the client's defaults) and
+# ``max_wait`` as the request's option (None: none).
+
+_AsyncGet = Callable[[str, float | None, float | None, bool], Awaitable[int]]
+_SyncGet = Callable[[str, float | None, float | None, bool], int]
+
+
+@contextlib.asynccontextmanager
+async def _aiohttp(limiter: Throttle) -> AsyncIterator[_AsyncGet]:
+    import aiohttp
+
+    from autothrottle.aiohttp import ThrottledSession
+
+    async with ThrottledSession(throttle=limiter) as session:
+
+        async def get(url: str, read: float | None, max_wait: float | None, partial: bool) -> int:
+            kwargs: dict[str, Any] = {}
+            if read is not None:
+                kwargs["timeout"] = aiohttp.ClientTimeout(sock_read=read, sock_connect=READ)
+            if max_wait is not None:
+                kwargs["trace_request_ctx"] = {"autothrottle": {"max_wait": max_wait}}
+            async with session.get(url, **kwargs) as response:
+                await (response.content.readany() if partial else response.read())
+                return response.status
+
+        yield get
+
+
+def _httpx_async(
+    package: str,
+) -> Callable[[Throttle], contextlib.AbstractAsyncContextManager[_AsyncGet]]:
+    @contextlib.asynccontextmanager
+    async def opener(limiter: Throttle) -> AsyncIterator[_AsyncGet]:
+        client_package = pytest.importorskip(package)
+        adapter = pytest.importorskip(f"autothrottle.{package}")
+        async with adapter.AsyncThrottledClient(throttle=limiter) as client:
+
+            async def get(
+                url: str, read: float | None, max_wait: float | None, partial: bool
+            ) -> int:
+                kwargs: dict[str, Any] = {}
+                if read is not None:
+                    kwargs["timeout"] = client_package.Timeout(READ, read=read)
+                if max_wait is not None:
+                    kwargs["extensions"] = {"autothrottle": {"max_wait": max_wait}}
+                async with client.stream("GET", url, **kwargs) as response:
+                    if partial:
+                        async for _ in response.aiter_raw():
+                            break
+                    else:
+                        await response.aread()
+                    return int(response.status_code)
+
+            yield get
+
+    return opener
+
+
+def _httpx_sync(package: str) -> Callable[[Throttle], contextlib.AbstractContextManager[_SyncGet]]:
+    @contextlib.contextmanager
+    def opener(limiter: Throttle) -> Iterator[_SyncGet]:
+        client_package = pytest.importorskip(package)
+        adapter = pytest.importorskip(f"autothrottle.{package}")
+        with adapter.ThrottledClient(throttle=limiter) as client:
+
+            def get(url: str, read: float | None, max_wait: float | None, partial: bool) -> int:
+                kwargs: dict[str, Any] = {}
+                if read is not None:
+                    kwargs["timeout"] = client_package.Timeout(READ, read=read)
+                if max_wait is not None:
+                    kwargs["extensions"] = {"autothrottle": {"max_wait": max_wait}}
+                with client.stream("GET", url, **kwargs) as response:
+                    if partial:
+                        for _ in response.iter_raw():
+                            break
+                    else:
+                        response.read()
+                    return int(response.status_code)
+
+            yield get
+
+    return opener
+
+
+@contextlib.contextmanager
+def _requests(limiter: Throttle) -> Iterator[_SyncGet]:
+    pytest.importorskip("requests")
+    from autothrottle.requests import ThrottledSession
+
+    with ThrottledSession(throttle=limiter) as session:
+
+        def get(url: str, read: float | None, max_wait: float | None, partial: bool) -> int:
+            kwargs: dict[str, Any] = {"timeout": (READ, read)}
+            if max_wait is not None:
+                kwargs["autothrottle"] = {"max_wait": max_wait}
+            with session.get(url, stream=True, **kwargs) as response:
+                if partial:
+                    next(response.iter_content(1), None)
+                else:
+                    _ = response.content
+                return int(response.status_code)
+
+        yield get
+
+
+OPENERS: dict[str, Any] = {
+    "aiohttp": _aiohttp,
+    "httpx-async": _httpx_async("httpx"),
+    "httpx2-async": _httpx_async("httpx2"),
+    "httpx-sync": _httpx_sync("httpx"),
+    "httpx2-sync": _httpx_sync("httpx2"),
+    "requests": _requests,
+}
+
+
+# -- one run: the hostile request, the slot left, the next request ---------------------
+
+
+@dataclass
+class Run:
+    outcome: int | BaseException
+    took: float
+    left: SlotSnapshot
+    follow_up: int | BaseException
+    arrivals: int = 0
+
+
+def _idle(limiter: Throttle) -> bool:
+    slot = limiter.snapshot().get(KEY)
+    return slot is None or (slot.in_flight, slot.queued) == (0, 0)
+
+
+async def _run_async(
+    adapter: str, url: str, ok: str, read: float | None, partial: bool, cancel: float | None
+) -> tuple[Run, Throttle]:
+    limiter = throttle()
+    async with OPENERS[adapter](limiter) as get:
+        started = time.monotonic()
+        outcome: int | BaseException
+        try:
+            request = get(url, read, None, partial)
+            outcome = await (request if cancel is None else asyncio.wait_for(request, cancel))
+        except Exception as error:
+            outcome = error
+        took = time.monotonic() - started
+        for _ in range(int(10 / 0.01)):  # the lease's linger: a release may come soon, not now
+            if _idle(limiter):
+                break
+            await asyncio.sleep(0.01)
+        left = limiter.snapshot()[KEY]
+        try:
+            follow_up: int | BaseException = await get(ok, READ, GRANT, False)
+        except Exception as error:
+            follow_up = error
+    return Run(outcome, took, left, follow_up), limiter
+
+
+def _run_sync(
+    adapter: str, url: str, ok: str, read: float | None, partial: bool
+) -> tuple[Run, Throttle]:
+    limiter = throttle()
+    with OPENERS[adapter](limiter) as get:
+        started = time.monotonic()
+        outcome: int | BaseException
+        try:
+            outcome = get(url, read, None, partial)
+        except Exception as error:
+            outcome = error
+        took = time.monotonic() - started
+        for _ in range(int(10 / 0.01)):
+            if _idle(limiter):
+                break
+            time.sleep(0.01)
+        left = limiter.snapshot()[KEY]
+        try:
+            follow_up: int | BaseException = get(ok, READ, GRANT, False)
+        except Exception as error:
+            follow_up = error
+    return Run(outcome, took, left, follow_up), limiter
+
+
+def _check(run: Run, behaviour: str) -> None:
+    """What every run must leave, whatever the adapter and however it ended."""
+    assert run.took < ENDS, f"the request took {run.took:.1f} s to end"
+    left = run.left
+    assert (left.in_flight, left.queued) == (0, 0), f"the slot still holds {left}"
+    assert not isinstance(run.follow_up, ThrottleTimeout), (
+        f"the next request was refused its turn: the slot held a phantom reservation ({left})"
+    )
+    assert run.follow_up == 200, f"the next request failed: {run.follow_up!r}"
+    assert 0.0 <= left.delay <= MAX_DELAY, left
+    assert left.pause_remaining <= MAX_PAUSE, left
+
+
+@pytest.mark.parametrize("behaviour", BEHAVIOURS)
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_hostile_server_leaves_nothing_held(
+    adapter: str, behaviour: str, server: HostileServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="autothrottle")
+    read = STALL_READ if behaviour in STALLS else READ
+    partial = behaviour == "chunked-drip"  # no read timeout ends it: the caller stops reading
+    url, ok = server.url(behaviour), server.url("ok")
+    if adapter in ASYNC_ADAPTERS:
+        run, _ = asyncio.run(_run_async(adapter, url, ok, read, partial, None))
+    else:
+        run, _ = _run_sync(adapter, url, ok, read, partial)
+    run.arrivals = server.arrivals(url)
+    _check(run, behaviour)
+    if behaviour in ANSWERED:
+        assert run.outcome == ANSWERED[behaviour], run.outcome
+    elif behaviour in STALLS:
+        assert isinstance(run.outcome, Exception), run.outcome
+    # One lesson per request that reached the host, in every adapter alike: a
+    # response (its body may break after the headers) or, when the host broke
+    # the exchange before its headers, the host's failure. aiohttp resends an
+    # idempotent request once on a reset: two sends, two lessons.
+    left = run.left
+    assert run.arrivals >= 1
+    assert left.responses + left.failures == run.arrivals, (run.outcome, left)
+    if behaviour in LOGGED:
+        level, text = LOGGED[behaviour]
+        said = [r for r in caplog.records if r.levelno >= level and text in r.getMessage()]
+        assert said, [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize("behaviour", (*STALLS, "chunked-drip"))
+@pytest.mark.parametrize("adapter", ASYNC_ADAPTERS)
+def test_a_cancelled_request_to_a_hostile_server_leaves_nothing_held(
+    adapter: str, behaviour: str, server: HostileServer
+) -> None:
+    """No client timeout: the caller's ``asyncio.wait_for`` ends the request."""
+    url, ok = server.url(behaviour), server.url("ok")
+    run, _ = asyncio.run(_run_async(adapter, url, ok, None, False, STALL_READ))
+    run.arrivals = server.arrivals(url)
+    _check(run, behaviour)
+    assert isinstance(run.outcome, TimeoutError), run.outcome
+    assert run.left.failures == 0, run.left  # a cancel is the caller's, never the host's
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_a_bound_the_caller_set_holds_against_a_hostile_pause(
+    adapter: str, server: HostileServer
+) -> None:
+    """A ``Retry-After`` of 10**400 seconds pauses the slot for ``max_pause``
+    (its 300 s here); a request bounded by ``max_wait`` fails at its bound with
+    the adapter's ``ThrottleTimeout``, sends nothing and leaves nothing held."""
+    limiter = Throttle(start_delay=0.05, max_concurrency=1)
+    refused, ok = server.url("429-huge"), server.url("ok")
+    bound = 0.3
+
+    def check(first: int, second: int | BaseException, took: float) -> None:
+        assert first == 429
+        assert isinstance(second, ThrottleTimeout), second
+        assert took < ENDS, f"a request bounded by {bound} s took {took:.1f} s"
+        left = limiter.snapshot()[KEY]
+        assert (left.in_flight, left.queued, left.sent) == (0, 0, 1), left
+        assert 0.0 < left.pause_remaining <= limiter.max_pause, left
+        assert server.arrivals(ok) == 0
+
+    if adapter in ASYNC_ADAPTERS:
+
+        async def run() -> None:
+            async with OPENERS[adapter](limiter) as get:
+                first = await get(refused, READ, None, False)
+                started = time.monotonic()
+                second: int | BaseException
+                try:
+                    second = await get(ok, READ, bound, False)
+                except Exception as error:
+                    second = error
+                check(first, second, time.monotonic() - started)
+
+        asyncio.run(run())
+    else:
+        with OPENERS[adapter](limiter) as get:
+            first = get(refused, READ, None, False)
+            started = time.monotonic()
+            second: int | BaseException
+            try:
+                second = get(ok, READ, bound, False)
+            except Exception as error:
+                second = error
+            check(first, second, time.monotonic() - started)
+
+
+@pytest.mark.parametrize("behaviour", ("bad-status", "many-headers", "huge-header"))
+def test_aiohttp_counts_a_response_its_parser_refused_as_the_hosts_failure(
+    behaviour: str, server: HostileServer
+) -> None:
+    """aiohttp raises ``ClientResponseError`` for a head it refuses, where httpx
+    raises ``RemoteProtocolError`` and requests a ``ConnectionError``: the host
+    broke the protocol, and the slot backs off (it once only released)."""
+    pytest.importorskip("aiohttp")
+
+    async def run() -> SlotSnapshot:
+        limiter = throttle()
+        async with OPENERS["aiohttp"](limiter) as get:
+            with pytest.raises(Exception) as raised:
+                await get(server.url(behaviour), READ, None, False)
+        assert type(raised.value).__name__ == "ClientResponseError"
+        return limiter.snapshot()[KEY]
+
+    left = asyncio.run(run())
+    assert (left.failures, left.backoffs, left.in_flight) == (1, 1, 0), left
+    assert left.last_backoff_reason == "failure: ClientResponseError"
