@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from autothrottle._headers._names import _TABLE
 
 _Writer = asyncio.StreamWriter
-_Behaviour = Callable[[asyncio.StreamReader, _Writer], Awaitable[bool]]
-"""Answers one request; True keeps the connection for the next request."""
+_Behaviour = Callable[[asyncio.StreamReader, _Writer, str], Awaitable[bool]]
+"""Answers one request (for its target, path and query); True keeps the connection."""
 
 RATE_NAMES = tuple(name for name, _ in _TABLE)
 """Every response header the library reads, as servers spell it: every dialect."""
@@ -63,33 +63,33 @@ def _reset(writer: _Writer) -> None:
     writer.transport.abort()
 
 
-async def _ok(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _ok(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     writer.write(_head(b"HTTP/1.1 200 OK", ("Content-Length", 2)) + b"ok")
     return True
 
 
-async def _silent(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _silent(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     await _until_closed(reader)
     return False
 
 
-async def _stall_body(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _stall_body(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     writer.write(_head(b"HTTP/1.1 200 OK", ("Content-Length", 1000)) + b"x" * 10)
     await _until_closed(reader)
     return False
 
 
-async def _short_body(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _short_body(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     writer.write(_head(b"HTTP/1.1 200 OK", ("Content-Length", 1000)) + b"x" * 10)
     return False  # closed with 990 bytes owed
 
 
-async def _reset_before(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _reset_before(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     _reset(writer)
     return False
 
 
-async def _reset_after(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _reset_after(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     writer.write(_head(b"HTTP/1.1 200 OK", ("Content-Length", 1000)) + b"x" * 10)
     await writer.drain()
     await asyncio.sleep(0.05)  # let the headers reach the client first
@@ -97,30 +97,30 @@ async def _reset_after(reader: asyncio.StreamReader, writer: _Writer) -> bool:
     return False
 
 
-async def _bad_status(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _bad_status(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     writer.write(b"HTTP/1.1 2x0 Maybe\r\nContent-Length: 2\r\n\r\nok")
     return False
 
 
-async def _garbage(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _garbage(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     writer.write(b"\x00\xffSSH-2.0-not-http\r\n\r\n")
     return False
 
 
-async def _bad_header(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _bad_header(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     writer.write(
         b"HTTP/1.1 200 OK\r\nNo colon here\r\nX-Bad\x00: nul\r\nContent-Length: 2\r\n\r\nok"
     )
     return False
 
 
-async def _many_headers(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _many_headers(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     fields = [(f"X-Many-{i}", "v") for i in range(10_000)]
     writer.write(_head(b"HTTP/1.1 200 OK", *fields, ("Content-Length", 2)) + b"ok")
     return False
 
 
-async def _huge_header(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _huge_header(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     fields = (("X-Huge", "h" * 1_000_000), ("Content-Length", 2))
     writer.write(_head(b"HTTP/1.1 200 OK", *fields) + b"ok")
     return False
@@ -129,7 +129,7 @@ async def _huge_header(reader: asyncio.StreamReader, writer: _Writer) -> bool:
 def _refusal(value: str) -> _Behaviour:
     names = RATE_NAMES if len(value) < 1000 else ("Retry-After", "RateLimit-Remaining")
 
-    async def refuse(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+    async def refuse(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
         fields = [(name, value) for name in names]
         writer.write(_head(b"HTTP/1.1 429 Too Many Requests", *fields, ("Content-Length", 0)))
         return True
@@ -137,19 +137,19 @@ def _refusal(value: str) -> _Behaviour:
     return refuse
 
 
-async def _continue(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _continue(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
     writer.write(_head(b"HTTP/1.1 200 OK", ("Content-Length", 2)) + b"ok")
     return True
 
 
-async def _chunked_stall(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _chunked_stall(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     writer.write(_head(b"HTTP/1.1 200 OK", ("Transfer-Encoding", "chunked")) + b"2\r\nok\r\n")
     await _until_closed(reader)  # the last chunk never comes
     return False
 
 
-async def _chunked_drip(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _chunked_drip(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     """A chunked body that never ends and never goes quiet: no read timeout ends it."""
     writer.write(_head(b"HTTP/1.1 200 OK", ("Transfer-Encoding", "chunked")))
     while not reader.at_eof():
@@ -159,12 +159,28 @@ async def _chunked_drip(reader: asyncio.StreamReader, writer: _Writer) -> bool:
     return False
 
 
-async def _http10(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _upgrade(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
+    """Switches protocols nobody asked for, then says nothing."""
+    fields = (("Upgrade", "websocket"), ("Connection", "Upgrade"))
+    writer.write(_head(b"HTTP/1.1 101 Switching Protocols", *fields))
+    await _until_closed(reader)
+    return False
+
+
+async def _redirect_loop(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
+    """Redirects to itself, for ever (no client looks for a loop: each stops
+    after its most redirects)."""
+    fields = (("Location", target),)
+    writer.write(_head(b"HTTP/1.1 302 Found", *fields, ("Content-Length", 0)))
+    return True
+
+
+async def _http10(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"y" * 100)
     return False  # the close ends the body
 
 
-async def _slowloris(reader: asyncio.StreamReader, writer: _Writer) -> bool:
+async def _slowloris(reader: asyncio.StreamReader, writer: _Writer, target: str) -> bool:
     """The status line and headers, a byte a second."""
     for byte in _head(b"HTTP/1.1 200 OK", ("Content-Length", 2)):
         if reader.at_eof() or writer.is_closing():
@@ -189,6 +205,8 @@ BEHAVIOURS: dict[str, _Behaviour] = {
     "huge-header": _huge_header,
     **{f"429-{kind}": _refusal(value) for kind, value in HOSTILE_VALUES.items()},
     "continue": _continue,
+    "upgrade": _upgrade,
+    "redirect-loop": _redirect_loop,
     "chunked-stall": _chunked_stall,
     "chunked-drip": _chunked_drip,
     "http10": _http10,
@@ -270,7 +288,7 @@ class HostileServer:
             target = head.split(b" ", 2)[1].decode("latin-1")
             self._arrived[target] = self._arrived.get(target, 0) + 1
             behaviour = BEHAVIOURS.get(target.lstrip("/").partition("?")[0], _ok)
-            keep = await behaviour(reader, writer)
+            keep = await behaviour(reader, writer, target)
             if writer.transport.is_closing():
                 return
             await writer.drain()
