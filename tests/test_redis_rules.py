@@ -487,14 +487,16 @@ async def test_a_store_dropped_unclosed_ends_its_subscriber_quietly(server: redi
     reported: list[dict[str, Any]] = []
     previous = loop.get_exception_handler()
     loop.set_exception_handler(lambda _, context: reported.append(context))
-    store = fresh_store()
+    # A generous timeout: at load 10 the default 0.25 s read as an outage, and
+    # the subscriber waited the 5-s retry_after before subscribing again.
+    store = fresh_store(timeout=5.0)
     channel = f"autothrottle:{store.prefix}:pauses"
     throttle = Throttle(policy=FixedRatePolicy(100), store=store)
     client = store._send.async_redis()  # closed by the test: not the subscriber's concern
     try:
         with await throttle.acquire("h"):
             pass
-        for _ in range(500):  # bounded: subscribed within moments on loopback
+        for _ in range(3000):  # bounded: subscribed within moments on loopback
             if store._listener.listening:
                 break
             await asyncio.sleep(0.01)
