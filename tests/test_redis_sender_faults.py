@@ -14,6 +14,12 @@ it took was not sent) or ``after`` (the turns were reserved and their answers
 lost: their leases must go back). The sync client's sender is a thread
 holding the sender lock for every thread waiting: the same there.
 
+A fault as Redis's answers are settled leaves the runs Redis reserved: they
+go back with their time (nobody reserved after them), as a given-up
+request's do, not as a lost answer's (leases only: the slot's pace would keep
+a hole). A change whose command cannot be built is dropped and logged once;
+kept, it failed every send after it.
+
 Real Redis on 127.0.0.1:6379 (a prefix per test); elsewhere these skip.
 """
 
@@ -282,4 +288,134 @@ def test_a_sync_pipeline_ended_otherwise_answers_every_thread_waiting(
     else:
         assert errors == []
     store.close()
+    admin.close()
+
+
+# -- a fault while Redis's answers are settled: the runs reserved go back with their time ------
+
+_PACED = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0)  # a gap: a turn moves the slot's next free time
+
+
+def tat(admin: redis.Redis, name: str, key: str) -> int:
+    """The slot's next free send time in Redis (µs on its clock)."""
+    return int(admin.hget(f"{{{name}:{key}}}:s", "tat") or 0)
+
+
+def break_settling(store: RedisStore, admin: redis.Redis, name: str) -> list[int]:
+    """Make the store's next settling of Redis's answers fail (a fault after Redis
+    ran the pipeline); returns the slot "paced"'s next free time as that
+    pipeline left it, once it ran."""
+    send = store._send
+    real = send._settle
+    seen: list[int] = []
+
+    def broken(commands: Any, results: Any, turns: Any) -> None:
+        if seen or not turns:  # (a finished lease lingering goes on its own)
+            return real(commands, results, turns)
+        seen.append(tat(admin, name, "paced"))
+        raise ValueError("a reply of a shape nobody expected")
+
+    send._settle = broken  # type: ignore[method-assign]
+    return seen
+
+
+def given_back(admin: redis.Redis, name: str, reserved: int, held: int) -> Callable[[], bool]:
+    """The faulted turn's lease went back and its time with it (one gap at least)."""
+
+    def check() -> bool:
+        moved = reserved - tat(admin, name, "paced")
+        return leases(admin, name, "paced") == held and moved >= 500_000
+
+    return check
+
+
+async def test_a_fault_while_answers_are_settled_hands_the_run_back_with_its_time() -> None:
+    """Redis reserved the turn, and a fault ended its settling: the request goes
+    on as while Redis is down, and what Redis reserved goes back, its time
+    too (nobody reserved after it). Only the lease, and the slot's pace keeps
+    a hole of a gap: every process's next turn of it a gap later."""
+    name = prefix()
+    admin = redis.Redis.from_url(REDIS)
+    store = await connected(RedisStore(REDIS, prefix=name, timeout=10.0, retry_after=0.3))
+    other = await connected(RedisStore(REDIS, prefix=name, timeout=10.0))
+    held = await other.take_turn("paced", _PACED, time.monotonic())  # another process's turn
+    assert held.lease is not None
+    seen = break_settling(store, admin, name)
+    async with asyncio.timeout(BOUND):
+        turn = await store.take_turn("paced", _PACED, time.monotonic())
+    assert turn.lease is None  # answered as while Redis is down: alone
+    assert len(seen) == 1 and seen[0] > 0
+    try:
+        await wait_until(given_back(admin, name, seen[0], 1), HANDED_BACK_WITHIN)
+    except AssertionError:
+        found = (leases(admin, name, "paced"), tat(admin, name, "paced") - seen[0])
+        raise AssertionError(f"leases, next free time moved by (µs): {found}") from None
+    other.released("paced", held.lease)
+    await other.aclose()
+    await store.aclose()
+    admin.close()
+
+
+def test_a_fault_while_a_sync_pipelines_answers_are_settled_hands_the_run_back() -> None:
+    name = prefix()
+    admin = redis.Redis.from_url(REDIS)
+    store = connected_blocking(RedisStore(REDIS, prefix=name, timeout=10.0, retry_after=0.3))
+    other = connected_blocking(RedisStore(REDIS, prefix=name, timeout=10.0))
+    held = other.take_turn_blocking("paced", _PACED, time.monotonic())
+    assert held.lease is not None
+    seen = break_settling(store, admin, name)
+    turn = store.take_turn_blocking("paced", _PACED, time.monotonic())
+    assert turn.lease is None
+    assert len(seen) == 1 and seen[0] > 0
+    check = given_back(admin, name, seen[0], 1)
+    deadline = time.monotonic() + HANDED_BACK_WITHIN
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert check(), (leases(admin, name, "paced"), tat(admin, name, "paced") - seen[0])
+    other.released("paced", held.lease)
+    other.close()
+    store.close()
+    admin.close()
+
+
+# -- a change whose command cannot be built: dropped, logged once, the rest goes ---------------
+
+
+async def test_a_change_that_cannot_be_sent_is_dropped_and_the_store_keeps_sharing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A record that is not JSON (a custom policy's state holding an object)
+    fails its change's command. Kept to go again, it failed every send
+    after it: every turn answered as while Redis is down, for good. Dropped,
+    the turns and the other slots' changes go, and it is logged once."""
+    name = prefix()
+    admin = redis.Redis.from_url(REDIS)
+    store = await connected(RedisStore(REDIS, prefix=name, timeout=10.0, retry_after=0.3))
+    caplog.set_level(logging.DEBUG, logger="autothrottle")
+    poisoned = SlotState(delay=0.5, policy_state={"client": object()})
+    now = time.monotonic()
+    for _ in range(2):  # the second change of the slot fails as the first
+        store.changed("bad", poisoned, now, sent_at=now, backed_off=True)
+        store.changed("good", SlotState(delay=0.7), now, sent_at=now, backed_off=True)
+        async with asyncio.timeout(BOUND):
+            turn = await store.take_turn("t", _ASK, time.monotonic())
+        assert turn.lease is not None  # shared, not alone: the send went
+        store.released("t", turn.lease)
+        store.idle("t")
+    await store.flush()
+    assert admin.hget(f"{{{name}:good}}:s", "record") is not None
+    assert admin.hget(f"{{{name}:bad}}:s", "record") is None
+    errors = [r for r in caplog.records if r.name == "autothrottle" and r.levelno >= logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert "'bad'" in errors[0].getMessage() and errors[0].exc_info is not None
+    assert not store._outage.down()
+    # A good change of the slot is shared again, and a later poisoned one logged again.
+    store.changed("bad", SlotState(delay=0.6), now, sent_at=now, backed_off=False)
+    await store.flush()
+    assert admin.hget(f"{{{name}:bad}}:s", "record") is not None
+    store.changed("bad", poisoned, now, sent_at=now, backed_off=False)
+    await store.flush()
+    errors = [r for r in caplog.records if r.name == "autothrottle" and r.levelno >= logging.ERROR]
+    assert len(errors) == 2
+    await store.aclose()
     admin.close()

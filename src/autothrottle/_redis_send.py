@@ -14,7 +14,8 @@ thread waiting, and a background thread sends what no turn carried
 the :class:`~autothrottle._redis_outage.Outage`, keeps what was not sent to
 send again (rule 7) and answers the turns waiting with :data:`DOWN`; so too
 when a pipeline ends any other way (cancelled, a fault), and no turn taken
-for it is left unanswered.
+for it is left unanswered. A change whose command cannot be built is dropped,
+not kept: kept, it would fail every pipeline after it.
 
 The pauses other processes set are heard apart, on a connection of its own
 (:mod:`autothrottle._redis_listen`): nothing of them rides the pipelines.
@@ -66,6 +67,9 @@ logger = logging.getLogger("autothrottle")
 
 Commands = list[tuple[str, tuple[Any, ...]]]
 
+UNSENT_MOST = 1_000
+"""Slots whose changes cannot be sent that are remembered, to log each once."""
+
 
 class Sender:
     """The queues of what waits to go to Redis, the clients, and the pipelines.
@@ -113,6 +117,7 @@ class Sender:
         self._releases: list[tuple[str, str]] = []
         self._changes: dict[str, Change] = {}
         self._unused: dict[str, tuple[float, list[str]]] = {}
+        self._unsent: set[str] = set()  # slots whose last change could not be built
         self._sender: asyncio.Task[None] | None = None
         self._lingering: asyncio.TimerHandle | None = None
         self._retrying: asyncio.TimerHandle | None = None  # Redis down: the next try
@@ -246,19 +251,43 @@ class Sender:
             else:
                 commands.append(("", ("ZREM", keys(self.prefix, key)[1], lease)))
         for key, change in changes.items():
-            commands.append(
-                (
-                    "merge",
-                    (
-                        1,
-                        keys(self.prefix, key)[0],
-                        *merge_args(change, self.ttl, self.channel, self.process, key),
-                    ),
-                )
-            )
+            try:
+                args = merge_args(change, self.ttl, self.channel, self.process, key)
+            except Exception as error:  # any: that one change is dropped
+                self._unsendable(key, error)
+                continue
+            if self._unsent:
+                self._unsent.discard(key)
+            commands.append(("merge", (1, keys(self.prefix, key)[0], *args)))
         for ask in turns:  # a turn, or a late turn's look
             commands.append((ask.script, (3, *keys(self.prefix, ask.key), *ask.args)))
         return commands
+
+    def _unsendable(self, key: str, error: Exception) -> None:
+        """A change whose command cannot be built (a record that is not JSON: a
+        custom policy's state, a delay that is no number) is dropped, not kept:
+        kept, it would fail every send after it, and the whole process would
+        pace as if Redis were down. The fleet misses what that one change said;
+        the slot's next change is tried afresh. Logged at error level once for
+        as long as the slot's changes keep failing (each response makes one),
+        for up to :data:`UNSENT_MOST` slots at a time (more, and they are
+        logged again: a policy whose every record fails leaves no set growing
+        with the hosts of a crawl)."""
+        if key in self._unsent:
+            logger.debug("autothrottle: Redis store %r: slot %r not shared", self.prefix, key)
+            return
+        if len(self._unsent) >= UNSENT_MOST:
+            self._unsent.clear()
+        self._unsent.add(key)
+        logger.error(
+            "autothrottle: Redis store %r: the change of slot %r cannot be sent (%s: %s); "
+            "dropped, the fleet keeps its last record of the slot",
+            self.prefix,
+            key,
+            type(error).__name__,
+            error,
+            exc_info=error,
+        )
 
     # -- the async sender: one pipeline at a time, carrying whatever is waiting ----------
 
@@ -332,24 +361,38 @@ class Sender:
             if self._broken(error, turns, releases, changes):
                 raise
             return False
+        replies = results[len(results) - len(turns) :]
         try:
             self._settle(commands, results, turns)
-            for ask, result in zip(turns, results[len(results) - len(turns) :], strict=True):
-                given_up = not deliver(ask, result)
-                if given_up and isinstance(result, list) and result[1] and ask.script == "turn":
-                    self._given_up(ask, result)  # (a look's lease goes with its request)
+            for ask, result in zip(turns, replies, strict=True):
+                if not deliver(ask, result):
+                    self._given_up(ask, result)
         except BaseException as error:
-            if self._broken(error, turns, [], {}):  # Redis answered: what was taken went
+            # Redis answered: what was taken went, and the answers say what it reserved.
+            if self._broken(error, turns, [], {}, replies):
                 raise
             return False
         return True
 
-    def _given_up(self, ask: Ask, reply: list[Any]) -> None:
-        """The request that asked for a run gave up before its answer came: every
-        turn reserved for it goes back, the latest first, and its time with it
-        when no process reserved after it (rule 8)."""
-        turns = int(as_text(reply[7])) if len(reply) > 7 else 1
-        gap = float(as_text(reply[8])) / 1e6 if len(reply) > 8 else 0.0
+    def _given_up(self, ask: Ask, reply: Any) -> None:
+        """Nobody takes the answer ``reply`` to the turn ``ask`` (its request gave
+        up before it came, or a fault ended the pipeline while it was settled):
+        every turn of the run Redis reserved goes back, the latest first, and
+        its time with it when no process reserved after it (rule 8). A look
+        reserves nothing (its lease goes with its request), nor does an answer
+        without a lease (a pause, the cap, a data error); an answer of a shape
+        not expected is as one lost: its leases go back, not its time."""
+        if ask.script != "turn" or not isinstance(reply, list):
+            return
+        try:
+            if not reply[1]:
+                return
+            turns = int(as_text(reply[7])) if len(reply) > 7 else 1
+            gap = float(as_text(reply[8])) / 1e6 if len(reply) > 8 else 0.0
+        except (IndexError, TypeError, ValueError, UnicodeDecodeError):
+            self._keep(_reserved(ask), {})
+            self._flush_soon()
+            return
         self.unused(ask.key, gap, run_leases(ask.lease, turns)[::-1])
 
     async def _load_async(self, client: AsyncClient) -> None:
@@ -440,7 +483,8 @@ class Sender:
                 try:
                     self._settle(commands, replies, turns)
                 except BaseException as error:
-                    if self._broken(error, turns, [], {}):  # Redis answered
+                    answers = replies[len(replies) - len(turns) :]
+                    if self._broken(error, turns, [], {}, answers):  # Redis answered
                         raise
                     return
         for ask, reply in zip(turns, replies[len(replies) - len(turns) :], strict=True):
@@ -529,6 +573,7 @@ class Sender:
         turns: list[Ask],
         releases: list[tuple[str, str]],
         changes: dict[str, Change],
+        replies: list[Any] | None = None,
     ) -> bool:
         """Something other than Redis failing ended a pipeline before its turns were
         answered: its sender cancelled mid-call (a cancelled task, the event loop
@@ -537,7 +582,12 @@ class Sender:
 
         Each turn not answered yet is answered :data:`DOWN`, so its request, and
         those waiting behind it, go on as while Redis is down instead of waiting
-        for ever; its leases go back (Redis may have reserved them); the leases
+        for ever. What Redis may have reserved for it goes back: with Redis's
+        ``replies`` (the fault struck as they were settled) the run each
+        reserved, its time too when nobody reserved after it, as for a request
+        that gave up (:meth:`_given_up`: left in Redis, that time is a hole in
+        the slot's pace, a gap per turn); without them (the answers lost) the
+        leases it may hold, not their time, which no answer told. The leases
         and changes taken for the pipeline are kept to go again (rule 7), not
         left to expire in Redis. A fault is logged with its traceback and
         counts as Redis failing (tried again in ``retry_after``); a cancel or an
@@ -545,7 +595,7 @@ class Sender:
         re-raises it (True).
         """
         lost: list[tuple[str, str]] = []
-        for ask in turns:
+        for index, ask in enumerate(turns):
             done = ask.done
             if isinstance(done, threading.Event):
                 if done.is_set():
@@ -554,7 +604,10 @@ class Sender:
                 done.set()
             elif not deliver(ask, DOWN) and not done.cancelled():
                 continue  # answered with its result: its lease is its request's
-            lost += _reserved(ask)
+            if replies is None:
+                lost += _reserved(ask)
+            else:
+                self._given_up(ask, replies[index])
         self._keep(releases + lost, changes)
         stopping = not isinstance(error, Exception)
         if isinstance(error, asyncio.CancelledError):  # the task's, or redis-py's own
