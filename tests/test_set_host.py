@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import threading
 
 import pytest
 
@@ -120,3 +121,29 @@ def test_a_jitter_set_or_ended_by_set_host_applies_from_the_next_grant() -> None
     jittered = gaps(3)
     assert all(0.5 <= g <= 1.5 for g in jittered)
     assert jittered != pytest.approx([1.0] * 3)
+
+
+def test_a_live_slot_takes_new_settings_under_its_lock() -> None:
+    # A sync client answers from its own threads, holding the slot's lock; a
+    # set_host from another thread must wait for it, or it could overwrite the
+    # delay a response just set with the clamp of the one it read before.
+    throttle = Throttle(policy=FixedDelayPolicy(0.1), clock=FakeClock())
+    slot = throttle.slot(KEY)
+    held, done = threading.Event(), threading.Event()
+    lock = gate_of(slot).lock
+    lock.acquire()
+    try:
+        setter = threading.Thread(
+            target=lambda: (held.set(), throttle.set_host(KEY, {"min_delay": 0.5}), done.set())
+        )
+        setter.start()
+        assert held.wait(10)
+        # While the lock is held the new settings are not in force (a setter that
+        # took no lock would have set them by now, on most runs).
+        assert not done.wait(0.2)
+        assert slot.config.min_delay == 0.0
+    finally:
+        lock.release()
+    assert done.wait(10)
+    setter.join(10)
+    assert slot.config.min_delay == 0.5 and slot.delay >= 0.5

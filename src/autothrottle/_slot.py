@@ -111,15 +111,21 @@ class LiveSlot:
     def configure(self, config: SlotConfig) -> None:
         """Run with new settings from now on (``Throttle.set_host``), keeping the policy:
         what the slot learned belongs to it. The delay is brought within the new
-        bounds, and waiting requests re-check their turn."""
-        old = self.config
-        if config.policy is not old.policy:
-            config = replace(config, policy=old.policy, burst=old.burst, windows=old.windows)
-        self.config = config
-        self.gate.configure(config)
-        self.strict = config.policy.strict_spacing or config.min_delay > 0.0
-        self.state.pace.set_delay(config.clamp(self.state.pace.delay))
-        self.gate.wake()
+        bounds, and waiting requests re-check their turn.
+
+        Under the slot's lock, as every other writer of its state: from another
+        thread (a sync client's), a response's new delay could otherwise be
+        overwritten by the clamp of the one read before it, and a grant could
+        read the gate's settings half changed."""
+        with self.gate.lock:
+            old = self.config
+            if config.policy is not old.policy:
+                config = replace(config, policy=old.policy, burst=old.burst, windows=old.windows)
+            self.config = config
+            self.gate.configure(config)
+            self.strict = config.policy.strict_spacing or config.min_delay > 0.0
+            self.state.pace.set_delay(config.clamp(self.state.pace.delay))
+            self.gate.wake()
 
     def respond(
         self,
