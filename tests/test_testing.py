@@ -256,6 +256,67 @@ async def test_no_host_s_turn_is_passed_over_by_another_host_s_jump() -> None:
     assert clock.skipped == pytest.approx(9.0, abs=0.5)  # 1 s apart: the slot's policy
 
 
+def _came_on_time(clock: VirtualClock, turn: float) -> None:
+    """The turn of slot "b" came at ``turn`` on the clock, give or take the
+    real time its waiter took to run once woken (milliseconds; 0.25 s allows a
+    machine at load 12). "a"'s waiter jumped the clock to its own turn, a few
+    microseconds before "b"'s; "b"'s waiter, asleep for its ``idle`` of 1 s
+    since half a second after "a"'s, saw that jump only when it woke, and
+    came half a second late."""
+    at = {w.slot: w.at for w in clock.waits}
+    assert at.keys() == {"a", "b"}, clock.waits
+    assert at["b"] - turn < 0.25, (at, turn)
+
+
+def test_a_thread_waiting_sees_another_thread_s_jump_at_once() -> None:
+    clock = VirtualClock(idle=1.0)
+    throttle = Throttle(policy=FixedDelayPolicy(10.0), clock=clock)
+    throttle.acquire_blocking("a").release()
+    throttle.acquire_blocking("b").release()
+    turn = clock() + 10.0  # "b"'s next turn: 10 s after its first, no sooner than "a"'s
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(throttle.acquire_blocking, "a")
+        time.sleep(0.5)  # "a"'s waiter is half through its idle
+        second = pool.submit(throttle.acquire_blocking, "b")
+        first.result(timeout=30.0).release()
+        second.result(timeout=30.0).release()
+    _came_on_time(clock, turn)
+
+
+async def test_a_task_waiting_sees_another_task_s_jump_at_once() -> None:
+    clock = VirtualClock(idle=1.0)
+    throttle = Throttle(policy=FixedDelayPolicy(10.0), clock=clock)
+    (await throttle.acquire("a")).release()
+    (await throttle.acquire("b")).release()
+    turn = clock() + 10.0
+
+    async def take(key: str) -> None:
+        (await throttle.acquire(key)).release()
+
+    with anyio.fail_after(30.0):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(take, "a")
+            await anyio.sleep(0.5)
+            tasks.start_soon(take, "b")
+    _came_on_time(clock, turn)
+
+
+def test_a_thread_waiting_sees_the_clock_moved_by_hand_at_once() -> None:
+    clock = VirtualClock(idle=1.0)
+    throttle = Throttle(policy=FixedDelayPolicy(10.0), clock=clock)
+    throttle.acquire_blocking("b").release()
+    on_the_wire = throttle.acquire_blocking("other")  # no jump: only the hand moves it
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(throttle.acquire_blocking, "b")
+        time.sleep(0.5)  # half through its idle
+        clock.advance(10.0)
+        turn = clock()  # "b"'s turn has come: its waiter, woken, takes it now
+        waiting.result(timeout=30.0).release()
+    on_the_wire.release()
+    (wait,) = clock.waits
+    assert wait.at - turn < 0.25, (wait, turn)  # it woke after its idle: 0.5 s late
+
+
 async def test_the_clock_never_jumps_while_a_response_is_on_its_way() -> None:
     clock = VirtualClock()
     throttle = Throttle(policy=FixedDelayPolicy(1.0), clock=clock)

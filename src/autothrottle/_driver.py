@@ -62,7 +62,9 @@ class Skipping(Protocol):
     The driver calls :meth:`expect` with the clock time a waiter's turn (or its
     ``max_wait``) comes, pauses ``idle`` real seconds so that every other
     waiter may say when its own comes, then :meth:`skip`; :meth:`done` when it
-    leaves, with the clock seconds it waited if it got its turn.
+    leaves, with the clock seconds it waited if it got its turn. A clock that
+    jumps wakes the other waiters (the gates' tickets: their ``wake``), so
+    that none sleeps past a turn the jump reached.
     """
 
     idle: float

@@ -31,7 +31,8 @@ reaches the throttle (``docs/compose.md``). The rules of the jump:
 - the clock jumps only when no request of the throttle is on the wire (so a
   response's latency is never stretched by a jump) and only to the soonest
   turn of all the requests waiting (so no host's turn is passed over); each
-  waiter first gives the others ``idle`` real seconds to say when theirs is;
+  waiter first gives the others ``idle`` real seconds to say when theirs is,
+  and a jump wakes the others, so none takes a turn the jump reached late;
 - a ``max_wait`` (the throttle's, a request's, httpx's pool timeout) is
   counted on the clock too: a request that would have timed out still does.
 
@@ -42,6 +43,7 @@ take for their turn on the wire after a connection was set up (milliseconds).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -90,7 +92,7 @@ class VirtualClock:
         self.idle = float(idle)
         self._lock = threading.Lock()
         self._skipped = 0.0
-        self._deadlines: dict[int, float] = {}
+        self._deadlines: dict[int, tuple[float, object]] = {}
         self._waits: list[Wait] = []
         self._throttles: list[Throttle] = []
 
@@ -123,6 +125,8 @@ class VirtualClock:
     def advance(self, seconds: float) -> None:
         """Move the clock on by hand: let a pause or an idle spell pass.
 
+        Every request waiting is woken to look at the clock again, as by a jump.
+
         Raises:
             ValueError: ``seconds`` is negative or not finite.
         """
@@ -132,6 +136,8 @@ class VirtualClock:
             raise ValueError(f"seconds must be >= 0 and finite, got {seconds!r}")
         with self._lock:
             self._skipped += seconds
+            waiters = [waiter for _, waiter in self._deadlines.values()]
+        _wake(waiters)
 
     # -- what the throttle calls ---------------------------------------------------------
 
@@ -150,19 +156,28 @@ class VirtualClock:
             if math.isinf(deadline):
                 self._deadlines.pop(id(waiter), None)
             else:
-                self._deadlines[id(waiter)] = deadline
+                self._deadlines[id(waiter)] = (deadline, waiter)
 
     def skip(self, waiter: object) -> None:
-        """Jump to ``waiter``'s turn if it is the soonest and nothing is on the wire."""
+        """Jump to ``waiter``'s turn if it is the soonest and nothing is on the wire.
+
+        A jump wakes every other waiter that said when its turn comes: each
+        sleeps up to ``idle`` at a time, and one whose turn (or ``max_wait``)
+        the jump reached would otherwise take it only when it woke, late on
+        the clock by as much.
+        """
         if self._on_the_wire():
             return
         with self._lock:
-            deadline = self._deadlines.get(id(waiter))
-            if deadline is None or deadline > min(self._deadlines.values()):
+            mine = self._deadlines.get(id(waiter))
+            if mine is None or mine[0] > min(d for d, _ in self._deadlines.values()):
                 return
             now = self()
-            if deadline > now:
-                self._skipped += deadline - now
+            if mine[0] <= now:
+                return
+            self._skipped += mine[0] - now
+            others = [w for key, (_, w) in self._deadlines.items() if key != id(waiter)]
+        _wake(others)
 
     def done(self, waiter: object, key: str, waited: float | None) -> None:
         """``waiter`` leaves: with its turn after ``waited`` seconds, or without one (None)."""
@@ -176,3 +191,18 @@ class VirtualClock:
         with self._lock:
             throttles = list(self._throttles)
         return any(throttle.stats().totals.in_flight for throttle in throttles)
+
+
+def _wake(waiters: list[object]) -> None:
+    """Let each of ``waiters`` (the gates' tickets) look at the clock again now.
+
+    A wake-up the waiter did not need costs it one more look: it asks for its
+    turn, and says again when it comes. One whose event loop has closed will
+    not run again: there is nothing to wake.
+    """
+    for waiter in waiters:
+        wake = getattr(waiter, "wake", None)
+        if wake is None:
+            continue
+        with contextlib.suppress(RuntimeError):  # its loop is closed
+            wake()
