@@ -38,7 +38,7 @@ at the end:
   still waits;
 - **the bound**: granted within it, or ``ThrottleTimeout`` exactly at it on the
   throttle's clock (the time the thread left the queue, recorded under the
-  lock); on a VirtualClock, late by its ``idle`` at most (see ``IDLE``);
+  lock), on a VirtualClock too (see ``IDLE``);
 - **spacing and pause**: for the policies whose delay is the spacing, a grant
   no sooner than the last one plus the delay in force now and when the gap
   began (unless set by hand since), and none during a pause;
@@ -100,10 +100,10 @@ NEVER = 1e6
 HOLD = 2.0
 IDLE = 0.05
 """The VirtualClock's idle: the (virtual) seconds a waiter gives the others
-before the clock jumps; each is a wake-up while a request is in flight. It is
-also how late on the clock such a waiter may come: it sleeps at most ``idle``
-at a time, and a jump another waiter makes meanwhile (to a time no later than
-its own turn or bound) is not seen until it wakes."""
+before the clock jumps; each is a wake-up while a request is in flight. A
+waiter sleeps at most ``idle`` at a time, and the clock wakes it when another
+waiter's jump (to a time no later than its own turn or bound) reached its
+turn or bound: it comes on time, not late by up to ``idle``."""
 
 POLICIES: dict[str, Callable[[], DelayPolicy]] = {
     "scrapy": AutoThrottlePolicy,
@@ -358,7 +358,6 @@ class Model:
     throttle: Throttle
     hold_timeout: float
     spaced: bool
-    late: float = EPS  # how late on the clock a grant or a timeout may come (IDLE, skipping)
     requests: list[Request] = field(default_factory=list)
     slots: dict[str, SlotModel] = field(default_factory=lambda: {k: SlotModel() for k in SLOTS})
     caps: dict[str, int] = field(default_factory=lambda: dict(CAPS))
@@ -417,7 +416,7 @@ class Model:
         ]
         if earlier:
             problems.append(f"granted before {earlier}, which asked earlier (FIFO)")
-        if request.bound is not None and now - request.asked_at > request.bound + self.late:
+        if request.bound is not None and now - request.asked_at > request.bound + EPS:
             problems.append(
                 f"granted {now - request.asked_at!r} s after asking, bound {request.bound}"
             )
@@ -487,7 +486,7 @@ class Model:
             self.errors.append(f"request {request.index} timed out with no bound")
         elif request.state != "left":
             self.errors.append(f"request {request.index} timed out, its ticket still queued")
-        elif not request.bound - EPS <= waited <= request.bound + self.late:
+        elif not request.bound - EPS <= waited <= request.bound + EPS:
             self.errors.append(
                 f"request {request.index} timed out after {waited!r} s, its bound {request.bound}"
             )
@@ -685,7 +684,7 @@ def run_script(policy: str, skipping: bool, hold_timeout: float, script: list[Op
                 "three.test": {"max_wait": HOST_BOUND["three.test"]},
             },
         )
-        model = Model(clock, throttle, hold_timeout, spaced=True, late=IDLE if skipping else EPS)
+        model = Model(clock, throttle, hold_timeout, spaced=True)
         for key in SLOTS:
             live = throttle._live(key)
             live.hold_maker = _recording_maker(model, live.gate, throttle._turns.maker(live, True))
@@ -745,3 +744,26 @@ def test_a_busy_script_of_threads_runs_to_the_end(skipping: bool) -> None:
     ]
     model = run_script("fixed", skipping, NEVER, script)
     assert {r.ended for r in model.requests} == {"released", "timeout", "refused"}
+
+
+def test_a_jump_wakes_the_waiter_it_reached() -> None:
+    # Two waiters with the same turn (100.5) and idle cycles out of phase:
+    # the one on one.test asked at 100.0, the one on two.test at 100.27, its
+    # bound 0.24 s (100.51). A request on the wire holds the jumps back until
+    # 100.27; at 100.30 the first jumps the clock to 100.5. The second, asleep
+    # until 100.32, would take its turn at 100.52, 0.25 s after asking: past
+    # its bound. The jump wakes it, and it takes its turn at 100.5.
+    script: list[Op] = [
+        Ask(0, None),
+        Finish(0, "ok"),
+        Ask(1, None),
+        Finish(0, "ok"),
+        Ask(2, None),  # on the wire until 100.27
+        Ask(0, None),
+        Advance(0.27),
+        Ask(1, 0.24),
+        Finish(0, "ok"),
+        Advance(1.0),
+    ]
+    model = run_script("fixed", True, NEVER, script)
+    assert [r.ended for r in model.requests] == ["released"] * 5
