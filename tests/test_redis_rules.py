@@ -515,3 +515,74 @@ async def test_a_store_dropped_unclosed_ends_its_subscriber_quietly(server: redi
     finally:
         loop.set_exception_handler(previous)
         await client.aclose()
+
+
+SLOW = TurnAsk(5.0, 0.0, 60.0, 8, 300.0, 300.0, SPACING_MARGIN)
+"""Another process's ask at one turn in 5 s: the next turn is seconds away."""
+
+
+def unsent_setup(server: redis.Redis, store: RedisStore) -> tuple[str, str, RedisStore]:
+    """Another process (a store of its own under the same prefix) takes the slot's
+    turn, so this process's next one is due seconds later; the keys to read."""
+    other = RedisStore(URL, prefix=store.prefix, timeout=5.0)
+    assert other.take_turn_blocking("h", SLOW, 0.0).lease is not None
+    other.flush_blocking()
+    return f"{{{store.prefix}:h}}:s", f"{{{store.prefix}:h}}:l", other
+
+
+def tat(server: redis.Redis, state: str) -> float:
+    return float(server.hget(state, "tat") or 0)
+
+
+async def test_a_request_given_up_waiting_for_its_due_turn_gives_its_time_back(
+    server: redis.Redis,
+) -> None:
+    # Rule 8: a request cancelled while it waits for its reserved turn's due time
+    # hands the turn back, its time too when nobody reserved after it: else the
+    # fleet keeps a gap that no request of any process uses.
+    store = fresh_store(timeout=5.0)
+    throttle = Throttle(policy=FixedRatePolicy(0.2), store=store)
+    state, leases, other = unsent_setup(server, store)
+    try:
+        before = tat(server, state)
+        task = asyncio.create_task(throttle.acquire("h"))
+        for _ in range(3000):  # bounded: answered within moments on loopback
+            if store.turns == 1:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # its turn answered, it waits for the due (seconds away)
+        reserved = tat(server, state)
+        assert reserved > before and not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await store.flush()
+        assert server.zcard(leases) == 1  # the other process's turn only
+        assert reserved - tat(server, state) == pytest.approx(5.0 * SPACING_MARGIN * 1e6, abs=2)
+    finally:
+        await store.aclose()
+        other.close()
+
+
+def test_a_sync_request_whose_turn_is_past_max_wait_gives_its_time_back(
+    server: redis.Redis,
+) -> None:
+    # Rule 3, through the sync client: a reserved turn further away than the
+    # request's max_wait is handed back at once, and, never sent, its time too.
+    store = fresh_store(timeout=5.0)
+    throttle = Throttle(policy=FixedRatePolicy(0.2), store=store)
+    state, leases, other = unsent_setup(server, store)
+    try:
+        before = tat(server, state)
+        with pytest.raises(ThrottleTimeout):
+            throttle.acquire_blocking("h", max_wait=1.0)
+        assert store.turns == 1  # a turn was reserved, a gap after the other's
+        store.flush_blocking()
+        assert server.zcard(leases) == 1  # the other process's turn only
+        # The next free time is the other process's turn's again, but for the
+        # room this process's first turn of the slot left for a new connection.
+        room = min(FRESH_ROOM * 5.0, FRESH_MOST)
+        assert tat(server, state) - before == pytest.approx(room * 1e6, abs=2)
+    finally:
+        store.close()
+        other.close()

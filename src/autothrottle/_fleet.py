@@ -124,7 +124,9 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    pause or the cap the store answered with, or the next ask, which the
    requests after it wait for in turn (not for the due of a turn they could
    not take: they would have asked alongside). A request given up meanwhile
-   holds nothing.
+   holds nothing; one given up while it waits for its reserved turn's due
+   time (cancelled, past its ``max_wait``) hands the turn back as one no
+   request took, its time too when nobody reserved after it.
    A process's first turn of a slot in :data:`FRESH_AFTER` seconds may leave
    on a new connection, late by its setup, which the process cannot see
    coming: the turn after it is reserved :data:`FRESH_ROOM` of a gap (at
@@ -242,7 +244,7 @@ class Fleet:
         except StopIteration:
             return
         except BaseException:
-            lease.release()
+            self._unsent(slot, lease)
             raise
 
     def take_turn_blocking(
@@ -270,7 +272,7 @@ class Fleet:
         except StopIteration:
             return
         except BaseException:
-            lease.release()
+            self._unsent(slot, lease)
             raise
 
     def _steps(
@@ -308,6 +310,26 @@ class Fleet:
                 self._check_at_wire(slot, lease, turn, skipped, bound, deadline - clock())
                 return
             skipped = skipped or turn.lease is not None
+
+    def _unsent(self, slot: LiveSlot, lease: Lease) -> None:
+        """The request ends before its turn went (cancelled while it waited for
+        the turn's due time, past its ``max_wait``, a fault): the turn it holds
+        was never sent, so it goes back as a late one does, its time too when
+        nobody reserved after it (rules 3, 8; a finished request's hands back
+        its lease only), and the lease is released. Only this path pays for it:
+        the turn held is the one :meth:`_settle` set the lease to release."""
+        held = lease.on_release
+        if isinstance(held, functools.partial) and held.func == self.released:
+            lease.on_release = functools.partial(self._handed_back, slot, *held.args[1:])
+        lease.release()
+
+    def _handed_back(self, slot: LiveSlot, lease: str) -> None:
+        """:meth:`released` for a turn never sent: the run's rest goes first (the
+        latest reserved first, so each gives its time back in turn), then the turn."""
+        gate = slot.gate
+        if not gate.in_flight() and not gate.queued():
+            self.store.idle(slot.key)
+        self.store.late(slot.key, lease)
 
     def _check_at_wire(
         self,
