@@ -586,3 +586,102 @@ def test_a_sync_request_whose_turn_is_past_max_wait_gives_its_time_back(
     finally:
         store.close()
         other.close()
+
+
+async def test_the_last_request_given_up_in_its_process_queue_hands_the_run_back(
+    server: redis.Redis,
+) -> None:
+    # Rule 8: the rest of a run goes back when no request of the process is left
+    # for the slot. The last one given up in the process's own queue (its gate)
+    # counts too: the requests before it finished while it was queued (so they
+    # handed nothing back), and without it the run's rest stayed reserved in
+    # Redis until the process's next request for the slot or its close.
+    store = fresh_store(timeout=5.0)
+    throttle = Throttle(policy=FixedRatePolicy(2), store=store)
+    leases = f"{{{store.prefix}:h}}:l"
+    run_async = store._send._run_async
+
+    async def slow(client: Any, commands: Any) -> list[Any]:
+        await asyncio.sleep(1.0)  # slower than the slot's gap
+        return await run_async(client, commands)
+
+    store._send._run_async = slow  # type: ignore[method-assign]
+    try:
+        # The second comes behind the first's ask: its own asks for a run of two.
+        # (A gap of 0.5 s: a first turn reached later than its slack, as on a
+        # loaded machine, would be handed back and take the run's rest.)
+        first, second = await asyncio.wait_for(
+            asyncio.gather(throttle.acquire("h"), throttle.acquire("h")), 10.0
+        )
+        run = store._runs.get("h")
+        assert run is not None and len(run) == 1  # the run's rest, reserved ahead
+        throttle.set_host("h", {"min_delay": 30.0})  # the next waits in the queue
+        third = asyncio.create_task(throttle.acquire("h"))
+        for _ in range(500):
+            if throttle.slot("h").queued == 1:
+                break
+            await asyncio.sleep(0.01)
+        first.release()
+        second.release()
+        third.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await third
+        await store.flush()
+        assert len(run) == 0
+        assert server.zcard(leases) == 0
+    finally:
+        await store.aclose()
+
+
+def test_the_last_sync_request_timed_out_in_its_process_queue_hands_the_run_back(
+    server: redis.Redis,
+) -> None:
+    # The same through the sync client, the last request past its max_wait in
+    # the queue. Redis answers slower than the slot's gap, so the second request
+    # comes behind the first's ask, and its own asks for a run of two. A gap of
+    # 0.5 s, as in the async test: a first turn reached later than its slack (a
+    # loaded machine) would be handed back and take the run's rest instead.
+    store = fresh_store(timeout=5.0)
+    throttle = Throttle(policy=FixedRatePolicy(2), store=store)
+    leases = f"{{{store.prefix}:h}}:l"
+    run_blocking = store._send._run_blocking
+
+    def slow(client: Any, commands: Any) -> list[Any]:
+        time.sleep(1.0)  # slower than the slot's gap
+        return run_blocking(client, commands)
+
+    store._send._run_blocking = slow  # type: ignore[method-assign]
+    held: list[Any] = []
+    failed: list[BaseException] = []
+
+    def one(max_wait: float | None = None) -> None:
+        try:
+            held.append(throttle.acquire_blocking("h", max_wait=max_wait))
+        except BaseException as error:
+            failed.append(error)
+
+    try:
+        threads = [threading.Thread(target=one) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10.0)
+        assert len(held) == 2, failed
+        run = store._runs.get("h")
+        assert run is not None and len(run) == 1  # the run's rest, reserved ahead
+        throttle.set_host("h", {"min_delay": 30.0})  # the next waits in the queue
+        third = threading.Thread(target=one, args=(1.0,))
+        third.start()
+        for _ in range(500):
+            if throttle.slot("h").queued == 1:
+                break
+            time.sleep(0.01)
+        for lease in held:
+            lease.release()
+        third.join(10.0)
+        assert [type(error) for error in failed] == [ThrottleTimeout]
+        store.flush_blocking()
+        assert len(run) == 0
+        assert server.zcard(leases) == 0
+    finally:
+        store.close()

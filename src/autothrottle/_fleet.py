@@ -326,9 +326,7 @@ class Fleet:
     def _handed_back(self, slot: LiveSlot, lease: str) -> None:
         """:meth:`released` for a turn never sent: the run's rest goes first (the
         latest reserved first, so each gives its time back in turn), then the turn."""
-        gate = slot.gate
-        if not gate.in_flight() and not gate.queued():
-            self.store.idle(slot.key)
+        self.left(slot)
         self.store.late(slot.key, lease)
 
     def _check_at_wire(
@@ -511,6 +509,12 @@ class Fleet:
         """A request of the fleet is finished (rule 7); the last of this process's
         for the slot hands the rest of its run back (rule 8)."""
         self.store.released(slot.key, lease)
+        self.left(slot)
+
+    def left(self, slot: LiveSlot) -> None:
+        """A request of ``slot`` is finished, or given up (in its process's own
+        queue too): the last of this process's for the slot hands the rest of
+        its run back (rule 8), or the fleet keeps it until the next request."""
         gate = slot.gate
         if not gate.in_flight() and not gate.queued():
             self.store.idle(slot.key)

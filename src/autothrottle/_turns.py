@@ -224,7 +224,11 @@ class Turns:
         bound = self.bound(slot, max_wait)
         if lease is None:
             started = anyio.current_time()
-            lease = await self._wait(slot, make, tokens, bound)
+            try:
+                lease = await self._wait(slot, make, tokens, bound)
+            except BaseException:
+                self._left(slot)
+                raise
             waited = anyio.current_time() - started
         if self._fleet is not None:
             left = math.inf if bound is None else bound - waited
@@ -249,6 +253,12 @@ class Turns:
             raise ThrottleTimeout(key, bound)
         return lease
 
+    def _left(self, slot: LiveSlot) -> None:
+        """A request given up in its slot's queue: with a fleet, the last of this
+        process's for the slot hands the rest of its run back (rule 8)."""
+        if self._fleet is not None:
+            self._fleet.left(slot)
+
     def take_blocking(
         self,
         slot: LiveSlot,
@@ -270,7 +280,11 @@ class Turns:
                 else:
                     lease = wait_for_hold_blocking(slot.gate, make, bound, tokens)
             except TimeoutError:
+                self._left(slot)
                 raise ThrottleTimeout(key, bound or 0.0) from None
+            except BaseException:
+                self._left(slot)
+                raise
             waited = time.monotonic() - started
         if self._fleet is not None:
             left = math.inf if bound is None else bound - waited
