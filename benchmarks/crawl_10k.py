@@ -32,7 +32,10 @@ What it reports, from the simulator's ground truth:
   (200s a second) over the same span, against the sum of the limits;
 * refusals (429s), per host and as a share of the requests;
 * the client's CPU per request (process time over the crawl, from the first
-  host's start to the deadline, / responses in that time) and its share of
+  host's start to the deadline, / responses in that time; the crawl starts
+  once its client is open, after one request through a throwaway client of
+  the same kind, so the modules a first request imports are not counted)
+  and its share of
   a core, the simulator's CPU per request, and how late the client's event
   loop ran (a 50 ms ticker's lateness, 99th percentile);
 * memory per slot: the client's resident memory grown over the crawl, with
