@@ -157,7 +157,7 @@ async def test_an_active_span_records_the_throttles_wait() -> None:
     assert span.attributes["autothrottle.slot"] == host.address
     waited = float(span.attributes["autothrottle.wait_s"])  # type: ignore[arg-type]
     info = second.extensions["autothrottle"]
-    assert waited == pytest.approx(info.waited, abs=1e-6)
+    assert waited <= info.waited  # (read a moment before the response's: test_exchange)
     waited_within_its_gap(waited, first.extensions["autothrottle"].sent_at, info.sent_at)
 
 

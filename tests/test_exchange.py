@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 
 from autothrottle import Throttle
@@ -168,3 +169,41 @@ def test_the_wire_turn_asks_the_leases_own_check_first_as_the_lease_does() -> No
     for exchange, lease in pairs:
         exchange.lease.release()
         lease.release()
+
+
+class _WireLease:
+    """A lease whose wire turn is ``first`` seconds away once, then now."""
+
+    def __init__(self, first: float) -> None:
+        self.waits = [first]
+        self.slot = type("SlotView", (), {"key": "h.example"})()
+
+    def wire_wait(self) -> float:
+        return self.waits.pop() if self.waits else 0.0
+
+
+@pytest.mark.parametrize("mode", ["async", "thread"])
+def test_a_span_s_wait_counts_the_wait_for_the_wire_turn_too(mode: str) -> None:
+    # The span says how much of a request's time was the throttle's: the wait
+    # for its turn, and for its wire turn (rule 10) when it had one to wait,
+    # as ThrottleInfo.waited does. Bounds one way each, so load cannot flip them.
+    sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider: Any = sdk.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("test").start_as_current_span("GET"):
+        asked = time.perf_counter() - 0.1  # its turn came 0.1 s after it asked
+        exchange = Exchange(_WireLease(0.05), asked)  # type: ignore[arg-type]
+        at_grant = exchange.waited
+        if mode == "async":
+            anyio.run(exchange.on_wire)
+        else:
+            exchange.on_wire_blocking()
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes is not None
+    noted = float(span.attributes["autothrottle.wait_s"])  # type: ignore[arg-type]
+    assert at_grant >= 0.1
+    assert at_grant + 0.05 <= noted <= exchange.waited, (at_grant, noted, exchange.waited)

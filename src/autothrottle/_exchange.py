@@ -179,9 +179,12 @@ class Exchange:
             try:
                 if wait is None:
                     wait = self.lease.wire_wait()
-                while wait > 0.0:  # woken on time, or asked again after someone else went
-                    await anyio.sleep(wait)
-                    wait = self.lease.wire_wait()
+                if wait > 0.0:  # (the same test as the loop's first: the usual path pays none)
+                    while wait > 0.0:  # woken on time, or asked again after someone else went
+                        await anyio.sleep(wait)
+                        wait = self.lease.wire_wait()
+                    if "opentelemetry.trace" in _MODULES:  # the span's wait, this one's too
+                        _note_on_span(self, perf_counter() - started)
             except Exception as error:
                 self.wire_error = error
                 raise
@@ -198,9 +201,12 @@ class Exchange:
             try:
                 if wait is None:
                     wait = self.lease.wire_wait()
-                while wait > 0.0:
-                    time.sleep(wait)
-                    wait = self.lease.wire_wait()
+                if wait > 0.0:
+                    while wait > 0.0:
+                        time.sleep(wait)
+                        wait = self.lease.wire_wait()
+                    if "opentelemetry.trace" in _MODULES:
+                        _note_on_span(self, perf_counter() - started)
             except Exception as error:
                 self.wire_error = error
                 raise
@@ -479,14 +485,16 @@ def raise_wire_error(plug: Plug[Request, Any, Any], error: Exception, request: R
         del error  # as in _raise_timed_out
 
 
-def _note_on_span(exchange: Exchange) -> None:
+def _note_on_span(exchange: Exchange, at_wire: float = 0.0) -> None:
     """Put the throttle's wait on the caller's active OpenTelemetry span.
 
     An HTTP client span around a throttled request also times the wait for
-    the turn; the attributes say how much of it was the throttle's.
+    the turn; the attributes say how much of it was the throttle's. Noted at
+    the grant, and again, ``at_wire`` seconds more, after a wait for the wire
+    turn (the same total as :attr:`ThrottleInfo.waited`).
     """
     trace = sys.modules["opentelemetry.trace"]
     span = trace.get_current_span()
     if span.is_recording():
         span.set_attribute("autothrottle.slot", exchange.lease.slot.key)
-        span.set_attribute("autothrottle.wait_s", exchange.waited)
+        span.set_attribute("autothrottle.wait_s", exchange.waited + at_wire)
