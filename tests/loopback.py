@@ -377,3 +377,24 @@ def running_hosts(count: int, *, first: int = 2) -> Iterator[list[LoopbackHost]]
         yield hosts
     finally:
         _Process.ask("stop", [host.ident for host in hosts])
+
+
+@asynccontextmanager
+async def served_here(addresses: list[str], app: web.Application) -> AsyncIterator[list[str]]:
+    """``app`` served in this process on each of ``addresses`` (a free port each);
+    their base URLs. For the tests that need a hundred hosts cheaply, or that
+    read what the server saw as it happens; :func:`loopback_hosts` serves from
+    a process of its own, whose record of arrivals an event loop standing still
+    on this side cannot delay."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        urls = []
+        for address in addresses:
+            site = web.TCPSite(runner, address, 0)
+            await site.start()
+            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            urls.append(f"http://{address}:{port}/")
+        yield urls
+    finally:
+        await runner.cleanup()

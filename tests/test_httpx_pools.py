@@ -25,6 +25,7 @@ from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
 from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
 from autothrottle.store import MemoryStore
 from httpx_packages import PACKAGES, bind
+from loopback import served_here
 
 
 @pytest.fixture(autouse=True, params=PACKAGES)
@@ -202,18 +203,8 @@ async def servers(addresses: list[str]) -> AsyncIterator[tuple[list[str], list[t
     app = web.Application()
     app.router.add_get("/", ok)
     app.router.add_get("/limited", limited)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    try:
-        urls = []
-        for address in addresses:
-            site = web.TCPSite(runner, address, 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            urls.append(f"http://{address}:{port}/")
+    async with served_here(addresses, app) as urls:
         yield urls, peers
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture
@@ -337,18 +328,8 @@ async def slow_servers(
 
     app = web.Application()
     app.router.add_get("/", slow)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    try:
-        urls = []
-        for address in addresses:
-            site = web.TCPSite(runner, address, 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            urls.append(f"http://{address}:{port}/")
+    async with served_here(addresses, app) as urls:
         yield urls, most
-    finally:
-        await runner.cleanup()
 
 
 def opening_limit(package: str, monkeypatch: pytest.MonkeyPatch, limit: int) -> None:

@@ -34,6 +34,7 @@ from autothrottle.scrapy import AutoThrottleMiddleware
 from autothrottle.store import MemoryStore
 from autothrottle.timeline import Timeline
 from helpers import FakeClock, needs_redis
+from loopback import served_here
 
 IDLE = 60.0
 """The stores' idle_timeout here: a wave of hosts is forgotten a minute after its last use."""
@@ -247,18 +248,8 @@ async def hosts(addresses: list[str]) -> AsyncIterator[list[str]]:
 
     app = web.Application()
     app.router.add_get("/", ok)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    try:
-        urls = []
-        for address in addresses:
-            site = web.TCPSite(runner, address, 0)
-            await site.start()
-            port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            urls.append(f"http://{address}:{port}/")
+    async with served_here(addresses, app) as urls:
         yield urls
-    finally:
-        await runner.cleanup()
 
 
 def moved_throttle(shift: list[float]) -> Throttle:
