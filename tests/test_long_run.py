@@ -136,17 +136,29 @@ class _Stats:
         self.values[key] = value
 
 
-def test_scrapys_middleware_keeps_a_row_per_live_slot_and_counts_every_slot() -> None:
+def _middleware() -> tuple[_Crawler, AutoThrottleMiddleware, FakeClock, Throttle]:
+    """Scrapy's middleware over a throttle on a fake clock, the store's idle timeout IDLE."""
     crawler = _Crawler()
     middleware = AutoThrottleMiddleware(crawler)  # type: ignore[arg-type]
     clock = FakeClock()
     throttle = Throttle(store=MemoryStore(idle_timeout=IDLE), clock=clock, wall_clock=clock.wall)
     middleware.throttle = throttle
+    return crawler, middleware, clock, throttle
+
+
+def scrapy_wave(middleware: AutoThrottleMiddleware, throttle: Throttle, wave: int) -> None:
+    """WAVE new hosts, each first seen by the middleware (what process_request does
+    before the turn), then a request each through the throttle."""
+    keys = [f"w{wave}-h{i}.test" for i in range(WAVE)]
+    for key in keys:
+        middleware._first_sight(key)
+    wave_of_requests(throttle, keys)
+
+
+def test_scrapys_middleware_keeps_a_row_per_live_slot_and_counts_every_slot() -> None:
+    crawler, middleware, clock, throttle = _middleware()
     for wave in range(WAVES):
-        keys = [f"w{wave}-h{i}.test" for i in range(WAVE)]
-        for key in keys:
-            middleware._first_sight(key)  # what process_request does before the turn
-        wave_of_requests(throttle, keys)
+        scrapy_wave(middleware, throttle, wave)
         assert len(middleware._seen) <= 1024 + WAVE, (wave, len(middleware._seen))
         clock.advance(IDLE + 10.0)
     middleware._final_stats()
@@ -159,16 +171,9 @@ def test_scrapys_middleware_keeps_a_row_per_live_slot_and_counts_every_slot() ->
 
 
 def test_scrapys_closing_stats_make_no_forgotten_slot_again() -> None:
-    crawler = _Crawler()
-    middleware = AutoThrottleMiddleware(crawler)  # type: ignore[arg-type]
-    clock = FakeClock()
-    throttle = Throttle(store=MemoryStore(idle_timeout=IDLE), clock=clock, wall_clock=clock.wall)
-    middleware.throttle = throttle
+    crawler, middleware, clock, throttle = _middleware()
     for wave in range(2):  # fewer slots than the middleware looks at: it never looked
-        keys = [f"w{wave}-h{i}.test" for i in range(WAVE)]
-        for key in keys:
-            middleware._first_sight(key)
-        wave_of_requests(throttle, keys)
+        scrapy_wave(middleware, throttle, wave)
         clock.advance(IDLE + 10.0)
     assert len(throttle._table) == WAVE  # the second wave's slots swept the first's
     middleware._final_stats()
