@@ -234,10 +234,16 @@ def left_for_the_collector() -> Iterator[list[str]]:
     in or behind a reference cycle), of the throttle's and httpx's own: their
     names, filled in as the block ends. Reference counting frees everything
     else at once; a cycle waits for a collection, which in a long crawl is a
-    pass over every live object."""
+    pass over every live object.
+
+    Only what the block made is judged: every object alive as it starts is
+    frozen out of the collection (``gc.freeze``). An earlier test's cycle that
+    becomes garbage meanwhile (a dropped store whose thread ends now, say) is
+    not the block's, and must not be counted against it."""
     gc.collect()
     found: list[str] = []
     gc.disable()
+    gc.freeze()
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         yield found
@@ -246,6 +252,7 @@ def left_for_the_collector() -> Iterator[list[str]]:
     finally:
         gc.garbage.clear()
         gc.set_debug(0)
+        gc.unfreeze()
         gc.enable()
         gc.collect()
 
