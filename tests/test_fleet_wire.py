@@ -23,7 +23,7 @@ import pytest
 
 from autothrottle import ThrottleTimeout, _fleet, _fleet_wire
 from autothrottle._fleet import Fleet, SharedTurn, TurnAsk
-from autothrottle._fleet_wire import WIRE_POLL, WireCheck
+from autothrottle._fleet_wire import WIRE_POLL, HeldTurn, WireCheck
 from helpers import FakeClock
 
 GAP = 0.5
@@ -123,11 +123,26 @@ def setup(
         adopted=adopted,
         senders=1,
     )
-    lease: Any = SimpleNamespace(on_release="old", on_wire=None, released=False)
+    lease: Any = SimpleNamespace(on_release=None, on_wire=None, released=False)
     turn = SharedTurn(0.0, "old", GAP, 0.0, clock() - late, 4, slack=slack)
+    fleet._settle(slot, lease, turn, fleet.ask(slot), None, math.inf)  # the turn's hook
+    adopted.clear()
     bound = None if until == math.inf else 1.0
     lease.on_wire = WireCheck(fleet, slot, lease, turn, until, bound, skipped)
     return lease, store, slot
+
+
+def holds(lease: Any) -> tuple[str, str] | None:
+    """The turn the lease's release hands back, and how: ``"sent"`` (a finished
+    request's: its lease only) or ``"unsent"`` (its time too); None: none."""
+    hook = lease.on_release
+    if isinstance(hook, HeldTurn):
+        return hook.lease, "sent"
+    owner = getattr(hook, "__self__", None)
+    if isinstance(owner, HeldTurn) and hook == owner.hand_back:
+        return owner.lease, "unsent"
+    assert hook is None, hook
+    return None
 
 
 async def answered(lease: Any) -> float:
@@ -164,7 +179,7 @@ def test_a_turn_later_than_its_slack_at_the_wire_is_taken_again_sync() -> None:
     wait = lease.on_wire()
     assert store.late == ["old"] and store.asked == 1
     assert wait == pytest.approx(0.4, abs=0.05)  # the new turn's due
-    assert lease.on_release.args[1] == "new"  # the request now holds the new turn
+    assert holds(lease) == ("new", "unsent")  # the request now holds the new turn
     assert lease.on_wire is not None  # and looks again when woken
 
 
@@ -182,7 +197,7 @@ async def test_a_turn_later_than_its_slack_at_the_wire_is_taken_again_async() ->
     store.gate.set()
     wait = await answered(lease)
     assert wait == pytest.approx(0.3, abs=0.1)
-    assert store.late == ["old"] and lease.on_release.args[1] == "new"
+    assert store.late == ["old"] and holds(lease) == ("new", "unsent")
 
 
 async def test_a_turn_answered_after_the_request_was_given_up_goes_back() -> None:
@@ -192,9 +207,9 @@ async def test_a_turn_answered_after_the_request_was_given_up_goes_back() -> Non
     store.gate.set()
     for _ in range(100):
         await asyncio.sleep(0)
-        if store.released:
+        if len(store.late) == 2:
             break
-    assert store.released == ["new"]  # nothing held
+    assert store.late == ["old", "new"] and store.released == []  # never sent: its time too
 
 
 def test_a_turn_reached_during_the_processs_own_pause_goes_back_and_is_taken_anew() -> None:
@@ -209,7 +224,7 @@ def test_a_turn_reached_during_the_processs_own_pause_goes_back_and_is_taken_ane
     assert lease.on_release is None and lease.on_wire is not None  # nothing held; looks again
     clock.advance(wait + 0.005)
     assert 0.2 < lease.on_wire() <= 0.4  # the new turn's due (the sync client asked at once)
-    assert store.asked == 1 and lease.on_release.args[1] == "new"
+    assert store.asked == 1 and holds(lease) == ("new", "unsent")
 
 
 def test_a_turn_let_go_before_another_processs_pause_goes_back_at_the_wire() -> None:
@@ -340,7 +355,7 @@ def test_a_request_late_again_at_the_wire_looks_and_goes_on_its_turn() -> None:
     lease, store, slot = setup(new_turn(0.4), late=0.08, skipped=True)
     assert lease.on_wire() == 0.0
     assert store.looked == 1 and store.asked == 0 and store.late == []
-    assert lease.on_wire is None and lease.on_release == "old"  # it went on its own turn
+    assert lease.on_wire is None and holds(lease) == ("old", "sent")  # it went on its own turn
     assert slot.fleet_went > 0.0
 
 
@@ -354,7 +369,7 @@ def test_a_request_late_again_in_the_fleets_pause_waits_it_out_then_takes_a_turn
     clock.advance(wait + 0.005)
     store.answer = new_turn(0.0)  # the fleet's next turn, due now, after the pause
     assert lease.on_wire() == 0.0
-    assert store.asked == 1 and lease.on_release.args[1] == "new"
+    assert store.asked == 1 and holds(lease) == ("new", "sent")
 
 
 def test_a_request_late_again_in_a_pause_past_its_bound_fails_at_once() -> None:
@@ -369,7 +384,7 @@ async def test_a_request_late_again_looks_async() -> None:
     lease, store, _ = setup(new_turn(0.3), late=0.08, skipped=True)
     store.seen = SharedTurn(0.2, None, GAP, 0.2, None, 4)
     assert lease.on_wire() == WIRE_POLL  # the look is on its way
-    assert lease.on_release == "old"  # held meanwhile
+    assert holds(lease) == ("old", "unsent")  # held meanwhile, not sent
     store.gate.set()
     wait = await answered(lease)
     assert wait == pytest.approx(0.2, abs=0.1)
@@ -385,14 +400,14 @@ async def test_what_the_store_raised_at_a_look_the_request_raises_and_its_turn_g
         for _ in range(100):
             await asyncio.sleep(0)
             assert lease.on_wire() == WIRE_POLL
-    assert lease.on_release.args[1] == "old"  # its release hands the turn back
+    assert holds(lease) == ("old", "unsent")  # its release hands the turn back, whole
 
 
 def test_a_new_turn_taken_at_the_wire_and_reached_late_looks_before_it_goes() -> None:
     lease, store, _ = setup(new_turn(-0.08), late=0.08)  # due 80 ms ago: its slack is 16 ms
     assert lease.on_wire() == 0.0
     assert store.late == ["old"] and store.asked == 1 and store.looked == 1
-    assert lease.on_release.args[1] == "new"
+    assert holds(lease) == ("new", "sent")
 
 
 def test_a_turn_inside_a_run_notes_when_it_reached_the_wire() -> None:
@@ -421,3 +436,169 @@ def test_a_closing_turn_of_a_run_let_go_on_time_goes_at_the_wire_at_once() -> No
     lease.on_wire = WireCheck(lease.on_wire._fleet, slot, lease, turn, math.inf)
     assert lease.on_wire() == 0.0
     assert store.asked == 0 and store.looked == 0 and store.late == []
+
+
+# -- a request given up before its turn went hands it back whole ------------------------
+#
+# Its release (``Lease.release``: the gate lets go, then ``on_release``) is
+# called here as an adapter's would be when the request is cancelled, fails
+# or raises what the wire check raised: a turn it never sent goes back with
+# its time (``late``), not as a finished request's lease (``released``).
+
+
+def test_a_request_given_up_waiting_at_the_wire_for_its_new_turn_hands_it_back_whole() -> None:
+    lease, store, _ = setup(new_turn(0.4), late=0.08)  # no event loop: the sync client
+    assert lease.on_wire() == pytest.approx(0.4, abs=0.05)  # waits for the new turn's due
+    lease.on_release()  # cancelled meanwhile
+    assert store.late == ["old", "new"] and store.released == []
+
+
+async def test_a_request_given_up_waiting_at_the_wire_for_its_new_turn_hands_it_back_async() -> (
+    None
+):
+    lease, store, _ = setup(new_turn(0.3), late=0.08)
+    assert lease.on_wire() == WIRE_POLL
+    store.gate.set()
+    assert await answered(lease) == pytest.approx(0.3, abs=0.1)
+    lease.on_release()
+    assert store.late == ["old", "new"] and store.released == []
+
+
+async def test_a_request_given_up_before_it_looked_at_its_new_turn_hands_it_back_whole() -> None:
+    lease, store, _ = setup(new_turn(0.3), late=0.08)
+    assert lease.on_wire() == WIRE_POLL
+    store.gate.set()
+    for _ in range(100):  # bounded: the answer comes within a few loop turns
+        await asyncio.sleep(0)
+        if lease.on_release is not None:
+            break
+    lease.on_release()  # the answer came; the request never looked at it
+    assert store.late == ["old", "new"] and store.released == []
+
+
+async def test_a_request_given_up_while_the_store_looks_at_its_turn_hands_it_back_whole() -> None:
+    lease, store, _ = setup(new_turn(0.3), late=0.08, skipped=True)
+    assert lease.on_wire() == WIRE_POLL  # the look is on its way
+    lease.on_release()
+    assert store.late == ["old"] and store.released == []
+
+
+async def test_a_turn_the_store_failed_to_look_at_goes_back_whole_with_its_request() -> None:
+    lease, store, _ = setup(new_turn(0.3), late=0.08, skipped=True)
+    store.error = RuntimeError("the store broke")
+    assert lease.on_wire() == WIRE_POLL
+    store.gate.set()
+    with pytest.raises(RuntimeError, match="the store broke"):
+        for _ in range(100):
+            await asyncio.sleep(0)
+            lease.on_wire()
+    lease.on_release()  # the request raised it; its release
+    assert store.late == ["old"] and store.released == []
+
+
+async def test_a_turn_the_store_failed_to_look_at_goes_back_whole_unlooked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="autothrottle")
+    lease, store, _ = setup(new_turn(0.3), late=0.08, skipped=True)
+    store.error = RuntimeError("the store broke")
+    assert lease.on_wire() == WIRE_POLL
+    store.gate.set()
+    for _ in range(20):  # the answer (an error) comes within a few loop turns
+        await asyncio.sleep(0)
+    assert not caplog.records  # left for the request's look to raise
+    lease.on_release()  # given up without looking: logged, and the turn back
+    assert store.late == ["old"] and store.released == []
+    assert ["the store broke" in record.getMessage() for record in caplog.records] == [True]
+
+
+def test_a_request_that_went_on_a_new_turn_hands_back_its_lease_only() -> None:
+    lease, store, _ = setup(new_turn(-0.001), late=0.08)
+    assert lease.on_wire() == 0.0  # went on the turn taken at the wire
+    lease.on_release()  # finished: the turn's time was spent
+    assert store.late == ["old"] and store.released == ["new"]
+
+
+def test_a_request_that_went_on_its_late_turn_after_a_look_hands_back_its_lease_only() -> None:
+    lease, store, _ = setup(new_turn(0.4), late=0.08, skipped=True)
+    assert lease.on_wire() == 0.0  # the store looked: it went on its turn
+    lease.on_release()
+    assert store.late == [] and store.released == ["old"]
+
+
+# -- ... and so does one given up at its turn (Fleet._unsent) ----------------------------
+
+
+class GivenUpLease:
+    """A lease as :meth:`Fleet.take_turn` uses it: released once, through its hook."""
+
+    def __init__(self) -> None:
+        self.on_release: Any = None
+        self.on_wire: Any = None
+        self.released = False
+        self.wire_gap = 0.3
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            if self.on_release is not None:
+                self.on_release()
+
+
+def fleet_of(answer: SharedTurn) -> tuple[Fleet, Store, Any]:
+    """A fleet whose store answers every turn with ``answer``, and its slot."""
+    lease, store, slot = setup(answer, late=0.0)
+    fleet: Fleet = lease.on_wire._fleet
+    store.gate.set()
+    return fleet, store, slot
+
+
+async def test_a_request_cancelled_waiting_for_its_turns_due_hands_it_back_whole() -> None:
+    fleet, store, slot = fleet_of(new_turn(5.0))
+    lease = GivenUpLease()
+    task = asyncio.create_task(fleet.take_turn(slot, lease, None, math.inf))  # type: ignore[arg-type]
+    for _ in range(100):  # bounded: answered within a few loop turns
+        await asyncio.sleep(0)
+        if lease.on_release is not None:
+            break
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert store.late == ["new"] and store.released == [] and lease.released
+
+
+async def test_a_request_cancelled_while_the_store_looks_at_its_late_turn_hands_it_back() -> None:
+    # Late once (handed back, taken again), late again: the store looks first.
+    fleet, store, slot = fleet_of(SharedTurn(0.0, "late", GAP, 0.0, clock() - 0.08, 4, slack=0.016))
+    looking = asyncio.Event()
+
+    async def look(key: str, lease: str, ask: TurnAsk, now: float) -> SharedTurn:
+        looking.set()
+        await asyncio.Event().wait()  # until cancelled
+        raise AssertionError("unreachable")
+
+    fleet.store.look = look  # type: ignore[method-assign]
+    lease = GivenUpLease()
+    task = asyncio.create_task(fleet.take_turn(slot, lease, None, math.inf))  # type: ignore[arg-type]
+    await asyncio.wait_for(looking.wait(), 5.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert store.late == ["late", "late"] and store.released == []  # the first, then the held
+
+
+def test_a_sync_request_whose_turn_is_past_max_wait_hands_it_back_whole() -> None:
+    fleet, store, slot = fleet_of(new_turn(5.0))
+    lease = GivenUpLease()
+    with pytest.raises(ThrottleTimeout):
+        fleet.take_turn_blocking(slot, lease, 1.0, 1.0)  # type: ignore[arg-type]
+    assert store.late == ["new"] and store.released == [] and lease.released
+
+
+async def test_a_request_that_went_on_its_turn_hands_back_its_lease_only() -> None:
+    fleet, store, slot = fleet_of(new_turn(0.0))
+    lease = GivenUpLease()
+    await fleet.take_turn(slot, lease, None, math.inf)  # type: ignore[arg-type]
+    lease.on_wire = None  # went on the wire
+    lease.release()
+    assert store.late == [] and store.released == ["new"]

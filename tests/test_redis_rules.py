@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import redis
 
-from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout
+from autothrottle import FixedRatePolicy, Throttle, ThrottleTimeout, _fleet
 from autothrottle._fleet import FRESH_MOST, FRESH_ROOM, SPACING_MARGIN, TurnAsk
 from autothrottle._redis_lua import GIVE_BACK, MERGE, TURN
 from autothrottle._redis_parts import LINGER, LINGER_MOST
@@ -585,6 +585,44 @@ def test_a_sync_request_whose_turn_is_past_max_wait_gives_its_time_back(
         assert tat(server, state) - before == pytest.approx(room * 1e6, abs=2)
     finally:
         store.close()
+        other.close()
+
+
+async def test_a_request_given_up_at_the_wire_on_a_turn_taken_there_gives_its_time_back(
+    server: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rule 1 at the wire: a request whose connection is ready far past its
+    # turn's slack hands that turn back and takes a new one there (after
+    # another process's); cancelled while it waits for it, it never sent it,
+    # so that turn's time goes back too: else the fleet keeps a gap that no
+    # request of any process uses.
+    store = fresh_store(timeout=5.0)
+    throttle = Throttle(policy=FixedRatePolicy(0.2), store=store)
+    other = RedisStore(URL, prefix=store.prefix, timeout=5.0)
+    state, leases = f"{{{store.prefix}:h}}:s", f"{{{store.prefix}:h}}:l"
+    # Its turn goes at the turn however late a loaded machine wakes it there:
+    # the wire is what is tested (its own tolerance is the wire check's).
+    monkeypatch.setattr(_fleet, "LATE_TOLERANCE", 60.0)
+    try:
+        lease = await asyncio.wait_for(throttle.acquire("h"), 10.0)
+        assert other.take_turn_blocking("h", SLOW, 0.0).lease is not None
+        other.flush_blocking()
+        before = tat(server, state)  # the other process's turn is the latest reserved
+        await asyncio.sleep(0.5)  # the connection is ready: far past the slack (0.2 s)
+        wait = 0.0
+        for _ in range(2500):  # bounded: the new turn is answered within moments
+            wait = lease.wire_wait()
+            if wait > 1.0:
+                break
+            await asyncio.sleep(wait or 0.002)
+        assert wait > 1.0, wait  # waits at the wire for its new turn, after the other's
+        assert tat(server, state) > before
+        lease.release()  # cancelled meanwhile, as an adapter releases it
+        await store.flush()
+        assert server.zcard(leases) == 1  # the other process's turn only
+        assert tat(server, state) == pytest.approx(before, abs=2)
+    finally:
+        await store.aclose()
         other.close()
 
 

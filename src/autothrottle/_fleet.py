@@ -125,8 +125,10 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    requests after it wait for in turn (not for the due of a turn they could
    not take: they would have asked alongside). A request given up meanwhile
    holds nothing; one given up while it waits for its reserved turn's due
-   time (cancelled, past its ``max_wait``) hands the turn back as one no
-   request took, its time too when nobody reserved after it.
+   time (cancelled, past its ``max_wait``), or at the wire while it waits
+   for a turn taken there or for the store's look, hands the turn back as
+   one no request took, its time too when nobody reserved after it
+   (:class:`~autothrottle._fleet_wire.HeldTurn`).
    A process's first turn of a slot in :data:`FRESH_AFTER` seconds may leave
    on a new connection, late by its setup, which the process cannot see
    coming: the turn after it is reserved :data:`FRESH_ROOM` of a gap (at
@@ -164,7 +166,7 @@ from ._fleet_turns import (
     TurnAsk,
     slack,
 )
-from ._fleet_wire import WireCheck
+from ._fleet_wire import HeldTurn, WireCheck
 from ._lease import Lease
 from ._rules import Rules
 from ._slot import LiveSlot
@@ -244,7 +246,7 @@ class Fleet:
         except StopIteration:
             return
         except BaseException:
-            self._unsent(slot, lease)
+            self._unsent(lease)
             raise
 
     def take_turn_blocking(
@@ -272,7 +274,7 @@ class Fleet:
         except StopIteration:
             return
         except BaseException:
-            self._unsent(slot, lease)
+            self._unsent(lease)
             raise
 
     def _steps(
@@ -311,23 +313,19 @@ class Fleet:
                 return
             skipped = skipped or turn.lease is not None
 
-    def _unsent(self, slot: LiveSlot, lease: Lease) -> None:
+    @staticmethod
+    def _unsent(lease: Lease) -> None:
         """The request ends before its turn went (cancelled while it waited for
-        the turn's due time, past its ``max_wait``, a fault): the turn it holds
-        was never sent, so it goes back as a late one does, its time too when
-        nobody reserved after it (rules 3, 8; a finished request's hands back
-        its lease only), and the lease is released. Only this path pays for it:
-        the turn held is the one :meth:`_settle` set the lease to release."""
+        the turn's due time or the store's look, past its ``max_wait``, a
+        fault): the turn it holds (:meth:`_settle`) was never sent, so it goes
+        back as a late one does, its time too when nobody reserved after it
+        (rules 3, 8; :meth:`HeldTurn.hand_back`; a finished request's hands
+        back its lease only), and the lease is released. Only this path pays
+        for it."""
         held = lease.on_release
-        if isinstance(held, functools.partial) and held.func == self.released:
-            lease.on_release = functools.partial(self._handed_back, slot, *held.args[1:])
+        if isinstance(held, HeldTurn):
+            lease.on_release = held.hand_back
         lease.release()
-
-    def _handed_back(self, slot: LiveSlot, lease: str) -> None:
-        """:meth:`released` for a turn never sent: the run's rest goes first (the
-        latest reserved first, so each gives its time back in turn), then the turn."""
-        self.left(slot)
-        self.store.late(slot.key, lease)
 
     def _check_at_wire(
         self,
@@ -480,7 +478,7 @@ class Fleet:
         """Adopt what the fleet said (rule 4) and return the wait, within the bounds (rule 3)."""
         self.adopt(slot, turn)
         if turn.lease is not None:
-            lease.on_release = functools.partial(self.released, slot, turn.lease)
+            lease.on_release = HeldTurn(self, slot, turn.lease)
         # The time since the answer came counts (a process that stood still
         # meanwhile is nearer its turn, not past its bound).
         wait = turn.wait if turn.due is None else turn.due - time.monotonic()
@@ -504,12 +502,6 @@ class Fleet:
             return 0.0
         gap = min(max(ask.gap if turn.delay is None else turn.delay, ask.min_gap), ask.max_gap)
         return slot.fleet_went + gap * ask.margin - time.monotonic()
-
-    def released(self, slot: LiveSlot, lease: str) -> None:
-        """A request of the fleet is finished (rule 7); the last of this process's
-        for the slot hands the rest of its run back (rule 8)."""
-        self.store.released(slot.key, lease)
-        self.left(slot)
 
     def left(self, slot: LiveSlot) -> None:
         """A request of ``slot`` is finished, or given up (in its process's own

@@ -1,11 +1,14 @@
-"""A fleet turn's second look at its slack, at the wire (the fleet's rule 1).
+"""A fleet turn's second look at its slack, at the wire (the fleet's rule 1),
+and the hook by which a request hands its turn back.
 
 The rules are written once, in :mod:`autothrottle._fleet`'s docstring; this is
 :class:`WireCheck`, the part of rules 1-3 that runs when a request's
-connection is ready, long after :class:`~autothrottle._fleet.Fleet` let it go.
-It sits below the fleet and reaches it only through :class:`WireFleet`, what
-it uses of it, so that the fleet stays the one writer of what this process
-sees of a fleet's slot (``LiveSlot.fleet_went``: :meth:`WireFleet.went`).
+connection is ready, long after :class:`~autothrottle._fleet.Fleet` let it go,
+and :class:`HeldTurn`, what a request's lease holds of its fleet turn (rule 7:
+released, the turn goes back; never sent, its time too). It sits below the
+fleet and reaches it only through :class:`WireFleet`, what it uses of it, so
+that the fleet stays the one writer of what this process sees of a fleet's
+slot (``LiveSlot.fleet_went``: :meth:`WireFleet.went`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from ._slot import LiveSlot
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WIRE_POLL", "WireCheck", "WireFleet"]
+__all__ = ["WIRE_POLL", "HeldTurn", "WireCheck", "WireFleet"]
 
 
 class WireFleet(Protocol):
@@ -38,6 +41,8 @@ class WireFleet(Protocol):
     clock: Callable[[], float]
 
     def ask(self, slot: LiveSlot) -> TurnAsk: ...
+
+    def left(self, slot: LiveSlot) -> None: ...
 
     def adopt(self, slot: LiveSlot, turn: SharedTurn) -> None: ...
 
@@ -53,8 +58,6 @@ class WireFleet(Protocol):
 
     def paused(self, slot: LiveSlot) -> float: ...
 
-    def released(self, slot: LiveSlot, lease: str) -> None: ...
-
     def after_own(self, slot: LiveSlot, turn: SharedTurn, ask: TurnAsk) -> float: ...
 
     def went(self, slot: LiveSlot) -> None: ...
@@ -62,6 +65,43 @@ class WireFleet(Protocol):
 
 WIRE_POLL = 0.002
 """Seconds between a waiting request's looks at a turn being taken at the wire."""
+
+
+class HeldTurn:
+    """A fleet turn a request holds: its lease's release hook (``Lease.on_release``).
+
+    Called (the lease released), the request is finished: the turn's lease
+    goes back (rule 7) and its time stays spent. :meth:`hand_back` is the hook
+    of a request that ends without sending its turn (given up while it waits
+    for the turn's due time, past its ``max_wait``, a fault, at the wire
+    before it went): the turn goes back as one no request took, its time too
+    when nobody reserved after it (rules 1, 3, 8). Either way the last request
+    of this process for the slot hands the rest of its run back (rule 8).
+
+    The lease's hook is a :class:`HeldTurn` from the turn's answer until the
+    request is finished; a request given up before its turn went swaps it for
+    :meth:`hand_back` (:meth:`Fleet._unsent`, :class:`WireCheck`), so the
+    finished request's release pays for nothing else.
+    """
+
+    __slots__ = ("_fleet", "_slot", "lease")
+
+    def __init__(self, fleet: WireFleet, slot: LiveSlot, lease: str) -> None:
+        self._fleet = fleet
+        self._slot = slot
+        self.lease = lease  # the store's name of the turn
+
+    def __call__(self) -> None:
+        fleet = self._fleet
+        fleet.store.released(self._slot.key, self.lease)
+        fleet.left(self._slot)
+
+    def hand_back(self) -> None:
+        """The turn was never sent: the run's rest goes first (the latest reserved
+        first, so each gives its time back in turn), then the turn, its time too."""
+        fleet = self._fleet
+        fleet.left(self._slot)
+        fleet.store.late(self._slot.key, self.lease)
 
 
 class WireCheck:
@@ -93,9 +133,13 @@ class WireCheck:
     the host's failure). What the store raises (it answers an outage itself,
     rule 6: anything else is a fault, or its task was cancelled with the
     loop) the request raises, as at its turn (:meth:`Fleet.take_turn`):
-    neither sent off its turn nor counted as the host's. Nothing is held
-    when the request is given up meanwhile: a turn answered after that goes
-    straight back, and an error, with nobody to raise it to, is logged.
+    neither sent off its turn nor counted as the host's. A request given up
+    here (cancelled, failed, its error raised) never sent the turn it holds
+    while it waits for it or for the store's look at it (:meth:`_hold`):
+    the turn goes back whole, its time too when nobody reserved after it
+    (:meth:`HeldTurn.hand_back`), as at its turn; so does a turn answered
+    after its request was given up, and an error, with nobody to raise it
+    to, is logged.
     """
 
     __slots__ = (
@@ -104,6 +148,7 @@ class WireCheck:
         "_came",
         "_failed",
         "_fleet",
+        "_held",
         "_lease",
         "_looking",
         "_skipped",
@@ -133,6 +178,7 @@ class WireCheck:
         self._task: asyncio.Task[SharedTurn] | None = None
         self._looking = False  # the task is the store's look at _turn, not a new turn
         self._failed = False
+        self._held: HeldTurn | None = None  # the turn held here, not sent yet (_hold)
 
     def __call__(self) -> float:
         if self._failed:  # asked again (a client's retry of the write): still past the bound
@@ -178,8 +224,8 @@ class WireCheck:
         if paused:  # void; a late turn's time goes back too, as at its turn (rule 1)
             self._drop(late=late)
             return self._wait_out(now, paused)
-        if not late:
-            return self._go()
+        if not late:  # on the turn the fleet let go, or on one held here
+            return self._go() if self._held is None else self._go_held()
         if not self._skipped:  # once per request: back, and a new turn
             self._skipped = True
             self._drop(late=True)
@@ -190,19 +236,28 @@ class WireCheck:
         """The turn held is void: it goes back (``late``: its time too, when
         nobody reserved after it); the request holds nothing."""
         turn, self._turn = self._turn, None
+        self._held = None
         self._lease.on_release = None
         if turn is not None and turn.lease is not None:
             store = self._fleet.store
             (store.late if late else store.released)(self._slot.key, turn.lease)
 
+    def _hold(self, lease: str) -> None:
+        """The request holds the turn ``lease`` here, at the wire, and waits: given
+        up now, it never sent it, and its release hands it back whole
+        (:meth:`HeldTurn.hand_back`); :meth:`_go_held` makes it a sent turn's again."""
+        self._held = held = HeldTurn(self._fleet, self._slot, lease)
+        self._lease.on_release = held.hand_back
+
     def _hand_back_turn(self) -> None:
         """The store raised: the request raises it, and its release hands back
-        the turn it holds, if any."""
+        the turn it holds, if any, whole (it was never sent)."""
         turn = self._turn if self._looking else None
         if turn is None or turn.lease is None:
+            self._held = None
             self._lease.on_release = None
         else:
-            self._lease.on_release = functools.partial(self._fleet.released, self._slot, turn.lease)
+            self._hold(turn.lease)
 
     def _take(self) -> float:
         fleet, key = self._fleet, self._slot.key
@@ -221,6 +276,7 @@ class WireCheck:
         """Ask the store whether the late ``turn`` may go now (:meth:`Fleet.looked`)."""
         fleet, key = self._fleet, self._slot.key
         assert turn.lease is not None
+        self._hold(turn.lease)
         ask = fleet.ask(self._slot)
         try:
             loop = asyncio.get_running_loop()
@@ -242,26 +298,26 @@ class WireCheck:
             return
         error = task.exception()
         if error is not None:
-            if self._lease.released:
+            if self._lease.released:  # what it held went back with its release
                 self._lost(error)
             else:  # logged if the request is let go without looking
-                held = self._turn.lease if self._looking and self._turn is not None else None
+                held = self._held if self._looking else None
                 self._lease.on_release = functools.partial(self._lost, error, held)
             return
         lease = task.result().lease
         if lease is None or self._looking:  # a look's lease is the turn the request holds
             return
-        if self._lease.released:
+        if self._lease.released:  # never sent: back whole
             self._task = None
-            self._fleet.store.released(self._slot.key, lease)
+            HeldTurn(self._fleet, self._slot, lease).hand_back()
         else:
-            self._lease.on_release = functools.partial(self._fleet.released, self._slot, lease)
+            self._hold(lease)
 
-    def _lost(self, error: BaseException, held: str | None = None) -> None:
+    def _lost(self, error: BaseException, held: HeldTurn | None = None) -> None:
         """The store failed with nobody to raise it to: say so in the log (and
-        hand back the turn ``held``, whose request is let go)."""
+        hand back the turn ``held``, whose request is let go, never sent)."""
         if held is not None:
-            self._fleet.released(self._slot, held)
+            held.hand_back()
         logger.warning(
             "autothrottle: slot %r: a fleet turn taken again at the wire failed after its "
             "request was given up (%s: %s)",
@@ -277,10 +333,10 @@ class WireCheck:
             self._fleet.adopt(self._slot, new)  # rule 4: the other turns waiting see it too
             return self._wait_out(now, new.wait)
         if new.lease is not None:
-            if self._lease.released:  # the request was given up meanwhile
-                self._fleet.store.released(self._slot.key, new.lease)
+            if self._lease.released:  # the request was given up meanwhile: back whole
+                HeldTurn(self._fleet, self._slot, new.lease).hand_back()
                 return 0.0
-            self._lease.on_release = functools.partial(self._fleet.released, self._slot, new.lease)
+            self._hold(new.lease)
         self._turn, self._came = new, False
         return self._at(new, now)
 
@@ -296,11 +352,11 @@ class WireCheck:
                 self._slot, self._lease, turn.lease, seen, self._bound, self._until - now
             )
         except ThrottleTimeout:
-            self._turn, self._failed = None, True
+            self._turn, self._held, self._failed = None, None, True
             raise
         if wait <= 0.0:
-            return self._go()
-        self._turn = None
+            return self._go_held()
+        self._turn = self._held = None
         self._again = now + wait
         return wait
 
@@ -339,3 +395,9 @@ class WireCheck:
         self._lease.on_wire = None
         self._fleet.went(self._slot)
         return 0.0
+
+    def _go_held(self) -> float:
+        """:meth:`_go` on the turn held here (:meth:`_hold`): from now on a sent
+        one, whose release hands back its lease only."""
+        self._lease.on_release = self._held
+        return self._go()
