@@ -5,7 +5,9 @@ hypothesis writes the scripts. Two "processes" share one event loop, each its
 own :class:`~autothrottle.redis.RedisStore` on the same prefix (a prefix per
 script) of the real Redis on 127.0.0.1:6379: the first serves two
 :class:`~autothrottle.Throttle` objects, the second one. A script starts
-requests (a throttle, one of two slots), finishes them (200, 429 with
+requests (a throttle, one of two slots; a third of them have their
+connection ready late, past their turn's slack, so the wire check takes a
+new turn there or looks at theirs), finishes them (200, 429 with
 ``Retry-After``, a failure; a request not sent yet finishes so once sent),
 cancels them (waiting for a turn, at the wire, or in flight), lets real time
 pass, and injects faults into a store's next pipeline as
@@ -17,6 +19,10 @@ settled. A request runs as an adapter's does: ``acquire``, then
 
 What is checked:
 
+- **a sent turn is held as sent**: a request that goes on a fleet turn
+  holds it as a finished request hands it back (its lease only): one
+  still held as never sent would give the turn's time back at its release
+  too, and the next turn would reach the host closer than the gap;
 - **the fleet's cap**: when a request goes on a turn the fleet granted, the
   requests in flight on such turns, fleet-wide, are at most the slot's
   ``max_concurrency`` (and each throttle's own, counting the requests that
@@ -55,7 +61,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import os
 import time
@@ -70,6 +75,7 @@ from hypothesis import strategies as st
 
 from autothrottle import FixedRatePolicy, Lease, Throttle
 from autothrottle._fleet import SPACING_MARGIN
+from autothrottle._fleet_wire import HeldTurn
 from autothrottle.redis import RedisStore
 from helpers import Grants, connected, needs_redis
 
@@ -85,6 +91,10 @@ REQUEST_BOUND = 15.0
 """Real seconds a request is given to be sent (generous: a stranded one waits for ever)."""
 SETTLE_BOUND = 15.0
 """Real seconds the stores are given to hand every lease back at the end."""
+LATE_AT_WIRE = 0.03
+"""Seconds a late request's connection takes to be ready after its turn: past
+its turn's slack (a few ms at :data:`GAP`), so the wire check hands the turn
+back and takes another there, or looks at it (the fleet's rule 1)."""
 EPSILON = 5e-6
 """Seconds of rounding in the granted times (the scripts count in whole µs)."""
 
@@ -104,6 +114,7 @@ FAULTS = (
 class Start:
     throttle: int
     slot: int
+    late: bool = False  # its connection is ready LATE_AT_WIRE after its turn
 
 
 @dataclass(frozen=True)
@@ -131,7 +142,12 @@ class Fault:
 
 Op = Start | Finish | Cancel | Advance | Fault
 
-_start = st.builds(Start, st.sampled_from(range(len(THROTTLES))), st.sampled_from((0, 0, 0, 1)))
+_start = st.builds(
+    Start,
+    st.sampled_from(range(len(THROTTLES))),
+    st.sampled_from((0, 0, 0, 1)),
+    st.sampled_from((False, False, True)),
+)
 ops = st.one_of(
     _start,
     _start,
@@ -152,6 +168,7 @@ class Request:
     throttle: int
     slot: str
     outcome: asyncio.Future[str]
+    late: bool = False
     task: asyncio.Task[None] | None = None
     lease: Lease | None = None
     fleet: str | None = None  # the fleet's lease it went on (None: alone)
@@ -264,7 +281,9 @@ class Model:
     async def apply(self, op: Op) -> None:
         if isinstance(op, Start):
             loop = asyncio.get_running_loop()
-            request = Request(len(self.requests), op.throttle, SLOTS[op.slot], loop.create_future())
+            request = Request(
+                len(self.requests), op.throttle, SLOTS[op.slot], loop.create_future(), op.late
+            )
             self.requests.append(request)
             request.task = asyncio.ensure_future(self.run(request))
         elif isinstance(op, Finish):
@@ -287,6 +306,8 @@ class Model:
         try:
             async with asyncio.timeout(REQUEST_BOUND):
                 lease = request.lease = await throttle.acquire(request.slot)
+                if request.late:
+                    await asyncio.sleep(LATE_AT_WIRE)
                 while (wait := lease.wire_wait()) > 0.0:  # noqa: ASYNC110 (an adapter's loop)
                     await asyncio.sleep(wait)
         except asyncio.CancelledError:
@@ -318,11 +339,14 @@ class Model:
     # -- the checks ---------------------------------------------------------------------
 
     def sent(self, request: Request, lease: Lease) -> None:
-        """The request goes: on the fleet's turn its lease's release hands back,
-        or alone. The caps hold at this instant (one event loop: exact)."""
+        """The request goes: on the fleet's turn its lease's release hands back
+        (as a sent turn: its lease only, not its time), or alone. The caps hold
+        at this instant (one event loop: exact)."""
         on_release = lease.on_release
-        if isinstance(on_release, functools.partial):
-            request.fleet = on_release.args[1]
+        if isinstance(on_release, HeldTurn):
+            request.fleet = on_release.lease
+        elif on_release is not None:
+            self.failures.append(f"request {request.index} went holding {on_release!r}")
         request.sent = True
         self.went[request.slot].append(request.fleet or "")
         flying = [r for r in self.requests if r.sent and not r.ended and r.slot == request.slot]
@@ -438,6 +462,8 @@ def test_random_scripts_keep_the_fleets_promises(script: list[Op]) -> None:
         event(f"a request {request.ended}")
         if request.sent:
             event("went on a fleet turn" if request.fleet else "went alone")
+        if request.late:
+            event("its connection ready late")
     for faults in model.faults:
         for kind in faults.struck:
             event(f"fault struck: {kind}")
