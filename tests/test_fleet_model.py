@@ -75,7 +75,7 @@ from hypothesis import strategies as st
 
 from autothrottle import FixedRatePolicy, Lease, Throttle
 from autothrottle._fleet import SPACING_MARGIN
-from autothrottle._fleet_wire import HeldTurn
+from autothrottle._fleet_wire import HeldTurn, NoTurn
 from autothrottle.redis import RedisStore
 from helpers import Grants, connected, needs_redis
 
@@ -345,7 +345,7 @@ class Model:
         on_release = lease.on_release
         if isinstance(on_release, HeldTurn):
             request.fleet = on_release.lease
-        elif on_release is not None:
+        elif not isinstance(on_release, NoTurn):  # alone: its release only says it left
             self.failures.append(f"request {request.index} went holding {on_release!r}")
         request.sent = True
         self.went[request.slot].append(request.fleet or "")

@@ -31,6 +31,7 @@ from autothrottle._fleet import (
     TurnAsk,
     slack,
 )
+from autothrottle._fleet_wire import NoTurn
 
 ROOM = 0.05
 GAP = 0.5
@@ -265,7 +266,7 @@ def test_a_turn_on_time_in_a_pause_another_process_set_goes_back() -> None:
     went, store, lease = done(late_turn(0.001, 0.016), heard=1.0)
     assert went == AGAIN
     assert store.released == ["lease"] and store.late == []
-    assert lease.on_release is None and lease.adopted == [1.0]
+    assert isinstance(lease.on_release, NoTurn) and lease.adopted == [1.0]  # nothing held
 
 
 def test_a_pause_heard_is_held_to_the_processs_max_pause() -> None:
@@ -279,7 +280,7 @@ def test_a_turn_later_than_its_slack_is_handed_back_not_sent() -> None:
     went, store, lease = done(late_turn(0.03, 0.016))
     assert went == AGAIN
     assert store.late == ["lease"] and store.released == []
-    assert lease.on_release is None  # its release is the store's now, once
+    assert isinstance(lease.on_release, NoTurn)  # its release is the store's now, once
 
 
 def test_a_turn_within_its_slack_goes_spaced_by_the_fleet_alone() -> None:
@@ -330,7 +331,7 @@ def test_a_late_turn_the_store_finds_free_goes() -> None:
 def test_a_late_turn_in_the_fleets_pause_goes_back_and_the_pause_is_waited() -> None:
     wait, store, lease, slot = looked(SharedTurn(1.5, None, GAP, 1.5, None, 4))
     assert wait == 1.5 and store.late == ["lease"]  # back, its time too
-    assert lease.on_release is None and slot.adopted == [1.5]  # nothing held; paused here too
+    assert isinstance(lease.on_release, NoTurn) and slot.adopted == [1.5]  # nothing held; paused
 
 
 def test_a_late_turn_in_a_pause_past_the_bound_fails_at_once() -> None:

@@ -23,7 +23,7 @@ import pytest
 
 from autothrottle import ThrottleTimeout, _fleet, _fleet_wire
 from autothrottle._fleet import Fleet, SharedTurn, TurnAsk
-from autothrottle._fleet_wire import WIRE_POLL, HeldTurn, WireCheck
+from autothrottle._fleet_wire import WIRE_POLL, HeldTurn, NoTurn, WireCheck
 from helpers import FakeClock
 
 GAP = 0.5
@@ -50,10 +50,14 @@ class Store:
         self.released: list[str] = []
         self.asked = 0
         self.heard = 0.0  # seconds of another process's pause heard (fleet_pause)
+        self.idled = 0  # times told no request of the process is left (the run's rest goes back)
         self.gate = asyncio.Event()  # the async answer comes when set
 
     def late_turn(self, key: str, lease: str) -> None:
         self.late.append(lease)
+
+    def idle(self, key: str) -> None:
+        self.idled += 1
 
     def take_turn_blocking(
         self, key: str, ask: TurnAsk, now: float, left: float = math.inf
@@ -104,7 +108,7 @@ def setup(
         take_turn_blocking=store.take_turn_blocking,
         look=store.look,
         look_blocking=store.look_blocking,
-        idle=lambda key: None,
+        idle=store.idle,
         fleet_pause=lambda key, max_pause, now: min(store.heard, max_pause),
     )
     adopted: list[float] = []
@@ -141,7 +145,7 @@ def holds(lease: Any) -> tuple[str, str] | None:
     owner = getattr(hook, "__self__", None)
     if isinstance(owner, HeldTurn) and hook == owner.hand_back:
         return owner.lease, "unsent"
-    assert hook is None, hook
+    assert isinstance(hook, NoTurn), hook  # its release: only that the request left
     return None
 
 
@@ -221,7 +225,7 @@ def test_a_turn_reached_during_the_processs_own_pause_goes_back_and_is_taken_ane
     wait = lease.on_wire()
     assert 0.0 < wait <= 0.05
     assert store.released == ["old"] and store.late == [] and store.asked == 0
-    assert lease.on_release is None and lease.on_wire is not None  # nothing held; looks again
+    assert holds(lease) is None and lease.on_wire is not None  # nothing held; looks again
     clock.advance(wait + 0.005)
     assert 0.2 < lease.on_wire() <= 0.4  # the new turn's due (the sync client asked at once)
     assert store.asked == 1 and holds(lease) == ("new", "unsent")
@@ -235,7 +239,7 @@ def test_a_turn_let_go_before_another_processs_pause_goes_back_at_the_wire() -> 
     wait = lease.on_wire()
     assert 0.0 < wait <= 0.05 and slot.adopted == [0.05]
     assert store.released == ["old"] and store.late == [] and store.asked == 0
-    assert lease.on_release is None and lease.on_wire is not None  # nothing held; looks again
+    assert holds(lease) is None and lease.on_wire is not None  # nothing held; looks again
 
 
 def test_a_late_turn_in_a_pause_heard_at_the_wire_goes_back_with_its_time() -> None:
@@ -268,7 +272,7 @@ def test_a_new_turn_past_the_request_bound_fails_and_goes_back() -> None:
     with pytest.raises(ThrottleTimeout):  # not sent off its turn: max_wait and the host's limit
         lease.on_wire()
     assert store.late == ["old", "new"]  # both turns back, the new one's time too
-    assert lease.on_release is None  # nothing held for the lease's release to hand back
+    assert holds(lease) is None  # nothing held for the lease's release to hand back
     with pytest.raises(ThrottleTimeout):  # a client's retry of the write is refused again
         lease.on_wire()
     assert store.asked == 1
@@ -279,7 +283,7 @@ def test_a_pause_past_the_request_bound_fails_at_the_wire() -> None:
     lease, store, _ = setup(pause, late=0.08, until=clock() + 1.0)
     with pytest.raises(ThrottleTimeout):  # not sent through the host's pause
         lease.on_wire()
-    assert store.late == ["old"] and lease.on_release is None
+    assert store.late == ["old"] and holds(lease) is None
 
 
 def test_a_pause_within_the_bound_is_waited_then_a_turn_asked_for() -> None:
@@ -327,7 +331,7 @@ async def test_what_the_store_raised_before_the_request_was_given_up_is_logged_a
     store.gate.set()
     for _ in range(100):
         await asyncio.sleep(0)
-        if lease.on_release is not None:
+        if not isinstance(lease.on_release, NoTurn):  # the answer came: the error's hook
             break
     assert not caplog.records  # left for the request's look to raise
     lease.on_release()  # given up without looking: released
@@ -346,7 +350,7 @@ async def test_what_the_store_raised_and_the_request_raised_is_not_logged_too(
         for _ in range(100):
             await asyncio.sleep(0)
             lease.on_wire()
-    assert lease.on_release is None and not caplog.records
+    assert holds(lease) is None and not caplog.records
 
 
 def test_a_request_late_again_at_the_wire_looks_and_goes_on_its_turn() -> None:
@@ -364,7 +368,7 @@ def test_a_request_late_again_in_the_fleets_pause_waits_it_out_then_takes_a_turn
     store.seen = SharedTurn(0.05, None, GAP, 0.05, None, 4)  # another process paused the host
     wait = lease.on_wire()
     assert 0.0 < wait <= 0.05  # not sent through the pause
-    assert store.late == ["old"] and lease.on_release is None  # the turn went back
+    assert store.late == ["old"] and holds(lease) is None  # the turn went back
     assert slot.adopted == [0.05]  # this process's other turns waiting see the pause too
     clock.advance(wait + 0.005)
     store.answer = new_turn(0.0)  # the fleet's next turn, due now, after the pause
@@ -377,7 +381,7 @@ def test_a_request_late_again_in_a_pause_past_its_bound_fails_at_once() -> None:
     store.seen = SharedTurn(3.0, None, GAP, 3.0, None, 4)
     with pytest.raises(ThrottleTimeout):  # neither sent through the pause nor waiting past it
         lease.on_wire()
-    assert store.late == ["old"] and store.asked == 0 and lease.on_release is None
+    assert store.late == ["old"] and store.asked == 0 and holds(lease) is None
 
 
 async def test_a_request_late_again_looks_async() -> None:
@@ -470,7 +474,7 @@ async def test_a_request_given_up_before_it_looked_at_its_new_turn_hands_it_back
     store.gate.set()
     for _ in range(100):  # bounded: the answer comes within a few loop turns
         await asyncio.sleep(0)
-        if lease.on_release is not None:
+        if holds(lease) is not None:
             break
     lease.on_release()  # the answer came; the request never looked at it
     assert store.late == ["old", "new"] and store.released == []
@@ -602,3 +606,121 @@ async def test_a_request_that_went_on_its_turn_hands_back_its_lease_only() -> No
     lease.on_wire = None  # went on the wire
     lease.release()
     assert store.late == [] and store.released == ["new"]
+
+
+# -- the last request of the process hands the run's rest back, however it ends ----------
+#
+# Rule 8: the rest of a run goes back when no request of the process is left for
+# the slot (``Fleet.left``, then the store's ``idle``). A request that holds no
+# turn when it ends (waiting out a pause or the cap, its ask on its way, gone
+# alone) must reach it too: the requests before it finished while it waited, so
+# they saw it in flight and handed nothing back, and the run's rest stayed
+# reserved in the store until the process's next request for the slot.
+
+
+def last_of(slot: Any, lease: Any) -> None:
+    """``lease`` is the slot's only request in this process: the gate counts it
+    until it is released."""
+    slot.gate = SimpleNamespace(in_flight=lambda: 0 if lease.released else 1, queued=lambda: 0)
+
+
+def release(lease: Any) -> None:
+    """What ``Lease.release`` does: the gate lets go, then the hook, once."""
+    if not lease.released:
+        lease.released = True
+        if lease.on_release is not None:
+            lease.on_release()
+
+
+PAUSE = SharedTurn(5.0, None, GAP, 5.0, None, 4)  # the fleet's pause: ask again in 5 s
+ALONE = SharedTurn(0.0, None, GAP, 0.0, None, 1)  # the store is down: go, paced alone
+
+
+async def started(fleet: Fleet, slot: Any, lease: Any) -> asyncio.Task[None]:
+    """The request's fleet turn, taken in a task, a few loop turns on (the store
+    answered, if it may)."""
+    last_of(slot, lease)
+    task = asyncio.create_task(fleet.take_turn(slot, lease, None, math.inf))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not task.done()
+    return task
+
+
+@pytest.mark.parametrize("answer", [PAUSE, new_turn(5.0)], ids=["in-a-pause", "holding-a-turn"])
+async def test_the_last_request_cancelled_at_its_turn_hands_the_run_back(
+    answer: SharedTurn,
+) -> None:
+    fleet, store, slot = fleet_of(answer)
+    lease = GivenUpLease()
+    task = await started(fleet, slot, lease)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert lease.released and store.idled == 1
+
+
+async def test_the_last_request_cancelled_while_its_ask_is_on_its_way_hands_the_run_back() -> None:
+    fleet, store, slot = fleet_of(PAUSE)
+    store.gate.clear()  # the store has not answered yet
+    lease = GivenUpLease()
+    task = await started(fleet, slot, lease)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert lease.released and store.idled == 1
+
+
+def test_the_last_sync_request_past_its_max_wait_in_a_pause_hands_the_run_back() -> None:
+    fleet, store, slot = fleet_of(PAUSE)
+    lease = GivenUpLease()
+    last_of(slot, lease)
+    with pytest.raises(ThrottleTimeout):
+        fleet.take_turn_blocking(slot, lease, 1.0, 1.0)  # type: ignore[arg-type]
+    assert lease.released and store.idled == 1
+
+
+@pytest.mark.parametrize("answer", [ALONE, new_turn(0.0)], ids=["alone", "on-a-turn"])
+async def test_the_last_request_finished_hands_the_run_back(answer: SharedTurn) -> None:
+    fleet, store, slot = fleet_of(answer)
+    lease = GivenUpLease()
+    last_of(slot, lease)
+    await fleet.take_turn(slot, lease, None, math.inf)  # type: ignore[arg-type]
+    assert store.idled == 0
+    release(lease)
+    assert store.idled == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "skipped"),
+    [(PAUSE, False), (ALONE, False), (SharedTurn(5.0, None, GAP, 5.0, None, 4), True)],
+    ids=["waiting-out-a-pause", "gone-alone", "looked-in-a-pause"],
+)
+def test_the_last_request_ended_at_the_wire_holding_no_turn_hands_the_run_back(
+    answer: SharedTurn, skipped: bool
+) -> None:
+    # Late at the wire: its turn went back and a new one was asked for (a pause
+    # answered, or the store is down); late again: the store looked and found
+    # the fleet's pause. Then it ends, given up or finished.
+    lease, store, slot = setup(answer, late=0.08, skipped=skipped)
+    if skipped:
+        store.seen = answer
+    last_of(slot, lease)
+    lease.on_wire()
+    assert holds(lease) is None and store.idled == 0
+    release(lease)
+    assert store.idled == 1
+
+
+async def test_the_last_request_given_up_at_the_wire_while_it_asks_hands_the_run_back() -> None:
+    lease, store, slot = setup(new_turn(0.3), late=0.08)
+    last_of(slot, lease)
+    assert lease.on_wire() == WIRE_POLL  # its late turn went back; the ask is on its way
+    release(lease)
+    assert store.idled == 1
+    store.gate.set()  # the turn answered after it: back whole, and the run's rest with it
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if len(store.late) == 2:
+            break
+    assert store.late == ["old", "new"] and store.idled == 2

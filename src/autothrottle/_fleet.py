@@ -128,7 +128,11 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    time (cancelled, past its ``max_wait``), or at the wire while it waits
    for a turn taken there or for the store's look, hands the turn back as
    one no request took, its time too when nobody reserved after it
-   (:class:`~autothrottle._fleet_wire.HeldTurn`).
+   (:class:`~autothrottle._fleet_wire.HeldTurn`). However a request ends,
+   finished or given up, holding a turn or none (waiting out a pause or the
+   cap, its ask on its way, gone alone:
+   :class:`~autothrottle._fleet_wire.NoTurn`), in its process's queue too,
+   the last of the process's for the slot hands the run's rest back.
    A process's first turn of a slot in :data:`FRESH_AFTER` seconds may leave
    on a new connection, late by its setup, which the process cannot see
    coming: the turn after it is reserved :data:`FRESH_ROOM` of a gap (at
@@ -166,7 +170,7 @@ from ._fleet_turns import (
     TurnAsk,
     slack,
 )
-from ._fleet_wire import HeldTurn, WireCheck
+from ._fleet_wire import HeldTurn, NoTurn, WireCheck
 from ._lease import Lease
 from ._rules import Rules
 from ._slot import LiveSlot
@@ -246,7 +250,7 @@ class Fleet:
         except StopIteration:
             return
         except BaseException:
-            self._unsent(lease)
+            self._unsent(slot, lease)
             raise
 
     def take_turn_blocking(
@@ -274,7 +278,7 @@ class Fleet:
         except StopIteration:
             return
         except BaseException:
-            self._unsent(lease)
+            self._unsent(slot, lease)
             raise
 
     def _steps(
@@ -313,18 +317,21 @@ class Fleet:
                 return
             skipped = skipped or turn.lease is not None
 
-    @staticmethod
-    def _unsent(lease: Lease) -> None:
+    def _unsent(self, slot: LiveSlot, lease: Lease) -> None:
         """The request ends before its turn went (cancelled while it waited for
-        the turn's due time or the store's look, past its ``max_wait``, a
-        fault): the turn it holds (:meth:`_settle`) was never sent, so it goes
-        back as a late one does, its time too when nobody reserved after it
-        (rules 3, 8; :meth:`HeldTurn.hand_back`; a finished request's hands
-        back its lease only), and the lease is released. Only this path pays
-        for it."""
+        the turn's due time, the store's answer or look, a pause or the cap,
+        past its ``max_wait``, a fault): the turn it holds (:meth:`_settle`)
+        was never sent, so it goes back as a late one does, its time too when
+        nobody reserved after it (rules 3, 8; :meth:`HeldTurn.hand_back`; a
+        finished request's hands back its lease only), and the lease is
+        released. Holding none (:class:`NoTurn`, or None before the store's
+        first answer), the last of this process's for the slot still hands
+        its run's rest back (rule 8). Only this path pays for it."""
         held = lease.on_release
         if isinstance(held, HeldTurn):
             lease.on_release = held.hand_back
+        elif held is None:
+            lease.on_release = NoTurn(self, slot)
         lease.release()
 
     def _check_at_wire(
@@ -390,11 +397,11 @@ class Fleet:
             self.late.add(late)
         late = late > turn.slack + LATE_TOLERANCE
         if late and not skipped:
-            lease.on_release = None
+            lease.on_release = NoTurn(self, slot)
             self.store.late(slot.key, turn.lease)
             return AGAIN
         if self.paused(slot) > 0.0:
-            lease.on_release = None
+            lease.on_release = NoTurn(self, slot)
             self.store.released(slot.key, turn.lease)
             return AGAIN
         if late:
@@ -431,7 +438,7 @@ class Fleet:
         if seen.lease is not None or seen.wait <= 0.0:
             self._going(slot, lease)
             return 0.0
-        lease.on_release = None
+        lease.on_release = NoTurn(self, slot)
         self.store.late(slot.key, held)
         self.adopt(slot, seen)
         if bound is not None and seen.wait > left:
@@ -477,8 +484,11 @@ class Fleet:
     ) -> float:
         """Adopt what the fleet said (rule 4) and return the wait, within the bounds (rule 3)."""
         self.adopt(slot, turn)
+        # Held or not, the lease's release reaches left (rule 8).
         if turn.lease is not None:
             lease.on_release = HeldTurn(self, slot, turn.lease)
+        else:
+            lease.on_release = NoTurn(self, slot)
         # The time since the answer came counts (a process that stood still
         # meanwhile is nearer its turn, not past its bound).
         wait = turn.wait if turn.due is None else turn.due - time.monotonic()

@@ -5,7 +5,9 @@ The rules are written once, in :mod:`autothrottle._fleet`'s docstring; this is
 :class:`WireCheck`, the part of rules 1-3 that runs when a request's
 connection is ready, long after :class:`~autothrottle._fleet.Fleet` let it go,
 and :class:`HeldTurn`, what a request's lease holds of its fleet turn (rule 7:
-released, the turn goes back; never sent, its time too). It sits below the
+released, the turn goes back; never sent, its time too), or :class:`NoTurn`
+when it holds none (released, the last request of the process for the slot
+hands its run's rest back, rule 8, as a :class:`HeldTurn`'s does). It sits below the
 fleet and reaches it only through :class:`WireFleet`, what it uses of it, so
 that the fleet stays the one writer of what this process sees of a fleet's
 slot (``LiveSlot.fleet_went``: :meth:`WireFleet.went`).
@@ -28,7 +30,7 @@ from ._slot import LiveSlot
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WIRE_POLL", "HeldTurn", "WireCheck", "WireFleet"]
+__all__ = ["WIRE_POLL", "HeldTurn", "NoTurn", "WireCheck", "WireFleet"]
 
 
 class WireFleet(Protocol):
@@ -102,6 +104,29 @@ class HeldTurn:
         fleet = self._fleet
         fleet.left(self._slot)
         fleet.store.late(self._slot.key, self.lease)
+
+
+class NoTurn:
+    """The release hook of a fleet request that holds no turn (``Lease.on_release``):
+    it waits out a pause or the fleet's cap, or asks again, its turn void, or
+    it went alone (the store unreachable, rule 6).
+
+    Called (the lease released: the request is finished or given up), the last
+    request of this process for the slot hands the rest of its run back
+    (rule 8), as a :class:`HeldTurn`'s does: the requests before it saw it in
+    flight when they finished, and handed nothing back. A request given up
+    before the store's first answer holds None, which
+    :meth:`~autothrottle._fleet.Fleet._unsent` reads as this.
+    """
+
+    __slots__ = ("_fleet", "_slot")
+
+    def __init__(self, fleet: WireFleet, slot: LiveSlot) -> None:
+        self._fleet = fleet
+        self._slot = slot
+
+    def __call__(self) -> None:
+        self._fleet.left(self._slot)
 
 
 class WireCheck:
@@ -237,7 +262,7 @@ class WireCheck:
         nobody reserved after it); the request holds nothing."""
         turn, self._turn = self._turn, None
         self._held = None
-        self._lease.on_release = None
+        self._lease.on_release = NoTurn(self._fleet, self._slot)
         if turn is not None and turn.lease is not None:
             store = self._fleet.store
             (store.late if late else store.released)(self._slot.key, turn.lease)
@@ -255,7 +280,7 @@ class WireCheck:
         turn = self._turn if self._looking else None
         if turn is None or turn.lease is None:
             self._held = None
-            self._lease.on_release = None
+            self._lease.on_release = NoTurn(self._fleet, self._slot)
         else:
             self._hold(turn.lease)
 
@@ -302,7 +327,8 @@ class WireCheck:
                 self._lost(error)
             else:  # logged if the request is let go without looking
                 held = self._held if self._looking else None
-                self._lease.on_release = functools.partial(self._lost, error, held)
+                let_go = NoTurn(self._fleet, self._slot) if held is None else held.hand_back
+                self._lease.on_release = functools.partial(self._lost, error, let_go)
             return
         lease = task.result().lease
         if lease is None or self._looking:  # a look's lease is the turn the request holds
@@ -313,11 +339,12 @@ class WireCheck:
         else:
             self._hold(lease)
 
-    def _lost(self, error: BaseException, held: HeldTurn | None = None) -> None:
+    def _lost(self, error: BaseException, let_go: Callable[[], None] | None = None) -> None:
         """The store failed with nobody to raise it to: say so in the log (and
-        hand back the turn ``held``, whose request is let go, never sent)."""
-        if held is not None:
-            held.hand_back()
+        ``let_go`` of what the request, given up now, holds: a turn it never
+        sent, :meth:`HeldTurn.hand_back`, or none, :class:`NoTurn`)."""
+        if let_go is not None:
+            let_go()
         logger.warning(
             "autothrottle: slot %r: a fleet turn taken again at the wire failed after its "
             "request was given up (%s: %s)",
