@@ -23,24 +23,33 @@ import contextlib
 import json
 import os
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from autothrottle._validate import check_int, check_positive
 
-from ._samples import Mark, SlotSample
+from ._samples import Mark, Series, SlotSample, is_quiet
 
 if TYPE_CHECKING:
     from autothrottle import SlotSnapshot
 
 __all__ = ["Timeline"]
 
-#: The first line of a timeline file names the format and its version.
+#: The first line of a timeline file names the format and its version (2: a sample
+#: line may stand for a run of repeats, ``"repeat": n``; version 1 files read the same).
 _FORMAT = "autothrottle-timeline"
-_VERSION = 1
+_VERSION = 2
+
+_MAX_SAMPLES = 36_000
+_MAX_SLOTS = 100
+
+#: Distinct ``statuses`` mappings a timeline shares between its samples before it
+#: starts afresh: most samples of a busy slot repeat a few ({200: 1}, {200: 2}...).
+_SHARED_STATUSES = 1024
 
 
 class _Snapshots(Protocol):
@@ -60,15 +69,35 @@ class Timeline:
     before*; a slot that appears between two samples (or whose counters went
     back, because the store evicted and re-created it) counts from zero.
 
-    Each sample costs one :meth:`Throttle.snapshot` of every slot: it is meant
-    for watching tens of hosts, not a crawl of a hundred thousand.
+    Memory is bounded, whatever the run's length and the hosts it meets:
+
+    * An idle slot costs next to nothing: while its snapshot does not change
+      after a quiet sample (nothing happened, same delay, latency, requests in
+      flight and queued), its repeats are held as one run, a count and the
+      time of the last, and :meth:`samples` gives them back, their times
+      spread evenly over the run. The ``jsonl`` file writes such a run as one
+      line when it ends.
+    * At most ``max_samples`` samples per slot (repeats counted), older ones
+      dropped. At most ``max_slots`` slots: a slot met when that many are kept
+      takes the place of the one idle longest (nothing in flight or waiting at
+      its last sample, or gone from the throttle); while every slot kept is at
+      work, it is not kept, until a change of it finds room. A slot forgotten
+      starts a new series at its next change.
+
+    A slot at work costs about 190 bytes a sample (equal ``statuses`` shared).
+    Over a crawl of 1,000 hosts, about 50 at work at once, 10 minutes at 0.1 s
+    hold 54 MiB with every host kept, 3.4 MiB with the default ``max_slots``
+    (1.2 GiB when every sample was held: ``benchmarks/timeline_memory.py``).
+    Each sample still reads every slot: the throttle's ``snapshot()``, then
+    about 0.3 µs a slot that did not change and 3 µs one that did.
 
     Args:
         throttle: The :class:`~autothrottle.Throttle` to watch (anything with a
             ``snapshot()`` method returning ``{key: SlotSnapshot}``).
         interval: Seconds between samples (> 0).
-        max_samples: Samples kept per slot; older ones are dropped, so a
-            timeline left running forever holds bounded memory.
+        max_samples: Samples kept per slot; older ones are dropped.
+        max_slots: Slots whose samples are kept; past it, the series of the
+            slot idle longest is forgotten.
         clock: Monotonic clock in seconds; inject one to test.
         jsonl: Also write every sample and mark, as taken, to this file (one
             JSON object a line, the file replaced; see ``docs/observability.md``).
@@ -86,7 +115,8 @@ class Timeline:
         throttle: _Snapshots,
         interval: float = 0.1,
         *,
-        max_samples: int = 36_000,
+        max_samples: int = _MAX_SAMPLES,
+        max_slots: int = _MAX_SLOTS,
         clock: Callable[[], float] = time.monotonic,
         jsonl: str | os.PathLike[str] | None = None,
         jsonl_max_bytes: int = 512 * 1024 * 1024,
@@ -98,13 +128,21 @@ class Timeline:
         self._throttle = throttle
         self.interval = check_positive("interval", interval)
         self.max_samples = check_int("max_samples", max_samples, minimum=1)
+        self.max_slots = check_int("max_slots", max_slots, minimum=1)
         self._clock = clock
         self._t0 = clock()
-        self._series: dict[str, deque[SlotSample]] = {}
-        self._last: dict[str, SlotSnapshot] = {}
+        self._series: dict[str, Series] = {}
+        # The slots kept whose last sample had nothing in flight or waiting, the one
+        # that changed longest ago first: the next forgotten when a slot needs room.
+        self._idle: OrderedDict[str, None] = OrderedDict()
+        # Per slot sampled last time: its snapshot then, and whether that sample was quiet.
+        self._last: dict[str, tuple[SlotSnapshot, bool]] = {}
+        self._statuses: dict[tuple[tuple[int, int], ...], Mapping[int, int]] = {}
         self._marks: deque[Mark] = deque(maxlen=self.max_samples)
         self._task: asyncio.Task[None] | None = None
         self._out: _JsonlOut | None = None
+        # Per idle slot, the repeats not yet in the file: how many, the last's time, its state.
+        self._unwritten: dict[str, _Unwritten] = {}
         if jsonl is not None:
             limit = check_int("jsonl_max_bytes", jsonl_max_bytes, minimum=1024)
             self._out = _JsonlOut(Path(jsonl), limit)
@@ -123,35 +161,98 @@ class Timeline:
     def sample(self) -> None:
         """Take one sample of every slot now."""
         t = self.now()
-        taken = []
+        lines: list[dict[str, Any]] | None = [] if self._out is not None else None
         # Only the slots sampled now are kept as the last ones: a slot the throttle
         # forgot (and one made again under its key) counts from zero when it comes back.
         last, self._last = self._last, {}
         for key, snap in self._throttle.snapshot().items():
             before = last.get(key)
-            self._last[key] = snap
-            sample = _delta(t, snap, before)
-            self._add(key, sample)
-            taken.append((key, sample))
-        if self._out is not None and taken:
-            self._out.write([_sample_line(key, sample) for key, sample in taken])
+            if before is not None and before[1] and _unchanged(snap, before[0]):
+                # A repeat of a quiet sample: the run it is in grows.
+                self._last[key] = before
+                series = self._series.get(key)
+                if series is None or series.repeat_tail(t, self.max_samples):
+                    if lines is not None:
+                        self._unwritten_repeat(key, t, snap)
+                    continue
+            sample = _delta(t, snap, None if before is None else before[0], self._statuses)
+            self._last[key] = (snap, is_quiet(sample))
+            self._record(key, sample)
+            if lines is not None:
+                if key in self._unwritten:
+                    lines.append(self._unwritten_line(key))
+                lines.append(_sample_line(key, sample))
+        if lines is not None:
+            # A slot gone from the throttle ends its run.
+            gone = [key for key in self._unwritten if key not in self._last]
+            lines.extend(self._unwritten_line(key) for key in gone)
+            if lines and self._out is not None:
+                self._out.write(lines)
 
-    def _add(self, key: str, sample: SlotSample) -> None:
+    def _record(self, key: str, sample: SlotSample) -> None:
+        """Add a sample that is not a repeat: the slot changed.
+
+        A slot not kept yet, with ``max_slots`` kept, takes the place of the one
+        idle longest; if every slot kept is at work, it is not kept (until its
+        next change finds room): forgetting a slot at work for another would
+        leave every series a few samples long when more slots than that work at once.
+        """
         series = self._series.get(key)
         if series is None:
-            series = self._series[key] = deque(maxlen=self.max_samples)
-        series.append(sample)
+            if len(self._series) >= self.max_slots:
+                if not self._idle:
+                    return
+                forgotten, _ = self._idle.popitem(last=False)
+                del self._series[forgotten]
+            series = self._series[key] = Series()
+        if sample.in_flight or sample.queued:
+            self._idle.pop(key, None)
+        else:
+            self._idle.pop(key, None)
+            self._idle[key] = None
+        series.append(sample, self.max_samples)
+
+    def _unwritten_repeat(self, key: str, t: float, snap: SlotSnapshot) -> None:
+        unwritten = self._unwritten.get(key)
+        if unwritten is None:
+            self._unwritten[key] = _Unwritten(t, snap)
+        else:
+            unwritten.count += 1
+            unwritten.last = t
+
+    def _unwritten_line(self, key: str) -> dict[str, Any]:
+        """The line of ``key``'s repeats not yet in the file (they are, once it is written)."""
+        unwritten = self._unwritten.pop(key)
+        quiet = _delta(unwritten.last, unwritten.snap, unwritten.snap, self._statuses)
+        return _sample_line(key, quiet, unwritten.count)
+
+    def _write_unwritten(self) -> None:
+        """Write every run's repeats not yet in the file."""
+        if self._unwritten and self._out is not None:
+            self._out.write([self._unwritten_line(key) for key in list(self._unwritten)])
+        self._unwritten.clear()
 
     def _replay(self, line: dict[str, Any]) -> None:
-        """One line of a timeline file (a sample, a mark or a clear) applied as
-        recorded: the file's times are kept, not the clock's."""
+        """One line of a timeline file (a sample, a run of repeats, a mark or a
+        clear) applied as recorded: the file's times are kept, not the clock's."""
         if "mark" in line:
             self._marks.append(Mark(float(line["t"]), str(line["key"]), str(line["mark"])))
         elif line.get("clear"):
             self._series.clear()
+            self._idle.clear()
             self._marks.clear()
         elif "key" in line:
-            self._add(str(line["key"]), _sample_from(line))
+            key, sample = str(line["key"]), _sample_from(line)
+            count = line.get("repeat")
+            if count is None:
+                self._record(key, sample)
+                return
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise ValueError(f"repeat must be an int >= 1, got {count!r}")
+            series = self._series.get(key)
+            # A slot forgotten (max_slots) gets a series at its next change, as when recording.
+            if series is not None and not series.repeat(sample, count, self.max_samples):
+                self._record(key, sample)  # not the tail's state: kept as a sample
 
     def mark(self, key: str, kind: str) -> None:
         """Record an event of slot ``key`` that the throttle cannot see, at this moment."""
@@ -166,9 +267,12 @@ class Timeline:
 
     def clear(self) -> None:
         """Forget every sample and mark; times restart from zero."""
+        self._write_unwritten()
         self._series.clear()
+        self._idle.clear()
         self._last.clear()
         self._marks.clear()
+        self._statuses.clear()
         self._t0 = self._clock()
         if self._out is not None:
             self._out.write([{"clear": True}])
@@ -180,7 +284,7 @@ class Timeline:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        """Stop sampling, after one last sample. Idempotent."""
+        """Stop sampling, after one last sample (the file then holds every sample). Idempotent."""
         task, self._task = self._task, None
         if task is None:
             return
@@ -188,6 +292,7 @@ class Timeline:
         with contextlib.suppress(asyncio.CancelledError):
             await task
         self.sample()
+        self._write_unwritten()
 
     @property
     def running(self) -> bool:
@@ -214,6 +319,7 @@ class Timeline:
 
     def close(self) -> None:
         """Close the ``jsonl`` file, if any; later samples are kept in memory only."""
+        self._write_unwritten()
         out, self._out = self._out, None
         if out is not None:
             out.close()
@@ -227,7 +333,10 @@ class Timeline:
         """
         lines: list[dict[str, Any]] = [_header(self)]
         for key, series in self._series.items():
-            lines.extend(_sample_line(key, sample) for sample in series)
+            for sample, count, last in series.stored():
+                lines.append(_sample_line(key, sample))
+                if count:
+                    lines.append(_sample_line(key, replace(sample, time=last), count))
         lines.extend(_mark_line(mark) for mark in self._marks)
         target = Path(path)
         with target.open("w", encoding="utf-8") as fh:
@@ -236,13 +345,18 @@ class Timeline:
 
     @classmethod
     def read_jsonl(
-        cls, path: str | os.PathLike[str], *, max_samples: int | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        max_samples: int | None = None,
+        max_slots: int | None = None,
     ) -> Timeline:
         """A stopped timeline holding what a timeline file recorded, ready to :meth:`plot`.
 
         Memory stays bounded whatever the file's size: each slot keeps its last
-        ``max_samples`` samples (default: the recording timeline's). A last
-        line cut short (the recorder was killed mid-write) is ignored.
+        ``max_samples`` samples, and the ``max_slots`` slots that changed last
+        are kept (defaults: the recording timeline's). A last line cut short
+        (the recorder was killed mid-write) is ignored.
 
         Raises:
             ValueError: the file is not a timeline file, or a line in it is
@@ -251,8 +365,16 @@ class Timeline:
         source = Path(path)
         with source.open("r", encoding="utf-8") as fh:
             head = _read_head(fh, source)
-            keep = head.get("max_samples", 36_000) if max_samples is None else max_samples
-            timeline = cls(_NoSnapshots(), float(head.get("interval", 0.1)), max_samples=keep)
+            if max_samples is None:
+                max_samples = head.get("max_samples", _MAX_SAMPLES)
+            if max_slots is None:
+                max_slots = head.get("max_slots", _MAX_SLOTS)
+            timeline = cls(
+                _NoSnapshots(),
+                float(head.get("interval", 0.1)),
+                max_samples=max_samples,
+                max_slots=max_slots,
+            )
             for number, raw in enumerate(fh, start=2):
                 if not raw.endswith("\n"):
                     break  # cut short by a recorder killed mid-write
@@ -266,12 +388,13 @@ class Timeline:
 
     @property
     def keys(self) -> tuple[str, ...]:
-        """The slots seen so far, in order of first appearance."""
+        """The slots kept, in order of first appearance."""
         return tuple(self._series)
 
     def samples(self, key: str) -> list[SlotSample]:
-        """The samples of slot ``key``, oldest first (empty if never seen)."""
-        return list(self._series.get(key, ()))
+        """The samples of slot ``key``, oldest first (empty if never seen, or forgotten)."""
+        series = self._series.get(key)
+        return [] if series is None else list(series)
 
     def marks(self, key: str | None = None) -> list[Mark]:
         """The caller's marks, oldest first; only those of ``key`` if given."""
@@ -287,7 +410,7 @@ class Timeline:
         series = self._series.get(key)
         if not series:
             return 0.0
-        end = series[-1].time
+        end = series.last_time
         inside: list[SlotSample] = []
         for s in reversed(series):  # bounded by max_samples
             if end - s.time > window:
@@ -356,15 +479,41 @@ class Timeline:
     def busiest(self, n: int) -> list[str]:
         """The ``n`` slots with the most responses recorded, busiest first (for a chart)."""
         n = check_int("n", n, minimum=1)
-        totals = {key: sum(s.responses for s in series) for key, series in self._series.items()}
+        totals = {key: series.responses() for key, series in self._series.items()}
         return sorted(totals, key=lambda key: -totals[key])[:n]
 
 
-def _delta(t: float, snap: SlotSnapshot, before: SlotSnapshot | None) -> SlotSample:
+def _unchanged(snap: SlotSnapshot, before: SlotSnapshot) -> bool:
+    """True if ``snap`` shows what ``before`` did: a sample of it would be quiet and
+    in the same state."""
+    return snap is before or (
+        snap.responses == before.responses
+        and snap.sent == before.sent
+        and snap.failures == before.failures
+        and snap.backoffs == before.backoffs
+        and snap.ignored_backoffs == before.ignored_backoffs
+        and snap.pauses == before.pauses
+        and snap.cache_hits == before.cache_hits
+        and snap.in_flight == before.in_flight
+        and snap.queued == before.queued
+        and snap.delay == before.delay
+        and snap.last_latency == before.last_latency
+        and snap.status_counts == before.status_counts
+    )
+
+
+def _delta(
+    t: float,
+    snap: SlotSnapshot,
+    before: SlotSnapshot | None,
+    shared: dict[tuple[tuple[int, int], ...], Mapping[int, int]],
+) -> SlotSample:
+    """The sample of ``snap`` at ``t``, its counters less ``before``'s; its
+    ``statuses`` one of the mappings in ``shared`` (added to it if new)."""
     if before is not None and (snap.sent < before.sent or snap.responses < before.responses):
         before = None  # a new slot under an old key: its counters started again
     if before is None:
-        statuses = {code: n for code, n in snap.status_counts.items() if n > 0}
+        statuses: dict[int, int] = {code: n for code, n in snap.status_counts.items() if n > 0}
         responses, cache_hits = snap.responses, snap.cache_hits
         backoffs = snap.backoffs + snap.ignored_backoffs
         pauses, failures = snap.pauses, snap.failures
@@ -390,13 +539,45 @@ def _delta(t: float, snap: SlotSnapshot, before: SlotSnapshot | None) -> SlotSam
         in_flight=snap.in_flight,
         queued=snap.queued,
         responses=responses,
-        statuses=statuses,
+        statuses=_share(statuses, shared),
         cache_hits=cache_hits,
         backoffs=backoffs,
         pauses=pauses,
         failures=failures,
         backoff_reason=snap.last_backoff_reason if backoffs else None,
     )
+
+
+#: The ``statuses`` of every sample without a response (shared, never changed).
+_NO_STATUSES: Mapping[int, int] = {}
+
+
+def _share(
+    statuses: dict[int, int], shared: dict[tuple[tuple[int, int], ...], Mapping[int, int]]
+) -> Mapping[int, int]:
+    """``statuses``, or an equal mapping an earlier sample holds: a busy slot's
+    samples repeat a few ({200: 1}, {200: 2}...), and a dict is most of a sample's size."""
+    if not statuses:
+        return _NO_STATUSES
+    items = tuple(statuses.items())
+    found = shared.get(items)
+    if found is not None:
+        return found
+    if len(shared) >= _SHARED_STATUSES:
+        shared.clear()
+    shared[items] = statuses
+    return statuses
+
+
+class _Unwritten:
+    """An idle slot's repeats not yet in the file: how many, the last's time, its state."""
+
+    __slots__ = ("count", "last", "snap")
+
+    def __init__(self, last: float, snap: SlotSnapshot) -> None:
+        self.count = 1
+        self.last = last
+        self.snap = snap
 
 
 # -- the file ------------------------------------------------------------------------
@@ -444,11 +625,16 @@ def _header(timeline: Timeline) -> dict[str, Any]:
         "version": _VERSION,
         "interval": timeline.interval,
         "max_samples": timeline.max_samples,
+        "max_slots": timeline.max_slots,
     }
 
 
-def _sample_line(key: str, s: SlotSample) -> dict[str, Any]:
-    """A sample as a JSON object: zero counters and empty fields left out."""
+def _sample_line(key: str, s: SlotSample, repeat: int = 0) -> dict[str, Any]:
+    """A sample as a JSON object: zero counters and empty fields left out.
+
+    With ``repeat``, the line stands for that many samples like ``s``, the
+    last at its time, following the slot's line before.
+    """
     line: dict[str, Any] = {"t": round(s.time, 4), "key": key, "delay": s.delay}
     if s.latency is not None:
         line["latency"] = s.latency
@@ -462,6 +648,8 @@ def _sample_line(key: str, s: SlotSample) -> dict[str, Any]:
         line["statuses"] = {str(code): n for code, n in s.statuses.items()}
     if s.backoff_reason is not None:
         line["backoff_reason"] = s.backoff_reason
+    if repeat:
+        line["repeat"] = repeat
     return line
 
 
