@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,6 +28,7 @@ from scrapy.settings import Settings
 from autothrottle import HostSettings, Throttle
 from autothrottle._hosts import HostTable
 from autothrottle.aiohttp import ThrottledSession
+from autothrottle.cli._fetch import timeline_for
 from autothrottle.cli._robots import Robots
 from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.redis import RedisStore
@@ -97,6 +99,32 @@ def test_a_timeline_keeps_the_last_snapshot_of_live_slots_only() -> None:
     throttle.evict_idle()
     timeline.sample()
     assert timeline._last == {}
+
+
+def test_the_fetchs_timeline_keeps_max_slots_of_ten_thousand_hosts(tmp_path: Path) -> None:
+    clock = FakeClock()
+    throttle = Throttle(store=MemoryStore(idle_timeout=IDLE), clock=clock, wall_clock=clock.wall)
+    path = tmp_path / "t.jsonl"
+    timeline = timeline_for(throttle, str(path))
+    waves = 20  # of WAVE hosts: 10,000 in all
+    for wave in range(waves):
+        wave_of_requests(throttle, [f"w{wave}-h{i}.test" for i in range(WAVE)])
+        for _ in range(4):  # the wave's answers, then its slots idle (repeats)
+            timeline.sample()
+            clock.advance(0.25)
+        kept = timeline._series
+        assert len(kept) <= timeline.max_slots, (wave, len(kept))
+        # Each slot kept: its sample at work, a quiet one and its repeats (one entry).
+        assert all(sum(1 for _ in series.stored()) <= 2 for series in kept.values())
+        assert len(timeline._idle) <= timeline.max_slots
+        assert len(timeline._unwritten) <= 2 * WAVE
+        assert len(timeline._statuses) <= 1024
+        clock.advance(IDLE + 10.0)
+    timeline.close()
+    assert timeline._unwritten == {}
+    # The file has every host: a line at work, a quiet one, a run of repeats.
+    lines = path.read_text().count("\n")
+    assert lines <= 1 + 3 * waves * WAVE, lines
 
 
 def test_a_slot_made_again_under_its_key_counts_from_zero_in_the_timeline() -> None:

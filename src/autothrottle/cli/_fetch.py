@@ -412,6 +412,13 @@ async def _end(helpers: list[asyncio.Task[None]], timeline: Timeline | None) -> 
         timeline.close()
 
 
+def timeline_for(throttle: Throttle, jsonl: str | None) -> Timeline:
+    """The timeline of ``--chart`` and ``--timeline``: a sample every 0.25 s, and
+    the Timeline's own bounds (its ``max_slots`` slots, idle ones held as runs),
+    which keep it bounded on a crawl of any number of hosts."""
+    return Timeline(throttle, interval=0.25, jsonl=jsonl)
+
+
 def run(job: FetchJob, throttle: Throttle, *, console: Console | None = None) -> int:
     """Run the fetch; the exit status (docs/cli.md): 0 every URL answered (or excluded
     by robots.txt), 1 some URL ended in an error, 3 the output could not be written,
@@ -433,7 +440,7 @@ def run(job: FetchJob, throttle: Throttle, *, console: Console | None = None) ->
     writer = LineWriter(job.out)
     fetch = _Fetch(job, throttle, writer, seen, tally)
     if job.chart is not None or job.timeline is not None:
-        fetch.timeline = Timeline(throttle, interval=0.25, jsonl=job.timeline)
+        fetch.timeline = timeline_for(throttle, job.timeline)
     try:
         asyncio.run(_fetch(job, throttle, console, fetch))
     finally:
