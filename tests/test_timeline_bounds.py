@@ -281,7 +281,7 @@ def test_read_jsonl_keeps_the_slots_the_recorder_kept(tmp_path: Path) -> None:
     assert len(Timeline.read_jsonl(path, max_slots=100).keys) == 20
 
 
-def test_a_thousand_idle_slots_for_ten_minutes_hold_little_memory() -> None:
+def test_a_thousand_idle_slots_for_a_minute_hold_little_memory() -> None:
     clock, fake = FakeClock(), FakeThrottle()
     for i in range(1000):
         fake.set(f"h{i}", responses=1, status_counts={200: 1})
@@ -296,4 +296,4 @@ def test_a_thousand_idle_slots_for_ten_minutes_hold_little_memory() -> None:
     finally:
         tracemalloc.stop()
     assert len(timeline.samples("h999")) == 600
-    assert used < 2_000_000, used  # a sample each was about 250 bytes: 150 MB
+    assert used < 5_000_000, used  # about 1.4 MB, a series each; a sample each was 150 MB
