@@ -13,8 +13,10 @@ on a fake clock (no sleeps) is sampled every ``interval`` for ``minutes``:
 
 It prints the memory the timeline holds (tracemalloc), the samples it gives
 back (``samples()`` of every slot, counted, not built), the bytes a sample and a
-slot's series cost, and the CPU time ``sample()`` takes per slot sampled (a
-second pass without tracemalloc, over at most 600 samples).
+slot's series cost, the CPU time ``sample()`` takes per slot sampled (a second
+pass without tracemalloc, over at most 600 samples) and, with ``--bytecodes``,
+the bytecodes it runs per slot sampled (``sys.settrace`` over 20 samples after
+the first 580, a count that does not depend on the machine's load).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import dataclasses
 import gc
 import inspect
+import sys
 import time
 import tracemalloc
 from collections.abc import Mapping
@@ -92,7 +95,9 @@ def busy_keys(pattern: str, keys: list[str], tick: int, interval: float) -> list
     return keys[first : last + 1]
 
 
-def run(args: argparse.Namespace, ticks: int, *, trace: bool) -> dict[str, Any]:
+def run(
+    args: argparse.Namespace, ticks: int, *, trace: bool, count: bool = False
+) -> dict[str, Any]:
     clock = FakeClock()
     fake = FakeThrottle(args.hosts)
     keys = list(fake.slots)
@@ -105,12 +110,25 @@ def run(args: argparse.Namespace, ticks: int, *, trace: bool) -> dict[str, Any]:
     before = tracemalloc.get_traced_memory()[0] if trace else 0
     timeline = Timeline(fake, **kwargs)
     spent = 0.0
+    counted = [0]
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            counted[0] += 1
+        return tracer
+
     for tick in range(ticks):
         for key in busy_keys(args.pattern, keys, tick, args.interval):
             fake.work(key, tick)
+        traced = count and tick >= ticks - 20
+        if traced:
+            sys.settrace(tracer)
         start = time.perf_counter()
         timeline.sample()
         spent += time.perf_counter() - start
+        if traced:
+            sys.settrace(None)
         clock.now += args.interval
     held = 0
     if trace:
@@ -125,6 +143,7 @@ def run(args: argparse.Namespace, ticks: int, *, trace: bool) -> dict[str, Any]:
         "slots": len(timeline.keys),
         "spent": spent,
         "sampled": ticks * args.hosts,
+        "bytecodes": counted[0] / (20 * args.hosts),
     }
 
 
@@ -143,6 +162,9 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.1)
     parser.add_argument("--pattern", choices=("busy", "crawl", "idle"), default="crawl")
     parser.add_argument("--max-slots", type=int, default=None)
+    parser.add_argument(
+        "--bytecodes", action="store_true", help="also count the bytecodes sample() runs"
+    )
     args = parser.parse_args()
     ticks = round(args.minutes * 60 / args.interval)
     print(
@@ -159,6 +181,9 @@ def main() -> None:
     print(f"a slot's series with one sample: {series_overhead():,.0f} bytes")
     cpu = run(args, min(ticks, 600), trace=False)
     print(f"sample(): {1e6 * cpu['spent'] / cpu['sampled']:.2f} µs a slot sampled (CPU)")
+    if args.bytecodes:
+        counted = run(args, 600, trace=False, count=True)
+        print(f"sample(): {counted['bytecodes']:,.1f} bytecodes a slot sampled")
 
 
 if __name__ == "__main__":

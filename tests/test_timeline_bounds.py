@@ -192,6 +192,18 @@ def test_a_file_of_every_sample_written_before_loads_the_same(tmp_path: Path) ->
         assert held(loaded, key) == held(crawl.timeline, key)  # held as runs too
 
 
+def test_a_slot_back_in_the_same_state_keeps_the_gap_it_was_gone(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    crawl = Crawl({"jsonl": path})
+    crawl.step({"a": 0}, ["a"])  # never a response: every sample quiet, in the same state
+    for tick in range(1, 21):
+        crawl.step({}, [] if 10 <= tick < 15 else ["a"])
+    crawl.timeline.close()
+    times = [round(s.time, 6) for s in crawl.timeline.samples("a")]
+    assert times == [round(0.1 * i, 6) for i in (*range(10), *range(15, 21))]
+    assert_same_samples(Timeline.read_jsonl(path).samples("a"), crawl.expected["a"])
+
+
 def test_stop_writes_the_run_under_way(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     clock, fake = FakeClock(), FakeThrottle()

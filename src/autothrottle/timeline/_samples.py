@@ -117,12 +117,18 @@ class Series:
         self.size = 0
         """Samples held, each repeat counted."""
 
-    def append(self, sample: SlotSample, limit: int) -> None:
-        """Add ``sample``, a change (or not: a repeat of a quiet tail joins its run)."""
-        if not (is_quiet(sample) and self.repeat(sample, 1, limit)):
-            self._entries.append(sample)
-            self.size += 1
+    def add(self, sample: SlotSample, limit: int) -> None:
+        """Add ``sample``, a change."""
+        self._entries.append(sample)
+        self.size += 1
+        if self.size > limit:
             self._trim(limit)
+
+    def add_or_repeat(self, sample: SlotSample, limit: int) -> None:
+        """Add ``sample``, or a repeat if it is one of the quiet tail (a file that
+        holds every sample as its own)."""
+        if not (is_quiet(sample) and self.repeat(sample, 1, limit)):
+            self.add(sample, limit)
 
     def repeat(self, sample: SlotSample, count: int, limit: int) -> bool:
         """Add ``count`` repeats of the quiet tail, the last at ``sample.time``, if
