@@ -126,6 +126,21 @@ def test_stats() -> None:
     assert "loop blocked at most" in out
 
 
+def test_timeline_memory() -> None:
+    out = run(
+        "timeline_memory.py",
+        "--hosts",
+        "60",
+        "--minutes",
+        "0.5",
+        "--max-slots",
+        "60",
+        "--bytecodes",
+    )
+    assert "held: " in out and "a slot's series with one sample" in out
+    assert "µs a slot sampled (CPU)" in out and "bytecodes a slot sampled" in out
+
+
 def test_scrapy_rule() -> None:
     out = run("scrapy_rule.py", "--overhead", "0.002")
     assert out.startswith("300 s: goodput ")
@@ -538,6 +553,7 @@ RUN_HERE: dict[str, Callable[..., None]] = {
     "scrapy_rule.py": test_scrapy_rule,
     "slow_replay.py": test_slow_replay,
     "stats.py": test_stats,
+    "timeline_memory.py": test_timeline_memory,
     "wire_gap.py": test_wire_gap,
     # run by adaptive.py's scrapy clients, in a process of their own
     "_scrapy_runner.py": test_adaptive_beside_scrapy,
