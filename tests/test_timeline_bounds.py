@@ -8,6 +8,7 @@ slots are kept, the one idle longest forgotten first. Fake throttle, fake clock.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import tracemalloc
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from autothrottle import SlotSnapshot
+from autothrottle import SlotSnapshot, Throttle
 from autothrottle.timeline import SlotSample, Timeline
 from autothrottle.timeline._record import _sample_line
 from helpers import FakeClock, FakeThrottle
@@ -309,3 +310,30 @@ def test_a_thousand_idle_slots_for_a_minute_hold_little_memory() -> None:
         tracemalloc.stop()
     assert len(timeline.samples("h999")) == 600
     assert used < 5_000_000, used  # about 1.4 MB, a series each; a sample each was 150 MB
+
+
+async def test_the_sampling_task_lets_the_loop_run_while_it_reads_many_slots() -> None:
+    clock = FakeClock()
+    throttle = Throttle(start_delay=0.0, clock=clock, wall_clock=clock.wall)
+    for i in range(3000):
+        lease = throttle.try_acquire(f"h{i}.test")
+        assert lease is not None
+        lease.finish(0.01, 200)
+    turns = 0
+    done = False
+
+    async def other_task() -> None:
+        nonlocal turns
+        while not done:
+            turns += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_task())
+    await asyncio.sleep(0)
+    timeline = Timeline(throttle, clock=clock, max_slots=3000)
+    before = turns
+    await timeline._sample_async()  # what the task and stop() take: 1,000 slots at a time
+    assert turns - before >= 2
+    assert len(timeline.keys) == 3000
+    done = True
+    await other
