@@ -6,6 +6,15 @@ body, ``/reset-before`` resets the connection (``SO_LINGER`` 0) unanswered,
 and so on (:data:`BEHAVIOURS`). ``/ok`` answers 200 and keeps the connection.
 A server framework would refuse to send most of these, hence raw asyncio.
 
+The request body's side has behaviours of its own (:data:`UPLOADS`), which
+take the body themselves: ``/refuse-close`` answers 413 before reading a byte
+of it and closes (the unread body turns the close into a reset),
+``/refuse-keep`` answers 413 first and reads the body after, ``/refuse-hold``
+answers 413 and never reads it, ``/stop-reading`` never reads it (the TCP
+window fills) and never answers, ``/reset-upload`` resets the connection
+partway through it. Every other behaviour reads and
+drops a request's body (``Content-Length`` or chunked) first.
+
 The server runs its own event loop in a thread of the test process, so sync
 clients (requests, httpx's ``Client``) and async ones reach it alike. A stalled
 behaviour waits until the client closes its end (or the server stops): nothing
@@ -27,6 +36,14 @@ from autothrottle._headers._names import _TABLE
 _Writer = asyncio.StreamWriter
 _Behaviour = Callable[[asyncio.StreamReader, _Writer, str], Awaitable[bool]]
 """Answers one request (for its target, path and query); True keeps the connection."""
+_Upload = Callable[[asyncio.StreamReader, _Writer, bytes], Awaitable[bool]]
+"""Answers one request (for its head, body unread) and takes its body, or not;
+True keeps the connection."""
+
+RECEIVE_BUFFER = 65536
+"""The server's TCP receive buffer (``SO_RCVBUF``): small and fixed, so a body
+the server stops reading fills the window after a few hundred kilobytes (the
+client's own send buffer then holds up to 4 MB under Linux's defaults)."""
 
 RATE_NAMES = tuple(name for name, _ in _TABLE)
 """Every response header the library reads, as servers spell it: every dialect."""
@@ -191,6 +208,59 @@ async def _slowloris(reader: asyncio.StreamReader, writer: _Writer, target: str)
     return False
 
 
+async def _refuse_close(reader: asyncio.StreamReader, writer: _Writer, head: bytes) -> bool:
+    """413 before reading a byte of the body, then close: the body left unread
+    in the server's buffer makes the close a reset."""
+    fields = (("Connection", "close"), ("Content-Length", 0))
+    writer.write(_head(b"HTTP/1.1 413 Content Too Large", *fields))
+    await writer.drain()
+    return False
+
+
+async def _refuse_keep(reader: asyncio.StreamReader, writer: _Writer, head: bytes) -> bool:
+    """413 before reading a byte of the body, no ``Connection: close``: the body
+    is read and dropped after, and the connection serves the next request. To a
+    client that sent ``Expect: 100-continue``, a final status without a 100: it
+    must send its body now or close."""
+    writer.write(_head(b"HTTP/1.1 413 Content Too Large", ("Content-Length", 0)))
+    await writer.drain()
+    return await _drop_body(reader, head)
+
+
+async def _refuse_hold(reader: asyncio.StreamReader, writer: _Writer, head: bytes) -> bool:
+    """413 before reading a byte of the body, which is never read, and the
+    connection held open: a client that reads only once its body is sent
+    stalls on its writes."""
+    writer.write(_head(b"HTTP/1.1 413 Content Too Large", ("Content-Length", 0)))
+    await writer.drain()
+    return await _stop_reading(reader, writer, head)
+
+
+async def _stop_reading(reader: asyncio.StreamReader, writer: _Writer, head: bytes) -> bool:
+    """Never reads the body, never answers: the client's writes stall once the
+    TCP window is full. Nothing read, the client's close goes unseen: the
+    connection is held until the server stops."""
+    await asyncio.Event().wait()
+    return False
+
+
+async def _reset_upload(reader: asyncio.StreamReader, writer: _Writer, head: bytes) -> bool:
+    """Reads the first 64 KB of the body, then resets the connection."""
+    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+        await reader.readexactly(65536)
+    _reset(writer)
+    return False
+
+
+UPLOADS: dict[str, _Upload] = {
+    "refuse-close": _refuse_close,
+    "refuse-keep": _refuse_keep,
+    "refuse-hold": _refuse_hold,
+    "stop-reading": _stop_reading,
+    "reset-upload": _reset_upload,
+}
+
+
 BEHAVIOURS: dict[str, _Behaviour] = {
     "ok": _ok,
     "silent": _silent,
@@ -215,17 +285,35 @@ BEHAVIOURS: dict[str, _Behaviour] = {
 
 
 async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
-    """A request's line and headers (its body, if any, is read and dropped)."""
+    """A request's line and headers, its body left unread."""
     try:
-        head = await reader.readuntil(b"\r\n\r\n")
+        return await reader.readuntil(b"\r\n\r\n")
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
         return None
-    for line in head.split(b"\r\n"):
+
+
+def _field(head: bytes, wanted: bytes) -> bytes | None:
+    for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length" and value.strip().isdigit():
-            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-                await reader.readexactly(int(value))
-    return head
+        if name.strip().lower() == wanted:
+            return value.strip().lower()
+    return None
+
+
+async def _drop_body(reader: asyncio.StreamReader, head: bytes) -> bool:
+    """Read and drop the body ``head`` announces (by length or chunked); False
+    when the client closed before its end."""
+    try:
+        if _field(head, b"transfer-encoding") == b"chunked":
+            while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
+                await reader.readexactly(size + 2)
+            while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
+                pass
+        elif (length := _field(head, b"content-length")) is not None and length.isdigit():
+            await reader.readexactly(int(length))
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
+        return False
+    return True
 
 
 class HostileServer:
@@ -261,7 +349,10 @@ class HostileServer:
         self._loop.close()
 
     async def _listen(self) -> int:
-        self._server = await asyncio.start_server(self._accept, self.address, 0)
+        listening = socket.socket()
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+        listening.bind((self.address, 0))  # accepted sockets inherit the buffer
+        self._server = await asyncio.start_server(self._accept, sock=listening)
         port: int = self._server.sockets[0].getsockname()[1]
         return port
 
@@ -287,8 +378,13 @@ class HostileServer:
         while (head := await _read_head(reader)) is not None:
             target = head.split(b" ", 2)[1].decode("latin-1")
             self._arrived[target] = self._arrived.get(target, 0) + 1
-            behaviour = BEHAVIOURS.get(target.lstrip("/").partition("?")[0], _ok)
-            keep = await behaviour(reader, writer, target)
+            name = target.lstrip("/").partition("?")[0]
+            if (upload := UPLOADS.get(name)) is not None:
+                keep = await upload(reader, writer, head)
+            elif await _drop_body(reader, head):
+                keep = await BEHAVIOURS.get(name, _ok)(reader, writer, target)
+            else:
+                return
             if writer.transport.is_closing():
                 return
             await writer.drain()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -51,6 +52,9 @@ ENDS = 30.0
 """Seconds within which a hostile request must end (it takes about one)."""
 STALL_READ = 0.3
 """The client's read timeout for behaviours that stall."""
+STALL_TOTAL = 1.0
+"""What ends a stalled upload where the client has no write timeout: aiohttp's
+``total``, and urllib3's connect timeout, under which it sends the body."""
 READ = 20.0
 """The client's read timeout for the others: it never fires."""
 
@@ -109,14 +113,35 @@ def throttle() -> Throttle:
 # Each opener yields ``get(url, read, max_wait, partial) -> status``: a GET that
 # reads the body (only its first piece, then closes, when ``partial``), with
 # ``read`` as the client's read timeout (None: the client's defaults) and
-# ``max_wait`` as the request's option (None: none).
+# ``max_wait`` as the request's option (None: none); and ``post(url, body,
+# stall, expect) -> status``: a POST of ``body`` (bytes, or a function making
+# an async iterator of them: a streaming upload), with ``stall`` as every
+# timeout of the client's that ends a stalled upload or answer (None: none
+# fires), and ``Expect: 100-continue`` sent when ``expect``.
 
 _AsyncGet = Callable[[str, float | None, float | None, bool], Awaitable[int]]
 _SyncGet = Callable[[str, float | None, float | None, bool], int]
+_Body = bytes | Callable[[], AsyncIterator[bytes]]
+_SyncBody = bytes | Callable[[], Iterator[bytes]]
+_AsyncPost = Callable[[str, _Body, float | None, bool], Awaitable[int]]
+_SyncPost = Callable[[str, _SyncBody, float | None, bool], int]
+EXPECT = {"Expect": "100-continue"}
+
+
+@dataclass
+class AsyncClient:
+    get: _AsyncGet
+    post: _AsyncPost
+
+
+@dataclass
+class SyncClient:
+    get: _SyncGet
+    post: _SyncPost
 
 
 @contextlib.asynccontextmanager
-async def _aiohttp(limiter: Throttle) -> AsyncIterator[_AsyncGet]:
+async def _aiohttp(limiter: Throttle) -> AsyncIterator[AsyncClient]:
     import aiohttp
 
     from autothrottle.aiohttp import ThrottledSession
@@ -133,14 +158,27 @@ async def _aiohttp(limiter: Throttle) -> AsyncIterator[_AsyncGet]:
                 await (response.content.readany() if partial else response.read())
                 return response.status
 
-        yield get
+        async def post(url: str, body: _Body, stall: float | None, expect: bool) -> int:
+            # aiohttp has no write timeout, and starts its read timeout once the
+            # body is sent: only ``total`` ends an upload that stalls.
+            timeout = aiohttp.ClientTimeout(
+                total=None if stall is None else STALL_TOTAL,
+                sock_read=stall or READ,
+                sock_connect=READ,
+            )
+            data = body if isinstance(body, bytes) else body()
+            async with session.post(url, data=data, expect100=expect, timeout=timeout) as response:
+                await response.read()
+                return response.status
+
+        yield AsyncClient(get, post)
 
 
 def _httpx_async(
     package: str,
-) -> Callable[[Throttle], contextlib.AbstractAsyncContextManager[_AsyncGet]]:
+) -> Callable[[Throttle], contextlib.AbstractAsyncContextManager[AsyncClient]]:
     @contextlib.asynccontextmanager
-    async def opener(limiter: Throttle) -> AsyncIterator[_AsyncGet]:
+    async def opener(limiter: Throttle) -> AsyncIterator[AsyncClient]:
         client_package = pytest.importorskip(package)
         adapter = pytest.importorskip(f"autothrottle.{package}")
         async with adapter.AsyncThrottledClient(throttle=limiter, follow_redirects=True) as client:
@@ -161,14 +199,26 @@ def _httpx_async(
                         await response.aread()
                     return int(response.status_code)
 
-            yield get
+            async def post(url: str, body: _Body, stall: float | None, expect: bool) -> int:
+                timeout = client_package.Timeout(READ, read=stall or READ, write=stall or READ)
+                content = body if isinstance(body, bytes) else body()
+                headers = EXPECT if expect else None
+                async with client.stream(
+                    "POST", url, content=content, headers=headers, timeout=timeout
+                ) as response:
+                    await response.aread()
+                    return int(response.status_code)
+
+            yield AsyncClient(get, post)
 
     return opener
 
 
-def _httpx_sync(package: str) -> Callable[[Throttle], contextlib.AbstractContextManager[_SyncGet]]:
+def _httpx_sync(
+    package: str,
+) -> Callable[[Throttle], contextlib.AbstractContextManager[SyncClient]]:
     @contextlib.contextmanager
-    def opener(limiter: Throttle) -> Iterator[_SyncGet]:
+    def opener(limiter: Throttle) -> Iterator[SyncClient]:
         client_package = pytest.importorskip(package)
         adapter = pytest.importorskip(f"autothrottle.{package}")
         with adapter.ThrottledClient(throttle=limiter, follow_redirects=True) as client:
@@ -187,13 +237,23 @@ def _httpx_sync(package: str) -> Callable[[Throttle], contextlib.AbstractContext
                         response.read()
                     return int(response.status_code)
 
-            yield get
+            def post(url: str, body: _SyncBody, stall: float | None, expect: bool) -> int:
+                timeout = client_package.Timeout(READ, read=stall or READ, write=stall or READ)
+                content = body if isinstance(body, bytes) else body()
+                headers = EXPECT if expect else None
+                with client.stream(
+                    "POST", url, content=content, headers=headers, timeout=timeout
+                ) as response:
+                    response.read()
+                    return int(response.status_code)
+
+            yield SyncClient(get, post)
 
     return opener
 
 
 @contextlib.contextmanager
-def _requests(limiter: Throttle) -> Iterator[_SyncGet]:
+def _requests(limiter: Throttle) -> Iterator[SyncClient]:
     pytest.importorskip("requests")
     from autothrottle.requests import ThrottledSession
 
@@ -210,7 +270,15 @@ def _requests(limiter: Throttle) -> Iterator[_SyncGet]:
                     _ = response.content
                 return int(response.status_code)
 
-        yield get
+        def post(url: str, body: _SyncBody, stall: float | None, expect: bool) -> int:
+            # urllib3 sends the body under the connect timeout, and reads under the read one.
+            timeout = (READ, READ) if stall is None else (STALL_TOTAL, stall)
+            data = body if isinstance(body, bytes) else body()
+            headers = EXPECT if expect else None
+            with session.post(url, data=data, headers=headers, timeout=timeout) as response:
+                return int(response.status_code)
+
+        yield SyncClient(get, post)
 
 
 OPENERS: dict[str, Any] = {
@@ -241,14 +309,17 @@ def _idle(limiter: Throttle) -> bool:
 
 
 async def _run_async(
-    adapter: str, url: str, ok: str, read: float | None, partial: bool, cancel: float | None
+    adapter: str,
+    send: Callable[[AsyncClient], Awaitable[int]],
+    ok: str,
+    cancel: float | None = None,
 ) -> tuple[Run, Throttle]:
     limiter = throttle()
-    async with OPENERS[adapter](limiter) as get:
+    async with OPENERS[adapter](limiter) as client:
         started = time.monotonic()
         outcome: int | BaseException
         try:
-            request = get(url, read, None, partial)
+            request = send(client)
             outcome = await (request if cancel is None else asyncio.wait_for(request, cancel))
         except Exception as error:
             outcome = error
@@ -259,21 +330,19 @@ async def _run_async(
             await asyncio.sleep(0.01)
         left = limiter.snapshot()[KEY]
         try:
-            follow_up: int | BaseException = await get(ok, READ, GRANT, False)
+            follow_up: int | BaseException = await client.get(ok, READ, GRANT, False)
         except Exception as error:
             follow_up = error
     return Run(outcome, took, left, follow_up), limiter
 
 
-def _run_sync(
-    adapter: str, url: str, ok: str, read: float | None, partial: bool
-) -> tuple[Run, Throttle]:
+def _run_sync(adapter: str, send: Callable[[SyncClient], int], ok: str) -> tuple[Run, Throttle]:
     limiter = throttle()
-    with OPENERS[adapter](limiter) as get:
+    with OPENERS[adapter](limiter) as client:
         started = time.monotonic()
         outcome: int | BaseException
         try:
-            outcome = get(url, read, None, partial)
+            outcome = send(client)
         except Exception as error:
             outcome = error
         took = time.monotonic() - started
@@ -283,7 +352,7 @@ def _run_sync(
             time.sleep(0.01)
         left = limiter.snapshot()[KEY]
         try:
-            follow_up: int | BaseException = get(ok, READ, GRANT, False)
+            follow_up: int | BaseException = client.get(ok, READ, GRANT, False)
         except Exception as error:
             follow_up = error
     return Run(outcome, took, left, follow_up), limiter
@@ -311,9 +380,9 @@ def test_a_hostile_server_leaves_nothing_held(
     partial = behaviour == "chunked-drip"  # no read timeout ends it: the caller stops reading
     url, ok = server.url(behaviour), server.url("ok")
     if adapter in ASYNC_ADAPTERS:
-        run, _ = asyncio.run(_run_async(adapter, url, ok, read, partial, None))
+        run, _ = asyncio.run(_run_async(adapter, lambda c: c.get(url, read, None, partial), ok))
     else:
-        run, _ = _run_sync(adapter, url, ok, read, partial)
+        run, _ = _run_sync(adapter, lambda c: c.get(url, read, None, partial), ok)
     run.arrivals = server.arrivals(url)
     _check(run, behaviour)
     if behaviour in ANSWERED:
@@ -340,7 +409,9 @@ def test_a_cancelled_request_to_a_hostile_server_leaves_nothing_held(
 ) -> None:
     """No client timeout: the caller's ``asyncio.wait_for`` ends the request."""
     url, ok = server.url(behaviour), server.url("ok")
-    run, _ = asyncio.run(_run_async(adapter, url, ok, None, False, STALL_READ))
+    run, _ = asyncio.run(
+        _run_async(adapter, lambda c: c.get(url, None, None, False), ok, STALL_READ)
+    )
     run.arrivals = server.arrivals(url)
     _check(run, behaviour)
     assert isinstance(run.outcome, TimeoutError), run.outcome
@@ -370,24 +441,24 @@ def test_a_bound_the_caller_set_holds_against_a_hostile_pause(
     if adapter in ASYNC_ADAPTERS:
 
         async def run() -> None:
-            async with OPENERS[adapter](limiter) as get:
-                first = await get(refused, READ, None, False)
+            async with OPENERS[adapter](limiter) as client:
+                first = await client.get(refused, READ, None, False)
                 started = time.monotonic()
                 second: int | BaseException
                 try:
-                    second = await get(ok, READ, bound, False)
+                    second = await client.get(ok, READ, bound, False)
                 except Exception as error:
                     second = error
                 check(first, second, time.monotonic() - started)
 
         asyncio.run(run())
     else:
-        with OPENERS[adapter](limiter) as get:
-            first = get(refused, READ, None, False)
+        with OPENERS[adapter](limiter) as client:
+            first = client.get(refused, READ, None, False)
             started = time.monotonic()
             second: int | BaseException
             try:
-                second = get(ok, READ, bound, False)
+                second = client.get(ok, READ, bound, False)
             except Exception as error:
                 second = error
             check(first, second, time.monotonic() - started)
@@ -404,12 +475,139 @@ def test_aiohttp_counts_a_response_its_parser_refused_as_the_hosts_failure(
 
     async def run() -> SlotSnapshot:
         limiter = throttle()
-        async with OPENERS["aiohttp"](limiter) as get:
+        async with OPENERS["aiohttp"](limiter) as client:
             with pytest.raises(Exception) as raised:
-                await get(server.url(behaviour), READ, None, False)
+                await client.get(server.url(behaviour), READ, None, False)
         assert type(raised.value).__name__ == "ClientResponseError"
         return limiter.snapshot()[KEY]
 
     left = asyncio.run(run())
     assert (left.failures, left.backoffs, left.in_flight) == (1, 1, 0), left
     assert left.last_backoff_reason == "failure: ClientResponseError"
+
+
+# -- the request body's side --------------------------------------------------------------
+
+UPLOAD = b"u" * (2 << 20)
+"""A 2 MB body."""
+STALLED_UPLOAD = b"s" * (16 << 20)
+"""16 MB: past what the client's send buffer (4 MB) and the server's window hold
+together, so a server that stops reading stalls the client's writes."""
+
+
+@dataclass(frozen=True)
+class Upload:
+    behaviour: str
+    body: bytes
+    outcome: int | type[Exception] | None
+    """The status every client reads, or an error every client raises; None:
+    either, as the client goes (one reads the early answer, one fails its write)."""
+    expect: bool = False
+    """The client sends ``Expect: 100-continue``."""
+    stalls: bool = False
+    """The client's timeouts are short: nothing but them ends it for some client."""
+
+
+UPLOADS = {
+    "refuse-close": Upload("refuse-close", UPLOAD, None),
+    "refuse-close-midway": Upload("refuse-close", STALLED_UPLOAD, None),
+    "refuse-keep": Upload("refuse-keep", UPLOAD, 413),
+    "refuse-hold": Upload("refuse-hold", STALLED_UPLOAD, None, stalls=True),
+    "expect-unanswered": Upload("silent", UPLOAD, Exception, expect=True, stalls=True),
+    "expect-refused": Upload("refuse-keep", UPLOAD, 413, expect=True),
+    "expect-refused-close": Upload("refuse-close", UPLOAD, None, expect=True),
+    "stop-reading": Upload("stop-reading", STALLED_UPLOAD, Exception, stalls=True),
+    "reset-upload": Upload("reset-upload", UPLOAD, Exception),
+}
+"""Each upload case: the server's behaviour, the body, and how it ends.
+``refuse-close`` answers before the 2 MB are read, which the client's and the
+server's buffers take whole; ``-midway``, while the client still writes."""
+
+
+def _no_error_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """Nothing at ERROR, from the library or from asyncio (a task's exception
+    never retrieved, a callback that raised): every case here is handled."""
+    gc.collect()  # asyncio logs a lost task's exception when the task is collected
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [(r.name, r.getMessage()) for r in errors]
+
+
+@pytest.mark.parametrize("case", UPLOADS)
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_an_upload_to_a_hostile_server_leaves_nothing_held(
+    adapter: str, case: str, server: HostileServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A POST the server answers before reading its body (and closes, or
+    reads it after), answers with no 100 to an ``Expect: 100-continue`` (or
+    not at all), stops reading (the window fills), or resets partway through
+    it ends by a response or the client's own timeouts, holds nothing after,
+    and teaches the slot once."""
+    upload = UPLOADS[case]
+    url, ok = server.url(upload.behaviour), server.url("ok")
+    stall = STALL_READ if upload.stalls else None
+    if adapter in ASYNC_ADAPTERS:
+
+        def send_async(client: AsyncClient) -> Awaitable[int]:
+            return client.post(url, upload.body, stall, upload.expect)
+
+        run, _ = asyncio.run(_run_async(adapter, send_async, ok))
+    else:
+        run, _ = _run_sync(
+            adapter, lambda client: client.post(url, upload.body, stall, upload.expect), ok
+        )
+    run.arrivals = server.arrivals(url)
+    _check(run, case)
+    if isinstance(upload.outcome, int):
+        assert run.outcome == upload.outcome, run.outcome
+    elif upload.outcome is not None:
+        assert isinstance(run.outcome, upload.outcome), run.outcome
+    left = run.left
+    assert run.arrivals == 1  # no client resends a POST
+    assert left.responses + left.failures == 1, (run.outcome, left)
+    _no_error_logged(caplog)
+
+
+async def _stalling_upload() -> AsyncIterator[bytes]:
+    """A streaming body whose producer sends 512 KB, then waits for ever."""
+    for _ in range(8):
+        yield b"p" * 65536
+    await asyncio.Event().wait()
+
+
+async def _endless_upload() -> AsyncIterator[bytes]:
+    """A streaming body that never ends (well past any window: 1 GB)."""
+    chunk = b"e" * 65536
+    for _ in range(1 << 14):
+        yield chunk
+
+
+CANCELLED = {
+    "producer-waits": ("silent", _stalling_upload, False),
+    "window-full": ("stop-reading", _endless_upload, False),
+    "waits-for-100": ("silent", UPLOAD, True),
+}
+"""Where an upload is when its caller cancels it: a streaming body waiting for
+its producer, or for the server's window (``/stop-reading``); a body waiting
+for a 100 that never comes (aiohttp; the others send it at once)."""
+
+
+@pytest.mark.parametrize("case", CANCELLED)
+@pytest.mark.parametrize("adapter", ASYNC_ADAPTERS)
+def test_an_upload_cancelled_by_its_caller_leaves_nothing_held(
+    adapter: str, case: str, server: HostileServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No client timeout: the caller's ``asyncio.wait_for`` cancels the upload
+    midway; the cancel is the caller's, never the host's failure."""
+    behaviour, body, expect = CANCELLED[case]
+    url, ok = server.url(behaviour), server.url("ok")
+
+    def send(client: AsyncClient) -> Awaitable[int]:
+        return client.post(url, body, None, expect)
+
+    run, _ = asyncio.run(_run_async(adapter, send, ok, STALL_READ))
+    run.arrivals = server.arrivals(url)
+    _check(run, case)
+    assert isinstance(run.outcome, TimeoutError), run.outcome
+    assert run.arrivals == 1
+    assert (run.left.failures, run.left.responses) == (0, 0), run.left
+    _no_error_logged(caplog)
