@@ -611,3 +611,46 @@ def test_an_upload_cancelled_by_its_caller_leaves_nothing_held(
     assert run.arrivals == 1
     assert (run.left.failures, run.left.responses) == (0, 0), run.left
     _no_error_logged(caplog)
+
+
+class ProducerFailed(Exception):
+    """The caller's body producer failed: nothing of the host's."""
+
+
+async def _failing_upload() -> AsyncIterator[bytes]:
+    for _ in range(4):
+        yield b"f" * 65536
+    raise ProducerFailed
+
+
+def _failing_upload_sync() -> Iterator[bytes]:
+    for _ in range(4):
+        yield b"f" * 65536
+    raise ProducerFailed
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_an_upload_whose_producer_fails_is_the_callers_error(
+    adapter: str, server: HostileServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A streaming body that raises midway fails the request with the caller's
+    error (aiohttp wraps it in a ``ClientConnectionError`` whose cause it is):
+    the slot releases, as it does for every client, and never backs off."""
+    url, ok = server.url("silent"), server.url("ok")
+    if adapter in ASYNC_ADAPTERS:
+
+        def send_async(client: AsyncClient) -> Awaitable[int]:
+            return client.post(url, _failing_upload, None, False)
+
+        run, _ = asyncio.run(_run_async(adapter, send_async, ok))
+    else:
+        run, _ = _run_sync(
+            adapter, lambda client: client.post(url, _failing_upload_sync, None, False), ok
+        )
+    _check(run, "silent")
+    error = run.outcome
+    assert isinstance(error, Exception), error
+    assert isinstance(error, ProducerFailed) or isinstance(error.__cause__, ProducerFailed), error
+    left = run.left
+    assert (left.failures, left.backoffs, left.responses) == (0, 0, 0), left
+    _no_error_logged(caplog)

@@ -192,8 +192,14 @@ def _host_failure(error: BaseException) -> bool:
     tunnel: httpx's ``RemoteProtocolError`` and ``ProxyError``, which are the
     host's there. ``raise_for_status`` raises its own after the middlewares,
     once the response was observed. Other client errors (``InvalidURL``, a
-    user middleware's own) are the caller's.
+    user middleware's own) are the caller's, and so is an error the request's
+    body raised as aiohttp sent it (an async generator of the caller's):
+    aiohttp hands it on as a plain ``ClientConnectionError`` caused by it,
+    where a failed write to the socket is an ``OSError`` (``ClientOSError``).
     """
+    if type(error) is aiohttp.ClientConnectionError:
+        cause = error.__cause__
+        return cause is None or isinstance(cause, OSError)
     return isinstance(error, _HOST_FAILURES)
 
 
