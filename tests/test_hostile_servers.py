@@ -580,9 +580,15 @@ def test_an_upload_to_a_hostile_server_leaves_nothing_held(
         assert run.outcome == upload.outcome, run.outcome
     elif upload.outcome is not None:
         assert isinstance(run.outcome, upload.outcome), run.outcome
+    # One lesson: the response, or the host's failure (every error here is the
+    # host's: a reset, a timeout); no client resends a POST.
+    answered = isinstance(run.outcome, int)
     left = run.left
-    assert run.arrivals == 1  # no client resends a POST
-    assert left.responses + left.failures == 1, (run.outcome, left)
+    assert run.arrivals == 1
+    assert (left.responses, left.failures) == (int(answered), int(not answered)), (
+        run.outcome,
+        left,
+    )
     _no_error_logged(caplog)
 
 
