@@ -634,3 +634,28 @@ async def test_a_queue_of_its_own_for_the_first_request_that_waits() -> None:
     assert len(_gate._NO_QUEUE) == 0
     (await second).release()
     assert len(_gate._NO_QUEUE) == 0
+
+
+# -- a delay set by hand applies to the gap begun ----------------------------------------
+
+
+def test_a_delay_set_by_hand_to_the_one_in_force_wakes_the_head_of_a_shorter_gap() -> None:
+    # A response lowered the delay (0.25 s by hand, then the policy's 0): the
+    # gap begun keeps its 0.25 s (rule 3). Setting 0 by hand applies to the gap
+    # begun too, though the delay was 0 already: the head's turn comes now, and
+    # it must be woken, or it sleeps to the old gap's end, late.
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=FixedDelayPolicy(0.0))
+    slot = throttle.slot(KEY)
+    slot.delay = 0.25
+    first = throttle.try_acquire(KEY)
+    assert first is not None
+    first.observe(latency=0.01, status=200)  # the policy's delay: 0
+    assert slot.delay == 0.0
+    ticket = gate_of(slot).enqueue()
+    ticket.wake = woken = WakeCounter()
+    assert try_acquire(slot, ticket) == pytest.approx(0.25)  # the gap begun holds
+    slot.delay = 0.0
+    assert woken.count == 1
+    assert try_acquire(slot, ticket) == 0.0
+    first.release()

@@ -308,9 +308,12 @@ class Slot:
                 f"[{config.min_delay:g}, {config.max_delay:g}], got {value!r}"
             )
         with live.gate.lock:
+            # The gap begun takes it too: shorter than that gap, the head's turn
+            # may come sooner, though the delay in force was this one already (a
+            # response lowered it, and the gap kept the delay it began with).
             live.gate.set_by_hand()
-            if live.state.pace.set_delay(delay):
-                live.gate.wake()
+            live.state.pace.set_delay(delay)
+            live.gate.wake()
 
     @property
     def in_flight(self) -> int:
