@@ -30,7 +30,9 @@ def fast_throttle(**kwargs: object) -> Throttle:
 
 
 async def test_retry_after_seconds_pauses_only_that_slot() -> None:
-    throttle = fast_throttle()
+    # max_delay: the backoff after the pause spaces the three later requests
+    # by at most half a second, not five.
+    throttle = fast_throttle(max_delay=0.5)
     async with (
         loopback_hosts(2) as (paused, other),
         AsyncThrottledClient(throttle=throttle) as client,
@@ -74,7 +76,9 @@ async def test_aiohttp_obeys_retry_after() -> None:
 
 
 async def test_hostile_retry_after_is_capped_and_logged(caplog: pytest.LogCaptureFixture) -> None:
-    throttle = fast_throttle(max_pause=1.0)
+    # A max_delay below max_pause: the gap below is the capped pause's, not the
+    # backoff's (at 5 s it would hold with no pause at all, and took 11 s).
+    throttle = fast_throttle(max_pause=1.0, max_delay=0.25)
     async with loopback_hosts(1) as (host,), AsyncThrottledClient(throttle=throttle) as client:
         await client.get(host.url("/status/429?h.Retry-After=99999999999"))
         await client.get(host.url("/status/200?h.Retry-After=-5"))
