@@ -174,7 +174,11 @@ class _Server:
             host = _ServedHost(address)
             app = web.Application()
             app.router.add_route("*", "/{tail:.*}", host._handle)
-            host.runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            # A handler still running at the stop serves a request its client gave
+            # up: cancelled at once (aiohttp waits up to 60 s for it, the test too).
+            host.runner = web.AppRunner(
+                app, access_log=None, handle_signals=False, shutdown_timeout=0.1
+            )
             await host.runner.setup()
             site = web.TCPSite(host.runner, address, 0)
             await site.start()
@@ -385,8 +389,12 @@ async def served_here(addresses: list[str], app: web.Application) -> AsyncIterat
     their base URLs. For the tests that need a hundred hosts cheaply, or that
     read what the server saw as it happens; :func:`loopback_hosts` serves from
     a process of its own, whose record of arrivals an event loop standing still
-    on this side cannot delay."""
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    on this side cannot delay.
+
+    A handler still running when the block ends serves a request its client
+    gave up (the clients are closed by then): it is cancelled at once, not
+    waited for (aiohttp waits up to 60 s; a test's 5-s answer, 5 s)."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
     await runner.setup()
     try:
         urls = []
