@@ -206,7 +206,7 @@ def test_ten_thousand_urls_on_fifty_hosts_one_line_each_through_a_sigint(
         # Repeats, blank lines and comments are not URLs to fetch twice.
         source.write_text("# crawl\n\n" + "\n".join(urls + urls[:25]) + "\n")
         out = tmp_path / "out.jsonl"
-        flags = ["-o", str(out), "--policy", "fixed-rate=30", "--start-delay", "0"]
+        flags = ["-o", str(out), "--policy", "fixed-rate=60", "--start-delay", "0"]
         flags += ["--progress", "plain", "--interval", "0.3"]
         first = subprocess.Popen(
             fetch_command(str(source), *flags),
