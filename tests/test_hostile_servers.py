@@ -556,11 +556,11 @@ def _no_error_logged(caplog: pytest.LogCaptureFixture, *, collect: bool = True) 
 def test_an_upload_to_a_hostile_server_leaves_nothing_held(
     adapter: str, case: str, server: HostileServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A POST the server answers before reading its body (and closes, or
-    reads it after), answers with no 100 to an ``Expect: 100-continue`` (or
-    not at all), stops reading (the window fills), or resets partway through
-    it ends by a response or the client's own timeouts, holds nothing after,
-    and teaches the slot once."""
+    """A POST whose body the server answers before reading (then closes,
+    reads it after, or never reads it), answers with no 100 to an ``Expect:
+    100-continue`` (or not at all), stops reading (the window fills), or
+    resets partway through, ends by a response or the client's own timeouts,
+    holds nothing after, and teaches the slot once."""
     upload = UPLOADS[case]
     url, ok = server.url(upload.behaviour), server.url("ok")
     stall = STALL_READ if upload.stalls else None
