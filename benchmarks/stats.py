@@ -4,14 +4,25 @@ Run with ``python benchmarks/stats.py`` (a few seconds; ``--slots N``). A
 throttle with N slots, each with some traffic, then: ``stats()``,
 ``stats(top=20)``, ``snapshot()`` (each one blocking call), and
 ``stats_async(top=20)`` / ``snapshot_async()`` with the longest stretch the
-event loop went without running another task while they ran.
+event loop went without running another task while they ran. Each blocking
+call's time is also given a slot, by the clock and in CPU (``time.process_time``;
+on a loaded machine the CPU is the steadier figure).
+
+``--bytecodes`` counts instead (``sys.settrace`` over one call on 1,000 slots):
+the bytecodes each function runs and the calls made of it, a slot, for
+``snapshot()``, ``stats(top=20)`` and ``stats()``. Counts do not move with the
+machine's load; the clock does.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import sys
 import time
+import types
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,10 +40,44 @@ def build(slots: int) -> Throttle:
     return throttle
 
 
-def blocking(name: str, call: Callable[[], Any]) -> None:
-    start = time.perf_counter()
+def blocking(name: str, call: Callable[[], Any], slots: int) -> None:
+    start, cpu = time.perf_counter(), time.process_time()
     call()
-    print(f"{name:28} {1000 * (time.perf_counter() - start):8.1f} ms (one blocking call)")
+    took, cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(
+        f"{name:28} {1000 * took:8.1f} ms (one blocking call; {1e6 * took / slots:.1f} µs a slot, "
+        f"CPU {1e6 * cpu / slots:.1f})"
+    )
+
+
+def count_bytecodes(name: str, call: Callable[[], Any], slots: int) -> None:
+    """Per function: bytecodes run and calls made by one ``call()``, a slot."""
+    ops: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+
+    def tracer(frame: types.FrameType, event: str, arg: object) -> Any:
+        code = frame.f_code
+        where = f"{os.path.basename(code.co_filename)}:{code.co_qualname}"
+        if event == "opcode":
+            ops[where] += 1
+        elif event == "call":
+            calls[where] += 1
+            frame.f_trace_opcodes = True
+        return tracer
+
+    call()  # warm
+    sys.settrace(tracer)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    print(
+        f"{name}: {sum(ops.values()) / slots:,.0f} bytecodes and "
+        f"{sum(calls.values()) / slots:.1f} calls a slot"
+    )
+    for where in sorted(ops.keys() | calls.keys(), key=lambda each: -ops[each]):
+        if ops[where] >= slots / 10:
+            print(f"  {ops[where] / slots:8.1f} {calls[where] / slots:6.2f}  {where}")
 
 
 async def longest_block(name: str, call: Callable[[], Awaitable[Any]]) -> None:
@@ -61,9 +106,9 @@ async def longest_block(name: str, call: Callable[[], Awaitable[Any]]) -> None:
 async def main(slots: int) -> None:
     throttle = build(slots)
     print(f"{slots:,} slots")
-    blocking("stats()", throttle.stats)
-    blocking("stats(top=20)", lambda: throttle.stats(top=20))
-    blocking("snapshot()", throttle.snapshot)
+    blocking("stats()", throttle.stats, slots)
+    blocking("stats(top=20)", lambda: throttle.stats(top=20), slots)
+    blocking("snapshot()", throttle.snapshot, slots)
     await longest_block("stats_async(top=20)", lambda: throttle.stats_async(top=20))
     await longest_block("snapshot_async()", throttle.snapshot_async)
 
@@ -71,4 +116,12 @@ async def main(slots: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--slots", type=int, default=100_000)
-    asyncio.run(main(parser.parse_args().slots))
+    parser.add_argument("--bytecodes", action="store_true", help="count, on 1,000 slots")
+    args = parser.parse_args()
+    if args.bytecodes:
+        counted = build(1000)
+        count_bytecodes("snapshot()", counted.snapshot, 1000)
+        count_bytecodes("stats(top=20)", lambda: counted.stats(top=20), 1000)
+        count_bytecodes("stats()", counted.stats, 1000)
+    else:
+        asyncio.run(main(args.slots))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
 
-from autothrottle import Throttle, ThrottleStats
+from autothrottle import SlotSnapshot, Throttle, ThrottleStats
 from helpers import FakeClock
 
 
@@ -83,3 +84,36 @@ async def test_stats_async_and_snapshot_async_let_the_loop_run_over_many_slots()
     assert stats.slot_count == 20_000 and len(stats.slots) == 5
     assert len(snapshot) == 20_000
     assert during_stats >= 10  # the loop ran between chunks
+
+
+def test_percentiles_take_the_first_bucket_that_reaches_each_rank() -> None:
+    clock = FakeClock()
+    throttle = Throttle(start_delay=0.0, clock=clock)
+    traffic(throttle, clock, "a", [0.01] * 50 + [0.1] * 40 + [1.0] * 10)
+    row = throttle.stats().slots[0]
+    # the 50th of 100 is the last at 10 ms, the 90th the last at 100 ms
+    assert row.latency_p50 == pytest.approx(0.01, rel=0.19)
+    assert row.latency_p90 == pytest.approx(0.1, rel=0.19)
+    assert row.latency_p99 == pytest.approx(1.0, rel=0.19)
+    assert throttle.stats().totals.latency_p90 == row.latency_p90
+
+
+def test_a_snapshot_is_the_frozen_record_its_constructor_builds() -> None:
+    clock = FakeClock()
+    throttle = Throttle(start_delay=0.0, clock=clock)
+    traffic(throttle, clock, "a", [0.05, 0.2])
+    throttle.backoff("a")
+    clock.advance(1.5)
+    snap = throttle.snapshot()["a"]
+    fields = {each.name: getattr(snap, each.name) for each in dataclasses.fields(SlotSnapshot)}
+    built = SlotSnapshot(**fields)
+    assert type(snap) is SlotSnapshot
+    assert snap == built and repr(snap) == repr(built)
+    assert (snap.sent, snap.status_counts, snap.last_backoff_reason) == (2, {200: 2}, "manual")
+    assert snap.last_backoff_ago == pytest.approx(1.5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.sent = 3  # type: ignore[misc]
+    assert dataclasses.replace(snap, sent=3).sent == 3
+    traffic(throttle, clock, "a", [0.05])
+    assert snap.status_counts == {200: 2}  # a copy, not the live counts
+    assert throttle.snapshot()["a"] != snap

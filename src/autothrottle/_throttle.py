@@ -292,8 +292,9 @@ class Throttle:
             top: Keep the rows of the ``top`` busiest slots only (by requests
                 sent); the totals still count every slot.
 
-        It reads every slot (about 1 µs each); in a running event loop with
-        very many slots, prefer :meth:`stats_async`.
+        It reads every slot (about 2 µs of CPU each with ``top``, 6 µs a row
+        without: ``docs/observability.md``); in a running event loop with very
+        many slots, prefer :meth:`stats_async`.
         """
         if top is not None:
             top = check_int("top", top, minimum=0)
