@@ -337,3 +337,45 @@ async def test_the_sampling_task_lets_the_loop_run_while_it_reads_many_slots() -
     assert len(timeline.keys) == 3000
     done = True
     await other
+
+
+async def test_the_sampling_task_waits_longer_the_more_slots_it_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    fake = FakeThrottle()
+    for i in range(10):
+        fake.set(f"h{i}")
+    waits: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:  # the task's waits, on the fake clock
+        waits.append(seconds)
+        clock.advance(seconds)
+        await real_sleep(0)
+
+    async def until(count: int) -> None:
+        for _ in range(1000):
+            if len(waits) >= count:
+                return
+            await real_sleep(0)
+        raise AssertionError(f"the task waited {len(waits)} times, not {count}")
+
+    monkeypatch.setattr(asyncio, "sleep", sleep)
+    timeline = Timeline(fake, interval=0.25, interval_per_slot=0.1, clock=clock)
+    await timeline.start()
+    await until(2)
+    for i in range(10, 40):
+        fake.set(f"h{i}")
+    await until(3)
+    await timeline.stop()
+    assert waits[:3] == pytest.approx([1.0, 1.0, 4.0])  # 0.1 s a slot read, over 0.25 s
+
+    waits.clear()
+    few = Timeline(fake, interval=0.25, interval_per_slot=0.001, clock=clock)
+    await few.start()
+    await until(2)
+    await few.stop()
+    assert waits[:2] == [0.25, 0.25]  # 40 slots at 1 ms: the interval holds
+    with pytest.raises(ValueError, match="interval_per_slot"):
+        Timeline(fake, interval_per_slot=-1.0)

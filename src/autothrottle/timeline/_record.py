@@ -30,7 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Protocol, cast
 
-from autothrottle._validate import check_int, check_positive
+from autothrottle._validate import check_int, check_number, check_positive
 
 from ._samples import Mark, Series, SlotSample, is_quiet
 
@@ -91,12 +91,19 @@ class Timeline:
     hold 54 MiB with every host kept, 3.4 MiB with the default ``max_slots``
     (1.2 GiB when every sample was held: ``benchmarks/timeline_memory.py``).
     Each sample still reads every slot: the throttle's snapshot, then about 90
-    bytecodes a slot that did not change and 360 one that did.
+    bytecodes a slot that did not change and 360 one that did (2.7 µs of CPU a
+    slot, most of them idle: ``docs/observability.md``). ``interval_per_slot``
+    keeps that a small share of a core over many slots: the task then waits
+    that long a slot the last sample read, if it is longer than ``interval``.
 
     Args:
         throttle: The :class:`~autothrottle.Throttle` to watch (anything with a
             ``snapshot()`` method returning ``{key: SlotSnapshot}``).
         interval: Seconds between samples (> 0).
+        interval_per_slot: Seconds the sampling task waits between two samples,
+            a slot the last one read, when that is longer than ``interval``
+            (>= 0; 0: ``interval`` whatever the slots). ``autothrottle fetch``
+            uses 0.0001: 10,000 slots are sampled every second.
         max_samples: Samples kept per slot; older ones are dropped.
         max_slots: Slots whose samples are kept; past it, the series of the
             slot idle longest is forgotten.
@@ -117,6 +124,7 @@ class Timeline:
         throttle: _Snapshots,
         interval: float = 0.1,
         *,
+        interval_per_slot: float = 0.0,
         max_samples: int = _MAX_SAMPLES,
         max_slots: int = _MAX_SLOTS,
         clock: Callable[[], float] = time.monotonic,
@@ -129,6 +137,7 @@ class Timeline:
             raise TypeError(f"clock must be a callable returning seconds, got {clock!r}")
         self._throttle = throttle
         self.interval = check_positive("interval", interval)
+        self.interval_per_slot = check_number("interval_per_slot", interval_per_slot)
         self.max_samples = check_int("max_samples", max_samples, minimum=1)
         self.max_slots = check_int("max_slots", max_slots, minimum=1)
         self._clock = clock
@@ -166,17 +175,21 @@ class Timeline:
         """Take one sample of every slot now."""
         self._take(self.now(), self._throttle.snapshot())
 
-    async def _sample_async(self) -> None:
+    async def _sample_async(self) -> int:
         """:meth:`sample`, reading the throttle with its ``snapshot_async()`` if it
         has one: a few thousand slots read at once would hold the event loop (and
-        every request due in it) for tens of milliseconds at each sample."""
+        every request due in it) for tens of milliseconds at each sample. Returns
+        the slots read."""
         read = getattr(self._throttle, "snapshot_async", None)
         if read is None:
-            self.sample()
+            t = self.now()
+            snapshots = self._throttle.snapshot()
         else:
             reader = cast("Callable[[], Awaitable[Mapping[str, SlotSnapshot]]]", read)
             snapshots = await reader()
-            self._take(self.now(), snapshots)  # timed as taken: in order with sample()
+            t = self.now()  # timed as taken: in order with sample()
+        self._take(t, snapshots)
+        return len(snapshots)
 
     def _take(self, t: float, snapshots: Mapping[str, SlotSnapshot]) -> None:
         lines: list[dict[str, Any]] | None = [] if self._out is not None else None
@@ -323,8 +336,8 @@ class Timeline:
 
     async def _run(self) -> None:
         while True:  # ends by cancellation, from stop()
-            await self._sample_async()
-            await asyncio.sleep(self.interval)
+            slots = await self._sample_async()
+            await asyncio.sleep(max(self.interval, self.interval_per_slot * slots))
 
     async def __aenter__(self) -> Timeline:
         await self.start()
