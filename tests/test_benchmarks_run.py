@@ -295,7 +295,7 @@ def test_many_hosts_new_hosts(tmp_path: Path) -> None:
 def test_crawl_10k(tmp_path: Path) -> None:
     run(
         "crawl_10k.py",
-        *("--hosts", "5", "--rate", "10", "--seconds", "2", "--client", "all"),
+        *("--hosts", "5", "--rate", "10", "--seconds", "1", "--client", "all"),
         *("--policy", "adaptive", "--census", "--profile", "--gc-freeze"),
         *("--gc-threshold", "700,10,10"),
         *results_option(tmp_path),
