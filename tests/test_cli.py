@@ -221,7 +221,7 @@ def test_demo_short_run(
 
     out = tmp_path / ("long-directory-name-" * 4) / "charts" / "x.png"
     out.parent.mkdir(parents=True)
-    assert main(["demo", "--duration", "3", "--no-live", "--out", str(out), "--seed", "1"]) == 0
+    assert main(["demo", "--duration", "2", "--no-live", "--out", str(out), "--seed", "1"]) == 0
     text = capsys.readouterr().out
     assert out.read_bytes().startswith(PNG_MAGIC)
     assert f"chart saved to {out}" in text
