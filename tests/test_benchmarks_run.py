@@ -124,6 +124,9 @@ def test_stats() -> None:
     for call in ("stats()", "stats(top=20)", "snapshot()", "stats_async(top=20)"):
         assert f"\n{call} " in f"\n{out}"
     assert "loop blocked at most" in out
+    counted = run("stats.py", "--bytecodes")  # the docs' counts a slot come from it
+    for call in ("snapshot()", "stats(top=20)", "stats()"):
+        assert f"\n{call}: " in f"\n{counted}" and "bytecodes and" in counted
 
 
 def test_timeline_memory() -> None:

@@ -193,3 +193,31 @@ def test_the_legend_lists_only_the_lines_drawn(
     assert not any(label.startswith("misses/s") for label in plain)
     assert {"delay", "responses/s", "latency (median)"} <= set(plain)
     assert {"cache hits/s", "site capacity", "misses/s (the origin's load)"} <= set(every)
+
+
+def test_the_rate_is_drawn_when_samples_are_further_apart_than_the_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    rates: dict[int, list[float]] = {}  # by line: findobj may meet one more than once
+    save = Figure.savefig
+
+    def keep_rates(self: Figure, *args: Any, **kwargs: Any) -> None:
+        for line in self.findobj(Line2D):
+            if line.get_color() == "#ff7f0e" and len(line.get_ydata()) == 19:  # responses/s
+                rates[id(line)] = [float(y) for y in line.get_ydata()]
+        save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep_rates)
+    clock, fake = FakeClock(), FakeThrottle()
+    # interval_per_slot's waits over many slots: a sample every 10 s, not every 0.25 s
+    timeline = Timeline(fake, interval=0.25, interval_per_slot=0.001, clock=clock)
+    for i in range(1, 20):
+        fake.set("a", delay=0.1, responses=100 * i, status_counts={200: 100 * i})
+        timeline.sample()
+        clock.now += 10.0
+    timeline.plot(tmp_path / "sparse.png")
+    (drawn,) = rates.values()
+    assert drawn[5:] == pytest.approx([10.0] * len(drawn[5:]))  # 100 responses in 10 s

@@ -37,6 +37,18 @@ _EVENT_STYLES: dict[str, tuple[str, str, str]] = {
 _OTHER_EVENT = ("#17becf", "o")
 
 
+def _spacing(series: Mapping[str, list[SlotSample]], rows: list[str]) -> float:
+    """The median time between two samples of the rows drawn: more than the
+    timeline's ``interval`` when its task waited longer over many slots
+    (``interval_per_slot``), and a rate needs two samples in its window."""
+    gaps = sorted(
+        later.time - earlier.time
+        for key in rows
+        for earlier, later in zip(series[key], series[key][1:], strict=False)
+    )
+    return gaps[len(gaps) // 2] if gaps else 0.0
+
+
 def _rolling_rate(times: list[float], counts: list[int], window: float) -> list[float]:
     """Counts per second over a trailing window, at each sample time.
 
@@ -139,7 +151,7 @@ def draw(
     rows = [k for k, samples in series.items() if samples]
     if not rows:
         raise ValueError("nothing to plot: the timeline has no samples")
-    window = max(3.0, 10 * interval)
+    window = max(3.0, 10 * max(interval, _spacing(series, rows)))
     end = max(max(series[k][-1].time for k in rows), interval)
     fig = plt.figure(figsize=(16, 2.75 * len(rows) + 1.4), layout="constrained")
     if title:
