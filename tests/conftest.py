@@ -1,7 +1,7 @@
 """The suite's order: its slowest tests start first.
 
 Under pytest-xdist each worker takes the next test as it finishes one
-(``--maxschedchunk=1`` in pyproject.toml), so a 30-s test that comes last in
+(``--maxschedchunk=1``, set below), so a 30-s test that comes last in
 the collection runs alone at the end while the other workers idle (35 s of a
 300-s run, measured). Started first, the long tests overlap one another and
 the many short ones fill the gaps at the end. A name here only moves a test
@@ -105,3 +105,12 @@ def _rank(nodeid: str) -> int:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slowest first; the rest in the order collected (a stable sort)."""
     items.sort(key=lambda item: _rank(item.nodeid))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``-n``, hand each worker one test at a time (xdist's ``--maxschedchunk=1``,
+    unless given): its next when it has done one, longest first. Set here, not in
+    ``addopts``, so that a run without xdist (``-p no:xdist``, as the mutation runs
+    of scripts/mutants.py) still parses its command line."""
+    if getattr(config.option, "maxschedchunk", 0) is None:  # xdist there, no value given
+        config.option.maxschedchunk = 1
