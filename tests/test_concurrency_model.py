@@ -38,9 +38,30 @@ What is checked, after every operation and at the end:
 - **the wire**: a held request that takes its turn on the wire goes no sooner
   than the last one of its slot plus the gap of the later grant of the two,
   and not during a pause (rule 10);
+- **one grant at a time**: a grant runs in the task of the request granted,
+  under its slot's lock (a gate is shared with sync clients' threads and
+  other loops; outside the lock two threads may take one turn, and every
+  verdict here, read as one grant at a time leaves the slot, would pass both);
+- **no lost wake-up**: the head of a slot that could grant it now is not
+  parked, for good or until a later time (its future unresolved, its timer
+  not due: late for its turn, within its bound or not); and a wake-up that
+  came after a waiter's check began has resolved the future it then awaits.
+  Every other request is woken once just after a check that left it
+  waiting, as a release in another thread may wake it there;
 - **the end**: once every held request is let go and the clock has run long
   enough, every request that was not cancelled and had no bound was granted
   (no starvation), every lease is released and the slots hold nothing.
+
+The last two catch mutants of the driver and the gate that every check
+before them lets pass (each applied by hand, the file run, then reverted):
+``_wait_on_loop`` making its future after the check instead of before it (a
+wake-up during the check lost), or checking with ``Gate._try_acquire``
+outside the lock; its timer set 50 ms past the turn, or ``Gate._try_acquire``
+telling a waiter a quarter more than its wait (a head late for a free turn);
+``LiveSlot.configure`` (``set_host``) not waking the head; and, only in
+``test_what_frees_a_turn_wakes_the_head``'s fixed scripts, which the random
+ones meet too seldom, ``Gate.let_go`` (a turn ended by ``Lease.finish``) or
+the delay set by hand not waking it.
 
 Not covered here: threads (the blocking driver), holds that expire
 (``hold_timeout``), a fleet's shared store.
@@ -54,7 +75,8 @@ import itertools
 import math
 import os
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +95,8 @@ from autothrottle import (
     Throttle,
     ThrottleTimeout,
 )
+from autothrottle._driver import _resolve
+from autothrottle._gate import Gate, Ticket
 from autothrottle._policy import DelayPolicy
 
 EPS = 2e-6
@@ -242,6 +266,9 @@ class Request:
     lease: Lease | None = None
     outcome: asyncio.Future[tuple[str, float]] | None = None
     task: asyncio.Task[None] | None = None
+    ticket: Ticket | None = None
+    woken: bool = False  # a wake-up came just after one of its checks (``recorded``)
+    unseen: bool = False  # that wake-up came after its last check, and no check since
 
 
 @dataclass
@@ -276,6 +303,7 @@ class Model:
     draining: bool = False
     wires: int = 0
     late: int = 0  # held requests finished after their hold expired
+    tasks: dict[asyncio.Task[None], Request] = field(default_factory=dict)
     _order: itertools.count[int] = field(default_factory=itertools.count)
 
     def now(self) -> float:
@@ -344,6 +372,7 @@ class Model:
         self.requests.append(request)
         send = self.send_now if op.now_only else self.send
         request.task = self.loop.create_task(send(request))
+        self.tasks[request.task] = request
 
     async def send_now(self, request: Request) -> None:
         request.asked_at = self.now()
@@ -543,7 +572,59 @@ class Model:
         """The request's task ends (or, holding, is about to)."""
         request.state, request.ended, request.ended_at = "done", how, self.now()
 
+    # -- what the gate's wrappers record --
+
+    def current(self) -> Request | None:
+        """The request whose task runs now (None: the test's own step)."""
+        task = asyncio.current_task(self.loop)
+        return None if task is None else self.tasks.get(task)
+
+    def making(self, key: str, gate: Gate) -> None:
+        """A grant, as the gate makes it: in the task of a request of its slot,
+        under the slot's lock. A gate is shared with other threads (a sync
+        client's, another loop's), and every verdict here reads the slot as one
+        grant at a time leaves it: outside the lock two threads may take one turn."""
+        request = self.current()
+        if request is None or request.key != key:
+            self.errors.append(f"a turn of {key} granted outside its request's task")
+        if not gate.lock._is_owned():  # type: ignore[attr-defined]
+            self.errors.append(f"a turn of {key} granted outside the slot's lock")
+
     # -- the checks --
+
+    def check_awake(self, key: str, gate: Gate, counting: int) -> None:
+        """The head of a slot that may grant it now is not parked: not for good
+        (a lost wake-up), nor until a later time (late for its turn, within its
+        bound or not). Its turn came by a release, a change of the slot's
+        settings (each wakes it) or the time it waited for (its timer is due)."""
+        queue = gate._queue
+        if not queue:
+            return
+        now = self.now()
+        if counting >= min(self.caps[key], gate.cap()) or gate.send_at(now) > now:
+            return
+        head = queue[0]
+        if self.awake(head, now):
+            return
+        index = next((r.index for r in self.requests if r.ticket is head), None)
+        self.errors.append(
+            f"request {index} on {key} parked with its turn free at {now!r}: a lost wake-up"
+        )
+
+    def awake(self, ticket: Ticket, now: float) -> bool:
+        """Whether the waiter of ``ticket`` runs again without anything else
+        happening: its future resolved (woken, or cancelled), or the timer that
+        resolves it due by ``now``."""
+        future = getattr(ticket.wake, "future", None)
+        if future is None:
+            return False
+        if future.done():
+            return True
+        loop: Any = self.loop
+        for handle in loop._scheduled:
+            if handle._callback is _resolve and handle._args[0] is future:
+                return not handle.cancelled() and handle.when() <= now + EPS
+        return False
 
     def check(self, look: bool = True) -> None:
         """The checks after a step; ``look``: the public snapshot's too (reading
@@ -561,6 +642,8 @@ class Model:
             assert len(counting) <= max(self.caps[key], slot.over), (key, len(counting))
             self.check_holds(key, gate._holds, holding, counting)
             assert len(gate._queue) == slot.waiters, (key, len(gate._queue), slot.waiters)
+            self.check_awake(key, gate, len(counting))
+            assert not self.errors, self.errors
             if not look:
                 continue
             snapshot = self.throttle.slot(key).snapshot()
@@ -644,6 +727,82 @@ class Model:
             assert self.throttle.slot(key).in_flight == 0
 
 
+class _Watched(asyncio.Future[None]):
+    """A future a waiting request's task made (the driver's wait), watched at
+    its await: a wake-up that came after the request's last check began must
+    have resolved it, else the driver waits on what it saw before the wake-up."""
+
+    request: Request
+    model: Model
+
+    def __await__(self) -> Generator[Any, None, None]:
+        request = self.request
+        if request.unseen and not self.done():
+            self.model.errors.append(
+                f"request {request.index} lost a wake-up between its check and its wait"
+            )
+        return (yield from super().__await__())
+
+    __iter__ = __await__
+
+
+@contextmanager
+def recorded(model: Model) -> Iterator[None]:
+    """The requests' tickets, and a wake-up just after a check: every other
+    request, the first time a check leaves it waiting, is woken just after it,
+    as by a release in another thread then (a gate is shared with sync
+    clients' threads and other loops, whose wake-ups reach a waiter at any
+    moment). Its driver must check again, not wait on what it saw; the
+    futures its task makes as it waits are watched (``_Watched``)."""
+    loop: Any = model.loop
+    enqueue, try_acquire, create_future = Gate.enqueue, Gate.try_acquire, loop.create_future
+
+    def enqueue_(gate: Gate, cost: Any = None) -> Ticket:
+        ticket = enqueue(gate, cost)
+        request = model.current()
+        if request is not None:
+            request.ticket = ticket
+        return ticket
+
+    def try_acquire_(gate: Gate, ticket: Ticket, make: Any) -> float:
+        request = model.current()
+        if request is not None:
+            request.unseen = False
+        wait = try_acquire(gate, ticket, make)
+        if request is not None and ticket.hold is None and not request.woken:
+            request.woken = request.index % 2 == 0
+            if request.woken:
+                request.unseen = True
+                ticket.wake()
+        return wait
+
+    def create_future_() -> asyncio.Future[Any]:
+        request = model.current()
+        if request is None or request.state != "waiting":
+            return create_future()  # type: ignore[no-any-return]
+        future = _Watched(loop=loop)
+        future.request, future.model = request, model
+        return future
+
+    Gate.enqueue, Gate.try_acquire = enqueue_, try_acquire_  # type: ignore[method-assign,assignment]
+    loop.create_future = create_future_
+    try:
+        yield
+    finally:
+        Gate.enqueue, Gate.try_acquire = enqueue, try_acquire  # type: ignore[method-assign]
+        loop.create_future = create_future
+
+
+def _recording_maker(
+    model: Model, key: str, gate: Gate, make: Callable[[float], Lease]
+) -> Callable[[float], Lease]:
+    def made(now: float) -> Lease:
+        model.making(key, gate)
+        return make(now)
+
+    return made
+
+
 async def _turns(count: int) -> None:
     for _ in range(count):
         await asyncio.sleep(0)
@@ -672,11 +831,16 @@ def run_script(policy: str, script: list[Op], hold_timeout: float = NEVER) -> Mo
             },
         )
         model = Model(loop, throttle, variant.spaced, hold_timeout=hold_timeout)
-        for step, op in enumerate(script):
-            model.apply(op)
-            # Where holds expire, the public count only after every fourth step.
-            model.check(look=hold_timeout >= NEVER or step % 4 == 3)
-        model.drain()
+        for key in SLOTS:
+            live = throttle._live(key)
+            make = throttle._turns.maker(live, True)
+            live.hold_maker = _recording_maker(model, key, live.gate, make)
+        with recorded(model):
+            for step, op in enumerate(script):
+                model.apply(op)
+                # Where holds expire, the public count only after every fourth step.
+                model.check(look=hold_timeout >= NEVER or step % 4 == 3)
+            model.drain()
         return model
     finally:
         tasks = asyncio.all_tasks(loop)
@@ -717,6 +881,23 @@ def test_holds_that_expire_keep_every_promise(policy: str, script: list[Op]) -> 
     # the holds expire before it lets any go.
     model = run_script(policy, script, hold_timeout=HOLD)
     event(f"finished late: {min(model.late, 3)}+")
+
+
+WAKE_PATHS: dict[str, list[Op]] = {
+    "finish": [Ask(0, None), Ask(0, None), Turns(3), Advance(1.0), Finish(0, "finish"), Turns(3)],
+    "cap": [Ask(0, None), Ask(0, None), Turns(3), Advance(1.0), SetCap(0, 2), Turns(3)],
+    "delay": [Ask(1, None), Ask(1, None), Turns(3), SetDelay(1, 0.0), Turns(3)],
+}
+"""A head waiting for its turn, and a step that frees it at once: a turn ended
+by ``Lease.finish`` (past the spacing), the cap raised, the delay set by hand
+to 0; each must wake the head, which the check after it finds parked otherwise."""
+
+
+@pytest.mark.parametrize("policy", sorted(VARIANTS))
+@pytest.mark.parametrize("path", sorted(WAKE_PATHS))
+def test_what_frees_a_turn_wakes_the_head(path: str, policy: str) -> None:
+    model = run_script(policy, WAKE_PATHS[path])
+    assert [r.ended for r in model.requests] == ["released", "released"]
 
 
 def test_try_acquire_takes_the_turn_an_expired_hold_left() -> None:
