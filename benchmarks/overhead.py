@@ -106,7 +106,6 @@ import subprocess
 import sys
 import time
 import types
-from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from multiprocessing.connection import Connection
 from time import perf_counter
@@ -130,6 +129,7 @@ else:
 
 import aiohttp
 import httpx
+from _bytecodes import BytecodeCount
 from _common import add_results_option, print_table, write_results
 
 from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
@@ -1023,30 +1023,16 @@ async def _trace_requests(client: str, kind: str, url: str) -> dict[str, tuple[f
     await variant.open(url, 1)
     fetch = variant.fetch
     assert fetch is not None
-    ops: Counter[str] = Counter()
-    calls: Counter[str] = Counter()
-
-    def tracer(frame: types.FrameType, event: str, arg: object) -> Any:
-        code = frame.f_code
-        name = f"{os.path.basename(code.co_filename)}:{code.co_qualname}"
-        if event == "opcode":
-            ops[name] += 1
-        elif event == "call":  # a coroutine's resumption counts as a call too
-            calls[name] += 1
-            frame.f_trace_opcodes = True
-        return tracer
-
+    counted = BytecodeCount()
     try:
         for _ in range(30):  # warm up: connections, caches, code paths
             await fetch()
-        sys.settrace(tracer)
-        try:
+        with counted:
             for _ in range(TRACED_REQUESTS):
                 await fetch()
-        finally:
-            sys.settrace(None)
     finally:
         await variant.close()
+    ops, calls = counted.ops, counted.calls
     n = TRACED_REQUESTS
     return {name: (ops[name] / n, calls[name] / n) for name in ops.keys() | calls.keys()}
 

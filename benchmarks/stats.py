@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import sys
 import time
-import types
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from _bytecodes import BytecodeCount
 
 from autothrottle import Throttle
 
@@ -52,25 +50,11 @@ def blocking(name: str, call: Callable[[], Any], slots: int) -> None:
 
 def count_bytecodes(name: str, call: Callable[[], Any], slots: int) -> None:
     """Per function: bytecodes run and calls made by one ``call()``, a slot."""
-    ops: Counter[str] = Counter()
-    calls: Counter[str] = Counter()
-
-    def tracer(frame: types.FrameType, event: str, arg: object) -> Any:
-        code = frame.f_code
-        where = f"{os.path.basename(code.co_filename)}:{code.co_qualname}"
-        if event == "opcode":
-            ops[where] += 1
-        elif event == "call":
-            calls[where] += 1
-            frame.f_trace_opcodes = True
-        return tracer
-
+    counted = BytecodeCount()
     call()  # warm
-    sys.settrace(tracer)
-    try:
+    with counted:
         call()
-    finally:
-        sys.settrace(None)
+    ops, calls = counted.ops, counted.calls
     print(
         f"{name}: {sum(ops.values()) / slots:,.0f} bytecodes and "
         f"{sum(calls.values()) / slots:.1f} calls a slot"

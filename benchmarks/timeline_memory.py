@@ -22,14 +22,16 @@ the first 580, a count that does not depend on the machine's load).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import inspect
-import sys
 import time
 import tracemalloc
 from collections.abc import Mapping
 from typing import Any
+
+from _bytecodes import BytecodeCount
 
 from autothrottle import SlotSnapshot
 from autothrottle.timeline import Timeline
@@ -110,25 +112,16 @@ def run(
     before = tracemalloc.get_traced_memory()[0] if trace else 0
     timeline = Timeline(fake, **kwargs)
     spent = 0.0
-    counted = [0]
-
-    def tracer(frame: Any, event: str, arg: Any) -> Any:
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            counted[0] += 1
-        return tracer
+    counted = BytecodeCount()
 
     for tick in range(ticks):
         for key in busy_keys(args.pattern, keys, tick, args.interval):
             fake.work(key, tick)
         traced = count and tick >= ticks - 20
-        if traced:
-            sys.settrace(tracer)
-        start = time.perf_counter()
-        timeline.sample()
-        spent += time.perf_counter() - start
-        if traced:
-            sys.settrace(None)
+        with counted if traced else contextlib.nullcontext():
+            start = time.perf_counter()
+            timeline.sample()
+            spent += time.perf_counter() - start
         clock.now += args.interval
     held = 0
     if trace:
@@ -143,7 +136,7 @@ def run(
         "slots": len(timeline.keys),
         "spent": spent,
         "sampled": ticks * args.hosts,
-        "bytecodes": counted[0] / (20 * args.hosts),
+        "bytecodes": counted.total / (20 * args.hosts),
     }
 
 
