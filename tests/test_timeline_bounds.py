@@ -152,6 +152,19 @@ def test_an_idle_slot_holds_one_entry_and_gives_every_sample_back() -> None:
     assert timeline.busiest(3) == sorted(totals, key=lambda k: -totals[k])
 
 
+def test_samples_further_apart_than_the_window_still_give_a_rate() -> None:
+    # interval_per_slot over many slots spaces samples 10 s apart: a 1-s window
+    # holds the newest alone, and the rate is over the gap back to the one before.
+    clock, fake = FakeClock(100.0), FakeThrottle()
+    timeline = Timeline(fake, clock=clock)
+    for responses in (0, 30, 80):
+        fake.set("a", responses=responses)
+        timeline.sample()
+        clock.now += 10.0
+    assert timeline.rate("a", window=1.0) == pytest.approx(5.0)  # 50 in the last 10 s
+    assert timeline.rate("a", window=25.0) == pytest.approx(4.0)  # 80 over 20 s
+
+
 def test_max_samples_counts_the_repeats_and_cuts_a_run_where_it_must() -> None:
     crawl = mixed_crawl(max_samples=250)
     for key in ("busy", "idle", "gone"):

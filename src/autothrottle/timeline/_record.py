@@ -441,7 +441,10 @@ class Timeline:
         """Responses per second of slot ``key`` over about the last ``window`` seconds.
 
         Measured between the oldest and the newest sample in the window, so it
-        is 0.0 until two samples exist.
+        is 0.0 until two samples exist. Samples further apart than ``window``
+        (a long ``interval``, or ``interval_per_slot`` over many slots) leave
+        the newest alone in it: the rate is then over the gap back to the one
+        before, not 0.0.
         """
         window = check_positive("window", window)
         series = self._series.get(key)
@@ -451,6 +454,8 @@ class Timeline:
         inside: list[SlotSample] = []
         for s in reversed(series):  # bounded by max_samples
             if end - s.time > window:
+                if len(inside) == 1:
+                    inside.append(s)
                 break
             inside.append(s)
         span = end - inside[-1].time
