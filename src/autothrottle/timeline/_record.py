@@ -237,10 +237,8 @@ class Timeline:
                 forgotten, _ = self._idle.popitem(last=False)
                 del self._series[forgotten]
             series = self._series[key] = Series()
-        if sample.in_flight or sample.queued:
-            self._idle.pop(key, None)
-        else:
-            self._idle.pop(key, None)
+        self._idle.pop(key, None)  # idle from now, if at all: the newest idle
+        if not (sample.in_flight or sample.queued):
             self._idle[key] = None
         if merge:
             series.add_or_repeat(sample, self.max_samples)
