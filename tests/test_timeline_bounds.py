@@ -291,9 +291,9 @@ def test_a_slot_met_past_max_slots_takes_the_place_of_the_one_idle_longest() -> 
     assert [s.responses for s in timeline.samples("f")] == [0, 1]  # from there on
 
 
-def test_read_jsonl_keeps_the_slots_the_recorder_kept(tmp_path: Path) -> None:
+def test_read_jsonl_keeps_the_slots_and_spacing_the_recorder_kept(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
-    crawl = Crawl({"max_slots": 5, "jsonl": path})
+    crawl = Crawl({"max_slots": 5, "interval_per_slot": 0.002, "jsonl": path})
     for wave in range(4):  # four waves of 5 hosts, each at work 11 ticks then idle 9
         keys = [f"w{wave}-{i}" for i in range(5)]
         for tick in range(20):  # (in flight at odd ticks: none after the 11th)
@@ -302,6 +302,7 @@ def test_read_jsonl_keeps_the_slots_the_recorder_kept(tmp_path: Path) -> None:
     assert crawl.timeline.keys == tuple(f"w3-{i}" for i in range(5))
     loaded = Timeline.read_jsonl(path)
     assert loaded.max_slots == 5 and loaded.keys == crawl.timeline.keys
+    assert loaded.interval_per_slot == crawl.timeline.interval_per_slot == 0.002
     for key in loaded.keys:
         assert_same_samples(loaded.samples(key), crawl.expected[key])
     assert len(Timeline.read_jsonl(path, max_slots=100).keys) == 20

@@ -405,6 +405,7 @@ class Timeline:
             timeline = cls(
                 _NoSnapshots(),
                 float(head.get("interval", 0.1)),
+                interval_per_slot=float(head.get("interval_per_slot", 0.0)),
                 max_samples=max_samples,
                 max_slots=max_slots,
             )
@@ -664,6 +665,7 @@ def _header(timeline: Timeline) -> dict[str, Any]:
         "format": _FORMAT,
         "version": _VERSION,
         "interval": timeline.interval,
+        "interval_per_slot": timeline.interval_per_slot,
         "max_samples": timeline.max_samples,
         "max_slots": timeline.max_slots,
     }
