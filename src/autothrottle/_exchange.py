@@ -44,6 +44,7 @@ from typing import Any, Generic, NoReturn, TypeVar
 import anyio
 
 from ._errors import ThrottleTimeout
+from ._fleet_wire import never_sent
 from ._lease import Lease
 from ._request import RequestOptions
 from ._throttle import Throttle
@@ -216,22 +217,38 @@ class Exchange:
         else:
             self.started = perf_counter()
 
-    def failed(self, error: BaseException, host_failure: HostFailure) -> Exception | None:
+    def failed(
+        self,
+        error: BaseException,
+        host_failure: HostFailure,
+        unconnected: HostFailure | None = None,
+    ) -> Exception | None:
         """Sending raised ``error``: record it if the host failed, and release.
 
         Returns what the wire turn raised, if it did (:attr:`wire_error`): then
         nothing was sent, and ``error`` is that or the client's wrapping of it
         (aiohttp makes a ``TimeoutError`` raised inside its connect a
-        ``ConnectionTimeoutError``), not the host's failure.
+        ``ConnectionTimeoutError``), not the host's failure. ``unconnected``
+        says whether the host's failure is a connection never made (refused,
+        a connect timeout): before the wire turn, nothing reached the host,
+        and a fleet's turn goes back whole (``_fleet_wire.never_sent``).
         """
         wired: Exception | None = getattr(self, "wire_error", None)
         if wired is not None:
             del self.wire_error  # its frames refer to this exchange: no cycle kept
+        lease = self.lease
         try:
             if wired is None and isinstance(error, Exception) and host_failure(error):
-                self.lease.fail(error)
+                if (
+                    lease.on_release is not None  # a fleet's lease (the only ones with a hook)
+                    and not self.wired
+                    and unconnected is not None
+                    and unconnected(error)
+                ):
+                    never_sent(lease)
+                lease.fail(error)
         finally:
-            self.lease.release()
+            lease.release()
         return wired
 
     def responded(
@@ -306,6 +323,13 @@ class Plug(Generic[Request, Response, Wiring]):
     def host_failure(self, error: BaseException) -> bool:
         """Whether ``error`` from sending means the host failed (rule 3)."""
         raise NotImplementedError
+
+    def unconnected(self, error: BaseException) -> bool:
+        """Whether ``error``, a host's failure, says the request's connection was
+        never made (refused, a connect timeout, a name not found): raised
+        before the wire turn, nothing of the request reached the host (a
+        fleet's turn goes back whole). False when the client cannot tell."""
+        return False
 
     def timed_out(self, error: ThrottleTimeout, request: Request) -> BaseException:
         """The error to raise when the turn did not come in time: ``error`` itself,
@@ -465,7 +489,7 @@ def send_failed(
     (:meth:`Exchange.failed`). If the wire turn raised it, raise what the
     caller sees of that (:func:`raise_wire_error`); else return, and the caller
     raises ``error`` as it is."""
-    wired = exchange.failed(error, plug.host_failure)
+    wired = exchange.failed(error, plug.host_failure, plug.unconnected)
     if wired is not None:
         try:
             raise_wire_error(plug, wired, request)

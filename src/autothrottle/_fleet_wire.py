@@ -30,7 +30,7 @@ from ._slot import LiveSlot
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["WIRE_POLL", "HeldTurn", "NoTurn", "WireCheck", "WireFleet"]
+__all__ = ["WIRE_POLL", "HeldTurn", "NoTurn", "WireCheck", "WireFleet", "never_sent"]
 
 
 class WireFleet(Protocol):
@@ -127,6 +127,21 @@ class NoTurn:
 
     def __call__(self) -> None:
         self._fleet.left(self._slot)
+
+
+def never_sent(lease: Lease) -> None:
+    """The request of ``lease`` never reached its host: its connection was never
+    made (refused, a connect timeout, a name not found), so nothing of it was
+    written. A fleet turn it holds as a sent one's (:class:`HeldTurn`) goes
+    back at its release as one no request took, its time too when nobody
+    reserved after it (:meth:`HeldTurn.hand_back`), as a request given up
+    before its turn went hands it back (rules 1, 8). A turn held at the wire
+    is handed back so already; holding none (:class:`NoTurn`), or not a
+    fleet's lease, nothing changes. The adapters call it for a request whose
+    wire turn never came (``Exchange.failed``)."""
+    held = lease.on_release
+    if isinstance(held, HeldTurn):
+        lease.on_release = held.hand_back
 
 
 class WireCheck:

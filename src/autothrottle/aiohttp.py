@@ -375,6 +375,10 @@ class _AiohttpPlug(
     def host_failure(self, error: BaseException) -> bool:
         return _host_failure(error)
 
+    def unconnected(self, error: BaseException) -> bool:
+        # Raised by the connector's connect: the request was never written.
+        return isinstance(error, (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError))
+
     def wire(
         self, exchange: Exchange, request: ClientRequest
     ) -> contextvars.Token[Exchange | None] | None:

@@ -148,6 +148,24 @@ def _host_failure(error: BaseException) -> bool:
     return isinstance(error, (OSError, urllib3.exceptions.HTTPError))
 
 
+def _unconnected(error: BaseException) -> bool:
+    """The host's failure was a connection never made: urllib3 could not connect
+    (refused, a name not found: a ``NewConnectionError``) or timed out
+    connecting (``ConnectTimeout``), through a proxy too."""
+    if isinstance(error, requests.ConnectTimeout):
+        return True
+    if not isinstance(error, requests.ConnectionError) or not error.args:
+        return False
+    reason = error.args[0]
+    if isinstance(reason, urllib3.exceptions.MaxRetryError):
+        reason = reason.reason
+    if isinstance(reason, urllib3.exceptions.ProxyError):
+        reason = reason.original_error
+    return isinstance(
+        reason, (urllib3.exceptions.NewConnectionError, urllib3.exceptions.ConnectTimeoutError)
+    )
+
+
 # -- the adapter ----------------------------------------------------------------------
 
 
@@ -263,6 +281,9 @@ class _RequestsPlug(Plug[requests.PreparedRequest, requests.Response, Timing]):
 
     def host_failure(self, error: BaseException) -> bool:
         return _host_failure(error)
+
+    def unconnected(self, error: BaseException) -> bool:
+        return _unconnected(error)
 
     def timed_out(self, error: ThrottleTimeout, request: requests.PreparedRequest) -> BaseException:
         return ThrottleWaitTimeout(error, request)

@@ -44,6 +44,7 @@ from ._common import (
     host_failure,
     prepare,
     timed_out,
+    unconnected,
 )
 from ._pools import (
     Openings,
@@ -291,6 +292,9 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
 
     def host_failure(self, error: BaseException) -> bool:
         return host_failure(error)
+
+    def unconnected(self, error: BaseException) -> bool:
+        return unconnected(error)
 
     def timed_out(self, error: ThrottleTimeout, request: httpx.Request) -> BaseException:
         return timed_out(error, request, self.client)

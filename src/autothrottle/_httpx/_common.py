@@ -118,6 +118,13 @@ def host_failure(error: BaseException) -> bool:
     )
 
 
+def unconnected(error: BaseException) -> bool:
+    """The host's failure was a connection never made (refused, a connect
+    timeout, a name not found, a TLS handshake that failed: httpcore raises
+    these while it connects, before a byte of the request is written)."""
+    return isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout))
+
+
 def _without_control_header(request: httpx.Request) -> httpx.Request:
     """A copy of ``request`` to send, minus the control header.
 

@@ -45,6 +45,7 @@ from ._common import (
     host_failure,
     prepare,
     timed_out,
+    unconnected,
 )
 from ._pools import (
     Openings,
@@ -292,6 +293,9 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
 
     def host_failure(self, error: BaseException) -> bool:
         return host_failure(error)
+
+    def unconnected(self, error: BaseException) -> bool:
+        return unconnected(error)
 
     def timed_out(self, error: ThrottleTimeout, request: httpx2.Request) -> BaseException:
         return timed_out(error, request, self.client)

@@ -119,6 +119,13 @@ def host_failure(error: BaseException) -> bool:
     )
 
 
+def unconnected(error: BaseException) -> bool:
+    """The host's failure was a connection never made (refused, a connect
+    timeout, a name not found, a TLS handshake that failed: httpcore2 raises
+    these while it connects, before a byte of the request is written)."""
+    return isinstance(error, (httpx2.ConnectError, httpx2.ConnectTimeout))
+
+
 def _without_control_header(request: httpx2.Request) -> httpx2.Request:
     """A copy of ``request`` to send, minus the control header.
 

@@ -1,0 +1,210 @@
+"""A fleet turn whose request never reached its host goes back whole (the
+fleet's rules 1 and 8, ``docs/fleet.md``, "A request that never reached its host").
+
+A request takes its fleet turn, then connects. A connection that fails
+before the request is written (refused here: a bound port that does not
+listen; a connect timeout, a name not found) carried nothing to the host: the
+turn goes back as one no request took, its time too when nobody reserved
+after it, as a request given up at its due time hands it back. Sent, the
+turn's time stays spent. Real Redis on 127.0.0.1:6379 (a prefix per test),
+real loopback sockets, each client through its adapter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import uuid
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import aiohttp
+import httpx
+import pytest
+import redis
+import requests
+
+from autothrottle import FixedRatePolicy, Throttle, _fleet
+from autothrottle.aiohttp import ThrottledSession as AiohttpSession
+from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
+from autothrottle.redis import RedisStore
+from autothrottle.requests import ThrottledSession as RequestsSession
+from helpers import arrival_site, connected, needs_redis
+
+REDIS = "redis://127.0.0.1:6379/0"
+HOST = "127.0.0.2"
+GAP = 5.0
+"""The fleet's gap: FixedRatePolicy(0.2). A turn's time kept is 5 s of the
+slot's next free time; handed back, it is not there."""
+
+
+@pytest.fixture(autouse=True)
+def _needs_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    needs_redis()
+    # The turn goes at its due however late a loaded machine wakes it there: what
+    # is tested is what follows (a late turn is handed back by rule 1 anyway).
+    monkeypatch.setattr(_fleet, "LATE_TOLERANCE", 60.0)
+
+
+@contextlib.contextmanager
+def refusing(address: str) -> Iterator[int]:
+    """A port on ``address`` that refuses connections (bound, not listening),
+    kept bound meanwhile so that nothing else takes it."""
+    with socket.socket() as sock:
+        sock.bind((address, 0))
+        yield sock.getsockname()[1]
+
+
+class Keys:
+    """The slot's keys in Redis, under the test's prefix."""
+
+    def __init__(self, prefix: str) -> None:
+        self.admin = redis.Redis.from_url(REDIS)
+        self.state, self.leases = f"{{{prefix}:{HOST}}}:s", f"{{{prefix}:{HOST}}}:l"
+
+    def ahead(self) -> float:
+        """Seconds the slot's next free time lies past Redis's now."""
+        seconds, micros = self.admin.time()
+        now = seconds * 1e6 + micros
+        return (float(self.admin.hget(self.state, "tat") or 0) - now) / 1e6
+
+    def leases_held(self) -> int:
+        return int(self.admin.zcard(self.leases))
+
+
+def fleet() -> tuple[RedisStore, Throttle, Keys]:
+    prefix = f"test-unsent-{uuid.uuid4().hex}"
+    store = RedisStore(REDIS, prefix=prefix, timeout=5.0)
+    return store, Throttle(policy=FixedRatePolicy(1 / GAP), store=store), Keys(prefix)
+
+
+async def send_async(client: str, throttle: Throttle, url: str) -> None:
+    if client == "httpx":
+        async with AsyncThrottledClient(throttle=throttle) as session:
+            await session.get(url)
+    else:
+        async with AiohttpSession(throttle=throttle) as aiohttp_session:
+            await aiohttp_session.get(url)
+
+
+def send_blocking(client: str, throttle: Throttle, url: str) -> None:
+    if client == "httpx-sync":
+        with ThrottledClient(throttle=throttle) as session:
+            session.get(url)
+    else:
+        with RequestsSession(throttle=throttle) as requests_session:
+            requests_session.get(url, timeout=10)
+
+
+REFUSED = {
+    "httpx": httpx.ConnectError,
+    "aiohttp": aiohttp.ClientConnectorError,
+    "httpx-sync": httpx.ConnectError,
+    "requests": requests.ConnectionError,
+}
+
+
+@pytest.mark.parametrize("client", ["httpx", "aiohttp"])
+async def test_a_refused_connection_gives_its_turn_back_with_its_time(client: str) -> None:
+    store, throttle, keys = fleet()
+    try:
+        await connected(store)
+        with refusing(HOST) as port, pytest.raises(REFUSED[client]):
+            await send_async(client, throttle, f"http://{HOST}:{port}/")
+        await store.flush()
+        assert keys.leases_held() == 0
+        # The next free time is back where the turn was (but for the room a first
+        # turn leaves for a new connection, 0.1 s): kept, it lay a gap past it.
+        assert keys.ahead() < GAP / 2
+        assert throttle.slot(HOST).snapshot().failures == 1  # still the host's failure
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("client", ["httpx-sync", "requests"])
+def test_a_refused_connection_gives_its_turn_back_with_its_time_sync(client: str) -> None:
+    store, throttle, keys = fleet()
+    try:
+        with refusing(HOST) as port, pytest.raises(REFUSED[client]):
+            send_blocking(client, throttle, f"http://{HOST}:{port}/")
+        store.flush_blocking()
+        assert keys.leases_held() == 0
+        assert keys.ahead() < GAP / 2
+        assert throttle.slot(HOST).snapshot().failures == 1
+    finally:
+        store.close()
+
+
+async def test_a_request_that_reached_its_host_keeps_its_turns_time() -> None:
+    # The rule's other side: a request answered (or failed after it was written)
+    # spent its turn, and the next one of the fleet is a gap after it.
+    store, throttle, keys = fleet()
+    try:
+        await connected(store)
+        async with arrival_site(HOST) as site, AsyncThrottledClient(throttle=throttle) as client:
+            await client.get(site.url)
+        await store.flush()
+        assert keys.leases_held() == 0
+        assert keys.ahead() > GAP / 2
+    finally:
+        await store.aclose()
+
+
+def test_each_adapter_names_the_errors_of_a_connection_never_made() -> None:
+    # What each client raises when the connection was never made: the connect
+    # phase's own errors, not a failure after the request was written.
+    from autothrottle._httpx._async import _PLUG as HTTPX_PLUG
+    from autothrottle.aiohttp import _PLUG as AIOHTTP_PLUG
+    from autothrottle.requests import _PLUG as REQUESTS_PLUG
+
+    assert HTTPX_PLUG.unconnected(httpx.ConnectError("refused"))
+    assert HTTPX_PLUG.unconnected(httpx.ConnectTimeout("slow"))
+    assert not HTTPX_PLUG.unconnected(httpx.ReadError("reset"))
+    assert not HTTPX_PLUG.unconnected(httpx.ReadTimeout("slow"))
+    assert not HTTPX_PLUG.unconnected(httpx.WriteError("reset"))
+    key = SimpleNamespace(host=HOST, port=80, ssl=False)
+    assert AIOHTTP_PLUG.unconnected(aiohttp.ClientConnectorError(key, OSError(111, "refused")))
+    assert AIOHTTP_PLUG.unconnected(aiohttp.ConnectionTimeoutError("slow"))
+    assert not AIOHTTP_PLUG.unconnected(aiohttp.ServerDisconnectedError())
+    assert not AIOHTTP_PLUG.unconnected(aiohttp.SocketTimeoutError("slow read"))
+    assert REQUESTS_PLUG.unconnected(requests.ConnectTimeout("slow"))
+    refused = urllib3_refused()
+    assert REQUESTS_PLUG.unconnected(requests.ConnectionError(refused))
+    assert not REQUESTS_PLUG.unconnected(requests.ConnectionError("Connection aborted."))
+    assert not REQUESTS_PLUG.unconnected(requests.ReadTimeout("slow"))
+
+
+def urllib3_refused() -> Exception:
+    """urllib3's error for a refused connection, as requests wraps it."""
+    import urllib3
+
+    reason = urllib3.exceptions.NewConnectionError(None, "refused")  # type: ignore[arg-type]
+    return urllib3.exceptions.MaxRetryError(None, "/", reason)  # type: ignore[arg-type]
+
+
+async def test_a_refused_connection_leaves_the_sent_turns_of_others_alone() -> None:
+    # Handed back with another process's turn reserved after it, only the lease
+    # goes: the other's time stays where it was (GIVE_BACK's "final").
+    store, throttle, keys = fleet()
+    other = RedisStore(REDIS, prefix=store.prefix, timeout=5.0)
+    try:
+        await connected(store)
+        take = store.take_turn
+
+        async def then_another(*args: object, **kwargs: object) -> object:
+            turn = await take(*args, **kwargs)  # type: ignore[arg-type]
+            if args[0] == HOST:
+                ask = _fleet.TurnAsk(GAP, 0.0, 60.0, 8, 300.0, 300.0, _fleet.SPACING_MARGIN)
+                assert (await other.take_turn(HOST, ask, 0.0)).lease is not None
+                await other.flush()
+            return turn
+
+        store.take_turn = then_another  # type: ignore[method-assign]
+        with refusing(HOST) as port, pytest.raises(httpx.ConnectError):
+            await send_async("httpx", throttle, f"http://{HOST}:{port}/")
+        await store.flush()
+        assert keys.leases_held() == 1  # the other's turn only
+        assert keys.ahead() > GAP  # its time, after ours, is still reserved
+    finally:
+        await store.aclose()
+        await other.aclose()
