@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextvars
 import io
 import threading
+from collections.abc import Iterator
 from time import perf_counter
 from typing import Any, cast
 
@@ -26,9 +27,13 @@ class Timing:
     """One request's exchange, when its response headers were parsed, and the
     token that takes it off :data:`SENDING` once sent."""
 
-    __slots__ = ("end", "exchange", "token")
+    __slots__ = ("body_raised", "end", "exchange", "token")
 
     token: contextvars.Token[Timing | None]
+    #: Set (True) when the request's body raised as it was sent
+    #: (:func:`callers_body`): its failure is then the caller's. Read with
+    #: ``getattr``: the usual request never sets it.
+    body_raised: bool
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
@@ -61,6 +66,9 @@ class _WireTurn:
                 self.connect()  # type: ignore[attr-defined]
             timing.exchange.on_wire_blocking()
             timing.end = None
+            body = kwargs.get("body")  # urllib3 passes it by name
+            if body is not None and read_as_sent(body):
+                kwargs["body"] = callers_body(body, self.blocksize, timing)  # type: ignore[attr-defined]
         super().request(*args, **kwargs)  # type: ignore[misc]
 
     def getresponse(self) -> HTTPResponse:
@@ -69,6 +77,40 @@ class _WireTurn:
         if timing is not None:
             timing.end = perf_counter()
         return response
+
+
+def read_as_sent(body: object) -> bool:
+    """Whether urllib3 reads ``body`` as it sends it (a file, an iterator of the
+    caller's), rather than sending it as one buffer."""
+    if isinstance(body, (bytes, str)):
+        return False
+    if hasattr(body, "read"):
+        return True
+    try:
+        memoryview(body)  # type: ignore[arg-type]
+    except TypeError:
+        return True
+    return False
+
+
+def callers_body(body: Any, blocksize: int, timing: Timing) -> Iterator[Any]:
+    """``body``'s chunks as urllib3 would read them (a file in ``blocksize``
+    blocks, text encoded as UTF-8; an iterable as it comes), noting on
+    ``timing`` that reading it raised: the error is the caller's, never the
+    host's it was sent to, though urllib3 hands an ``OSError`` on as a
+    ``ProtocolError`` ("Connection aborted.") and requests as a
+    ``ConnectionError`` (a body relaying another host's download raises
+    that host's ``ConnectionError``s; a file, its disk's ``OSError``)."""
+    try:
+        if hasattr(body, "read"):
+            encode = isinstance(body, io.TextIOBase)
+            while block := body.read(blocksize):
+                yield block.encode("utf-8") if encode else block
+        else:
+            yield from body
+    except Exception:
+        timing.body_raised = True
+        raise
 
 
 class _HTTPConnection(_WireTurn, urllib3.connection.HTTPConnection):  # type: ignore[misc]

@@ -43,7 +43,8 @@ How the adapter behaves (``docs/adapters.md`` has the whole lifecycle):
   after the throttle's ``hold_timeout``.
 * **Errors**: connection errors and timeouts (``requests.ConnectionError``,
   ``requests.Timeout``, ``RetryError``) release the slot and count as the
-  host's failure; an invalid URL or header only releases.
+  host's failure; an invalid URL or header, and an error the request's
+  body raised as it was sent (however urllib3 wraps it), only release.
 * **Redirects** are followed by the session, which sends each hop through the
   adapter: every hop waits on its own host's slot, with the same options.
 """
@@ -280,6 +281,10 @@ class _RequestsPlug(Plug[requests.PreparedRequest, requests.Response, Timing]):
     __slots__ = ()
 
     def host_failure(self, error: BaseException) -> bool:
+        # The request's body raised as it was sent (the wiring is still in place).
+        timing = SENDING.get()
+        if timing is not None and getattr(timing, "body_raised", False):
+            return False
         return _host_failure(error)
 
     def unconnected(self, error: BaseException) -> bool:

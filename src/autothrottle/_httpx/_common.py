@@ -8,9 +8,10 @@ user set is told from httpx's default. The pools kept per origin are in
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from operator import attrgetter, itemgetter
 from typing import Any, TypedDict
 
@@ -101,7 +102,10 @@ def host_failure(error: BaseException) -> bool:
     """The host failed: it refused, reset, timed out or broke the protocol.
 
     A pool timeout is this client's own congestion, and the other transport
-    errors (an unsupported scheme, a malformed request) are the caller's.
+    errors (an unsupported scheme, a malformed request) are the caller's. So
+    is whatever the request's body raised as it was sent (:class:`CallersBody`),
+    a transport error of another host's download it relays included: httpx
+    hands it on as it was raised (an httpcore error as httpx's, caused by it).
     """
     if isinstance(error, httpx.PoolTimeout):
         return False
@@ -115,6 +119,85 @@ def host_failure(error: BaseException) -> bool:
             OSError,
             TimeoutError,
         ),
+    ) and not (raised_by_a_body(error) or raised_by_a_body(error.__cause__))
+
+
+_BODY_RAISED = "_autothrottle_raised_by_a_body"
+"""The mark :class:`CallersBody` leaves on an error its body raised."""
+
+
+def raised_by_a_body(error: BaseException | None) -> bool:
+    """Whether a request's body raised ``error`` as it was sent (:class:`CallersBody`)."""
+    return error is not None and getattr(error, _BODY_RAISED, False) is True
+
+
+def _mark(error: BaseException) -> None:
+    # On the error itself: httpx hands it on as it is, through httpcore and any
+    # transport between, where a note kept anywhere else would have to be found.
+    with contextlib.suppress(AttributeError, TypeError):  # an error with no room for it
+        setattr(error, _BODY_RAISED, True)
+
+
+class CallersBody(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A request's body read as it is sent (an iterator of the caller's, a file,
+    multipart), passed on chunk for chunk; what reading it raises is marked as
+    the body's, so that the request's failure is the caller's, never the
+    host's it was sent to (:func:`host_failure`). A body that relays another
+    host's download raises that host's transport errors, which are httpx's
+    own kinds (``ReadError``, ``RemoteProtocolError``) and would otherwise
+    count as this host's failure and back it off.
+
+    Sync and async in one class, as httpx's ``MultipartStream`` is: the
+    client's transport iterates it its way."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._inner
+        except Exception as error:
+            _mark(error)
+            raise
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                yield chunk
+        except Exception as error:
+            _mark(error)
+            raise
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+    async def aclose(self) -> None:
+        close = getattr(self._inner, "aclose", None)
+        if close is not None:
+            await close()
+
+
+_BYTES = httpx.ByteStream
+"""The body of a request with none, or with bytes: nothing to read as it is sent."""
+
+
+def _with_callers_body(request: httpx.Request) -> httpx.Request:
+    """``request`` with its body read through :class:`CallersBody` (a copy: the
+    caller's request keeps its own stream, which a client resending it may
+    read again)."""
+    stream = request.stream
+    if type(stream) is CallersBody:
+        return request
+    return httpx.Request(
+        request.method,
+        request.url,
+        headers=request.headers,
+        stream=CallersBody(stream),
+        extensions=request.extensions,
     )
 
 
@@ -181,6 +264,8 @@ def prepare(
         send = _without_control_header(request)
     if options.bypass:
         return send, None, options, None
+    if type(send.stream) is not _BYTES:  # a body read as it is sent: its errors are the caller's
+        send = _with_callers_body(send)
     if type(extensions.get("timeout")) is DefaultTimeoutDict:
         bound = options.max_wait  # the usual: httpx's default, which bounds nothing
     else:
