@@ -94,6 +94,9 @@ def _httpx_fallbacks(package: str) -> dict[str, Any]:
         f"{core.__name__} AsyncConnectionPool._requests": getattr(pool, "_requests", None),
         # the same, asked of each connection (the slower path)
         f"{core.__name__} AsyncConnectionPool.connections": getattr(pool, "connections", None),
+        # HTTP/2 on in a transport given to AsyncThrottledTransport: without it, its
+        # requests are not handed over in turn (the throttled clients know it from http2=)
+        f"{core.__name__} AsyncConnectionPool._http2": getattr(pool, "_http2", None),
     }
 
 

@@ -50,7 +50,10 @@ from ._pools import (
     Openings,
     PooledOrigin,
     Pools,
+    Serial,
+    Serials,
     check_pool_per_host,
+    http2,
     pools_for,
 )
 
@@ -83,7 +86,7 @@ class _Tracer:
     timed; the wire turn is taken once, at the first.
     """
 
-    __slots__ = ("closing", "end", "entry", "exchange", "saved", "user")
+    __slots__ = ("closing", "end", "entry", "exchange", "saved", "serial", "user")
 
     #: Set by a plug over the pools per origin (:meth:`_HttpxPlug.wire`) only.
     entry: PooledOrigin
@@ -94,6 +97,7 @@ class _Tracer:
         self.user = user
         self.end: float | None = None
         self.saved = saved  # the request's own extensions, put back after sending
+        self.serial: Serial | None = None  # an HTTP/2 pool's origin, held until on the wire
 
     async def __call__(self, name: str, info: dict[str, Any]) -> None:
         if name.endswith(COMPLETE):
@@ -105,6 +109,8 @@ class _Tracer:
             # After the user's callback: the headers go out only now.
             await self.exchange.on_wire()
             self.end = None
+            if self.serial is not None:
+                _on_the_wire(self, name, info)
 
 
 class _WireTracer:
@@ -123,7 +129,7 @@ class _WireTracer:
     find, where reference counting frees them when the request is done.
     """
 
-    __slots__ = ("closing", "entry", "exchange", "saved")
+    __slots__ = ("closing", "entry", "exchange", "saved", "serial")
 
     end = None  # never timed here: the response's return is
     #: Set by a plug over the pools per origin (:meth:`_HttpxPlug.wire`) only.
@@ -133,6 +139,7 @@ class _WireTracer:
     def __init__(self, exchange: Exchange, saved: dict[str, Any]) -> None:
         self.exchange = exchange
         self.saved = saved  # the request's own extensions, put back after sending
+        self.serial: Serial | None = None  # an HTTP/2 pool's origin, held until on the wire
 
     async def __call__(self, name: str, info: dict[str, Any]) -> None:
         if name.endswith(STARTED):
@@ -143,6 +150,38 @@ class _WireTracer:
             request = info.get("request")
             if request is not None and request.method != b"CONNECT":
                 request.extensions.pop("trace", None)
+            if self.serial is not None:
+                _on_the_wire(self, name, info)
+
+
+def _on_the_wire(wiring: _Tracer | _WireTracer, name: str, info: dict[str, Any]) -> None:
+    """The request's headers go out (not a proxy's ``CONNECT``): the next
+    request of its origin may be handed over (:class:`~._pools.Serial`)."""
+    request = info.get("request")
+    if request is not None and request.method == b"CONNECT":
+        return  # the tunnel's: the request itself is still to go
+    serial = wiring.serial
+    if serial is not None:
+        wiring.serial = None
+        serial.leave()
+
+
+async def _send_in_turn(
+    serials: Serials, send: _Send, request: httpx.Request, wiring: _Tracer | _WireTracer
+) -> httpx.Response:
+    """Hand ``request`` over to an HTTP/2 pool once the request of its origin
+    before it has its headers out (:class:`~._pools.Serial`)."""
+    url = request.url
+    entered = await serials.enter(url)  # unasync: entered = serials.enter_blocking(url)
+    origin, serial = entered
+    wiring.serial = serial
+    try:
+        return await send(request)
+    finally:
+        if wiring.serial is not None:  # failed or cancelled before its headers went out
+            wiring.serial = None
+            serial.leave()
+        serials.done(origin, serial)
 
 
 class _LeaseStream(httpx.AsyncByteStream):
@@ -323,6 +362,7 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
             recent
             and user is None
             and lease.wire_gap == 0.0  # no spacing for the wire turn to keep
+            and origins.serials is None  # HTTP/2: the trace's turn keeps streams in order
             and not entry.opens_connection()
         ):
             wiring = _Wired(extensions, entry, closing, exchange)
@@ -424,6 +464,8 @@ class AsyncThrottledTransport(httpx.AsyncBaseTransport):
             raise TypeError(f"inner must be an httpx.AsyncBaseTransport, got {inner!r}")
         self._inner = inner
         self._plug = _PLUG
+        #: HTTP/2 on: an origin's requests are handed over one at a time (``Serial``).
+        self._serials = Serials() if http2(inner) else None
 
     @property
     def inner(self) -> httpx.AsyncBaseTransport:
@@ -449,8 +491,14 @@ class AsyncThrottledTransport(httpx.AsyncBaseTransport):
             return self._inner.handle_async_request(send)
         inner = plug.send
         if inner is None:  # looked up now: a mock may patch the inner transport's class
-            inner = self._inner.handle_async_request
+            inner = self._inner.handle_async_request if self._serials is None else self._in_turn
         return paced(plug, self._throttle, key, options, bound, inner, send)
+
+    def _in_turn(self, request: httpx.Request) -> _Sent:
+        """Send through an HTTP/2 ``inner`` in the origin's turn (:func:`_send_in_turn`)."""
+        wiring = request.extensions["trace"]  # the plug's, for every throttled request here
+        assert self._serials is not None
+        return _send_in_turn(self._serials, self._inner.handle_async_request, request, wiring)
 
     async def aclose(self) -> None:
         """Close the inner transport."""
@@ -484,9 +532,11 @@ class _PoolPerOrigin(httpx.AsyncBaseTransport):
     :meth:`handle_async_request` serves the requests sent unthrottled.
     """
 
-    def __init__(self, pools: Pools) -> None:
+    def __init__(self, pools: Pools, serials: Serials | None = None) -> None:
         self.pools = pools
         self.openings = Openings()
+        #: HTTP/2 on: an origin's requests are handed over one at a time (``Serial``).
+        self.serials = serials
         #: The wiring of the request being handed over (from the plug's wire
         #: to send, which the skeleton calls next, with no await between):
         #: one event loop's thread sends through these pools, so one at a time.
@@ -512,6 +562,14 @@ class _PoolPerOrigin(httpx.AsyncBaseTransport):
                 return self._send_slowly(entry, request, wiring.closing)
             if wiring.closing:
                 return self._send_slowly(entry, request, wiring.closing)
+        elif self.serials is not None:
+            closing = wiring.closing
+            return _send_in_turn(
+                self.serials,
+                lambda sent: self._send_slowly(entry, sent, closing),
+                request,
+                cast("_Tracer | _WireTracer", wiring),
+            )
         elif wiring.closing or entry.opens_connection():
             return self._send_slowly(entry, request, wiring.closing)
         pool: httpx.AsyncBaseTransport = entry.pool
@@ -666,7 +724,10 @@ class AsyncThrottledClient(httpx.AsyncClient):
         threads = False  # unasync: threads = True
         per_host = self._pool_per_host
         pools = None if args else pools_for(self._throttle, make, per_host, kwargs, threads)
-        return self._wrap(make(*args, **kwargs) if pools is None else _PoolPerOrigin(pools))
+        if pools is None:
+            return self._wrap(make(*args, **kwargs))
+        serials = Serials() if kwargs.get("http2") else None
+        return self._wrap(_PoolPerOrigin(pools, serials))
 
     def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
         return self._wrap(super()._init_proxy_transport(*args, **kwargs))

@@ -315,6 +315,92 @@ class Openings:
 _OPENING_TIMEOUT = "no turn to open a connection within the pool timeout ({:g} s)"
 
 
+# -- HTTP/2: one request of an origin at a time between its hand-over and its headers --
+
+
+class Serial:
+    """An origin's requests one at a time from their hand-over to an HTTP/2
+    pool until their headers go out (taken by :meth:`Serials.enter`, given
+    back by the request's wiring once it is on the wire).
+
+    httpcore numbers an HTTP/2 request's stream before its
+    ``send_request_headers`` trace event, where the wire turn waits; numbers
+    must go out in order, and another request numbered meanwhile gets the
+    same number (one of the two then fails with a protocol error). So the
+    next request of the origin is handed over only once the one before has
+    its headers out. Over HTTP/1.1 (a server that does not take HTTP/2) that
+    costs little: httpcore with HTTP/2 on queues a request on a connection
+    still being opened anyway, until it knows the protocol.
+
+    The wait here is bounded by what bounds the request before it on the
+    way to its headers: its connect and TLS timeouts, and its wire turn,
+    which the request behind would wait for anyway (it comes after it).
+    """
+
+    __slots__ = ("blocking", "users", "waiting")
+
+    def __init__(self) -> None:
+        self.blocking = threading.Lock()  # the sync client's
+        self.waiting: anyio.Lock | None = None  # the async client's, made in its event loop
+        self.users = 0
+
+    def leave(self) -> None:
+        if self.waiting is not None:
+            self.waiting.release()
+        else:
+            self.blocking.release()
+
+
+class Serials:
+    """The :class:`Serial` of each origin an HTTP/2 pool is sending to, kept while in use."""
+
+    __slots__ = ("_lock", "_table")
+
+    def __init__(self) -> None:
+        self._table: dict[Origin, Serial] = {}
+        self._lock = threading.Lock()  # the table alone: threads share the sync client's
+
+    def _take(self, url: httpx.URL) -> tuple[Origin, Serial]:
+        origin = (url.scheme, url.host, url.port)
+        with self._lock:
+            serial = self._table.get(origin)
+            if serial is None:
+                serial = self._table[origin] = Serial()
+            serial.users += 1
+        return origin, serial
+
+    async def enter(self, url: httpx.URL) -> tuple[Origin, Serial]:
+        """Wait for the origin's turn to hand a request over."""
+        origin, serial = self._take(url)
+        lock = serial.waiting
+        if lock is None:
+            lock = serial.waiting = anyio.Lock()
+        try:
+            await lock.acquire()
+        except BaseException:
+            self.done(origin, serial)
+            raise
+        return origin, serial
+
+    def enter_blocking(self, url: httpx.URL) -> tuple[Origin, Serial]:
+        """:meth:`enter` for a thread."""
+        origin, serial = self._take(url)
+        serial.blocking.acquire()
+        return origin, serial
+
+    def done(self, origin: Origin, serial: Serial) -> None:
+        """The request is sent, or failed: the origin's entry goes with its last user."""
+        with self._lock:
+            serial.users -= 1
+            if serial.users == 0:
+                del self._table[origin]
+
+
+def http2(transport: Any) -> bool:
+    """Whether ``transport`` is httpx's own with HTTP/2 on (its httpcore pool's ``_http2``)."""
+    return getattr(getattr(transport, "_pool", None), "_http2", False) is True
+
+
 #: httpx's limits for a client given none (equal ones count as none).
 _DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
 

@@ -48,7 +48,10 @@ from ._pools import (
     Openings,
     PooledOrigin,
     Pools,
+    Serial,
+    Serials,
     check_pool_per_host,
+    http2,
     pools_for,
 )
 
@@ -79,7 +82,7 @@ class _Tracer:
     timed; the wire turn is taken once, at the first.
     """
 
-    __slots__ = ("closing", "end", "entry", "exchange", "saved", "user")
+    __slots__ = ("closing", "end", "entry", "exchange", "saved", "serial", "user")
 
     #: Set by a plug over the pools per origin (:meth:`_HttpxPlug.wire`) only.
     entry: PooledOrigin
@@ -90,6 +93,7 @@ class _Tracer:
         self.user = user
         self.end: float | None = None
         self.saved = saved  # the request's own extensions, put back after sending
+        self.serial: Serial | None = None  # an HTTP/2 pool's origin, held until on the wire
 
     def __call__(self, name: str, info: dict[str, Any]) -> None:
         if name.endswith(COMPLETE):
@@ -101,6 +105,8 @@ class _Tracer:
             # After the user's callback: the headers go out only now.
             self.exchange.on_wire_blocking()
             self.end = None
+            if self.serial is not None:
+                _on_the_wire(self, name, info)
 
 
 class _WireTracer:
@@ -119,7 +125,7 @@ class _WireTracer:
     find, where reference counting frees them when the request is done.
     """
 
-    __slots__ = ("closing", "entry", "exchange", "saved")
+    __slots__ = ("closing", "entry", "exchange", "saved", "serial")
 
     end = None  # never timed here: the response's return is
     #: Set by a plug over the pools per origin (:meth:`_HttpxPlug.wire`) only.
@@ -129,6 +135,7 @@ class _WireTracer:
     def __init__(self, exchange: Exchange, saved: dict[str, Any]) -> None:
         self.exchange = exchange
         self.saved = saved  # the request's own extensions, put back after sending
+        self.serial: Serial | None = None  # an HTTP/2 pool's origin, held until on the wire
 
     def __call__(self, name: str, info: dict[str, Any]) -> None:
         if name.endswith(STARTED):
@@ -139,6 +146,38 @@ class _WireTracer:
             request = info.get("request")
             if request is not None and request.method != b"CONNECT":
                 request.extensions.pop("trace", None)
+            if self.serial is not None:
+                _on_the_wire(self, name, info)
+
+
+def _on_the_wire(wiring: _Tracer | _WireTracer, name: str, info: dict[str, Any]) -> None:
+    """The request's headers go out (not a proxy's ``CONNECT``): the next
+    request of its origin may be handed over (:class:`~._pools.Serial`)."""
+    request = info.get("request")
+    if request is not None and request.method == b"CONNECT":
+        return  # the tunnel's: the request itself is still to go
+    serial = wiring.serial
+    if serial is not None:
+        wiring.serial = None
+        serial.leave()
+
+
+def _send_in_turn(
+    serials: Serials, send: _Send, request: httpx2.Request, wiring: _Tracer | _WireTracer
+) -> httpx2.Response:
+    """Hand ``request`` over to an HTTP/2 pool once the request of its origin
+    before it has its headers out (:class:`~._pools.Serial`)."""
+    url = request.url
+    entered = serials.enter_blocking(url)
+    origin, serial = entered
+    wiring.serial = serial
+    try:
+        return send(request)
+    finally:
+        if wiring.serial is not None:  # failed or cancelled before its headers went out
+            wiring.serial = None
+            serial.leave()
+        serials.done(origin, serial)
 
 
 class _LeaseStream(httpx2.SyncByteStream):
@@ -319,6 +358,7 @@ class _HttpxPlug(Plug[httpx2.Request, httpx2.Response, _Wiring]):
             recent
             and user is None
             and lease.wire_gap == 0.0  # no spacing for the wire turn to keep
+            and origins.serials is None  # HTTP/2: the trace's turn keeps streams in order
             and not entry.opens_connection()
         ):
             wiring = _Wired(extensions, entry, closing, exchange)
@@ -417,6 +457,8 @@ class ThrottledTransport(httpx2.BaseTransport):
             raise TypeError(f"inner must be a httpx2.BaseTransport, got {inner!r}")
         self._inner = inner
         self._plug = _PLUG
+        #: HTTP/2 on: an origin's requests are handed over one at a time (``Serial``).
+        self._serials = Serials() if http2(inner) else None
 
     @property
     def inner(self) -> httpx2.BaseTransport:
@@ -439,8 +481,14 @@ class ThrottledTransport(httpx2.BaseTransport):
             return self._inner.handle_request(send)
         inner = plug.send
         if inner is None:  # looked up now: a mock may patch the inner transport's class
-            inner = self._inner.handle_request
+            inner = self._inner.handle_request if self._serials is None else self._in_turn
         return paced_blocking(plug, self._throttle, key, options, bound, inner, send)
+
+    def _in_turn(self, request: httpx2.Request) -> _Sent:
+        """Send through an HTTP/2 ``inner`` in the origin's turn (:func:`_send_in_turn`)."""
+        wiring = request.extensions["trace"]  # the plug's, for every throttled request here
+        assert self._serials is not None
+        return _send_in_turn(self._serials, self._inner.handle_request, request, wiring)
 
     def close(self) -> None:
         """Close the inner transport."""
@@ -474,9 +522,11 @@ class _PoolPerOrigin(httpx2.BaseTransport):
     :meth:`handle_request` serves the requests sent unthrottled.
     """
 
-    def __init__(self, pools: Pools) -> None:
+    def __init__(self, pools: Pools, serials: Serials | None = None) -> None:
         self.pools = pools
         self.openings = Openings()
+        #: HTTP/2 on: an origin's requests are handed over one at a time (``Serial``).
+        self.serials = serials
         #: The wiring of the request being handed over (from the plug's wire
         #: to send, which the skeleton calls next, with no between):
         #: one event loop's thread sends through these pools, so one at a time.
@@ -498,6 +548,14 @@ class _PoolPerOrigin(httpx2.BaseTransport):
                 return self._send_slowly(entry, request, wiring.closing)
             if wiring.closing:
                 return self._send_slowly(entry, request, wiring.closing)
+        elif self.serials is not None:
+            closing = wiring.closing
+            return _send_in_turn(
+                self.serials,
+                lambda sent: self._send_slowly(entry, sent, closing),
+                request,
+                cast("_Tracer | _WireTracer", wiring),
+            )
         elif wiring.closing or entry.opens_connection():
             return self._send_slowly(entry, request, wiring.closing)
         pool: httpx2.BaseTransport = entry.pool
@@ -650,7 +708,10 @@ class ThrottledClient(httpx2.Client):
         threads = True
         per_host = self._pool_per_host
         pools = None if args else pools_for(self._throttle, make, per_host, kwargs, threads)
-        return self._wrap(make(*args, **kwargs) if pools is None else _PoolPerOrigin(pools))
+        if pools is None:
+            return self._wrap(make(*args, **kwargs))
+        serials = Serials() if kwargs.get("http2") else None
+        return self._wrap(_PoolPerOrigin(pools, serials))
 
     def _init_proxy_transport(self, *args: Any, **kwargs: Any) -> httpx2.BaseTransport:
         return self._wrap(super()._init_proxy_transport(*args, **kwargs))

@@ -1,0 +1,147 @@
+"""The httpx adapter over HTTP/2: many requests of a slot on one connection.
+
+A loopback hypercorn server speaks HTTP/2 over TLS (``tls.py``); the clients
+turn it on with ``http2=True``. httpcore numbers a request's stream before
+the trace event where the wire turn waits, and the numbers must go out in
+order: the adapter hands an origin's requests to an HTTP/2 pool one at a
+time, each once the one before has its headers out
+(``_httpx/_pools.py``, ``Serial``). Timing bounds are generous.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import pytest
+
+from autothrottle import Throttle
+from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport, ThrottledClient
+from httpx_packages import PACKAGES, bind
+
+pytest.importorskip("h2")
+pytest.importorskip("hypercorn")
+tls = pytest.importorskip("tls")  # trustme
+
+
+@pytest.fixture(autouse=True, params=PACKAGES)
+def package(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    return bind(globals(), request, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def host() -> Any:
+    with tls.tls_host("h2", "127.0.0.3") as served:
+        yield served
+
+
+def fixed(delay: float, **kwargs: Any) -> Throttle:
+    return Throttle(start_delay=delay, min_delay=delay, max_delay=delay, **kwargs)
+
+
+def async_client(throttle: Throttle, route: str) -> httpx.AsyncClient:
+    if route == "client":
+        return AsyncThrottledClient(throttle=throttle, http2=True, verify=tls.trusting())
+    inner = httpx.AsyncHTTPTransport(http2=True, verify=tls.trusting())
+    return httpx.AsyncClient(transport=AsyncThrottledTransport(inner, throttle=throttle))
+
+
+def assert_idle(throttle: Throttle, key: str) -> None:
+    slot = throttle.slot(key)
+    assert (slot.in_flight, slot.queued) == (0, 0)
+
+
+def assert_spaced(times: list[float], delay: float) -> None:
+    """Each arrival at least ``delay`` after the one before, less 30 ms of the loop's lag."""
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert all(gap >= delay - 0.03 for gap in gaps), gaps
+
+
+@pytest.mark.parametrize("route", ["client", "transport"])
+async def test_requests_behind_a_slow_handshake_share_one_connection_at_the_delay(
+    host: Any, route: str
+) -> None:
+    # Every request is granted while the one connection is still being opened
+    # (300 ms): they leave on it one by one, each at its wire turn, with the
+    # streams in order (a request numbered while another waited failed with
+    # a protocol error, or a KeyError in httpcore).
+    throttle = fixed(0.08)
+    host.forget()
+    host.hold(250)
+    async with async_client(throttle, route) as client:
+        responses = await asyncio.gather(*(client.get(host.url(f"/{i}")) for i in range(4)))
+    assert [r.http_version for r in responses] == ["HTTP/2"] * 4
+    arrivals = host.arrivals
+    assert [a["path"] for a in arrivals] == [f"/{i}" for i in range(4)]
+    assert {a["version"] for a in arrivals} == {"2"}
+    assert len({a["peer"] for a in arrivals}) == 1  # one connection
+    assert_spaced([a["time"] for a in arrivals], 0.08)
+    slot = throttle.slot(host.address).snapshot()
+    assert (slot.sent, slot.responses, slot.failures) == (4, 4, 0)
+    assert_idle(throttle, host.address)
+
+
+def test_the_sync_client_keeps_streams_in_order_and_the_delay(host: Any) -> None:
+    throttle = fixed(0.08)
+    host.forget()
+    host.hold(250)
+    with (
+        ThrottledClient(throttle=throttle, http2=True, verify=tls.trusting()) as client,
+        ThreadPoolExecutor(4) as pool,
+    ):
+        responses = list(pool.map(lambda i: client.get(host.url(f"/{i}")), range(4)))
+    assert [r.http_version for r in responses] == ["HTTP/2"] * 4
+    arrivals = host.arrivals
+    assert len({a["peer"] for a in arrivals}) == 1
+    assert_spaced(sorted(a["time"] for a in arrivals), 0.08)
+    slot = throttle.slot(host.address).snapshot()
+    assert (slot.sent, slot.responses, slot.failures) == (4, 4, 0)
+    assert_idle(throttle, host.address)
+
+
+@pytest.mark.parametrize("route", ["client", "transport"])
+async def test_the_cap_holds_on_one_multiplexed_connection(host: Any, route: str) -> None:
+    throttle = fixed(0.0, max_concurrency=2)
+    host.forget()
+    async with async_client(throttle, route) as client:
+        responses = await asyncio.gather(*(client.get(host.url("/delay/60")) for _ in range(5)))
+    assert [r.status_code for r in responses] == [200] * 5
+    assert host.max_in_service == 2
+    assert len({a["peer"] for a in host.arrivals}) == 1
+    assert throttle.slot(host.address).sent == 5
+    assert_idle(throttle, host.address)
+
+
+async def test_a_stream_cancelled_mid_body_releases_its_lease_and_the_others_go_on(
+    host: Any,
+) -> None:
+    throttle = fixed(0.0, max_concurrency=2)
+    host.forget()
+    async with async_client(throttle, "client") as client:
+        reading = asyncio.Event()
+
+        async def read_a_little() -> None:
+            async with client.stream("GET", host.url("/stream/100/20")) as response:
+                async for _ in response.aiter_bytes():
+                    reading.set()
+                    await asyncio.sleep(10)  # cancelled here, mid-body
+
+        streaming = asyncio.create_task(read_a_little())
+        slot = throttle.slot(host.address)
+        async with asyncio.timeout(10):
+            await reading.wait()
+        assert slot.in_flight == 1
+        others = [asyncio.create_task(client.get(host.url(f"/{i}"))) for i in range(3)]
+        streaming.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await streaming
+        async with asyncio.timeout(10):
+            responses = await asyncio.gather(*others)
+    assert [r.status_code for r in responses] == [200] * 3
+    assert len({a["peer"] for a in host.arrivals}) == 1
+    snapshot = slot.snapshot()
+    assert (snapshot.sent, snapshot.responses, snapshot.failures) == (4, 4, 0)
+    assert_idle(throttle, host.address)
