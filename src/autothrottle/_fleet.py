@@ -96,7 +96,19 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
 7. **Handing back.** A finished request's lease goes back with the next
    message to the store; one that could not be sent is kept and sent again
    (handing back is idempotent), so a slow moment never leaves a lease that
-   blocks the slot until ``hold_timeout``.
+   blocks the slot until ``hold_timeout``. A request never finished is let
+   go by its process at ``hold_timeout`` (its lease expires, ``Lease.expire``)
+   without that ending: its lease in the store expires ``hold_timeout`` after
+   its due on the store's side, and the rest of its run, if it was the last
+   request of the process for the slot, is not handed back then (rule 8): the
+   next request of the process hands back the turns past their due (or takes
+   those still ahead), or the slot's forgetting (``idle_timeout``) or the
+   store's close does; each of their leases expires ``hold_timeout`` after its
+   due meanwhile, as a crashed process's do, at most :data:`RUN_MOST` - 1
+   gaps after the request's own. That is the fleet's bound for a lease
+   nobody hands back: nothing is held past it. Their time is long past then,
+   unless ``hold_timeout`` is shorter than the run: the turns still ahead
+   stay reserved, unused unless the process sends again.
 8. **Runs.** A process whose requests to a slot come faster than the fleet
    gives it turns takes a run of consecutive turns in one round trip
    (:class:`Run`): the next request takes the next turn of the run without
