@@ -7,6 +7,10 @@ on, and prints each slot's state at the end. Run it with::
 
     python examples/aiohttp_example.py
 
+It needs ``autothrottle[aiohttp]`` and nothing else (the two sites are aiohttp.web).
+On macOS, 127.0.0.2 and 127.0.0.3 need aliases first:
+``sudo ifconfig lo0 alias 127.0.0.2 && sudo ifconfig lo0 alias 127.0.0.3``.
+
 Watch the debug lines: each slot's delay moves towards
 ``latency / target_concurrency``, and the fast host is never held back by the
 slow one.

@@ -6,6 +6,7 @@ get (a summary naming every host, a PNG), never how fast anything went.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import io
@@ -22,6 +23,7 @@ import autothrottle
 import autothrottle.sim
 from autothrottle import Throttle
 from autothrottle.cli._main import DEFAULT_DURATION, DEFAULT_OUT, build_parser, main
+from autothrottle.policy import policy_from_text
 from autothrottle.sim import CDN, Capacity, HostStats, RateLimited, SoftBlock
 from autothrottle.timeline import Timeline
 from helpers import FakeClock, FakeThrottle
@@ -162,6 +164,57 @@ def test_the_help_names_the_extras_the_demo_asks_for(
     help_text = " ".join(capsys.readouterr().out.split())
     extras = " and ".join(asked.group(1).split(","))
     assert f"Start with `autothrottle demo`: with the {extras} extras installed" in help_text
+
+
+def _fetch_help(flag: str) -> str:
+    fetch = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices["fetch"]
+    action = next(a for a in fetch._actions if flag in a.option_strings)
+    assert action.help is not None
+    return action.help
+
+
+def test_fetch_help_gives_each_policy_s_start_delay_as_the_throttle_has_it() -> None:
+    """A default of None is the policy's: ``--help`` names it per policy, and no
+    setting the policy does not decide (``--max-wait``) is said to be the policy's."""
+    said = re.search(r"default: the policy's own: (.*)\)", _fetch_help("--start-delay"))
+    assert said is not None
+    named = re.findall(r"([\d.]+) for ([\w-]+(?: and [\w-]+)*)", said.group(1))
+    assert {n for _, names in named for n in names.split(" and ")} == {
+        "adaptive",
+        "autothrottle",
+        "aimd",
+    }
+    for seconds, names in named:
+        for name in names.split(" and "):
+            throttle = Throttle(policy=policy_from_text(name))
+            assert throttle.config.start_delay == float(seconds), name
+    unbounded = _fetch_help("--max-wait")
+    assert "policy" not in unbounded and "waits as long as its turn takes" in unbounded
+
+
+def test_the_fetch_summary_counts_in_words_and_titles_the_hosts_it_shows() -> None:
+    """One of a thing is not "1 errors"; a table of every host is not "the 1 hosts
+    with the most URLs"; a table of some says of how many."""
+    from rich.console import Console
+
+    from autothrottle.cli._fetch_progress import Tally, summary
+
+    def text(tally: Tally, rows: int) -> str:
+        console = Console(width=200, record=True, file=io.StringIO())
+        console.print(summary(tally, Throttle(), interrupted=False, rows=rows))
+        return " ".join(console.export_text().split())
+
+    tally = Tally(total=2, clock=FakeClock(1.0), started=0.0)
+    fields = {"status": None, "bytes": 0, "attempts": 2, "error": "ConnectError: refused"}
+    tally.finished("a.example", fields)
+    tally.finished("b.example", {**fields, "status": 200, "attempts": 1, "error": None})
+    one = text(tally, rows=10)
+    assert "; 1 error; 1 retry;" in one and "per host" in one
+    assert "hosts with the most URLs" not in one
+    some = text(tally, rows=1)
+    assert "the host with the most URLs, of 2" in some
 
 
 def test_fetch_needs_no_matplotlib(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -234,6 +234,23 @@ def test_quiet_says_nothing_and_verbose_tells_robots_and_errors(tmp_path: Path) 
     assert "robots.txt of http://127.0.0.2:" in err and "done:" in err
 
 
+def test_debug_shows_each_delay_change_on_stderr_and_leaves_stdout_to_the_lines(
+    tmp_path: Path,
+) -> None:
+    """``--debug`` is ``Throttle(debug=True)``, whose records only a configured logger
+    shows: the command shows them, even with ``-q`` (asked for by name)."""
+    with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
+        source = urls_file(tmp_path, [f"{hosts['127.0.0.2']}/page/{i}" for i in range(4)])
+        done = fetch(str(source), "--ignore-robots", "--debug", "-q")
+    assert done.returncode == 0, done.stderr
+    debug = done.stderr.decode().splitlines()
+    assert debug  # a record per adjusted response
+    assert all(line.startswith("autothrottle: slot=127.0.0.2 ") for line in debug), debug
+    assert all("reason=" in line for line in debug)
+    assert len(done.stdout.splitlines()) == 4  # the JSON lines, and nothing else
+    assert all(json.loads(line)["status"] == 200 for line in done.stdout.splitlines())
+
+
 # ----------------------------------------------------------------------------- requests
 
 

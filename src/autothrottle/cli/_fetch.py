@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import signal
 import threading
 from collections import deque
@@ -412,6 +413,42 @@ async def _end(helpers: list[asyncio.Task[None]], timeline: Timeline | None) -> 
         timeline.close()
 
 
+class _ConsoleLog(logging.Handler):
+    """``--debug``'s records, printed by the run's console: above the live table, not
+    through it, and with ``-q`` too (asked for by name, they are not progress)."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__(logging.DEBUG)
+        self._console = console
+        self.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record)
+            self._console.print(text, highlight=False, markup=False, soft_wrap=True)
+        except Exception:
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def _debug_log(throttle: Throttle, console: Console) -> Iterator[None]:
+    """With ``--debug``, the throttle's ``autothrottle`` logger shows its records on the
+    console: ``Throttle(debug=True)`` only makes them, and a command has no logging set up
+    of its own to show them."""
+    if not throttle.debug:
+        yield
+        return
+    logger = logging.getLogger("autothrottle")
+    handler, level = _ConsoleLog(console), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 SAMPLE_INTERVAL = 0.25
 """Seconds between two samples of ``--chart`` and ``--timeline``'s timeline, at least."""
 
@@ -453,7 +490,8 @@ def run(job: FetchJob, throttle: Throttle, *, console: Console | None = None) ->
     if job.chart is not None or job.timeline is not None:
         fetch.timeline = timeline_for(throttle, job.timeline)
     try:
-        asyncio.run(_fetch(job, throttle, console, fetch))
+        with _debug_log(throttle, console):
+            asyncio.run(_fetch(job, throttle, console, fetch))
     finally:
         writer.close()
     status = _status(fetch)

@@ -291,7 +291,7 @@ def _statuses(text: str) -> tuple[int, ...]:
 
 #: Throttle keyword -> (argparse type, or "bool"; what it does).
 SETTINGS: dict[str, tuple[Callable[[str], Any] | str, str]] = {
-    "start_delay": (float, "seconds between sends to a host at first (1; 5 for autothrottle)"),
+    "start_delay": (float, "seconds between sends to a host at first"),
     "max_delay": (float, "the delay never rises above this many seconds"),
     "target_concurrency": (float, "requests to keep in flight per host on average"),
     "min_delay": (float, "the delay never falls below this many seconds"),
@@ -329,9 +329,17 @@ def _default(name: str) -> object:
     return inspect.signature(Throttle).parameters[name].default
 
 
-def _shown(value: object) -> str:
+#: What a setting left at None means, in ``--help``'s words.
+_UNSET = {
+    "start_delay": "the policy's own: 1 for adaptive, 5 for autothrottle and aimd; "
+    "the fixed ones start at their pace",
+    "max_wait": "none: a request waits as long as its turn takes",
+}
+
+
+def _shown(name: str, value: object) -> str:
     if value is None:
-        return "the policy's own"
+        return _UNSET[name]
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, tuple):
@@ -354,7 +362,7 @@ def add_throttle_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for name, (kind, about) in SETTINGS.items():
         flag = "--" + name.replace("_", "-")
-        help_text = f"{about} (default: {_shown(_default(name))})"
+        help_text = f"{about} (default: {_shown(name, _default(name))})"
         if kind == "bool":
             group.add_argument(
                 flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text

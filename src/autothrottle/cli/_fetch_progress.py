@@ -226,6 +226,17 @@ def live_view(tally: Tally, throttle: Throttle, in_flight: int, rows: int = 10) 
     return Group(*parts)
 
 
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
+
+
+def _hosts_title(shown: int, hosts: int) -> str:
+    if shown == hosts:
+        return "per host"
+    which = "the host" if shown == 1 else f"the {shown:,} hosts"
+    return f"{which} with the most URLs, of {hosts:,}"
+
+
 def summary(tally: Tally, throttle: Throttle, *, interrupted: bool, rows: int = 10) -> Group:
     """The end of the run: totals by status, then the hosts with the most lines."""
     elapsed = max(tally.elapsed(), 1e-9)
@@ -234,12 +245,13 @@ def summary(tally: Tally, throttle: Throttle, *, interrupted: bool, rows: int = 
         ("interrupted" if interrupted else "done", "bold yellow" if interrupted else "bold green"),
         f": {tally.done:,} URLs in {elapsed:.1f} s ({tally.done / elapsed:,.1f}/s), "
         f"{tally.skipped:,} skipped (done before or repeated), {tally.nbytes:,} bytes; "
-        f"statuses {statuses or '-'}; {tally.errors:,} errors; {tally.retries:,} retries; "
+        f"statuses {statuses or '-'}; {_count(tally.errors, 'error')}; "
+        f"{_count(tally.retries, 'retry', 'retries')}; "
         f"{tally.limited:,} 429s; {tally.blocked:,} blocked; "
         f"{tally.excluded:,} excluded by robots.txt",
     )
     table = Table(
-        title=f"the {min(rows, len(tally.hosts))} hosts with the most URLs",
+        title=_hosts_title(min(rows, len(tally.hosts)), len(tally.hosts)),
         box=box.SIMPLE_HEAD,
         header_style="bold",
         pad_edge=False,
