@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from autothrottle import Throttle
+from autothrottle import AutoThrottlePolicy, Throttle
 from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport, ThrottledClient
 from httpx_packages import PACKAGES, bind
 
@@ -36,6 +36,17 @@ def package(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 def host() -> Any:
     with tls.tls_host("h2", "127.0.0.3") as served:
         yield served
+
+
+class SpyPolicy(AutoThrottlePolicy):
+    """Scrapy's rules, recording every latency the throttle learns from."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+
+    def next_delay(self, delay: float, sample: Any, config: Any) -> float:
+        self.latencies.append(sample.latency)
+        return super().next_delay(delay, sample, config)
 
 
 def fixed(delay: float, **kwargs: Any) -> Throttle:
@@ -65,10 +76,11 @@ async def test_requests_behind_a_slow_handshake_share_one_connection_at_the_dela
     host: Any, route: str
 ) -> None:
     # Every request is granted while the one connection is still being opened
-    # (300 ms): they leave on it one by one, each at its wire turn, with the
+    # (250 ms): they leave on it one by one, each at its wire turn, with the
     # streams in order (a request numbered while another waited failed with
     # a protocol error, or a KeyError in httpcore).
-    throttle = fixed(0.08)
+    spy = SpyPolicy()
+    throttle = fixed(0.08, policy=spy)
     host.forget()
     host.hold(250)
     async with async_client(throttle, route) as client:
@@ -81,6 +93,8 @@ async def test_requests_behind_a_slow_handshake_share_one_connection_at_the_dela
     assert_spaced([a["time"] for a in arrivals], 0.08)
     slot = throttle.slot(host.address).snapshot()
     assert (slot.sent, slot.responses, slot.failures) == (4, 4, 0)
+    # The handshake is not latency, not even the first request's: the server answers at once.
+    assert len(spy.latencies) == 4 and max(spy.latencies) < 0.2, spy.latencies
     assert_idle(throttle, host.address)
 
 
