@@ -171,6 +171,20 @@ def test_a_host_with_a_space_is_refused_up_front(tmp_path: Path) -> None:
     assert site["outcomes"]["ok"] == 1
 
 
+def test_a_url_without_its_scheme_or_with_a_port_out_of_range_is_an_invalid_url(
+    tmp_path: Path,
+) -> None:
+    """The usual slips of a URL list say what to fix, as an ``InvalidURL`` line."""
+    urls = ["example.com/x", "localhost:8080/x", "http://127.0.0.2:99999/x", "mailto:a@b"]
+    done = fetch(str(urls_file(tmp_path, urls)), "-q")
+    assert done.returncode == 1
+    errors = {r["url"]: r["error"] for r in map(json.loads, done.stdout.splitlines())}
+    no_scheme = "InvalidURL: no scheme: a URL starts with http:// or https://"
+    assert errors["example.com/x"] == errors["localhost:8080/x"] == no_scheme
+    assert errors["http://127.0.0.2:99999/x"].startswith("InvalidURL: Port out of range")
+    assert errors["mailto:a@b"] == "InvalidURL: scheme must be http or https, got 'mailto'"
+
+
 def test_dash_o_dash_streams_to_stdout_with_no_resume(tmp_path: Path) -> None:
     with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
         source = urls_file(tmp_path, [f"{hosts['127.0.0.2']}/page/{i}" for i in range(4)])

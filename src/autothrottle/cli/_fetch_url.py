@@ -37,6 +37,7 @@ BLOCK_BYTES = 1024 * 1024
 
 #: Characters no host name holds (RFC 3986's reg-name, and what IDNA refuses).
 _NOT_IN_HOST = frozenset('<>"{}|\\^`%')
+_SCHEMES = ("http", "https")
 
 
 def problem(url: str) -> str | None:
@@ -44,9 +45,13 @@ def problem(url: str) -> str | None:
     try:
         parts = urlsplit(url)
         host = parts.hostname
+        parts.port  # noqa: B018 - it raises on a port out of range, as a client would later
     except ValueError as exc:
         return f"InvalidURL: {exc}"
-    if parts.scheme.lower() not in ("http", "https"):
+    if not parts.scheme or (not parts.netloc and parts.path.split("/")[0].isdigit()):
+        # "example.com/x", "localhost:8080/x" ("localhost" read as a scheme, 8080 a path)
+        return "InvalidURL: no scheme: a URL starts with http:// or https://"
+    if parts.scheme.lower() not in _SCHEMES:
         return f"InvalidURL: scheme must be http or https, got {parts.scheme!r}"
     if not host:
         return "InvalidURL: no host"
