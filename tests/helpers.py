@@ -336,7 +336,7 @@ class Grants:
             self.finished.setdefault(key, []).append(lease)
             hand_back(key, lease)
 
-        store._answer = answered  # type: ignore[method-assign]
+        store._answer = answered  # type: ignore[method-assign, assignment]
         store.released = released  # type: ignore[method-assign]
 
     def sent(self, key: str | None = None) -> list[float]:

@@ -340,8 +340,9 @@ def _written_attributes(tree: ast.AST) -> list[tuple[int, str]]:
             return node.attr
         return None
 
-    written = []
+    written: list[tuple[int, str]] = []
     for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = list(node.targets)
@@ -354,9 +355,9 @@ def _written_attributes(tree: ast.AST) -> list[tuple[int, str]]:
             if isinstance(func, ast.Attribute) and func.attr in _MUTATORS:
                 targets = [func.value]
             elif isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args:
-                name = node.args[1] if len(node.args) > 1 else None
-                if isinstance(name, ast.Constant) and isinstance(name.value, str):
-                    written.append((node.lineno, name.value))
+                arg = node.args[1] if len(node.args) > 1 else None
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    written.append((line, arg.value))
         flat: list[ast.expr] = []
         for target in targets:
             flat.extend(target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])
@@ -365,7 +366,7 @@ def _written_attributes(tree: ast.AST) -> list[tuple[int, str]]:
                 target = target.value
             name = attribute(target)
             if name is not None:
-                written.append((node.lineno, name))
+                written.append((line, name))
     return written
 
 

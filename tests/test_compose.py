@@ -166,7 +166,7 @@ async def test_an_active_span_records_the_throttles_wait() -> None:
     [(AsyncThrottledClient, httpx.AsyncClient), (ThrottledClient, httpx.Client)],
 )
 def test_the_throttled_clients_declare_every_parameter_of_httpxs(
-    throttled: type, plain: type
+    throttled: Any, plain: Any
 ) -> None:
     # Typed keyword arguments let mypy and IDEs catch `transprt=`; they must
     # keep up with httpx's own parameters.

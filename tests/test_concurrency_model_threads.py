@@ -692,9 +692,9 @@ def recorded(model: Model) -> Iterator[None]:
                 ticket.wake()
         return wait
 
-    Gate.enqueue, Gate.abandon = enqueue_, abandon_  # type: ignore[method-assign]
-    Gate.release, Gate.let_go = release_, let_go_  # type: ignore[method-assign]
-    Gate.try_acquire = try_acquire_  # type: ignore[method-assign]
+    Gate.enqueue, Gate.abandon = enqueue_, abandon_  # type: ignore[method-assign, assignment]
+    Gate.release, Gate.let_go = release_, let_go_  # type: ignore[method-assign, assignment]
+    Gate.try_acquire = try_acquire_  # type: ignore[method-assign, assignment]
     try:
         yield
     finally:
@@ -718,9 +718,9 @@ def _recording_maker(model: Model, gate: Gate, make: Callable[[float], Lease]) -
 
 def run_script(policy: str, skipping: bool, hold_timeout: float, script: list[Op]) -> Model:
     clock = VirtualTime(100.0)
-    saved = driver_module.threading, driver_module.time, testing_module.time
-    driver_module.threading = _Threading(clock)  # type: ignore[assignment]
-    driver_module.time = testing_module.time = _Time(clock)  # type: ignore[assignment]
+    saved = driver_module.threading, driver_module.time, testing_module.time  # type: ignore[attr-defined]
+    driver_module.threading = _Threading(clock)  # type: ignore[attr-defined, assignment]
+    driver_module.time = testing_module.time = _Time(clock)  # type: ignore[attr-defined, assignment]
     model: Model | None = None
     try:
         throttle = Throttle(
@@ -753,7 +753,7 @@ def run_script(policy: str, skipping: bool, hold_timeout: float, script: list[Op
         for request in model.requests if model is not None else ():
             if request.thread is not None:
                 request.thread.join(REAL_LIMIT)
-        driver_module.threading, driver_module.time, testing_module.time = saved
+        driver_module.threading, driver_module.time, testing_module.time = saved  # type: ignore[attr-defined]
 
 
 @settings(

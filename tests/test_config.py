@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -38,7 +38,7 @@ def test_number_parameters_reject_wrong_types(name: str, value: object) -> None:
     if name == "start_delay" and value is None:
         return  # None is the policy's own start (test_the_start_delay_none_is_the_policys)
     with pytest.raises(TypeError) as info:
-        Throttle(**{name: value})
+        Throttle(**cast(dict[str, Any], {name: value}))
     assert_names(info, name, value)
 
 
@@ -205,7 +205,7 @@ def test_hold_timeout_wrong_type(value: object) -> None:
 )
 def test_signal_settings_are_validated_too(name: str, value: object) -> None:
     with pytest.raises((TypeError, ValueError)) as info:
-        Throttle(**{name: value})
+        Throttle(**cast(dict[str, Any], {name: value}))
     shown = value[0] if isinstance(value, list) else value  # the offending member
     assert_names(info, name, shown)
 
@@ -253,7 +253,7 @@ def test_valid_arguments_are_accepted(kwargs: dict[str, Any]) -> None:
 def test_arguments_are_keyword_only() -> None:
     # Throttle(2.0) reads as a target to most people and as Scrapy's start delay to others.
     with pytest.raises(TypeError):
-        Throttle(2.0)  # type: ignore[misc]
+        Throttle(2.0)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(

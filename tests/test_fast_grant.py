@@ -52,7 +52,7 @@ class GeneralGate(Gate):
 
     __slots__ = ()
 
-    @property  # type: ignore[override]
+    @property
     def _plain_grant(self) -> bool:
         return False
 
@@ -82,7 +82,12 @@ HEADERS: list[dict[str, str] | None] = [
 
 STATUSES = [200, 200, 200, 200, 204, 301, 404, 429, 503]
 
-settings_ = st.fixed_dictionaries(
+
+def _max_not_below_min(config: dict[str, Any]) -> bool:
+    return bool(config["max_delay"] >= config["min_delay"])
+
+
+settings_: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
     {
         "policy": st.sampled_from(sorted(POLICIES)),
         "start_delay": st.sampled_from([0.0, 0.01, 0.2, 1.0]),
@@ -92,7 +97,7 @@ settings_ = st.fixed_dictionaries(
         "jitter": st.sampled_from([0.0, 0.0, 0.0, 0.3]),
         "limits": st.sampled_from(["none", "none", "budget", "sustained", "both"]),
     }
-).filter(lambda config: config["max_delay"] >= config["min_delay"])
+).filter(_max_not_below_min)
 
 LIMITS = {
     "none": {},

@@ -7,6 +7,7 @@ import math
 import random
 from collections.abc import Mapping
 from email.utils import formatdate
+from typing import Any
 
 import httpx
 import multidict
@@ -593,7 +594,7 @@ UNAMBIGUOUS = HEADERS.filter(lambda h: len({k.lower() for k in h}) == len(h))
 NOWS = st.floats(min_value=0, max_value=4e9, allow_nan=False)
 # No deadline: a verdict on each example's wall time is one on the machine's load
 # (one example took 388 ms of the default 200 with two cores busy).
-_UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+_UNTIMED: dict[str, Any] = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 PROPERTY = settings(max_examples=300, **_UNTIMED)
 HEADER_PROPERTY = settings(max_examples=200, **_UNTIMED)
 

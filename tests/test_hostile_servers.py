@@ -606,7 +606,7 @@ async def _endless_upload() -> AsyncIterator[bytes]:
         yield chunk
 
 
-CANCELLED = {
+CANCELLED: dict[str, tuple[str, _Body, bool]] = {
     "producer-waits": ("silent", _stalling_upload, False),
     "window-full": ("stop-reading", _endless_upload, False),
     "waits-for-100": ("silent", UPLOAD, True),

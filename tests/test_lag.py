@@ -128,7 +128,7 @@ async def crawl(
             when += rng.expovariate(1.0 / lag)
         return call_at(when, callback, *args, **kw)
 
-    loop.call_at = late_call_at  # type: ignore[method-assign]
+    loop.call_at = late_call_at  # type: ignore[method-assign, assignment]
     throttle = Throttle(
         policy=AdaptiveConcurrencyPolicy(),
         start_delay=0.5,

@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import Any
@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
+import yarl
 
 from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
 from autothrottle._request import host_key
@@ -190,7 +191,7 @@ def test_httpx_and_aiohttp_key_a_long_form_ipv6_url_alike() -> None:
     throttle = Throttle()
     url = "http://[0:0:0:0:0:0:0:1]:8080/x"
     from_httpx = throttle.key_for(url, host=httpx.URL(url).host)
-    from_aiohttp = throttle.key_for(url, host=aiohttp.client.URL(url).raw_host or "")
+    from_aiohttp = throttle.key_for(url, host=yarl.URL(url).raw_host or "")
     assert from_httpx == from_aiohttp == throttle.key_for(url) == "::1"
 
 
@@ -278,7 +279,7 @@ def test_eight_threads_over_four_hosts_keep_each_hosts_spacing(
         with promptly(), ThreadPoolExecutor(8) as pool:
             statuses = list(pool.map(lambda url: http.get(url).status_code, urls))
         if pool_per_host:
-            pools = http._transport.inner.pools  # type: ignore[attr-defined]
+            pools = http._transport.inner.pools
             assert len(pools) == 4  # one pool for each host
     assert statuses == [200] * len(urls)
     for host in hosts:
@@ -305,7 +306,7 @@ def test_threads_and_an_async_client_share_one_slot() -> None:
                     await client.get(host.url("/"))
 
         with promptly(), ThreadPoolExecutor(3) as pool:  # its threads inherit the priority
-            done = [pool.submit(asyncio.run, from_async())]
+            done: list[Future[object]] = [pool.submit(asyncio.run, from_async())]
             done += [pool.submit(lambda: [http.get(host.url("/")) for _ in range(4)])]
             for future in done:
                 future.result(timeout=60)
@@ -420,7 +421,9 @@ async def test_a_bad_max_wait_on_a_call_is_refused_before_a_turn_is_held(value: 
     with pytest.raises((TypeError, ValueError), match="max_wait"):
         throttle.acquire_blocking("host", max_wait=value)  # type: ignore[arg-type]
     assert throttle.slot("host").in_flight == 0
-    throttle.try_acquire("host").release()  # the one place is free: nothing was held
+    lease = throttle.try_acquire("host")  # the one place is free: nothing was held
+    assert lease is not None
+    lease.release()
 
 
 async def test_without_request_options_aiohttp_still_paces_at_the_wire() -> None:

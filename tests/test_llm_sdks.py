@@ -57,7 +57,7 @@ class SDK:
         max_tokens: int = 5,
         cost: str | None = None,
         stream: bool = False,
-        on_first: Callable[[], None] | None = None,
+        on_first: Callable[[], object] | None = None,
     ) -> str:
         """The answer's text (a stream read to its end, ``on_first`` told of its first event)."""
         headers = {} if cost is None else {"X-AutoThrottle": f"cost={cost}"}
@@ -73,7 +73,7 @@ class SDK:
             if not stream:
                 reply = await client.chat.completions.create(**kwargs)
                 return str(reply.choices[0].message.content)
-            parts = []
+            parts: list[str] = []
             async for chunk in await client.chat.completions.create(**kwargs, stream=True):
                 if on_first is not None and not parts:
                     on_first()
@@ -91,9 +91,13 @@ class SDK:
         return "".join(parts)
 
     def _call_sync(
-        self, client: Any, kwargs: dict[str, Any], stream: bool, on_first: Callable[[], None] | None
+        self,
+        client: Any,
+        kwargs: dict[str, Any],
+        stream: bool,
+        on_first: Callable[[], object] | None,
     ) -> str:
-        parts = []
+        parts: list[str] = []
         if self.vendor == "openai":
             if not stream:
                 return str(client.chat.completions.create(**kwargs).choices[0].message.content)

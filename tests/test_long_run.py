@@ -232,7 +232,7 @@ async def test_the_fetch_holds_the_robots_rules_of_live_hosts_only() -> None:
     clock = FakeClock()
     throttle = Throttle(store=MemoryStore(idle_timeout=IDLE), clock=clock, wall_clock=clock.wall)
     sender = _NoRobots(throttle)
-    robots = Robots(sender, throttle, "test", attempts=1, note=lambda text: None)  # type: ignore[arg-type]
+    robots = Robots(sender, throttle, "test", attempts=1, note=lambda text: None)
     for wave in range(WAVES):
         for i in range(WAVE):
             await robots.rules(f"http://w{wave}-h{i}.test/page")
@@ -253,7 +253,7 @@ def test_a_floor_set_for_each_host_met_does_not_rebuild_the_index() -> None:
         rebuilt[0] += 1
         index(table)
 
-    HostTable._index = counted  # type: ignore[method-assign]
+    HostTable._index = counted  # type: ignore[method-assign, assignment]
     try:
         for i in range(2000):
             throttle.set_host(f"h{i}.test", HostSettings(min_delay=1.0, max_delay=60.0))

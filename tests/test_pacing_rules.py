@@ -201,10 +201,12 @@ def test_behind_a_cache_the_cap_is_the_origins_limit_plus_the_hits_in_flight() -
     origin_gap = state.policy_state["base"] / state.policy_state["limit"]
     assert state.delay == pytest.approx(origin_gap * share * (1.0 + share) / 2.0)
     # Little's law: hits in flight = hit send rate x hit latency.
-    hits = (1.0 - state.miss_share) * state.hit_latency / state.delay
-    assert state.hit_latency == pytest.approx(0.005)
+    hit_latency = state.hit_latency
+    assert hit_latency == pytest.approx(0.005) and hit_latency is not None
+    hits = (1.0 - state.miss_share) * hit_latency / state.delay
     assert 0.1 < hits < 1.0
-    assert state.in_flight_cap == math.ceil(policy.in_flight_limit(state.policy_state) + hits)
+    limit = policy.in_flight_limit(state.policy_state)
+    assert limit is not None and state.in_flight_cap == math.ceil(limit + hits)
     # Not the limit over the miss share (20 or more): that would let the
     # misses queue at the origin.
     assert state.in_flight_cap <= 4

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,7 +40,7 @@ from autothrottle import (
 from autothrottle._lease import lease_at
 from autothrottle._policies import _Sampled, usual_step
 from autothrottle._slot import LiveSlot
-from autothrottle.policy import Sample, SlotConfig
+from autothrottle.policy import DelayPolicy, Sample, SlotConfig
 from helpers import FakeClock, slot_fields
 
 KEY = "example.com"
@@ -54,7 +55,7 @@ class OwnAdaptive(AdaptiveConcurrencyPolicy):
         return super().next_delay(delay, sample, config) * 1.5
 
 
-POLICIES = {
+POLICIES: dict[str, Callable[[], DelayPolicy]] = {
     "own adaptive": lambda: OwnAdaptive(round_size=2),
     "adaptive": lambda: AdaptiveConcurrencyPolicy(round_size=2),
     "adaptive, no ramp": lambda: AdaptiveConcurrencyPolicy(ramp_up=None, round_size=3),
@@ -85,7 +86,12 @@ HEADERS: list[dict[str, str] | None] = [
 
 STATUSES = [200, 200, 200, 200, 204, 301, 302, 304, 404, 429, 500, 503, 101]
 
-settings_ = st.fixed_dictionaries(
+
+def _max_not_below_min(config: dict[str, Any]) -> bool:
+    return bool(config["max_delay"] >= config["min_delay"])
+
+
+settings_: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries(
     {
         "policy": st.sampled_from(sorted(POLICIES)),
         "start_delay": st.sampled_from([0.0, 0.01, 0.2, 1.0]),
@@ -94,7 +100,7 @@ settings_ = st.fixed_dictionaries(
         "max_concurrency": st.sampled_from([1, 4, 64]),
         "strict_scrapy": st.booleans(),
     }
-).filter(lambda config: config["max_delay"] >= config["min_delay"])
+).filter(_max_not_below_min)
 
 step = st.one_of(
     st.tuples(st.just("send"), st.floats(0.0, 0.5), st.booleans()),

@@ -206,8 +206,9 @@ def test_the_rate_is_drawn_when_samples_are_further_apart_than_the_interval(
 
     def keep_rates(self: Figure, *args: Any, **kwargs: Any) -> None:
         for line in self.findobj(Line2D):
-            if line.get_color() == "#ff7f0e" and len(line.get_ydata()) == 19:  # responses/s
-                rates[id(line)] = [float(y) for y in line.get_ydata()]
+            ydata: Any = line.get_ydata()
+            if line.get_color() == "#ff7f0e" and len(ydata) == 19:  # responses/s
+                rates[id(line)] = [float(y) for y in ydata]
         save(self, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", keep_rates)

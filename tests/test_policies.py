@@ -455,19 +455,19 @@ async def test_adaptive_concurrency_delay_is_the_no_load_latency_over_limit() ->
     [
         (lambda: FixedDelayPolicy(-1.0), ValueError, ["delay"]),
         (lambda: FixedDelayPolicy(math.nan), ValueError, ["delay"]),
-        (lambda: FixedDelayPolicy("1"), TypeError, ["delay"]),
+        (lambda: FixedDelayPolicy("1"), TypeError, ["delay"]),  # type: ignore[arg-type]
         (lambda: FixedRatePolicy(0.0), ValueError, ["per_second"]),
         (lambda: FixedRatePolicy(-2.0), ValueError, ["per_second"]),
         (lambda: FixedRatePolicy(math.inf), ValueError, ["per_second"]),
         (lambda: FixedRatePolicy(1.0, burst=0), ValueError, ["burst"]),
-        (lambda: FixedRatePolicy(1.0, burst=1.5), TypeError, ["burst"]),
+        (lambda: FixedRatePolicy(1.0, burst=1.5), TypeError, ["burst"]),  # type: ignore[arg-type]
         (lambda: FixedRatePolicy(1.0, burst=True), TypeError, ["burst"]),
         (lambda: AIMDPolicy(increase=0.0), ValueError, ["increase"]),
         (lambda: AIMDPolicy(decrease=0.0), ValueError, ["decrease"]),
         (lambda: AIMDPolicy(decrease=1.0), ValueError, ["decrease"]),
         (lambda: AIMDPolicy(decrease=1.5), ValueError, ["decrease"]),
         (lambda: AIMDPolicy(start_rate=-1.0), ValueError, ["start_rate"]),
-        (lambda: AIMDPolicy(start_rate="fast"), TypeError, ["start_rate"]),
+        (lambda: AIMDPolicy(start_rate="fast"), TypeError, ["start_rate"]),  # type: ignore[arg-type]
         (lambda: AdaptiveConcurrencyPolicy(initial_limit=0.0), ValueError, ["initial_limit"]),
         (lambda: AdaptiveConcurrencyPolicy(alpha=-0.1), ValueError, ["alpha"]),
         (lambda: AdaptiveConcurrencyPolicy(beta=0.0), ValueError, ["beta"]),

@@ -20,12 +20,14 @@ burst, latency and policy.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
+from autothrottle.policy import DelayPolicy
 from helpers import FakeClock, gate_of
 
 KEY = "api.example"
@@ -118,7 +120,7 @@ def crawl(
     return sent_ok, refused, longest_wait
 
 
-POLICIES = {
+POLICIES: dict[str, Callable[[], DelayPolicy]] = {
     "one policy": lambda: AdaptiveConcurrencyPolicy(),
     "AutoThrottle": lambda: AutoThrottlePolicy(),
 }

@@ -7,6 +7,7 @@ throttle, slot or clock.
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import pytest
 
@@ -347,6 +348,6 @@ def test_a_loaded_record_places_no_past_event_in_the_future() -> None:
         "ok_latest",
         "ok_before",
     )
-    state = Refusal(**dict.fromkeys(times, 5000.0))
+    state = Refusal(**cast(dict[str, Any], dict.fromkeys(times, 5000.0)))
     state.bound(100.0)
     assert {name: getattr(state, name) for name in times} == dict.fromkeys(times, 100.0)

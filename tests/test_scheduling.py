@@ -41,7 +41,16 @@ from autothrottle import (
 )
 from autothrottle._gate import Ticket
 from autothrottle.store import MemoryStore
-from helpers import FakeClock, abandon, bounded, gate_of, grant_now, record_of, try_acquire
+from helpers import (
+    FakeClock,
+    Hold,
+    abandon,
+    bounded,
+    gate_of,
+    grant_now,
+    record_of,
+    try_acquire,
+)
 
 KEY = "example.com"
 TOL = 1e-5  # looptime's clock ticks in microseconds
@@ -269,7 +278,7 @@ class TestSlotWakes:
         assert slot.in_flight == 1
         abandon(slot, ticket)
         assert slot.in_flight == 0
-        assert ticket.hold is not None and ticket.hold.released
+        assert isinstance(ticket.hold, Hold) and ticket.hold.released
 
 
 class TestSlotReevaluation:
@@ -663,7 +672,8 @@ class TestIdleEviction:
         table._slots = ForgetsOnMove(table._slots)
         fresh = throttle.slot("a")
         assert fresh is not old
-        assert table.get("a") is not None and table.get("a").view is fresh
+        entry = table.get("a")
+        assert entry is not None and entry.view is fresh
         assert store.load("a") is record_of(fresh)
 
 
@@ -1017,7 +1027,7 @@ async def test_driver_cancel_right_after_the_wake(wake: str) -> None:
             await head
         lease.release()
     expected = 10.0 if wake == "observe" else 1.0
-    assert log == [(1, pytest.approx(t0 + expected, abs=TOL))]
+    assert log == [(1, pytest.approx(t0 + expected, abs=TOL))]  # type: ignore[comparison-overlap]
     assert (slot.queued, slot.in_flight) == (0, 0)
 
 

@@ -133,9 +133,13 @@ def test_a_live_slot_takes_new_settings_under_its_lock() -> None:
     lock = gate_of(slot).lock
     lock.acquire()
     try:
-        setter = threading.Thread(
-            target=lambda: (held.set(), throttle.set_host(KEY, {"min_delay": 0.5}), done.set())
-        )
+
+        def set_host() -> None:
+            held.set()
+            throttle.set_host(KEY, {"min_delay": 0.5})
+            done.set()
+
+        setter = threading.Thread(target=set_host)
         setter.start()
         assert held.wait(10)
         # While the lock is held the new settings are not in force (a setter that

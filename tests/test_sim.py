@@ -133,7 +133,7 @@ def test_capacity_figures() -> None:
     ("make", "words"),
     [
         (lambda: Capacity(0, 0.1), ["workers", "0"]),
-        (lambda: Capacity(2.5, 0.1), ["workers", "2.5"]),
+        (lambda: Capacity(2.5, 0.1), ["workers", "2.5"]),  # type: ignore[arg-type]
         (lambda: Capacity(True, 0.1), ["workers", "True"]),
         (lambda: Capacity(2, 0), ["service_time", "0"]),
         (lambda: Capacity(2, float("nan")), ["service_time", "nan"]),
@@ -141,13 +141,13 @@ def test_capacity_figures() -> None:
         (lambda: RateLimited(0), ["rate", "0"]),
         (lambda: RateLimited(-1), ["rate", "-1"]),
         (lambda: RateLimited(5, burst=0), ["burst", "0"]),
-        (lambda: RateLimited(5, retry_after="yes"), ["retry_after", "yes"]),
-        (lambda: RateLimited(5, headers=1), ["headers", "1"]),
+        (lambda: RateLimited(5, retry_after="yes"), ["retry_after", "yes"]),  # type: ignore[arg-type]
+        (lambda: RateLimited(5, headers=1), ["headers", "1"]),  # type: ignore[arg-type]
         (lambda: RateLimited(5, service_time=-0.1), ["service_time", "-0.1"]),
         (lambda: SoftBlock(float("inf")), ["rate", "inf"]),
         (lambda: SoftBlock(1, burst=-2), ["burst", "-2"]),
         (lambda: CDN(hit_ratio=1.5), ["hit_ratio", "1.5"]),
-        (lambda: CDN(origin=RateLimited(1)), ["origin", "RateLimited"]),
+        (lambda: CDN(origin=RateLimited(1)), ["origin", "RateLimited"]),  # type: ignore[arg-type]
         (lambda: CDN(edge_time=-1), ["edge_time", "-1"]),
         (lambda: VariableLatency(slow_ratio=-0.1), ["slow_ratio", "-0.1"]),
         (lambda: VariableLatency(fast_time=0.5, slow_time=0.1), ["slow_time", "0.1"]),
@@ -155,9 +155,9 @@ def test_capacity_figures() -> None:
         (lambda: SimServer({}), ["hosts"]),
         (lambda: SimServer({"10.0.0.1": Capacity(1, 1)}), ["hosts", "10.0.0.1"]),
         (lambda: SimServer({"localhost": Capacity(1, 1)}), ["hosts", "localhost"]),
-        (lambda: SimServer({A: "capacity"}), ["hosts", "capacity"]),
+        (lambda: SimServer({A: "capacity"}), ["hosts", "capacity"]),  # type: ignore[dict-item]
         (lambda: SimServer({A: Capacity(1, 1)}, port=70000), ["port", "70000"]),
-        (lambda: SimServer({A: Capacity(1, 1)}, seed=1.5), ["seed", "1.5"]),
+        (lambda: SimServer({A: Capacity(1, 1)}, seed=1.5), ["seed", "1.5"]),  # type: ignore[arg-type]
         (lambda: SimServer.many(0, Capacity(1, 1)), ["n", "0"]),
         (lambda: SimServer.many(2, Capacity(1, 1), first="127.255.255.254"), ["n", "2"]),
         (lambda: SimServer.many(2, Capacity(1, 1), first="::1"), ["first", "::1"]),

@@ -422,7 +422,8 @@ def test_property_costs_kept_within_the_bucket_use_it_and_are_never_refused(
     has told the window, none is refused, and the bucket's refill is used."""
     rng = random.Random(seed)
     server, book = _Bucket(limit, window_s), TokenBook()
-    now, flying, taken = 0.0, [], 0
+    flying: list[tuple[float, float, int, RateLimit]] = []
+    now, taken = 0.0, 0
     latency *= window_s
     end = 10 * window_s
     costs = [rng.randint(1, limit // 8) for _ in range(5_000)]
