@@ -185,6 +185,18 @@ def test_a_url_without_its_scheme_or_with_a_port_out_of_range_is_an_invalid_url(
     assert errors["mailto:a@b"] == "InvalidURL: scheme must be http or https, got 'mailto'"
 
 
+def test_a_list_with_no_url_says_it_drew_no_chart_and_shows_no_empty_table(
+    tmp_path: Path,
+) -> None:
+    source = urls_file(tmp_path, ["# nothing yet"])
+    chart = tmp_path / "c.png"
+    done = fetch(str(source), "-o", str(tmp_path / "o.jsonl"), "--chart", str(chart))
+    assert done.returncode == 0, done.stderr
+    err = done.stderr.decode()
+    assert f"no chart at {chart}" in " ".join(err.split()) and not chart.exists()
+    assert "done: 0 URLs" in err and "host" not in err.replace("no host", "")
+
+
 def test_dash_o_dash_streams_to_stdout_with_no_resume(tmp_path: Path) -> None:
     with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
         source = urls_file(tmp_path, [f"{hosts['127.0.0.2']}/page/{i}" for i in range(4)])

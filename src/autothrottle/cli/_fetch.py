@@ -537,6 +537,13 @@ def report(job: FetchJob, fetch: _Fetch, console: Console, status: int) -> None:
             )
             if job.verbosity >= 0:
                 console.print(f"chart saved to {job.chart}", highlight=False, soft_wrap=True)
+        elif job.verbosity >= 0:
+            console.print(
+                f"no chart at {job.chart}: no host was sampled, nothing to draw",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
     if job.timeline is not None and job.verbosity >= 0:
         console.print(f"timeline written to {job.timeline}", highlight=False)
     if job.summary_json is not None:

@@ -250,6 +250,8 @@ def summary(tally: Tally, throttle: Throttle, *, interrupted: bool, rows: int = 
         f"{tally.limited:,} 429s; {tally.blocked:,} blocked; "
         f"{tally.excluded:,} excluded by robots.txt",
     )
+    if not tally.hosts:
+        return Group(head)  # no host met: an empty table says nothing more
     table = Table(
         title=_hosts_title(min(rows, len(tally.hosts)), len(tally.hosts)),
         box=box.SIMPLE_HEAD,
