@@ -197,6 +197,21 @@ def test_a_list_with_no_url_says_it_drew_no_chart_and_shows_no_empty_table(
     assert "done: 0 URLs" in err and "host" not in err.replace("no host", "")
 
 
+def test_a_utf8_file_with_a_byte_order_mark_reads_its_first_url(tmp_path: Path) -> None:
+    """Notepad's "UTF-8 with BOM" starts the file with U+FEFF: not part of the first URL,
+    from a file or from standard input."""
+    with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
+        base = hosts["127.0.0.2"]
+        text = f"\ufeff{base}/first\n{base}/second\n".encode()
+        source = tmp_path / "bom.txt"
+        source.write_bytes(text)
+        runs = [fetch(str(source), "--ignore-robots", "-q"), fetch("-", "-q", stdin=text)]
+    for done in runs:
+        records = [json.loads(line) for line in done.stdout.splitlines()]
+        assert done.returncode == 0, records
+        assert sorted(r["url"] for r in records) == [f"{base}/first", f"{base}/second"]
+
+
 def test_dash_o_dash_streams_to_stdout_with_no_resume(tmp_path: Path) -> None:
     with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
         source = urls_file(tmp_path, [f"{hosts['127.0.0.2']}/page/{i}" for i in range(4)])

@@ -15,6 +15,7 @@ Nothing here touches the network. The rules it keeps (docs/cli.md, "fetch"):
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import json
@@ -104,9 +105,14 @@ class UrlSet:
 
 
 def _open_input(path: str) -> IO[str]:
+    """The input as text; ``utf-8-sig`` drops the byte-order mark an editor may put at
+    the start of a UTF-8 file (Notepad's "UTF-8 with BOM"), which would else begin
+    the first URL."""
     if path == "-":
-        return open(sys.stdin.fileno(), encoding="utf-8", errors="surrogateescape", closefd=False)
-    return open(path, encoding="utf-8", errors="surrogateescape")
+        return open(
+            sys.stdin.fileno(), encoding="utf-8-sig", errors="surrogateescape", closefd=False
+        )
+    return open(path, encoding="utf-8-sig", errors="surrogateescape")
 
 
 def _escape_bytes(url: str) -> str:
@@ -144,7 +150,7 @@ def count_urls(path: str) -> int | None:
     n = 0
     with open(path, "rb") as fh:
         for line in fh:
-            text = line.strip()
+            text = line.strip().removeprefix(codecs.BOM_UTF8)
             if text and not text.startswith(b"#"):
                 n += 1
     return n
