@@ -124,6 +124,23 @@ def test_a_bad_path_is_one_line_naming_the_flag_and_exit_2(
     assert ("--out" if flag == "-o" else flag) in err
 
 
+@pytest.mark.parametrize("flag", ["-o", "--timeline", "--summary-json"])
+def test_writing_into_the_urls_file_is_refused_and_leaves_it_as_it_was(
+    tmp_path: Path, flag: str
+) -> None:
+    """``fetch urls.txt -o urls.txt`` would append its lines to the list, which a rerun
+    reads as URLs: the same file, by any name, is refused before anything is written."""
+    source = urls_file(tmp_path, ["http://127.0.0.2:9/"])
+    before = source.read_bytes()
+    (tmp_path / "link.txt").symlink_to(source)
+    done = fetch(str(tmp_path / "link.txt"), flag, str(source))
+    err = done.stderr.decode()
+    assert done.returncode == 2
+    assert err.count("\n") == 1 and "is URLS_FILE" in err, err
+    assert ("--out" if flag == "-o" else flag) in err
+    assert source.read_bytes() == before
+
+
 def test_a_folder_as_urls_file_is_named(tmp_path: Path) -> None:
     done = fetch(str(tmp_path))
     assert done.returncode == 2

@@ -19,7 +19,7 @@ from autothrottle._extras import missing_extra
 from autothrottle._sim_args import help_without_sim
 
 from ._fetch_options import add_fetch_arguments, seconds_arg
-from ._paths import folder_problem, input_problem, output_problem
+from ._paths import folder_problem, input_problem, output_problem, overwrite_problem
 
 __all__ = ["build_parser", "main"]
 
@@ -234,8 +234,9 @@ def _fetch(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     _fail(parser, "fetch", input_problem("URLS_FILE", ns.urls))
     for flag in ("out", "chart", "timeline", "summary_json"):
-        path = getattr(ns, flag)
-        _fail(parser, "fetch", output_problem("--" + flag.replace("_", "-"), path))
+        path, name = getattr(ns, flag), "--" + flag.replace("_", "-")
+        _fail(parser, "fetch", output_problem(name, path))
+        _fail(parser, "fetch", overwrite_problem(name, path, "URLS_FILE", ns.urls))
     _fail(parser, "fetch", folder_problem("--bodies", ns.bodies))
     try:
         throttle = Throttle(**throttle_kwargs(ns))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-__all__ = ["input_problem", "folder_problem", "output_problem"]
+__all__ = ["input_problem", "folder_problem", "output_problem", "overwrite_problem"]
 
 
 def _reason(exc: OSError) -> str:
@@ -66,3 +66,21 @@ def input_problem(name: str, path: str) -> str | None:
     except OSError as exc:
         return f"{name} {path!r}: {_reason(exc)}"
     return None
+
+
+def overwrite_problem(flag: str, path: str | None, name: str, source: str) -> str | None:
+    """Why writing ``path`` would write into ``source``, the file read as ``name``, or None.
+
+    ``fetch urls.txt -o urls.txt`` appends its JSON lines to the list of URLs, which
+    a rerun then reads as URLs. Only regular files are compared: ``/dev/stdin`` and
+    ``/dev/stdout`` may be one terminal, read and written as two streams.
+    """
+    if path is None or not (os.path.isfile(path) and os.path.isfile(source)):
+        return None
+    try:
+        same = os.path.samefile(path, source)
+    except OSError:
+        return None
+    if not same:
+        return None
+    return f"{flag} {path!r}: is {name}, the file read; give another file to write"
