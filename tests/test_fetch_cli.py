@@ -229,6 +229,20 @@ def test_a_utf8_file_with_a_byte_order_mark_reads_its_first_url(tmp_path: Path) 
         assert sorted(r["url"] for r in records) == [f"{base}/first", f"{base}/second"]
 
 
+def test_max_wait_bounds_a_url_s_wait_for_its_turn_not_each_retry_s(tmp_path: Path) -> None:
+    """A URL whose turn is further than ``--max-wait`` fails once, not ``--retries`` + 1
+    times: a retry would wait its turn again, and the URL would wait past the bound."""
+    with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
+        source = urls_file(tmp_path, [f"{hosts['127.0.0.2']}/page/{i}" for i in range(5)])
+        args = ("--ignore-robots", "--policy", "fixed-delay=1", "--max-wait", "0.3", "-q")
+        done = fetch(str(source), *args, "--retries", "2")
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    waited = [r for r in records if r["error"] is not None]
+    assert done.returncode == 1 and len(records) == 5
+    assert waited and all("Timeout: waited 0.3s" in r["error"] for r in waited), waited
+    assert all(r["attempts"] == 1 for r in waited), waited
+
+
 def test_dash_o_dash_streams_to_stdout_with_no_resume(tmp_path: Path) -> None:
     with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
         source = urls_file(tmp_path, [f"{hosts['127.0.0.2']}/page/{i}" for i in range(4)])

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from autothrottle import Throttle
+from autothrottle import Throttle, ThrottleTimeout
 
 from ._fetch_clients import FAILURES, Reply, Sender
 from ._fetch_options import FetchJob
@@ -146,6 +146,10 @@ class UrlFetch:
                 reply = await self.sender.get(url, keep=self._keep)
             except FAILURES as exc:
                 error = error_text(exc)
+                if isinstance(exc, ThrottleTimeout):
+                    # --max-wait bounds the URL's wait for its turn: a retry would wait again.
+                    self.tally.attempt(key, None)
+                    break
             self.tally.attempt(key, reply.status if reply else None)
             block = reply is not None and self._blocked(reply)
             if block:
