@@ -29,7 +29,12 @@ import pytest
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
 
 from autothrottle import AutoThrottlePolicy, Throttle
-from autothrottle._aiohttp_parts import hold_until_finished, hook_connector, hook_request_options
+from autothrottle._aiohttp_parts import (
+    OPTIONS_SET,
+    hold_until_finished,
+    hook_connector,
+    hook_request_options,
+)
 from autothrottle._exchange import paced
 from autothrottle.aiohttp import (
     _PLUG,
@@ -282,6 +287,32 @@ async def test_a_key_function_chooses_the_slot() -> None:
     assert seen == [a.url("/x?q=1"), b.url("/y")]
     assert throttle.snapshot().keys() == {"everything"}
     assert throttle.slot("everything").sent == 2
+
+
+@pytest.mark.parametrize("hooks", ["session", "trace config"])
+async def test_the_first_options_a_process_passes_are_read(hooks: str) -> None:
+    """Until a request carries ``trace_request_ctx`` options, the middleware and
+    the session's methods do not look for them (``OPTIONS_SET``): the first one
+    that does is read, through the session's methods or the trace config."""
+    throttle = Throttle(start_delay=0.0)
+    session = (
+        ThrottledSession(throttle=throttle)
+        if hooks == "session"
+        else aiohttp.ClientSession(
+            middlewares=(throttle_middleware(throttle),), trace_configs=[throttle_trace_config()]
+        )
+    )
+    before, OPTIONS_SET[0] = OPTIONS_SET[0], False  # as in a process that passed none yet
+    try:
+        async with loopback_hosts(1) as (host,), session:
+            await fetch(session, host.url("/"))
+            ctx = {"autothrottle": {"slot": "api"}}
+            await fetch(session, host.url("/"), trace_request_ctx=ctx)
+            await fetch(session, host.url("/"))
+    finally:
+        OPTIONS_SET[0] = before or OPTIONS_SET[0]
+    assert throttle.slot("api").sent == 1
+    assert throttle.slot(key(host)).sent == 2
 
 
 async def test_header_and_trace_ctx_options_merge() -> None:

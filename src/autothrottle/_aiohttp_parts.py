@@ -55,6 +55,7 @@ return it too."""
 
 __all__ = [
     "EXCHANGE",
+    "OPTIONS_SET",
     "REQUEST",
     "WIRED",
     "default_connector",
@@ -84,6 +85,14 @@ class _RequestState:
 REQUEST: contextvars.ContextVar[_RequestState | None] = contextvars.ContextVar(
     "autothrottle_aiohttp_request", default=None
 )
+
+OPTIONS_SET = [False]
+"""Whether a request of this process has carried options in ``trace_request_ctx``
+(a ``_RequestState`` was made; set before ``REQUEST`` is): until then ``REQUEST``
+is None in every context, so the middleware and the session's request methods
+read it only once this is true (most crawls never pass options: a context
+variable's ``get`` fewer on every request, and its branch). A one-item list,
+so that the modules that import it see it change."""
 
 # The exchange the middleware is sending now, for the TraceConfig's connection
 # signals (sent from inside the handler, in the same task), once a
@@ -116,6 +125,7 @@ async def on_request_start(
     session: ClientSession, ctx: SimpleNamespace, params: TraceRequestStartParams
 ) -> None:
     options = _options_of(getattr(ctx, "trace_request_ctx", None))
+    OPTIONS_SET[0] = True
     state = _RequestState(options, REQUEST.get())
     ctx.autothrottle_state = state
     REQUEST.set(state)
@@ -278,7 +288,7 @@ def hook_request_options(session: ClientSession) -> None:
 
     def request(*args: Any, **kwargs: Any) -> Any:
         ctx = kwargs.get("trace_request_ctx")
-        if ctx is None and REQUEST.get() is None:
+        if ctx is None and (not OPTIONS_SET[0] or REQUEST.get() is None):
             return send(*args, **kwargs)
         return _request_with_options(send, ctx, args, kwargs)
 
@@ -307,7 +317,7 @@ def _any_method(send: _Send) -> Callable[..., _RequestContextManager]:
     """``session.request(method, url, **kwargs)``."""
 
     def request(method: str, url: Any, **kwargs: Any) -> _RequestContextManager:
-        if "trace_request_ctx" in kwargs or REQUEST.get() is not None:
+        if "trace_request_ctx" in kwargs or (OPTIONS_SET[0] and REQUEST.get() is not None):
             return _RequestContextManager(_with_options(send, method, url, kwargs))
         return _RequestContextManager(send(method, url, **kwargs))
 
@@ -322,7 +332,7 @@ def _method_with_redirects(
     def method(
         url: Any, *, allow_redirects: bool = follow, **kwargs: Any
     ) -> _RequestContextManager:
-        if "trace_request_ctx" in kwargs or REQUEST.get() is not None:
+        if "trace_request_ctx" in kwargs or (OPTIONS_SET[0] and REQUEST.get() is not None):
             kwargs["allow_redirects"] = allow_redirects
             return _RequestContextManager(_with_options(send, verb, url, kwargs))
         return _RequestContextManager(send(verb, url, allow_redirects=allow_redirects, **kwargs))
@@ -334,7 +344,7 @@ def _method_with_data(send: _Send, verb: str) -> Callable[..., _RequestContextMa
     """``session.post`` (``put``, ``patch``)."""
 
     def method(url: Any, *, data: Any = None, **kwargs: Any) -> _RequestContextManager:
-        if "trace_request_ctx" in kwargs or REQUEST.get() is not None:
+        if "trace_request_ctx" in kwargs or (OPTIONS_SET[0] and REQUEST.get() is not None):
             kwargs["data"] = data
             return _RequestContextManager(_with_options(send, verb, url, kwargs))
         return _RequestContextManager(send(verb, url, data=data, **kwargs))
@@ -346,7 +356,7 @@ def _method(send: _Send, verb: str) -> Callable[..., _RequestContextManager]:
     """``session.delete``."""
 
     def method(url: Any, **kwargs: Any) -> _RequestContextManager:
-        if "trace_request_ctx" in kwargs or REQUEST.get() is not None:
+        if "trace_request_ctx" in kwargs or (OPTIONS_SET[0] and REQUEST.get() is not None):
             return _RequestContextManager(_with_options(send, verb, url, kwargs))
         return _RequestContextManager(send(verb, url, **kwargs))
 
@@ -366,6 +376,7 @@ async def _request_with_options(
     kwargs: dict[str, Any],
 ) -> ClientResponse:
     state = _RequestState(_options_of(ctx), None)
+    OPTIONS_SET[0] = True
     token = REQUEST.set(state)
     try:
         return await send(*args, **kwargs)

@@ -88,6 +88,7 @@ from yarl import URL
 
 from ._aiohttp_parts import (
     EXCHANGE,
+    OPTIONS_SET,
     REQUEST,
     WIRED,
     default_connector,
@@ -301,9 +302,10 @@ class _ThrottleMiddleware:
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         if self._header_options_seen or _CONTROL in request.headers:
             options = self._options(request)
-        else:  # the usual request: no control header on it, nor ever seen on one
-            state = REQUEST.get()
-            options = DEFAULT_OPTIONS if state is None or state.done else state.options
+        elif OPTIONS_SET[0]:  # no control header on it, nor ever seen on one
+            options = _options_in_context()
+        else:  # the usual request: nor were options ever passed in trace_request_ctx
+            options = DEFAULT_OPTIONS
         if options is DEFAULT_OPTIONS:  # none set (most requests): no option to read
             url = request.url  # keyed by host: key_for's answer, without its call
             key = host_key(url.raw_host or "") if self._by_host else self._key_of(url)
@@ -356,6 +358,13 @@ class _ThrottleMiddleware:
             lease.release()  # released already if observing raised
             response.close()
             raise
+
+
+def _options_in_context() -> RequestOptions:
+    """The ``trace_request_ctx`` options of the request the session is making in
+    this task (``REQUEST``), or none: for a request with no control header."""
+    state = REQUEST.get()
+    return DEFAULT_OPTIONS if state is None or state.done else state.options
 
 
 class _AiohttpPlug(
