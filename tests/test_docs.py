@@ -96,6 +96,26 @@ def test_every_install_command_in_the_docs_works_from_a_checkout() -> None:
             assert set(group.split(",")) <= extras, (page, line)
 
 
+def test_every_key_of_the_fetch_summary_json_is_in_docs_cli(tmp_path: Path) -> None:
+    """A script reads ``--summary-json`` by the names docs/cli.md gives it."""
+    urls, summary = tmp_path / "urls.txt", tmp_path / "summary.json"
+    urls.write_text("# none yet\n")
+    command = ["fetch", str(urls), "-q", "--summary-json", str(summary)]
+    done = subprocess.run(
+        [sys.executable, "-m", "autothrottle", *command], capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(summary.read_text())
+    keys = set(data) | set(data["robots"])
+    row = next(
+        line
+        for line in (DOCS / "cli.md").read_text().splitlines()
+        if line.startswith("| `--summary-json PATH`")
+    )
+    missing = sorted(k for k in keys if f"`{k}`" not in row)
+    assert not missing, f"docs/cli.md's --summary-json row does not name {missing}"
+
+
 def test_every_page_is_in_the_site() -> None:
     nav = (ROOT / "mkdocs.yml").read_text()
     pages = {p.name for p in DOCS.glob("*.md")}

@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of :func:`main` (``sim``'s own options are the simulator's)."""
     parser = _Parser(
         prog=PROG,
-        description="Polite, adaptive per-host request pacing for httpx and aiohttp.",
+        description="Polite, adaptive per-host request pacing for httpx, aiohttp, requests and "
+        "Scrapy.",
         epilog=f"Start with `autothrottle demo`: with the {_DEMO_EXTRAS} extras installed, "
         "it needs nothing but this machine.",
     )
