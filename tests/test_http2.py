@@ -71,7 +71,7 @@ def assert_spaced(times: list[float], delay: float) -> None:
     assert all(gap >= delay - 0.03 for gap in gaps), gaps
 
 
-@pytest.mark.parametrize("route", ["client", "transport"])
+@pytest.mark.parametrize("route", ["client", "transport", "client with a trace of its own"])
 async def test_requests_behind_a_slow_handshake_share_one_connection_at_the_delay(
     host: Any, route: str
 ) -> None:
@@ -83,9 +83,19 @@ async def test_requests_behind_a_slow_handshake_share_one_connection_at_the_dela
     throttle = fixed(0.08, policy=spy)
     host.forget()
     host.hold(250)
-    async with async_client(throttle, route) as client:
-        responses = await asyncio.gather(*(client.get(host.url(f"/{i}")) for i in range(4)))
+    events: list[str] = []
+
+    async def trace(name: str, info: dict[str, Any]) -> None:
+        events.append(name)
+
+    extensions = {"trace": trace} if "trace" in route else {}
+    async with async_client(throttle, route.split()[0]) as client:
+        responses = await asyncio.gather(
+            *(client.get(host.url(f"/{i}"), extensions=extensions) for i in range(4))
+        )
     assert [r.http_version for r in responses] == ["HTTP/2"] * 4
+    if extensions:  # the caller's own trace saw every request's HTTP/2 events
+        assert events.count("http2.send_request_headers.started") == 4
     arrivals = host.arrivals
     assert [a["path"] for a in arrivals] == [f"/{i}" for i in range(4)]
     assert {a["version"] for a in arrivals} == {"2"}
