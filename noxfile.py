@@ -78,6 +78,8 @@ ADAPTER_TESTS = (
     "tests/test_requests_adapter.py",
     "tests/test_scrapy.py",
     "tests/test_redis_wire.py",
+    "tests/test_tls.py",
+    "tests/test_http2.py",
 )
 
 
@@ -95,6 +97,11 @@ def oldest(session: nox.Session) -> None:
         "respx>=0.21",
         "looptime>=0.2",
         "mypy>=1.10",
+        # HTTPS and HTTP/2 on loopback (tests/tls.py): the stream order under
+        # the oldest httpcore is what the HTTP/2 hand-over leans on.
+        "trustme>=1.1",
+        "hypercorn>=0.16",
+        "h2>=4",
         *OLDEST,
     )
     # What was installed, for the log: uv's virtualenvs have no pip.
@@ -102,7 +109,11 @@ def oldest(session: nox.Session) -> None:
     session.run(*lister, "list", silent=False, external=True)
     session.run("pytest", "-n", "2", *ADAPTER_TESTS, *session.posargs)
     session.install(*OLDEST_HTTPX2)
-    httpx2 = [t for t in ADAPTER_TESTS if "httpx" in t or "lifecycle" in t or "privates" in t]
+    httpx2 = [
+        t
+        for t in ADAPTER_TESTS
+        if any(part in t for part in ("httpx", "lifecycle", "privates", "http2", "tls"))
+    ]
     session.run("pytest", "-n", "2", "-k", "httpx2", *httpx2, *session.posargs)
 
 
