@@ -135,6 +135,51 @@ def test_a_refused_connection_gives_its_turn_back_with_its_time_sync(client: str
         store.close()
 
 
+@contextlib.contextmanager
+def not_accepting(address: str) -> Iterator[int]:
+    """A port on ``address`` whose listener never accepts and whose queue is
+    full (one connection waits in it): the system drops a new connection's
+    SYN, and the client's connect times out."""
+    with socket.socket() as listener:
+        listener.bind((address, 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        with socket.create_connection((address, port), 5.0):  # the queue's one place
+            yield port
+
+
+async def test_a_connect_timeout_gives_its_turn_back_with_its_time() -> None:
+    # The SYN may reach a host whose queue is full, but no request does.
+    store, throttle, keys = fleet()
+    try:
+        await connected(store)
+        timeout = httpx.Timeout(10.0, connect=0.3)
+        with not_accepting(HOST) as port, pytest.raises(httpx.ConnectTimeout):
+            async with AsyncThrottledClient(throttle=throttle, timeout=timeout) as client:
+                await client.get(f"http://{HOST}:{port}/")
+        await store.flush()
+        assert keys.leases_held() == 0
+        assert keys.ahead() < GAP / 2
+    finally:
+        await store.aclose()
+
+
+def test_a_connect_timeout_gives_its_turn_back_with_its_time_requests() -> None:
+    store, throttle, keys = fleet()
+    try:
+        with (
+            not_accepting(HOST) as port,
+            pytest.raises(requests.ConnectTimeout),
+            RequestsSession(throttle=throttle) as session,
+        ):
+            session.get(f"http://{HOST}:{port}/", timeout=(0.3, 10.0))
+        store.flush_blocking()
+        assert keys.leases_held() == 0
+        assert keys.ahead() < GAP / 2
+    finally:
+        store.close()
+
+
 async def test_a_request_that_reached_its_host_keeps_its_turns_time() -> None:
     # The rule's other side: a request answered (or failed after it was written)
     # spent its turn, and the next one of the fleet is a gap after it.
