@@ -1,6 +1,6 @@
-"""autothrottle: polite, adaptive per-host pacing for httpx and aiohttp.
+"""autothrottle: polite, adaptive per-host pacing for httpx, aiohttp, requests and Scrapy.
 
-Scrapy's AutoThrottle, for asyncio clients: every host is a *slot* whose delay
+Scrapy's AutoThrottle, for Python's HTTP clients: every host is a *slot* whose delay
 between requests adapts to the host's latency, so that about
 ``target_concurrency`` requests are in flight to it on average.
 
@@ -9,8 +9,9 @@ between requests adapts to the host's latency, so that about
     >>> throttle.slot("example.com").delay
     5.0
 
-The client adapters live in :mod:`autothrottle.httpx` and
-:mod:`autothrottle.aiohttp`. This module holds what a user of the library
+The client adapters live in :mod:`autothrottle.httpx`,
+:mod:`autothrottle.aiohttp`, :mod:`autothrottle.requests` and
+:mod:`autothrottle.scrapy` (a downloader middleware). This module holds what a user of the library
 types: the throttle, its policies, its errors and what it reports. The rest
 has a module of its own: :mod:`autothrottle.policy` (writing a policy),
 :mod:`autothrottle.store` (where learned state lives), :mod:`autothrottle.options`
