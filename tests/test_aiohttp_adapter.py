@@ -664,7 +664,8 @@ async def test_a_redirect_is_followed_as_aiohttps_methods_would() -> None:
     throttle = Throttle(start_delay=0.0)
     async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
         target = host.url("/end")
-        for ctx in (None, {"autothrottle": {}}):
+        contexts: list[dict[str, Any] | None] = [None, {"autothrottle": {}}]
+        for ctx in contexts:
             async with session.get(host.url(f"/redirect?to={target}"), trace_request_ctx=ctx) as r:
                 assert (r.status, len(r.history)) == (200, 1)
         for ctx in (None, {"autothrottle": {}}):

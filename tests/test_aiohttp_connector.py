@@ -96,7 +96,7 @@ async def test_the_hook_finds_the_exchange_in_the_context_when_the_request_has_n
     hook_connector(connector)
     token = EXCHANGE.set(Wired())  # type: ignore[arg-type]
     try:
-        connection = await connector.connect(object(), [], None)  # type: ignore[arg-type]
+        connection = await connector.connect(object(), [], None)
     finally:
         EXCHANGE.reset(token)
     assert connection is connector.made[0] and not connection.closed
@@ -165,7 +165,7 @@ async def test_a_wire_turn_that_fails_keeps_no_connection(fails_at: int, wait: f
     token = EXCHANGE.set(_Refusing(fails_at, wait))  # type: ignore[arg-type]
     try:
         with pytest.raises(RuntimeError, match="wire turn failed"):
-            await connector.connect(object(), [], None)  # type: ignore[arg-type]
+            await connector.connect(object(), [], None)
     finally:
         EXCHANGE.reset(token)
     assert len(connector.made) == fails_at

@@ -172,7 +172,7 @@ def _fetch_help(flag: str) -> str:
     ).choices["fetch"]
     action = next(a for a in fetch._actions if flag in a.option_strings)
     assert action.help is not None
-    return action.help
+    return str(action.help)
 
 
 def test_fetch_help_gives_each_policy_s_start_delay_as_the_throttle_has_it() -> None:

@@ -418,5 +418,7 @@ def test_an_installed_package_names_the_file_or_url_it_came_from(
     monkeypatch: pytest.MonkeyPatch, direct_url: str | None, package: Path, command: str
 ) -> None:
     monkeypatch.setattr(_extras, "_checkout", lambda: None)
-    monkeypatch.setattr(_extras.metadata, "distribution", lambda name: _Dist(direct_url, package))
+    monkeypatch.setattr(
+        "autothrottle._extras.metadata.distribution", lambda name: _Dist(direct_url, package)
+    )
     assert _extras.install_command("cli,plot") == command

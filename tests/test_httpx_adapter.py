@@ -705,7 +705,8 @@ def test_a_pool_per_host_with_a_transport_of_your_own_is_refused() -> None:
 
 async def test_one_pool_for_all_hosts_when_asked() -> None:
     async with AsyncThrottledClient(throttle=fixed(0.0), pool_per_host=False) as client:
-        assert isinstance(client._transport.inner, httpx.AsyncHTTPTransport)
+        transport: Any = client._transport
+        assert isinstance(transport.inner, httpx.AsyncHTTPTransport)
 
 
 # -- memory over many hosts -------------------------------------------------------------

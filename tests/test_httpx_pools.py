@@ -144,11 +144,13 @@ def test_only_the_sync_clients_table_is_locked(package: str) -> None:
     """The async client's table is used from its event loop's thread alone;
     the sync client's from any thread that sends."""
     throttle = Throttle()
-    pools = AsyncThrottledClient(throttle=throttle)._transport.inner.pools
+    transport: Any = AsyncThrottledClient(throttle=throttle)._transport
+    pools = transport.inner.pools
     assert pools._lock is None
     assert pools.expired(0.0) == [] and pools.clear() == []  # usable without one
     with ThrottledClient(throttle=throttle) as client:
-        assert client._transport.inner.pools._lock is not None
+        sync_transport: Any = client._transport
+        assert sync_transport.inner.pools._lock is not None
 
 
 def test_an_origin_is_its_scheme_host_and_port(package: str) -> None:
@@ -387,9 +389,11 @@ async def test_the_sync_client_opens_connections_a_few_at_a_time_too(
     addresses = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
     async with slow_servers(addresses, 0.2) as (urls, most):
         with ThrottledClient(throttle=Throttle(start_delay=0.0)) as client:
-            statuses = await asyncio.gather(
-                *(asyncio.to_thread(lambda url=url: client.get(url).status_code) for url in urls)
-            )
+
+            def status(url: str) -> int:
+                return client.get(url).status_code
+
+            statuses = await asyncio.gather(*(asyncio.to_thread(status, url) for url in urls))
     assert statuses == [200, 200, 200]
     assert most[0] == 1
 

@@ -298,11 +298,12 @@ class _Recorder:
 
 
 async def test_transport_lifecycle_reaches_the_inner_transport() -> None:
-    inner = type("Recorder", (_Recorder, httpx.AsyncBaseTransport), {})()
+    inner: Any = type("Recorder", (_Recorder, httpx.AsyncBaseTransport), {})()
+    calls: list[str] = inner.calls  # what the inner transport was asked, as it is asked
     async with AsyncThrottledTransport(inner, throttle=Throttle()) as transport:
         assert transport.inner is inner
     await transport.aclose()
-    assert inner.calls == ["enter", "exit", "close"]
+    assert calls == ["enter", "exit", "close"]
 
 
 async def test_throttled_client_wraps_every_route() -> None:
@@ -342,7 +343,10 @@ def _ok(request: httpx.Request) -> httpx.Response:
 
 
 async def _eight(client: Any) -> list[object]:
-    return await asyncio.gather(*(client.get(URL) for _ in range(8)), return_exceptions=True)
+    answers: list[object] = await asyncio.gather(
+        *(client.get(URL) for _ in range(8)), return_exceptions=True
+    )
+    return answers
 
 
 def _client(kind: str, throttle: Throttle, **kwargs: Any) -> Any:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -56,6 +56,7 @@ def in_threads(get: Callable[[str], Any], urls: list[str]) -> list[Any]:
 
 async def fetch(kind: str, throttle: Throttle, urls: list[str], *, trust: bool = True) -> list[Any]:
     """Each of ``urls`` at once through ``kind``: its status, or the error it raised."""
+    answers: Sequence[object]
     if kind == "httpx":
         verify: Any = tls.trusting() if trust else True
         async with AsyncThrottledClient(throttle=throttle, verify=verify) as client:
