@@ -66,7 +66,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -364,7 +364,7 @@ class Model:
             return
         pipe = self.admin.pipeline(transaction=False)
         for request in flying:
-            pipe.zscore(f"{{{self.name}:{request.slot}}}:l", request.fleet)
+            pipe.zscore(f"{{{self.name}:{request.slot}}}:l", cast(str, request.fleet))
         for request, score in zip(flying, pipe.execute(), strict=True):
             if score is None and not request.ended:
                 self.failures.append(

@@ -348,7 +348,7 @@ def test_a_turn_answered_before_the_process_stood_still_is_bounded_by_what_is_le
     # Answered with 1.5 s to wait; the process then stood still 1 s: the turn is
     # 0.5 s away, within the 0.7 s left of the request's bound.
     rules: Any = SimpleNamespace(signals=SimpleNamespace(max_pause=300.0), adopt=lambda *args: None)
-    fleet = Fleet(SimpleNamespace(), rules, clock=lambda: 0.0)  # type: ignore[arg-type]
+    fleet = Fleet(SimpleNamespace(), rules, clock=lambda: 0.0)
     slot: Any = SimpleNamespace(key="k", senders=1)
     lease: Any = SimpleNamespace(on_release=None)
     turn = SharedTurn(1.5, "lease", GAP, 0.0, NOW + 0.5, 1)

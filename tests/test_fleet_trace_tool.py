@@ -34,9 +34,10 @@ def trace_tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     ):
         monkeypatch.setattr(owner, name, getattr(owner, name))  # undone after the test
     monkeypatch.delitem(sys.modules, "_fleet_trace", raising=False)
-    import _fleet_trace
+    import _fleet_trace  # type: ignore[import-not-found]  # benchmarks/, put on the path above
 
-    return _fleet_trace
+    module: ModuleType = _fleet_trace
+    return module
 
 
 def _parameters(function: Any) -> list[str]:

@@ -105,6 +105,13 @@ def cluster(tmp: Path) -> Iterator[list[int]]:
             process.wait()
 
 
+def port_of(client: aiocluster.RedisCluster, key: str) -> int:
+    """The port of the shard that holds ``key``."""
+    node = client.get_node_from_key(key)
+    assert node is not None, key
+    return int(node.port)
+
+
 def _ping(cli: str, port: int) -> bool:
     out = subprocess.run([cli, "-p", str(port), "ping"], capture_output=True, text=True)
     return out.stdout.strip() == "PONG"
@@ -151,7 +158,7 @@ async def test_slots_spread_over_the_shards_each_pace_as_on_one_redis(tmp_path: 
         grants = Grants(store)  # the send times the shards granted, the turns sent
         throttle = Throttle(policy=FixedRatePolicy(20), store=store)
         hosts = [f"host{i}" for i in range(12)]
-        nodes = {client.get_node_from_key(f"{{{store.prefix}:{h}}}:s").port for h in hosts}
+        nodes = {port_of(client, f"{{{store.prefix}:{h}}}:s") for h in hosts}
         assert len(nodes) >= 2  # the slots live on more than one shard
         started = time.monotonic()
 
@@ -189,7 +196,7 @@ async def test_a_pause_set_on_any_shard_reaches_a_process_holding_turns(tmp_path
             by_shard: dict[int, str] = {}
             for i in range(64):
                 host = f"host{i}"
-                node = clients[0].get_node_from_key(f"{{{name}:{host}}}:s").port
+                node = port_of(clients[0], f"{{{name}:{host}}}:s")
                 by_shard.setdefault(node, host)
             assert len(by_shard) == SHARDS
             ask = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0)

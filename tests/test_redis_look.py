@@ -69,7 +69,7 @@ class Fleet:
         """Another process paused the host for :data:`PAUSE` seconds (its 429's
         ``Retry-After``, merged into Redis)."""
         set_at = time.monotonic()
-        seconds, micros = self.admin.time()  # type: ignore[misc]
+        seconds, micros = self.admin.time()
         ends = (int(seconds) * 1_000_000 + int(micros)) + round(PAUSE * 1e6)
         self.admin.hset(f"{{{self.name}:{KEY}}}:s", "pause", str(ends))
         self.pause_ends = set_at + PAUSE
@@ -115,6 +115,16 @@ async def fleet() -> AsyncIterator[Fleet]:
         await made.close()
 
 
+def pausing(fleet: Fleet) -> Callable[[], None]:
+    """A plan step: another process pauses the host, then this one stands still."""
+
+    def plan() -> None:
+        fleet.pause()
+        stand_still()
+
+    return plan
+
+
 def stand_still() -> None:
     time.sleep(STALL)  # the event loop or the thread stands still: nothing else runs
 
@@ -146,7 +156,7 @@ async def test_a_second_turn_reached_late_looks_for_the_fleets_pause(
 ) -> None:
     # The first turn is reached late and goes back; so is the second, and
     # another process paused the host meanwhile: the request waits the pause out.
-    fleet.stall_turns(monkeypatch, stand_still, lambda: (fleet.pause(), stand_still()))
+    fleet.stall_turns(monkeypatch, stand_still, pausing(fleet))
     with await fleet.throttle.acquire(KEY):
         acquired = time.monotonic()
     assert fleet.pause_ends > 0.0
@@ -160,7 +170,7 @@ async def test_the_bound_holds_when_the_pause_is_longer(
     # loaded machine) inside max_wait failed the request before its second
     # turn, the pause never set: a timeout, but not the one this is about.
     await connected(fleet.ours)
-    fleet.stall_turns(monkeypatch, stand_still, lambda: (fleet.pause(), stand_still()))
+    fleet.stall_turns(monkeypatch, stand_still, pausing(fleet))
     started = time.monotonic()
     with pytest.raises(ThrottleTimeout):  # not sent through the pause: past max_wait, raised
         await fleet.throttle.acquire(KEY, max_wait=1.0)
@@ -178,7 +188,7 @@ async def test_a_second_turn_late_at_the_wire_looks_for_the_fleets_pause(
     # process pauses the host.
     fleet.stall_turns(monkeypatch, stand_still)
 
-    target = await sent_stalling_at_connect(fleet, lambda: (fleet.pause(), stand_still()))
+    target = await sent_stalling_at_connect(fleet, pausing(fleet))
     assert fleet.asked >= 2 and len(target.arrivals) == 1
     assert target.arrivals[0] >= fleet.pause_ends - EARLY, target.arrivals[0] - fleet.pause_ends
 

@@ -18,7 +18,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -90,7 +90,8 @@ def test_a_run_is_reserved_in_one_script_its_turns_one_gap_apart(server: redis.R
     slot = Slot(server)
     run = slot.turn("a", want=3)
     assert (run[1], int(run[7]), int(run[8])) == ("a", 3, GAP_US)
-    assert {m.decode() for m in server.zrange(slot.leases, 0, -1)} == {"a", "a:2", "a:3"}
+    leases = cast(list[bytes], server.zrange(slot.leases, 0, -1))
+    assert {m.decode() for m in leases} == {"a", "a:2", "a:3"}
     # The next process's turn comes one gap after the run's last.
     assert Slot.at(slot.turn("b")) - Slot.at(run) == 3 * GAP_US
 
@@ -257,7 +258,7 @@ def test_a_pause_merged_is_told_on_the_channel_once_and_only_a_pause(server: red
     # Rule 2: the processes holding turns reserved before a pause hear of it.
     slot = Slot(server)
     told = f"autothrottle:rules-{uuid.uuid4().hex}:pauses"
-    listener = server.pubsub(ignore_subscribe_messages=True)
+    listener = server.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
     listener.subscribe(told)
     try:
         slot.merge(delay_us=GAP_US, backed_off=False, oks=1, told=told)  # no pause
@@ -501,7 +502,7 @@ async def test_a_store_dropped_unclosed_ends_its_subscriber_quietly(server: redi
                 break
             await asyncio.sleep(0.01)
         assert server.pubsub_numsub(channel) == [(channel.encode(), 1)]
-        task = weakref.ref(store._listener._task)  # type: ignore[arg-type]
+        task = weakref.ref(store._listener._task)
         del store, throttle
         for _ in range(500):
             gc.collect()
