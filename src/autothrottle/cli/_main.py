@@ -12,9 +12,9 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 from autothrottle import __version__
+from autothrottle._argv import OneLineParser
 from autothrottle._extras import missing_extra
 from autothrottle._sim_args import help_without_sim
 
@@ -55,17 +55,9 @@ def _top(text: str) -> int:
     return value
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument error is one line naming the flag, then exit status 2 (no usage first:
-    ``--help`` has it)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of :func:`main` (``sim``'s own options are the simulator's)."""
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description="Polite, adaptive per-host request pacing for httpx, aiohttp, requests and "
         "Scrapy.",
@@ -117,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_fetch_and_plot(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _add_fetch_and_plot(commands: argparse._SubParsersAction[OneLineParser]) -> None:
     fetch = commands.add_parser(
         "fetch",
         help="fetch a list of URLs politely, each host at its own pace, all at once",
