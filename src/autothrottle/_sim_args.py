@@ -17,6 +17,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from autothrottle._argv import OneLineParser
+
 __all__ = ["build_sim_parser", "help_without_sim"]
 
 Convert = Callable[[str], Any]
@@ -47,7 +49,7 @@ def build_sim_parser(
 ) -> argparse.ArgumentParser:
     """The simulator's argument parser: ``host``, ``many`` and ``robots`` convert
     those options' values (text when not given); ``note`` ends the help."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=prog,
         description=(
             "Serve simulated sites on loopback addresses, each with its own behaviour, "
@@ -83,6 +85,23 @@ def _nonnegative(text: str) -> float:
     if not (value >= 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
     return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be an int in [0, 65535], got {text!r}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int, got {text!r}") from None
 
 
 def _add_host_arguments(
@@ -130,14 +149,14 @@ def _add_host_arguments(
     )
     parser.add_argument(
         "--port",
-        type=int,
+        type=_port,
         default=0,
         help="bind every address to this port (default: 0, a free port per address)",
     )
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seed", type=int, default=None, help="seed the service-time jitter")
+    parser.add_argument("--seed", type=_seed, default=None, help="seed the service-time jitter")
     parser.add_argument(
         "--duration",
         type=_nonnegative,

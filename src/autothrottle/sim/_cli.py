@@ -122,6 +122,21 @@ def parse_behaviour(spec: str) -> Behaviour:
     return cls(**values)
 
 
+def _unnamed(exc: ValueError, name: str) -> str:
+    """``exc``'s message without the leading ``name: ``: argparse names the flag itself."""
+    return str(exc).removeprefix(f"{name}: ")
+
+
+def _renamed(exc: ValueError, flags: dict[str, str]) -> str:
+    """``exc``'s message with the parameter it starts with (``name: ...`` or
+    ``name[...]``) told as the flag the user typed, ``flags[name]``."""
+    text = str(exc)
+    for name, flag in flags.items():
+        if text.startswith((f"{name}: ", f"{name}[")):
+            return flag + ": " + text.removeprefix(name).removeprefix(": ")
+    return text
+
+
 def _assignment(text: str, left: Callable[[str], Any]) -> tuple[Any, Behaviour]:
     head, eq, spec = text.partition("=")
     if not eq:
@@ -132,15 +147,16 @@ def _assignment(text: str, left: Callable[[str], Any]) -> tuple[Any, Behaviour]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _host_key(text: str) -> str:
-    """A loopback address, or a host name (for ``--domain``; checked once it is known)."""
+def _host_key(text: str, flag: str = "--host") -> str:
+    """A loopback address, or a host name (for ``--domain``; checked once it is known);
+    the error, if any, without the flag's name (argparse adds it)."""
     try:
-        return loopback_address("--host", text)
+        return loopback_address(flag, text)
     except ValueError as not_loopback:
         try:
-            return host_name("--host", text)
+            return host_name(flag, text)
         except ValueError:
-            raise not_loopback from None
+            raise ValueError(_unnamed(not_loopback, flag)) from None
 
 
 def _host_arg(text: str) -> tuple[str, Behaviour]:
@@ -160,7 +176,7 @@ def _many_arg(text: str) -> tuple[int, Behaviour]:
         try:
             return _count_arg(head)
         except ValueError:
-            raise ValueError(f"--many: the count must be an int >= 1, got {head!r}") from None
+            raise ValueError(f"the count must be an int >= 1, got {head!r}") from None
 
     result: tuple[int, Behaviour] = _assignment(text, count)
     return result
@@ -172,9 +188,9 @@ def _robots_arg(text: str) -> tuple[str, str | int]:
         address, source = "*", text
     elif address != "*":
         try:
-            address = _host_key(address.strip())
+            address = _host_key(address.strip(), "--robots")
         except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc).replace("--host", "--robots")) from None
+            raise argparse.ArgumentTypeError(str(exc)) from None
     if source.startswith("status:"):
         code = source.removeprefix("status:")
         if not (code.isdigit() and 100 <= int(code) <= 599):
@@ -194,11 +210,20 @@ def build_parser(prog: str = "python -m autothrottle.sim") -> argparse.ArgumentP
 
 
 def hosts_from_args(args: argparse.Namespace) -> dict[str, Behaviour]:
-    """The address-to-behaviour mapping the parsed arguments describe."""
-    if args.domain is not None:
+    """The address-to-behaviour mapping the parsed arguments describe.
+
+    Raises ValueError starting ``--FLAG:``, naming the flag and the value at fault.
+    """
+    if args.domain is None:
+        _check_first(args.first)
+    else:
         host_name("--domain", args.domain)
     hosts: dict[str, Behaviour] = {}
     for address, behaviour in args.host:
+        if args.domain is None:
+            loopback_address("--host", address)
+        else:
+            _host_name(address)
         if address in hosts:
             raise ValueError(f"--host: {address} is given twice")
         hosts[address] = behaviour
@@ -208,7 +233,10 @@ def hosts_from_args(args: argparse.Namespace) -> dict[str, Behaviour]:
     wanted = sum(n for n, _ in blocks)
     if wanted:
         if args.domain is None:
-            names = loopback_addresses(args.first, wanted + len(hosts))
+            try:
+                names = loopback_addresses(args.first, wanted + len(hosts))
+            except ValueError as exc:
+                raise ValueError(_renamed(exc, {"n": "--many", "first": "--first"})) from None
         else:
             names = host_names(host_name("--domain", args.domain), wanted + len(hosts))
         free = iter(a for a in names if a not in hosts)
@@ -218,31 +246,70 @@ def hosts_from_args(args: argparse.Namespace) -> dict[str, Behaviour]:
     return hosts
 
 
+def _check_first(first: str) -> None:
+    """``--first`` as :func:`loopback_addresses` takes it: a loopback IPv4 address."""
+    try:
+        loopback_addresses(first, 1)
+    except ValueError as exc:
+        raise ValueError(_renamed(exc, {"first": "--first"})) from None
+
+
+def _host_name(text: str) -> None:
+    try:
+        host_name("--host", text)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; with --domain, hosts are named") from None
+
+
+def _stats_file(path: str) -> TextIO:
+    """``--stats-file`` opened at once, so that a path it cannot write fails before
+    serving, not at exit with the ground truth lost."""
+    try:
+        return open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"--stats-file: cannot write {path!r}: {exc.strerror or exc}") from None
+
+
+#: What :class:`SimServer` calls a parameter, told as the flag that sets it.
+_FLAGS = {
+    "hosts": "--host",
+    "address": "--first",
+    "robots": "--robots",
+    "port": "--port",
+    "seed": "--seed",
+}
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str = "python -m autothrottle.sim") -> int:
     """Run simulated hosts until Ctrl-C or ``--duration``; returns the exit status.
 
-    Bad arguments exit through argparse (status 2) with a message.
+    A bad value exits with status 2 and one line naming the flag and the value.
     """
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     try:
         hosts = hosts_from_args(args)
+        for key, _ in args.robots:
+            if key != "*" and key not in hosts:
+                raise ValueError(f"--robots: {key!r} is not one of the hosts served")
         address = None if args.domain is None else args.first
         sim = SimServer(
             hosts, port=args.port, seed=args.seed, robots=dict(args.robots), address=address
         )
+        stats_file = _stats_file(args.stats_file) if args.stats_file else None
     except ValueError as exc:
-        parser.error(str(exc))
+        text = _renamed(exc, _FLAGS)
+        parser.error(f"argument {text}" if text.startswith("--") else text)
     out = sys.stdout
-    try:
-        stats_text, summary = asyncio.run(_serve(sim, args, out))
-    except KeyboardInterrupt:  # where signal handlers are unavailable (Windows)
-        return 0
-    if args.stats_file:
-        with open(args.stats_file, "w", encoding="utf-8") as fh:
-            fh.write(stats_text)
-        if not args.quiet:
-            print(f"stats written to {args.stats_file}", file=out)
+    with stats_file or contextlib.nullcontext():
+        try:
+            stats_text, summary = asyncio.run(_serve(sim, args, out))
+        except KeyboardInterrupt:  # where signal handlers are unavailable (Windows)
+            return 0
+        if stats_file is not None:
+            stats_file.write(stats_text)
+    if args.stats_file and not args.quiet:
+        print(f"stats written to {args.stats_file}", file=out)
     if not args.quiet:
         print(summary, file=out)
     out.flush()
