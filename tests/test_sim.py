@@ -184,6 +184,22 @@ def test_addresses_continue_past_the_last_octet() -> None:
     assert len(set(many.hosts)) == 200
 
 
+@pytest.mark.parametrize(
+    ("first", "room"),
+    [("127.255.255.254", 1), ("127.255.254.200", 55 + 254), ("127.0.0.1", 254 * 65536)],
+)
+def test_a_count_past_the_end_of_127_8_is_refused_at_once(first: str, room: int) -> None:
+    # Counted, not walked: 20 million addresses would take a minute to walk to the end.
+    assert loopback_addresses(first, 1) == [first]
+    assert len(loopback_addresses(first, min(room, 600))) == min(room, 600)
+    with pytest.raises(ValueError, match=f"n: {room + 1} addresses"):
+        loopback_addresses(first, room + 1)
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="run past the end"):
+        loopback_addresses(first, 20_000_000)
+    assert time.perf_counter() - started < 5.0  # walking took about a minute
+
+
 # ----------------------------------------------------------------------------- command line
 
 

@@ -75,14 +75,24 @@ def loopback_addresses(first: str, n: int) -> list[str]:
     ip = ipaddress.ip_address(start)
     if not isinstance(ip, ipaddress.IPv4Address):
         raise ValueError(f"first: {first!r} must be an IPv4 address (127.x.x.x)")
+    if n > _usable_from(int(ip)):
+        raise ValueError(f"n: {n} addresses from {first} run past the end of 127.0.0.0/8")
     out: list[str] = []
     while len(out) < n:
-        if not ip.is_loopback:
-            raise ValueError(f"n: {n} addresses from {first} run past the end of 127.0.0.0/8")
         if ip.packed[-1] not in (0, 255):
             out.append(str(ip))
         ip += 1
     return out
+
+
+def _usable_from(address: int) -> int:
+    """How many addresses :func:`loopback_addresses` can give from ``address`` (an
+    int of 127/8) to the end of 127/8: 254 in each /24 (no ``.0``, no ``.255``).
+    Counted, not walked: a count past the end is refused at once."""
+    last = address & 0xFF
+    in_this_block = 254 - max(last, 1) + 1 if last < 255 else 0
+    blocks_after = (int(ipaddress.IPv4Address("127.255.255.255")) >> 8) - (address >> 8)
+    return in_this_block + 254 * blocks_after
 
 
 class _Host:
