@@ -12,6 +12,7 @@ real loopback sockets, each client through its adapter.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import uuid
@@ -253,3 +254,95 @@ async def test_a_refused_connection_leaves_the_sent_turns_of_others_alone() -> N
     finally:
         await store.aclose()
         await other.aclose()
+
+
+class Unwired(Exception):
+    """What a plug's wiring raises in these tests: before the client had the request."""
+
+
+def unwired(*args: object) -> object:
+    raise Unwired
+
+
+@pytest.mark.parametrize("client", ["httpx", "aiohttp"])
+async def test_a_request_whose_wiring_raised_gives_its_turn_back_with_its_time(
+    client: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The plug's wire step raised (httpx: making the origin's pool; aiohttp's
+    # middleware, the request's or the trace's place for the exchange): the
+    # client never had the request, and the turn goes back whole.
+    if client == "httpx":
+        from autothrottle._httpx._async import _PLUG as HTTPX_PLUG
+
+        monkeypatch.setattr(type(HTTPX_PLUG), "wire", unwired)
+    else:
+        import autothrottle.aiohttp as throttled_aiohttp
+
+        monkeypatch.setattr(throttled_aiohttp, "_traced", True)
+        monkeypatch.setattr(throttled_aiohttp, "EXCHANGE", SimpleNamespace(set=unwired))
+    store, throttle, keys = fleet()
+    try:
+        await connected(store)
+        async with arrival_site(HOST) as site:
+            with pytest.raises(Unwired):
+                await send_async(client, throttle, site.url)
+            assert site.arrivals == []
+        await store.flush()
+        assert keys.leases_held() == 0
+        assert keys.ahead() < GAP / 2  # kept, it lay a gap ahead
+        assert throttle.slot(HOST).snapshot().failures == 0  # not the host's
+    finally:
+        await store.aclose()
+
+
+def test_a_request_whose_wiring_raised_gives_its_turn_back_with_its_time_sync(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autothrottle.requests import _PLUG as REQUESTS_PLUG
+
+    monkeypatch.setattr(type(REQUESTS_PLUG), "wire", unwired)
+    store, throttle, keys = fleet()
+    try:
+        with refusing(HOST) as port, pytest.raises(Unwired):
+            send_blocking("requests", throttle, f"http://{HOST}:{port}/")
+        store.flush_blocking()
+        assert keys.leases_held() == 0
+        assert keys.ahead() < GAP / 2
+        assert throttle.slot(HOST).snapshot().failures == 0
+    finally:
+        store.close()
+
+
+class StuckConnector(aiohttp.TCPConnector):
+    """A connector whose connections never come: ``connecting`` is set once a
+    request waits in ``connect``, with its turn taken."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.connecting = asyncio.Event()
+
+    async def connect(self, *args: object, **kwargs: object) -> aiohttp.connector.Connection:
+        self.connecting.set()
+        await asyncio.Event().wait()  # until cancelled
+        raise AssertionError("unreachable")
+
+
+async def test_a_request_cancelled_while_it_connects_gives_its_turn_back_with_its_time() -> None:
+    # aiohttp: the request was cancelled in its connector's connect (a caller's
+    # timeout, a crawl shutting down), before its wire turn: nothing went.
+    store, throttle, keys = fleet()
+    try:
+        await connected(store)
+        connector = StuckConnector()
+        async with AiohttpSession(throttle=throttle, connector=connector) as session:
+            sending = asyncio.ensure_future(session.get(f"http://{HOST}:9/"))
+            await asyncio.wait_for(connector.connecting.wait(), 30.0)
+            sending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sending
+        await store.flush()
+        assert keys.leases_held() == 0
+        assert keys.ahead() < GAP / 2  # kept, it lay a gap ahead
+        assert throttle.slot(HOST).snapshot().failures == 0  # a cancellation is nobody's
+    finally:
+        await store.aclose()

@@ -209,7 +209,6 @@ def hook_connector(connector: BaseConnector) -> None:
         traces: Any,
         timeout: Any,  # noqa: ASYNC109 (aiohttp's own parameter)
     ) -> Connection:
-        connection = await connect(req, traces, timeout)
         try:  # WIRED, read without getattr's call (a third of what this hook costs)
             exchange: Exchange | None = req._autothrottle_exchange  # type: ignore[attr-defined]  # noqa: SLF001
         except AttributeError:  # not throttled (bypassed, another session's), or no room for it
@@ -217,8 +216,10 @@ def hook_connector(connector: BaseConnector) -> None:
         if exchange is None:
             exchange = EXCHANGE.get()
             if exchange is None:
-                return connection
+                return await connect(req, traces, timeout)
+        # The connect in the wire turn's try: a request's path pays for no try of its own.
         try:  # a wire turn given up (cancelled, past max_wait, a store's fault): no connection kept
+            connection = await connect(req, traces, timeout)
             if (wait := exchange.wire_now()) > 0.0:
                 if wait > HOLD_FOR_WIRE:
                     connection, wait = await _wire_without_holding(
@@ -226,7 +227,10 @@ def hook_connector(connector: BaseConnector) -> None:
                     )
                 await exchange.on_wire(wait)
         except BaseException:
-            connection.close()  # a no-op on one handed back to the connector meanwhile
+            try:
+                connection.close()  # a no-op on one handed back to the connector meanwhile
+            except UnboundLocalError:  # never made (refused, timed out, cancelled): nothing went
+                exchange.unconnected()
             raise
         return connection
 

@@ -251,6 +251,14 @@ class Exchange:
             lease.release()
         return wired
 
+    def unconnected(self) -> None:
+        """The request's connection was never made (its client's connect raised, or
+        was cancelled, before the wire turn): a fleet's turn it holds goes back
+        whole at its release (``_fleet_wire.never_sent``). After the wire turn,
+        nothing changes: the request may have been written."""
+        if not self.wired:
+            never_sent(self.lease)
+
     def responded(
         self,
         status: int,
@@ -286,6 +294,14 @@ class Exchange:
         except BaseException:
             lease.release()
             raise
+
+
+def release_unsent(lease: Lease) -> None:
+    """Nothing of the request was sent (its wiring raised, before its client
+    had it): release ``lease``, no failure counted, and a fleet's turn it
+    holds goes back whole, its time too (``_fleet_wire.never_sent``)."""
+    never_sent(lease)
+    lease.release()
 
 
 def free_exchange(lease: Lease, asked: float, key: str) -> Exchange:
@@ -391,7 +407,7 @@ async def paced(
     try:
         wiring = plug.wire(exchange, request)
     except BaseException:
-        lease.release()  # nothing was sent: released, no failure counted
+        release_unsent(lease)  # nothing was sent: released, no failure counted
         raise
     try:
         response = await send(request)
@@ -446,7 +462,7 @@ def paced_blocking(
     try:
         wiring = plug.wire(exchange, request)
     except BaseException:
-        lease.release()  # nothing was sent: released, no failure counted
+        release_unsent(lease)  # nothing was sent: released, no failure counted
         raise
     try:
         response = send(request)

@@ -108,7 +108,11 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    gaps after the request's own. That is the fleet's bound for a lease
    nobody hands back: nothing is held past it. Their time is long past then,
    unless ``hold_timeout`` is shorter than the run: the turns still ahead
-   stay reserved, unused unless the process sends again.
+   stay reserved, unused unless the process sends again. The expiry runs no
+   release hook on purpose: the gate lets go of the lease under its lock, in
+   the middle of a count of what is in flight, which :meth:`Fleet.left` asks
+   for itself; deferred, the hook would need an event loop or a thread for
+   what the bound above gives back anyway.
 8. **Runs.** A process whose requests to a slot come faster than the fleet
    gives it turns takes a run of consecutive turns in one round trip
    (:class:`Run`): the next request takes the next turn of the run without

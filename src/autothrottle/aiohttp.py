@@ -104,6 +104,7 @@ from ._exchange import (
     Plug,
     ThrottleInfo,
     free_exchange,
+    release_unsent,
     send_failed,
     wait_turn,
 )
@@ -326,7 +327,7 @@ class _ThrottleMiddleware:
         except AttributeError:
             token = EXCHANGE.set(exchange)
         except BaseException:  # nothing was sent: released, no failure counted
-            lease.release()
+            release_unsent(lease)
             raise
         try:
             response = await handler(request)
