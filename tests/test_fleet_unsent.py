@@ -18,6 +18,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 import httpx
@@ -208,7 +209,7 @@ def test_each_adapter_names_the_errors_of_a_connection_never_made() -> None:
     assert not HTTPX_PLUG.unconnected(httpx.ReadError("reset"))
     assert not HTTPX_PLUG.unconnected(httpx.ReadTimeout("slow"))
     assert not HTTPX_PLUG.unconnected(httpx.WriteError("reset"))
-    key = SimpleNamespace(host=HOST, port=80, ssl=False)
+    key: Any = SimpleNamespace(host=HOST, port=80, ssl=False)  # what the error reads of a key
     assert AIOHTTP_PLUG.unconnected(aiohttp.ClientConnectorError(key, OSError(111, "refused")))
     assert AIOHTTP_PLUG.unconnected(aiohttp.ConnectionTimeoutError("slow"))
     assert not AIOHTTP_PLUG.unconnected(aiohttp.ServerDisconnectedError())
@@ -245,7 +246,7 @@ async def test_a_refused_connection_leaves_the_sent_turns_of_others_alone() -> N
                 await other.flush()
             return turn
 
-        store.take_turn = then_another  # type: ignore[method-assign]
+        store.take_turn = then_another  # type: ignore[method-assign, assignment]
         with refusing(HOST) as port, pytest.raises(httpx.ConnectError):
             await send_async("httpx", throttle, f"http://{HOST}:{port}/")
         await store.flush()
