@@ -43,7 +43,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -220,15 +220,17 @@ without once waiting (in the selector, on stdin): past it the kernel ends the
 process, and the tests see ``server process died``."""
 
 
-def _serve(commands: TextIO, replies: TextIO) -> None:
-    """The server process: answer one JSON line per command until stdin closes."""
-    # Ahead of the clients (a test's own thread, at most SERVER - 1): woken by a
-    # request, the server stamps it before the client that wrote it runs on.
-    # Nothing here spins: the loop waits in its selector, the reader on stdin,
-    # and a request's own work is bounded (the longest, /stream, sleeps between
-    # its pieces). Should that ever break, a spinning real-time process would
-    # hold a core from every ordinary one (the kernel's real-time share leaves
-    # them 5 %), so the kernel's limit on unbroken real-time work ends it first.
+def run_promptly() -> None:
+    """A server process ahead of its clients, and bounded there.
+
+    Ahead of the clients (a test's own thread, at most SERVER - 1): woken by a
+    request, the server stamps it before the client that wrote it runs on.
+    Nothing here spins: the loop waits in its selector, the reader on stdin,
+    and a request's own work is bounded (the longest, /stream, sleeps between
+    its pieces). Should that ever break, a spinning real-time process would
+    hold a core from every ordinary one (the kernel's real-time share leaves
+    them 5 %), so the kernel's limit on unbroken real-time work ends it first.
+    """
     if promptly_on(SERVER):  # Linux, so the limit is there too
         import resource
 
@@ -237,12 +239,20 @@ def _serve(commands: TextIO, replies: TextIO) -> None:
     else:
         with contextlib.suppress(OSError):
             os.nice(-10)  # the most an ordinary process may ask for
-    loop = asyncio.new_event_loop()
-    server = _Server()
+
+
+def answer_lines(
+    commands: TextIO,
+    replies: TextIO,
+    loop: asyncio.AbstractEventLoop,
+    answer: Callable[[str], Coroutine[Any, Any, Any]],
+) -> None:
+    """A server process's main loop: ``answer`` one JSON line per command, on
+    ``loop``, until ``commands`` closes; an error goes back to the test that asked."""
 
     def read() -> None:
         for line in commands:
-            future = asyncio.run_coroutine_threadsafe(server.answer(line), loop)
+            future = asyncio.run_coroutine_threadsafe(answer(line), loop)
             try:
                 reply: Any = {"ok": future.result(60)}
             except Exception as error:  # reported to the test that asked
@@ -255,37 +265,47 @@ def _serve(commands: TextIO, replies: TextIO) -> None:
     loop.run_forever()
 
 
+def _serve(commands: TextIO, replies: TextIO) -> None:
+    """The server process: answer one JSON line per command until stdin closes."""
+    run_promptly()
+    loop = asyncio.new_event_loop()
+    answer_lines(commands, replies, loop, _Server().answer)
+
+
 # -- in the test process -----------------------------------------------------------
 
 
-class _Process:
-    """The test process's end of the server process: one per session, started on first use."""
+class ServerProcess:
+    """The test process's end of a server process (``module``'s ``_serve``):
+    one per session, started on first use, ended at exit."""
 
-    _lock = threading.Lock()
-    _process: subprocess.Popen[str] | None = None
+    def __init__(self, module: str, env: dict[str, str] | None = None) -> None:
+        self.module = module
+        self.env = env or {}
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[str] | None = None
 
-    @classmethod
-    def ask(cls, command: str, *args: Any) -> Any:
-        with cls._lock:
-            process = cls._process
+    def ask(self, command: str, *args: Any) -> Any:
+        with self._lock:
+            process = self._process
             if process is None or process.poll() is not None:
-                process = cls._process = cls._spawn()
+                process = self._process = self._spawn()
             assert process.stdin is not None and process.stdout is not None
             process.stdin.write(json.dumps([command, *args]) + "\n")
             process.stdin.flush()
             reply = json.loads(process.stdout.readline() or '{"error": "server process died"}')
         if "error" in reply:
-            raise RuntimeError(f"loopback server: {command}: {reply['error']}")
+            raise RuntimeError(f"{self.module} server: {command}: {reply['error']}")
         return reply["ok"]
 
-    @classmethod
-    def _spawn(cls) -> subprocess.Popen[str]:
+    def _spawn(self) -> subprocess.Popen[str]:
         here = str(Path(__file__).resolve().parent)
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
+            **self.env,
         }
-        code = "import sys, loopback; loopback._serve(sys.stdin, sys.stdout)"
+        code = f"import sys, {self.module}; {self.module}._serve(sys.stdin, sys.stdout)"
         process = subprocess.Popen(
             [sys.executable, "-c", code],
             stdin=subprocess.PIPE,
@@ -293,7 +313,7 @@ class _Process:
             text=True,
             env=env,
         )
-        atexit.register(cls._end, process)
+        atexit.register(self._end, process)
         return process
 
     @staticmethod
@@ -305,6 +325,9 @@ class _Process:
             process.wait(10)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+_PROCESS = ServerProcess("loopback")
 
 
 @dataclass
@@ -323,7 +346,7 @@ class LoopbackHost:
         return self.origin + path
 
     def _state(self) -> dict[str, Any]:
-        state: dict[str, Any] = _Process.ask("state", self.ident)
+        state: dict[str, Any] = _PROCESS.ask("state", self.ident)
         return state
 
     @property
@@ -344,7 +367,7 @@ class LoopbackHost:
 
     def forget_arrivals(self) -> None:
         """Start counting arrivals afresh (after a warm-up request, say)."""
-        _Process.ask("forget", self.ident)
+        _PROCESS.ask("forget", self.ident)
 
     def arrival_times(self) -> list[float]:
         return [a.time for a in self.arrivals]
@@ -356,7 +379,7 @@ class LoopbackHost:
 
 def _start(count: int, first: int) -> list[LoopbackHost]:
     addresses = [f"127.0.0.{first + i}" for i in range(count)]
-    started = _Process.ask("start", addresses)
+    started = _PROCESS.ask("start", addresses)
     return [
         LoopbackHost(address, port, ident)
         for address, (ident, port) in zip(addresses, started, strict=True)
@@ -370,7 +393,7 @@ async def loopback_hosts(count: int = 2, *, first: int = 2) -> AsyncIterator[lis
     try:
         yield hosts
     finally:
-        _Process.ask("stop", [host.ident for host in hosts])
+        _PROCESS.ask("stop", [host.ident for host in hosts])
 
 
 @contextmanager
@@ -380,7 +403,7 @@ def running_hosts(count: int, *, first: int = 2) -> Iterator[list[LoopbackHost]]
     try:
         yield hosts
     finally:
-        _Process.ask("stop", [host.ident for host in hosts])
+        _PROCESS.ask("stop", [host.ident for host in hosts])
 
 
 @asynccontextmanager

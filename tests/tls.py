@@ -33,10 +33,7 @@ import json
 import os
 import socket
 import ssl
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,6 +42,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import trustme
+
+import loopback
 
 NAMES = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "localhost")
 """What the server certificate is good for."""
@@ -276,13 +275,7 @@ class _Server:
 
 def _serve(commands: TextIO, replies: TextIO) -> None:
     """The server process: answer one JSON line per command until stdin closes."""
-    import loopback
-
-    if loopback.promptly_on(loopback.SERVER):
-        import resource
-
-        microseconds = int(loopback.RUN_ALONE * 1_000_000)
-        resource.setrlimit(resource.RLIMIT_RTTIME, (microseconds, microseconds))
+    loopback.run_promptly()
     loop = asyncio.new_event_loop()
     # A connection the client drops as a server stops cancels hypercorn's task
     # for it, which asyncio would print: nothing a test asked about.
@@ -293,76 +286,13 @@ def _serve(commands: TextIO, replies: TextIO) -> None:
             else loop.default_exception_handler(context)
         )
     )
-    server = _Server()
-
-    def read() -> None:
-        for line in commands:
-            future = asyncio.run_coroutine_threadsafe(server.answer(line), loop)
-            try:
-                reply: Any = {"ok": future.result(60)}
-            except Exception as error:  # reported to the test that asked
-                reply = {"error": repr(error)}
-            replies.write(json.dumps(reply) + "\n")
-            replies.flush()
-        loop.call_soon_threadsafe(loop.stop)
-
-    threading.Thread(target=read, daemon=True).start()
-    loop.run_forever()
+    loopback.answer_lines(commands, replies, loop, _Server().answer)
 
 
 # -- in the test process -----------------------------------------------------------
 
 
-class _Process:
-    """The test process's end of the server process: one per session, started on first use."""
-
-    _lock = threading.Lock()
-    _process: subprocess.Popen[str] | None = None
-
-    @classmethod
-    def ask(cls, command: str, *args: Any) -> Any:
-        with cls._lock:
-            process = cls._process
-            if process is None or process.poll() is not None:
-                process = cls._process = cls._spawn()
-            assert process.stdin is not None and process.stdout is not None
-            process.stdin.write(json.dumps([command, *args]) + "\n")
-            process.stdin.flush()
-            reply = json.loads(process.stdout.readline() or '{"error": "server process died"}')
-        if "error" in reply:
-            raise RuntimeError(f"tls server: {command}: {reply['error']}")
-        return reply["ok"]
-
-    @classmethod
-    def _spawn(cls) -> subprocess.Popen[str]:
-        here = str(Path(__file__).resolve().parent)
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
-            _SHARED: str(_FILES),
-        }
-        code = "import sys, tls; tls._serve(sys.stdin, sys.stdout)"
-        process = subprocess.Popen(
-            [sys.executable, "-c", code],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        import atexit
-
-        atexit.register(cls._end, process)
-        return process
-
-    @staticmethod
-    def _end(process: subprocess.Popen[str]) -> None:
-        if process.stdin is not None:
-            with contextlib.suppress(OSError):
-                process.stdin.close()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+_PROCESS = loopback.ServerProcess("tls", {_SHARED: str(_FILES)})
 
 
 @dataclass
@@ -382,10 +312,10 @@ class TlsHost:
 
     def hold(self, *milliseconds: float) -> None:
         """Hold the front's next connections these many ms each (then none)."""
-        _Process.ask("hold", self.ident, list(milliseconds))
+        _PROCESS.ask("hold", self.ident, list(milliseconds))
 
     def _state(self) -> dict[str, Any]:
-        state: dict[str, Any] = _Process.ask("state", self.ident)
+        state: dict[str, Any] = _PROCESS.ask("state", self.ident)
         return state
 
     @property
@@ -410,14 +340,14 @@ class TlsHost:
 
     def forget(self) -> None:
         """Start counting arrivals, connections and the most in service afresh."""
-        _Process.ask("forget", self.ident)
+        _PROCESS.ask("forget", self.ident)
 
 
 @contextmanager
 def tls_host(kind: str = "h1", address: str = "127.0.0.2") -> Iterator[TlsHost]:
     """A ``kind`` server ("h1" or "h2") on ``address``, stopped at the end."""
-    ident, port, direct_port = _Process.ask("start", kind, address)
+    ident, port, direct_port = _PROCESS.ask("start", kind, address)
     try:
         yield TlsHost(kind, address, port, direct_port, ident)
     finally:
-        _Process.ask("stop", ident)
+        _PROCESS.ask("stop", ident)
