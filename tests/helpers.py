@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from autothrottle import Lease, Slot, SlotSnapshot, Throttle
+from autothrottle import AutoThrottlePolicy, Lease, Slot, SlotSnapshot, Throttle
 from autothrottle._fleet import TurnAsk
 from autothrottle._gate import Gate, Ticket
+from autothrottle.policy import Sample, SlotConfig
 from autothrottle.store import SlotState
 
 if TYPE_CHECKING:  # the redis extra is not every test's
@@ -344,3 +345,19 @@ class Grants:
         order (``None``: every slot's but :data:`CONNECT_KEY`'s)."""
         keys = [key] if key is not None else sorted(self.finished.keys() - {CONNECT_KEY})
         return [self.granted[lease] for k in keys for lease in self.finished.get(k, [])]
+
+
+class SpyPolicy(AutoThrottlePolicy):
+    """Scrapy's rules, recording every latency sample the slot received."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+
+    def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
+        self.latencies.append(sample.latency)
+        return super().next_delay(delay, sample, config)
+
+
+def fixed(delay: float, **kwargs: Any) -> Throttle:
+    """A throttle whose every slot keeps ``delay`` whatever it observes."""
+    return Throttle(start_delay=delay, min_delay=delay, max_delay=delay, **kwargs)

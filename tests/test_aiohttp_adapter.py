@@ -28,7 +28,7 @@ import aiohttp
 import pytest
 from aiohttp import ClientHandlerType, ClientRequest, ClientResponse
 
-from autothrottle import AutoThrottlePolicy, Throttle
+from autothrottle import Throttle
 from autothrottle._aiohttp_parts import (
     OPTIONS_SET,
     hold_until_finished,
@@ -44,25 +44,8 @@ from autothrottle.aiohttp import (
     throttle_middleware,
     throttle_trace_config,
 )
-from autothrottle.policy import Sample, SlotConfig
-from helpers import FakeClock, wait_until
+from helpers import FakeClock, SpyPolicy, fixed, wait_until
 from loopback import LoopbackHost, loopback_hosts
-
-
-class RecordingPolicy(AutoThrottlePolicy):
-    """Scrapy's rules, recording every latency sample the slot received."""
-
-    def __init__(self) -> None:
-        self.latencies: list[float] = []
-
-    def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
-        self.latencies.append(sample.latency)
-        return super().next_delay(delay, sample, config)
-
-
-def fixed(delay: float, **kwargs: Any) -> Throttle:
-    """A throttle whose every slot keeps ``delay`` whatever it observes."""
-    return Throttle(start_delay=delay, min_delay=delay, max_delay=delay, **kwargs)
 
 
 def key(host: LoopbackHost) -> str:
@@ -101,7 +84,7 @@ def free_port(address: str) -> int:
 
 
 async def test_arrivals_at_the_server_are_spaced_by_the_delay() -> None:
-    policy = RecordingPolicy()
+    policy = SpyPolicy()
     throttle = fixed(0.2, policy=policy)
     async with loopback_hosts(1) as (host,), ThrottledSession(throttle=throttle) as session:
         await warm_up(session, host)
@@ -130,7 +113,7 @@ async def test_the_cap_is_never_exceeded() -> None:
 async def test_latency_excludes_pool_waiting() -> None:
     # One connection for five concurrent requests: the last waits ~0.8 s in the
     # connector's pool, but its latency is still about the server's 0.2 s.
-    policy = RecordingPolicy()
+    policy = SpyPolicy()
     throttle = Throttle(start_delay=0.0, max_concurrency=8, policy=policy)
     connector = aiohttp.TCPConnector(limit=1)
     async with (
@@ -148,7 +131,7 @@ async def test_latency_excludes_pool_waiting() -> None:
 async def test_with_the_trace_config_latency_excludes_pool_waiting_too() -> None:
     # A session built by hand: its connector is not hooked, so the trace
     # config's connection signals find the exchange and start the latency clock.
-    policy = RecordingPolicy()
+    policy = SpyPolicy()
     throttle = Throttle(start_delay=0.0, max_concurrency=8, policy=policy)
     async with (
         loopback_hosts(1) as (host,),
@@ -165,7 +148,7 @@ async def test_with_the_trace_config_latency_excludes_pool_waiting_too() -> None
 
 
 async def test_without_the_trace_config_latency_falls_back_to_the_middleware_time() -> None:
-    policy = RecordingPolicy()
+    policy = SpyPolicy()
     throttle = Throttle(start_delay=0.0, policy=policy)
     async with (
         loopback_hosts(1) as (host,),

@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from autothrottle import AutoThrottlePolicy, Throttle
+from autothrottle import Throttle
 from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport, ThrottledClient
+from helpers import SpyPolicy, fixed
 from httpx_packages import PACKAGES, bind
 
 pytest.importorskip("h2")
@@ -36,21 +37,6 @@ def package(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 def host() -> Any:
     with tls.tls_host("h2", "127.0.0.3") as served:
         yield served
-
-
-class SpyPolicy(AutoThrottlePolicy):
-    """Scrapy's rules, recording every latency the throttle learns from."""
-
-    def __init__(self) -> None:
-        self.latencies: list[float] = []
-
-    def next_delay(self, delay: float, sample: Any, config: Any) -> float:
-        self.latencies.append(sample.latency)
-        return super().next_delay(delay, sample, config)
-
-
-def fixed(delay: float, **kwargs: Any) -> Throttle:
-    return Throttle(start_delay=delay, min_delay=delay, max_delay=delay, **kwargs)
 
 
 def async_client(throttle: Throttle, route: str) -> httpx.AsyncClient:

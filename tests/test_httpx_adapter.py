@@ -24,12 +24,12 @@ from typing import Any
 import httpx
 import pytest
 
-from autothrottle import AutoThrottlePolicy, Throttle
+from autothrottle import Throttle
 from autothrottle._exchange import Exchange
 from autothrottle._httpx._async import _WireTracer
 from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport, ThrottledClient
 from autothrottle.store import MemoryStore
-from helpers import left_for_the_collector, wait_until
+from helpers import SpyPolicy, fixed, left_for_the_collector, wait_until
 from httpx_packages import PACKAGES, bind
 from loopback import LoopbackHost, loopback_hosts
 
@@ -39,22 +39,6 @@ CONTROL = "x-autothrottle"
 @pytest.fixture(autouse=True, params=PACKAGES)
 def package(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     return bind(globals(), request, monkeypatch)
-
-
-class SpyPolicy(AutoThrottlePolicy):
-    """Scrapy's rules, recording every latency the throttle learns from."""
-
-    def __init__(self) -> None:
-        self.latencies: list[float] = []
-
-    def next_delay(self, delay: float, sample: Any, config: Any) -> float:
-        self.latencies.append(sample.latency)
-        return super().next_delay(delay, sample, config)
-
-
-def fixed(delay: float, **kwargs: Any) -> Throttle:
-    """A throttle whose delay never moves from ``delay``."""
-    return Throttle(start_delay=delay, min_delay=delay, max_delay=delay, **kwargs)
 
 
 def client_for(throttle: Throttle, **kwargs: Any) -> httpx.AsyncClient:

@@ -27,6 +27,7 @@ from autothrottle import Throttle
 from autothrottle.aiohttp import ThrottledSession as AiohttpSession
 from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
 from autothrottle.requests import ThrottledSession as RequestsSession
+from helpers import fixed
 
 tls = pytest.importorskip("tls")  # trustme
 
@@ -37,10 +38,6 @@ KINDS = ["httpx", "httpx-sync", "aiohttp", "requests"]
 def host() -> Any:
     with tls.tls_host("h1", "127.0.0.2") as served:
         yield served
-
-
-def fixed(delay: float) -> Throttle:
-    return Throttle(start_delay=delay, min_delay=delay, max_delay=delay)
 
 
 def in_threads(get: Callable[[str], Any], urls: list[str]) -> list[Any]:
