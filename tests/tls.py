@@ -27,10 +27,12 @@ not trust it fails the handshake with a certificate verification error.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import itertools
 import json
 import os
+import shutil
 import socket
 import ssl
 import tempfile
@@ -57,6 +59,8 @@ def _files() -> Path:
     if given:
         return Path(given)
     files = Path(tempfile.mkdtemp(prefix="autothrottle-tls-"))
+    # Gone when the test process ends (after its server process, ended at exit too).
+    atexit.register(shutil.rmtree, files, ignore_errors=True)
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(files / "ca.pem"))
     ca.issue_cert(*NAMES).private_key_and_cert_chain_pem.write_to_path(str(files / "server.pem"))
