@@ -10,8 +10,10 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import json
 import math
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -261,13 +263,45 @@ def _host_name(text: str) -> None:
         raise ValueError(f"{exc}; with --domain, hosts are named") from None
 
 
-def _stats_file(path: str) -> TextIO:
-    """``--stats-file`` opened at once, so that a path it cannot write fails before
-    serving, not at exit with the ground truth lost."""
-    try:
-        return open(path, "w", encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"--stats-file: cannot write {path!r}: {exc.strerror or exc}") from None
+class _StatsFile:
+    """``--stats-file``: replaced whole at exit, never emptied before.
+
+    The stats are written beside the file and renamed over it, so the file
+    holds the previous run's stats until this run's are complete, and a run
+    stopped before its end (a crash, SIGKILL) leaves them as they were. The
+    directory is tried at once (a file made and removed there), so a path that
+    cannot be written fails before serving, not at exit with the ground truth
+    lost.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        target = os.path.realpath(path)  # a link's target is replaced, not the link
+        folder, name = os.path.split(target)
+        self._target = target
+        self._temp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+        try:
+            if os.path.isdir(target):
+                raise IsADirectoryError(errno.EISDIR, "Is a directory")
+            with open(self._temp, "w", encoding="utf-8"):
+                pass
+            os.remove(self._temp)
+        except OSError as exc:
+            raise self._refused(exc) from None
+
+    def _refused(self, exc: OSError) -> ValueError:
+        return ValueError(f"--stats-file: cannot write {self.path!r}: {exc.strerror or exc}")
+
+    def write(self, text: str) -> None:
+        """Write ``text`` beside the file, then rename it over the file."""
+        try:
+            with open(self._temp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(self._temp, self._target)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.remove(self._temp)
+            raise self._refused(exc) from None
 
 
 #: What :class:`SimServer` calls a parameter, told as the flag that sets it.
@@ -296,18 +330,21 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m autothrott
         sim = SimServer(
             hosts, port=args.port, seed=args.seed, robots=dict(args.robots), address=address
         )
-        stats_file = _stats_file(args.stats_file) if args.stats_file else None
+        stats_file = _StatsFile(args.stats_file) if args.stats_file else None
     except ValueError as exc:
         text = _renamed(exc, _FLAGS)
         parser.error(f"argument {text}" if text.startswith("--") else text)
     out = sys.stdout
-    with stats_file or contextlib.nullcontext():
+    try:
+        stats_text, summary = asyncio.run(_serve(sim, args, out))
+    except KeyboardInterrupt:  # where signal handlers are unavailable (Windows)
+        return 0
+    if stats_file is not None:
         try:
-            stats_text, summary = asyncio.run(_serve(sim, args, out))
-        except KeyboardInterrupt:  # where signal handlers are unavailable (Windows)
-            return 0
-        if stats_file is not None:
             stats_file.write(stats_text)
+        except ValueError as exc:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+            return 1
     if args.stats_file and not args.quiet:
         print(f"stats written to {args.stats_file}", file=out)
     if not args.quiet:
