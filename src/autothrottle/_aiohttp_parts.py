@@ -121,14 +121,22 @@ def _options_of(trace_request_ctx: object) -> RequestOptions:
     return DEFAULT_OPTIONS if found is None else options_from_mapping({"autothrottle": found})
 
 
+def _enter_request(
+    trace_request_ctx: object, previous: _RequestState | None
+) -> tuple[_RequestState, contextvars.Token[_RequestState | None]]:
+    """Make the current task's request the one ``trace_request_ctx`` gives options
+    for (``previous``: the request it is made inside, if any). The one place that
+    sets ``OPTIONS_SET``: before ``REQUEST``, which is read only once it is true."""
+    state = _RequestState(_options_of(trace_request_ctx), previous)
+    OPTIONS_SET[0] = True
+    return state, REQUEST.set(state)
+
+
 async def on_request_start(
     session: ClientSession, ctx: SimpleNamespace, params: TraceRequestStartParams
 ) -> None:
-    options = _options_of(getattr(ctx, "trace_request_ctx", None))
-    OPTIONS_SET[0] = True
-    state = _RequestState(options, REQUEST.get())
+    state, _ = _enter_request(getattr(ctx, "trace_request_ctx", None), REQUEST.get())
     ctx.autothrottle_state = state
-    REQUEST.set(state)
 
 
 async def on_request_finish(
@@ -218,6 +226,10 @@ def hook_connector(connector: BaseConnector) -> None:
             if exchange is None:
                 return await connect(req, traces, timeout)
         # The connect in the wire turn's try: a request's path pays for no try of its own.
+        # "Never connected" is told by the name left unbound (UnboundLocalError
+        # below), not by a `connection = None` set first, or a try of the connect's
+        # own: either costs every request two bytecodes more (``overhead.py
+        # --bytecodes``), and only a failed connect reads the difference.
         try:  # a wire turn given up (cancelled, past max_wait, a store's fault): no connection kept
             connection = await connect(req, traces, timeout)
             if (wait := exchange.wire_now()) > 0.0:
@@ -379,9 +391,7 @@ async def _request_with_options(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> ClientResponse:
-    state = _RequestState(_options_of(ctx), None)
-    OPTIONS_SET[0] = True
-    token = REQUEST.set(state)
+    state, token = _enter_request(ctx, None)
     try:
         return await send(*args, **kwargs)
     finally:
