@@ -116,6 +116,36 @@ async def test_control_header_is_stripped_and_the_users_request_untouched() -> N
     assert request.extensions is extensions and "trace" not in extensions
 
 
+async def test_the_control_header_and_a_streamed_body_go_in_one_copy() -> None:
+    # Both apply to one request: the copy sent has no control header, and an
+    # error its body raised as it was sent is the caller's, not the host's; the
+    # caller's own request keeps both.
+    throttle = Throttle(start_delay=0.0)
+    seen: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)  # its body read already, as a transport sends it
+        return httpx.Response(200)
+
+    async def body(fail: bool) -> AsyncIterator[bytes]:
+        yield b"a"
+        if fail:
+            raise httpx.ReadError("another host broke its body off")  # a relayed download's
+
+    headers = {"X-AutoThrottle": "slot=named", "X-Other": "kept"}
+    async with client_for(throttle, httpx.MockTransport(handler)) as client:
+        request = client.build_request("POST", URL, headers=headers, content=body(False))
+        assert (await client.send(request)).status_code == 200
+        with pytest.raises(httpx.ReadError):
+            await client.post(URL, headers=headers, content=body(True))
+    assert len(seen) == 1 and "x-autothrottle" not in seen[0].headers
+    assert seen[0].headers["x-other"] == "kept" and seen[0].content == b"a"
+    assert request.headers["x-autothrottle"] == "slot=named"
+    assert seen[0].stream is not request.stream  # read through a wrapper, a copy's
+    slot = throttle.slot("named").snapshot()
+    assert (slot.sent, slot.responses, slot.failures, slot.in_flight) == (2, 1, 0, 0)
+
+
 @pytest.mark.httpx_only
 async def test_slot_keys() -> None:
     throttle = Throttle(start_delay=0.0)

@@ -186,22 +186,6 @@ _BYTES = httpx2.ByteStream
 """The body of a request with none, or with bytes: nothing to read as it is sent."""
 
 
-def _with_callers_body(request: httpx2.Request) -> httpx2.Request:
-    """``request`` with its body read through :class:`CallersBody` (a copy: the
-    caller's request keeps its own stream, which a client resending it may
-    read again)."""
-    stream = request.stream
-    if type(stream) is CallersBody:
-        return request
-    return httpx2.Request(
-        request.method,
-        request.url,
-        headers=request.headers,
-        stream=CallersBody(stream),
-        extensions=request.extensions,
-    )
-
-
 def unconnected(error: BaseException) -> bool:
     """The host's failure was a connection never made (refused, a connect
     timeout, a name not found, a TLS handshake that failed: httpcore2 raises
@@ -209,20 +193,26 @@ def unconnected(error: BaseException) -> bool:
     return isinstance(error, (httpx2.ConnectError, httpx2.ConnectTimeout))
 
 
-def _without_control_header(request: httpx2.Request) -> httpx2.Request:
-    """A copy of ``request`` to send, minus the control header.
+def _to_send(request: httpx2.Request, strip: bool, wrap: bool) -> httpx2.Request:
+    """The copy of ``request`` to send, made once: minus the control header
+    (``strip``), and its body read through :class:`CallersBody` (``wrap``: a
+    body read as it is sent, not bytes); ``request`` itself when neither applies.
 
     A copy rather than an edit: the client builds redirect hops from the
-    original, and they must carry the same options.
+    original, which must carry the same options, and a client resending it
+    may read its own stream again.
     """
-    headers = httpx2.Headers(request.headers)
-    del headers[CONTROL_HEADER]
+    stream = request.stream
+    if wrap and type(stream) is not CallersBody:
+        stream = CallersBody(stream)
+    elif not strip:
+        return request
+    headers = request.headers
+    if strip:
+        headers = httpx2.Headers(headers)
+        del headers[CONTROL_HEADER]
     return httpx2.Request(
-        request.method,
-        request.url,
-        headers=headers,
-        stream=request.stream,
-        extensions=request.extensions,
+        request.method, request.url, headers=headers, stream=stream, extensions=request.extensions
     )
 
 
@@ -259,14 +249,18 @@ def prepare(
         present = _CONTROL_NAME in map(_LOWERCASE_NAME, items)
     else:  # not the httpx2 this was written against: ask it
         present = CONTROL_HEADER in headers
+    # One copy of the request to send at most (_to_send): the control header
+    # dropped, and a body read as it is sent wrapped, its errors the caller's.
     if present:
         values = headers.get_list(CONTROL_HEADER)
         options = options.merged(options_from_header(", ".join(values)))
-        send = _without_control_header(request)
-    if options.bypass:
+        if options.bypass:  # not throttled: its errors are nobody's to judge
+            return _to_send(request, True, False), None, options, None
+        send = _to_send(request, True, type(request.stream) is not _BYTES)
+    elif options.bypass:
         return send, None, options, None
-    if type(send.stream) is not _BYTES:  # a body read as it is sent: its errors are the caller's
-        send = _with_callers_body(send)
+    elif type(send.stream) is not _BYTES:
+        send = _to_send(request, False, True)
     if type(extensions.get("timeout")) is DefaultTimeoutDict:
         bound = options.max_wait  # the usual: httpx2's default, which bounds nothing
     else:
