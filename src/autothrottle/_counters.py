@@ -37,7 +37,7 @@ def _first_of(bucket: int) -> float:
     """The smallest float :func:`latency_bucket` puts in ``bucket`` (> 0) or past it:
     ``1 ms * 2 ** (bucket / 4)`` moved to the float where the rule's answer
     changes (a few units in the last place at most; bounded, and checked)."""
-    edge = 0.001 * 2.0 ** (bucket / 4.0)
+    edge: float = 0.001 * 2.0 ** (bucket / 4.0)
     for _ in range(64):
         if latency_bucket(edge) < bucket:
             edge = math.nextafter(edge, math.inf)
