@@ -12,10 +12,13 @@ reads what comes and never answers.
 from __future__ import annotations
 
 import contextlib
+import io
 import socket
 import socketserver
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
 
 import aiohttp
 import httpx
@@ -173,6 +176,89 @@ def test_requests_a_file_body_that_fails_to_read_is_the_callers(hosts: tuple[str
         session.post(upload, data=Failing(), timeout=10.0)
     assert _caused_by(raised.value, OSError), raised.value
     _upload_slot_untouched(throttle)
+
+
+class _Recorder(socketserver.BaseRequestHandler):
+    """Keeps each request as it arrived (its head, and its body framed by
+    Content-Length or chunked) in ``seen``, then answers 204."""
+
+    seen: ClassVar[list[bytes]] = []
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        sock.settimeout(10.0)
+        data = b""
+        with contextlib.suppress(OSError):
+            while b"\r\n\r\n" not in data and len(data) < 65536:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            lowered = head.lower()
+            length = None
+            for line in lowered.split(b"\r\n"):
+                if line.startswith(b"content-length:"):
+                    length = int(line.partition(b":")[2])
+            while (
+                len(body) < length if length is not None else not body.endswith(b"0\r\n\r\n")
+            ) and len(body) < 1 << 20:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                body += chunk
+            self.seen.append(head + b"\r\n\r\n" + body[:length])
+            sock.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+
+
+class _NotABody:
+    """Neither bytes, a file nor an iterable."""
+
+    def __repr__(self) -> str:
+        return "<not a body>"
+
+
+def _bodies(folder: Path) -> list[tuple[str, Callable[[], object]]]:
+    binary = folder / "binary"
+    binary.write_bytes(bytes(range(256)) * 160)  # 40,960 bytes: three of urllib3's blocks
+    return [
+        ("a binary file", lambda: binary.open("rb")),
+        ("a text buffer", lambda: io.StringIO("h\u00e9llo w\u00f6rld " * 3000)),
+        ("an iterable of str and bytes", lambda: iter(["caf\u00e9 ", b"bytes ", "\u00fc" * 5000])),
+        ("not a body", lambda: _NotABody()),
+    ]
+
+
+def test_requests_sends_every_kind_of_body_as_urllib3_does(tmp_path: Path) -> None:
+    # The wrapper that marks a body's errors as the caller's must not change the
+    # body: the host gets the bytes it gets without the throttle, and a body
+    # urllib3 refuses is refused with its TypeError, before anything is sent.
+    throttle = Throttle(start_delay=0.0)
+    with serving(UPLOAD, _Recorder) as upload:
+        for kind, body in _bodies(tmp_path):
+            got: list[tuple[object, list[bytes]]] = []
+            for session in (requests.Session(), RequestsSession(throttle=throttle)):
+                seen: list[bytes] = []
+                _Recorder.seen = seen
+                with session:
+                    try:
+                        data: Any = body()  # "not a body" on purpose
+                        outcome: object = session.post(upload, data=data, timeout=10.0).status_code
+                    except TypeError as error:
+                        outcome = str(error)
+                got.append((outcome, seen))
+            plain, throttled = got
+            assert throttled == plain, kind
+            if kind == "not a body":
+                assert plain == (
+                    "'body' must be a bytes-like object, file-like object, or "
+                    "iterable. Instead was <not a body>",
+                    [],
+                ), plain
+            else:
+                assert plain[0] == 204 and len(plain[1]) == 1, kind
+    slot = throttle.slot(UPLOAD).snapshot()
+    assert (slot.in_flight, slot.failures, slot.responses) == (0, 0, 3), slot
 
 
 async def test_aiohttp_a_relayed_downloads_error_is_the_callers(hosts: tuple[str, str]) -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextvars
 import io
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from time import perf_counter
 from typing import Any, cast
 
 import urllib3
 import urllib3.connection
 from urllib3.response import HTTPResponse
+from urllib3.util.request import body_to_chunks
 
 from ._exchange import Exchange
 from ._lease import Lease
@@ -62,13 +63,16 @@ class _WireTurn:
     def request(self, *args: Any, **kwargs: Any) -> None:
         timing = SENDING.get()
         if timing is not None:
+            body = kwargs.get("body")  # urllib3 passes it by name
+            if body is not None and not isinstance(body, (bytes, str)):
+                method = args[0] if args else kwargs["method"]
+                chunks = callers_body(body, method, self.blocksize, timing)  # type: ignore[attr-defined]
+                if chunks is not None:
+                    kwargs["body"] = chunks
             if self.sock is None:
                 self.connect()  # type: ignore[attr-defined]
             timing.exchange.on_wire_blocking()
             timing.end = None
-            body = kwargs.get("body")  # urllib3 passes it by name
-            if body is not None and read_as_sent(body):
-                kwargs["body"] = callers_body(body, self.blocksize, timing)  # type: ignore[attr-defined]
         super().request(*args, **kwargs)  # type: ignore[misc]
 
     def getresponse(self) -> HTTPResponse:
@@ -79,35 +83,33 @@ class _WireTurn:
         return response
 
 
-def read_as_sent(body: object) -> bool:
-    """Whether urllib3 reads ``body`` as it sends it (a file, an iterator of the
-    caller's), rather than sending it as one buffer."""
-    if isinstance(body, (bytes, str)):
-        return False
-    if hasattr(body, "read"):
-        return True
-    try:
-        memoryview(body)  # type: ignore[arg-type]
-    except TypeError:
-        return True
-    return False
-
-
-def callers_body(body: Any, blocksize: int, timing: Timing) -> Iterator[Any]:
-    """``body``'s chunks as urllib3 would read them (a file in ``blocksize``
-    blocks, text encoded as UTF-8; an iterable as it comes), noting on
-    ``timing`` that reading it raised: the error is the caller's, never the
+def callers_body(body: Any, method: str, blocksize: int, timing: Timing) -> Iterator[bytes] | None:
+    """``body``'s chunks as urllib3 reads them (its own ``body_to_chunks``), noting
+    on ``timing`` that reading it raised: the error is the caller's, never the
     host's it was sent to, though urllib3 hands an ``OSError`` on as a
     ``ProtocolError`` ("Connection aborted.") and requests as a
     ``ConnectionError`` (a body relaying another host's download raises
-    that host's ``ConnectionError``s; a file, its disk's ``OSError``)."""
+    that host's ``ConnectionError``s; a file, its disk's ``OSError``).
+
+    None when urllib3 sends ``body`` as one buffer (it has a length): nothing
+    of it is read as it goes. A body urllib3 refuses (neither bytes, a file
+    nor an iterable) raises its ``TypeError`` here, before the connection
+    and the wire turn: nothing of the request was sent.
+    """
     try:
-        if hasattr(body, "read"):
-            encode = isinstance(body, io.TextIOBase)
-            while block := body.read(blocksize):
-                yield block.encode("utf-8") if encode else block
-        else:
-            yield from body
+        chunks = body_to_chunks(body, method=method, blocksize=blocksize)
+    except Exception:
+        timing.body_raised = True
+        timing.exchange.unconnected()
+        raise
+    if chunks.content_length is not None or chunks.chunks is None:
+        return None
+    return _marked(chunks.chunks, timing)
+
+
+def _marked(chunks: Iterable[bytes], timing: Timing) -> Iterator[bytes]:
+    try:
+        yield from chunks
     except Exception:
         timing.body_raised = True
         raise
