@@ -18,6 +18,7 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from autothrottle import AIMDPolicy, AutoThrottlePolicy, HostSettings, Throttle
+from autothrottle._request import options_from_header
 from autothrottle._scrapy_settings import kept_limits
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import (
@@ -26,6 +27,7 @@ from autothrottle.httpx import (
     ThrottledClient,
     ThrottledTransport,
 )
+from autothrottle.options import CONTROL_HEADER
 from autothrottle.policy import policy_from_text
 from autothrottle.requests import ThrottledHTTPAdapter
 from autothrottle.requests import ThrottledSession as RequestsSession
@@ -181,3 +183,46 @@ def test_the_middleware_logs_the_line_once_at_info(caplog: pytest.LogCaptureFixt
 
 def test_the_middleware_is_quiet_on_scrapy_s_defaults(caplog: pytest.LogCaptureFixture) -> None:
     assert _middleware_lines(caplog, {}) == []
+
+
+# -- the per-request control header -----------------------------------------------------------
+
+#: (the header value, the directive's key, the value given to it): each key's bad values.
+BAD_HEADER_VALUES = [
+    ("slot=", "slot", ""),
+    ("bypass, SLOT=  ", "slot", ""),
+    ("max-wait=abc", "max-wait", "abc"),
+    ("max-wait=-1", "max-wait", "-1"),
+    ("max-wait=nan", "max-wait", "nan"),
+    ("max-wait=inf", "max-wait", "inf"),
+    ("Max-Wait=", "max-wait", ""),
+    ("no-adjust, max-wait=2s", "max-wait", "2s"),
+    ("cost=abc", "cost", "abc"),
+    ("cost=-5", "cost", "-5"),
+    ("cost=1.5", "cost", "1.5"),
+    ("cost=1+2+3", "cost", "1+2+3"),
+    ("cost = 500+", "cost", "500+"),
+    ("cost=99999999999999999", "cost", "99999999999999999"),
+]
+
+
+@pytest.mark.parametrize(("header", "key", "value"), BAD_HEADER_VALUES)
+def test_a_bad_control_header_value_names_the_header_the_key_and_the_value(
+    header: str, key: str, value: str
+) -> None:
+    """A user who set ``X-AutoThrottle`` reads the header's words, not the Python
+    option's (``max_wait``) they never wrote."""
+    with pytest.raises(ValueError) as error:
+        options_from_header(header)
+    text = message(error)
+    assert text.startswith(f"{CONTROL_HEADER} header: {key} must be "), text
+    assert f"got {value!r} in {header!r}" in text, text
+    assert "max_wait" not in text and "request option" not in text, text
+
+
+def test_the_requests_adapter_raises_it_before_sending() -> None:
+    with (
+        RequestsSession(throttle=Throttle()) as session,
+        pytest.raises(ValueError, match=r"X-AutoThrottle header: max-wait .* got 'abc'"),
+    ):
+        session.get("http://127.0.0.2:9/", headers={CONTROL_HEADER: "max-wait=abc"})

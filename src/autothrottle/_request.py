@@ -135,7 +135,12 @@ def options_from_mapping(container: object) -> RequestOptions:
         raise TypeError(f"the 'slot' request option must be a non-empty str, got {slot!r}")
     max_wait = raw.get("max_wait")
     if max_wait is not None:
-        max_wait = _seconds_option(max_wait, repr(max_wait))
+        seconds = _seconds(max_wait)
+        if seconds is None:
+            raise ValueError(
+                f"the 'max_wait' request option must be seconds >= 0, got {max_wait!r}"
+            )
+        max_wait = seconds
     cost = None if "cost" not in raw else check_cost(raw["cost"], "the 'cost' request option")
     if adjust and not bypass and slot is None and max_wait is None and cost is None:
         return DEFAULT_OPTIONS
@@ -181,21 +186,34 @@ def _tokens(value: object) -> int | None:
     return math.ceil(value)
 
 
-def _seconds_option(value: object, shown: str) -> float:
-    """A ``max_wait`` option: a finite number of seconds >= 0."""
+def _seconds(value: object) -> float | None:
+    """A ``max_wait``: a finite number of seconds >= 0 (or its text), else None."""
     if isinstance(value, str):
         try:
             value = float(value)
         except ValueError:
-            value = None
+            return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e9:
-        raise ValueError(f"the 'max_wait' request option must be seconds >= 0, got {shown}")
+        return None
     return float(value)
+
+
+def _bad_directive(key: str, text: str, expected: str, value: str) -> ValueError:
+    """What a user who wrote the header reads: the header, the directive's key,
+    the value given to it, and the whole header value it came in."""
+    return ValueError(
+        f"{CONTROL_HEADER} header: {key} must be {expected}, got {text!r} in {value!r}"
+    )
 
 
 @lru_cache(maxsize=1024)
 def options_from_header(value: str) -> RequestOptions:
-    """Options from an ``X-AutoThrottle`` header value."""
+    """Options from an ``X-AutoThrottle`` header value.
+
+    Raises:
+        ValueError: a directive it does not know, or a bad value of one, naming
+            the header, the directive's key and the value.
+    """
     adjust, bypass, slot, max_wait, cost = True, False, None, None, None
     for part in value.split(","):
         directive = part.strip()
@@ -207,11 +225,14 @@ def options_from_header(value: str) -> RequestOptions:
         elif lowered.startswith("slot="):
             slot = directive[5:].strip()
             if not slot:
-                raise ValueError(f"{CONTROL_HEADER} header: empty slot name in {value!r}")
+                raise _bad_directive("slot", slot, "a non-empty slot name", value)
         elif lowered.startswith("max-wait="):
-            max_wait = _seconds_option(directive[9:].strip(), f"{value!r}")
+            text = directive[9:].strip()
+            max_wait = _seconds(text)
+            if max_wait is None:
+                raise _bad_directive("max-wait", text, "seconds >= 0", value)
         elif lowered.replace(" ", "").startswith("cost="):
-            cost = _cost_directive(directive.partition("=")[2], value)
+            cost = _cost_directive(directive.partition("=")[2].strip(), value)
         elif directive:
             raise ValueError(
                 f"{CONTROL_HEADER} header: unknown directive {directive!r} in {value!r}; "
@@ -231,9 +252,7 @@ def _cost_directive(text: str, value: str) -> Cost:
         return counts[0]
     if len(counts) == len(parts) == 2:
         return (counts[0], counts[1])
-    raise ValueError(
-        f"{CONTROL_HEADER} header: cost must be TOKENS or INPUT+OUTPUT tokens, in {value!r}"
-    )
+    raise _bad_directive("cost", text, "TOKENS or INPUT+OUTPUT tokens", value)
 
 
 def header_value(options: RequestOptions) -> str:
