@@ -10,48 +10,15 @@ counters, and the latency histogram, into plain figures.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import dataclass, field
 
-__all__ = ["LATENCY_BUCKETS", "Counters", "latency_bucket"]
+__all__ = ["LATENCY_BUCKETS", "Counters"]
 
 LATENCY_BUCKETS = 80
 """Quarter-octave latency buckets from 1 ms; the last starts at 2**19.75 ms."""
 
 _LAST_BUCKET = LATENCY_BUCKETS - 1
-
-
-def latency_bucket(latency: float) -> int:
-    """The histogram's bucket of ``latency`` (seconds, finite): the rule itself,
-    ``int(4 * log2(latency / 1 ms))`` within ``[0, LATENCY_BUCKETS)``.
-
-    A response is counted with :data:`_EDGES` instead, which gives the same
-    bucket for every latency (``tests/test_stats.py`` compares them)."""
-    if latency <= 0.001:
-        return 0
-    index = int(4.0 * math.log2(latency / 0.001))
-    return index if index < _LAST_BUCKET else _LAST_BUCKET
-
-
-def _first_of(bucket: int) -> float:
-    """The smallest float :func:`latency_bucket` puts in ``bucket`` (> 0) or past it:
-    ``1 ms * 2 ** (bucket / 4)`` moved to the float where the rule's answer
-    changes (a few units in the last place at most; bounded, and checked)."""
-    edge: float = 0.001 * 2.0 ** (bucket / 4.0)
-    for _ in range(64):
-        if latency_bucket(edge) < bucket:
-            edge = math.nextafter(edge, math.inf)
-        elif latency_bucket(below := math.nextafter(edge, 0.0)) >= bucket:
-            edge = below
-        else:
-            return edge
-    raise AssertionError(f"no edge found for latency bucket {bucket}")  # pragma: no cover
-
-
-_EDGES = [_first_of(bucket) for bucket in range(1, LATENCY_BUCKETS)]
-"""Each bucket's smallest latency, the first's left out: ``bisect_right(_EDGES,
-latency)`` is :func:`latency_bucket`'s answer, in C (a division, a logarithm and
-a clamp in Python were a third of a usual response's counting)."""
+_log2 = math.log2
 
 
 @dataclass(slots=True)
@@ -106,10 +73,16 @@ class Counters:
             counts[status] += 1
         except KeyError:  # the first of its status
             counts[status] = 1
+        if latency <= 0.001:
+            index = 0
+        else:
+            index = int(4.0 * _log2(latency / 0.001))
+            if index > _LAST_BUCKET:
+                index = _LAST_BUCKET
         buckets = self.latency_buckets
         if not buckets:
             buckets.extend([0] * LATENCY_BUCKETS)
-        buckets[bisect_right(_EDGES, latency)] += 1  # latency_bucket(latency)
+        buckets[index] += 1
         self.last_latency = latency
         self.last_activity = now
 
