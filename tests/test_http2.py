@@ -19,7 +19,12 @@ import httpx
 import pytest
 
 from autothrottle import Throttle
-from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport, ThrottledClient
+from autothrottle.httpx import (
+    AsyncThrottledClient,
+    AsyncThrottledTransport,
+    ThrottledClient,
+    ThrottledTransport,
+)
 from helpers import SpyPolicy, fixed
 from httpx_packages import PACKAGES, bind
 
@@ -42,8 +47,37 @@ def host() -> Any:
 def async_client(throttle: Throttle, route: str) -> httpx.AsyncClient:
     if route == "client":
         return AsyncThrottledClient(throttle=throttle, http2=True, verify=tls.trusting())
-    inner = httpx.AsyncHTTPTransport(http2=True, verify=tls.trusting())
+    inner: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport(http2=True, verify=tls.trusting())
+    if route == "wrapped":
+        inner = wrapping(inner)
     return httpx.AsyncClient(transport=AsyncThrottledTransport(inner, throttle=throttle))
+
+
+def wrapping(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+    """A transport of the user's that hands every request to ``inner`` (httpx's
+    own, HTTP/2 on): nothing of it says HTTP/2 but what its connections negotiate."""
+
+    class Wrapping(httpx.AsyncBaseTransport):  # made here: of the package the test binds
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            return await inner.handle_async_request(request)
+
+        async def aclose(self) -> None:
+            await inner.aclose()
+
+    return Wrapping()
+
+
+def wrapping_blocking(inner: httpx.BaseTransport) -> httpx.BaseTransport:
+    """:func:`wrapping` for the sync client."""
+
+    class Wrapping(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            return inner.handle_request(request)
+
+        def close(self) -> None:
+            inner.close()
+
+    return Wrapping()
 
 
 def assert_idle(throttle: Throttle, key: str) -> None:
@@ -57,7 +91,9 @@ def assert_spaced(times: list[float], delay: float) -> None:
     assert all(gap >= delay - 0.03 for gap in gaps), gaps
 
 
-@pytest.mark.parametrize("route", ["client", "transport", "client with a trace of its own"])
+@pytest.mark.parametrize(
+    "route", ["client", "transport", "wrapped", "client with a trace of its own"]
+)
 async def test_requests_behind_a_slow_handshake_share_one_connection_at_the_delay(
     host: Any, route: str
 ) -> None:
@@ -94,14 +130,18 @@ async def test_requests_behind_a_slow_handshake_share_one_connection_at_the_dela
     assert_idle(throttle, host.address)
 
 
-def test_the_sync_client_keeps_streams_in_order_and_the_delay(host: Any) -> None:
+@pytest.mark.parametrize("route", ["client", "wrapped"])
+def test_the_sync_client_keeps_streams_in_order_and_the_delay(host: Any, route: str) -> None:
     throttle = fixed(0.08)
     host.forget()
     host.hold(250)
-    with (
-        ThrottledClient(throttle=throttle, http2=True, verify=tls.trusting()) as client,
-        ThreadPoolExecutor(4) as pool,
-    ):
+    client: httpx.Client
+    if route == "client":
+        client = ThrottledClient(throttle=throttle, http2=True, verify=tls.trusting())
+    else:
+        inner = wrapping_blocking(httpx.HTTPTransport(http2=True, verify=tls.trusting()))
+        client = httpx.Client(transport=ThrottledTransport(inner, throttle=throttle))
+    with client, ThreadPoolExecutor(4) as pool:
         responses = list(pool.map(lambda i: client.get(host.url(f"/{i}")), range(4)))
     assert [r.http_version for r in responses] == ["HTTP/2"] * 4
     arrivals = host.arrivals
@@ -112,7 +152,7 @@ def test_the_sync_client_keeps_streams_in_order_and_the_delay(host: Any) -> None
     assert_idle(throttle, host.address)
 
 
-@pytest.mark.parametrize("route", ["client", "transport"])
+@pytest.mark.parametrize("route", ["client", "transport", "wrapped"])
 async def test_the_cap_holds_on_one_multiplexed_connection(host: Any, route: str) -> None:
     throttle = fixed(0.0, max_concurrency=2)
     host.forget()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -674,3 +675,66 @@ async def test_a_wire_turn_that_fails_on_a_kept_connection_sends_nothing_and_giv
     assert len(arrivals) == 1
     slot = throttle.slot("127.0.0.2").snapshot()
     assert (slot.in_flight, slot.sent, slot.failures) == (0, 2, 0)
+
+
+# -- HTTP/2: an origin's requests handed over one at a time, first come first ----------
+
+
+def test_the_sync_clients_threads_are_handed_the_origin_in_the_order_they_came(
+    package: str,
+) -> None:
+    # Each thread comes only once the one before is counted in (no clock): the
+    # holder gives the turn back and asks again at once, as a request of its
+    # origin right behind would, and goes after every thread that came before it.
+    # A threading.Lock lets the thread that released it take it again first.
+    serials = pools_module(package).Serials()
+    url = httpx.URL("https://h2.test/")
+    held = serials.enter_blocking(url)
+    order: list[int] = []
+
+    def request(n: int) -> None:
+        serial = serials.enter_blocking(url)
+        order.append(n)
+        serial.leave()
+        serials.done(serial)
+
+    threads = []
+    for n in range(1, 6):
+        thread = threading.Thread(target=request, args=(n,))
+        thread.start()
+        threads.append(thread)
+        for _ in range(10_000):  # until it is queued: counted, bounded
+            if held.users == n + 1:
+                break
+            time.sleep(0.001)
+        assert held.users == n + 1
+    held.leave()
+    again = serials.enter_blocking(url)  # behind the five
+    order.append(0)
+    again.leave()
+    serials.done(again)
+    serials.done(held)
+    for thread in threads:
+        thread.join(10)
+    assert order == [1, 2, 3, 4, 5, 0]
+    assert serials.passes(url) is False and held.users == 0
+
+
+def test_an_origin_learned_to_speak_http11_passes_and_the_learned_are_bounded(
+    package: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = pools_module(package)
+    monkeypatch.setattr(module.Serials, "LEARNED_MOST", 3)
+    known, learning = module.Serials(), module.Serials(learn=True)
+    urls = [httpx.URL(f"https://{n}.test/") for n in range(4)]
+    for serials in (known, learning):
+        for url in urls[:3]:
+            serial = serials.enter_blocking(url)
+            serial.leave(False)  # its headers went out on an HTTP/1.1 connection
+            serials.done(serial)
+    assert [known.passes(url) for url in urls] == [False] * 4  # HTTP/2 on: never learned
+    assert [learning.passes(url) for url in urls] == [True, True, True, False]
+    serial = learning.enter_blocking(urls[3])
+    serial.leave(False)
+    learning.done(serial)
+    assert [learning.passes(url) for url in urls] == [False, False, False, True]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -318,10 +318,20 @@ _OPENING_TIMEOUT = "no turn to open a connection within the pool timeout ({:g} s
 # -- HTTP/2: one request of an origin at a time between its hand-over and its headers --
 
 
+def origin_of(url: httpx.URL) -> Origin:
+    """``url``'s origin, from httpx's parsed form where it has one: three attribute
+    reads, where ``url.host`` decodes an international name at every call."""
+    try:  # an attribute read; getattr's default would cost a call
+        parsed = url._uri_reference  # noqa: SLF001
+    except AttributeError:  # not the httpx this was written against
+        return (url.scheme, url.host, url.port)
+    return (parsed.scheme, parsed.host, parsed.port)
+
+
 class Serial:
     """An origin's requests one at a time from their hand-over to an HTTP/2
     pool until their headers go out (taken by :meth:`Serials.enter`, given
-    back by the request's wiring once it is on the wire).
+    back by the request's wiring once it is on the wire), first come first.
 
     httpcore numbers an HTTP/2 request's stream before its
     ``send_request_headers`` trace event, where the wire turn waits; numbers
@@ -335,70 +345,143 @@ class Serial:
     The wait here is bounded by what bounds the request before it on the
     way to its headers: its connect and TLS timeouts, and its wire turn,
     which the request behind would wait for anyway (it comes after it).
+
+    The async client's requests wait on an ``anyio.Lock``, which serves its
+    waiters in order. The sync client's threads each wait on a lock of their
+    own, queued as they come (under :class:`Serials`' lock) and handed the
+    turn in that order: a ``threading.Lock`` of the origin's would let a
+    thread that just gave the turn back take it again before the threads
+    waiting for it (per-slot FIFO).
     """
 
-    __slots__ = ("blocking", "users", "waiting")
+    __slots__ = ("busy", "origin", "queue", "table", "users", "waiting")
 
-    def __init__(self) -> None:
-        self.blocking = threading.Lock()  # the sync client's
+    def __init__(self, table: Serials, origin: Origin) -> None:
+        self.table = table
+        self.origin = origin
         self.waiting: anyio.Lock | None = None  # the async client's, made in its event loop
         self.users = 0
+        #: The sync client's: a thread is between its hand-over and its headers,
+        #: and the threads waiting for the turn, each on a lock of its own.
+        self.busy = False
+        self.queue: deque[threading.Lock] = deque()
 
-    def leave(self) -> None:
+    def leave(self, http2: bool = True) -> None:
+        """The request's headers are out (``http2``: on an HTTP/2 connection, or
+        not known), or it failed first: the next request of the origin may go."""
+        if not http2:
+            self.table.learned(self.origin)
         if self.waiting is not None:
             self.waiting.release()
-        else:
-            self.blocking.release()
+            return
+        with self.table.lock:
+            if self.queue:
+                self.queue.popleft().release()  # handed over: still busy
+            else:
+                self.busy = False
 
 
 class Serials:
-    """The :class:`Serial` of each origin an HTTP/2 pool is sending to, kept while in use."""
+    """The :class:`Serial` of each origin an HTTP/2 pool is sending to, kept while in use.
 
-    __slots__ = ("_lock", "_table")
+    ``learn``: the pool's protocol is not known (a transport of the user's that
+    wraps httpx's own, where nothing says whether HTTP/2 is on): an origin's
+    requests are handed over one at a time until one of them has gone out on
+    an HTTP/1.1 connection (its ``http11.send_request_headers`` trace event), or
+    was answered with no trace event at all (not httpcore's pool: no stream
+    numbers, and no wire turn either); from then on the origin's requests go
+    straight to the pool. Kept for :attr:`LEARNED_MOST` origins, then forgotten
+    together: an origin forgotten is learned again by its next request.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_table", "learn", "lock", "plain")
+
+    #: Origins learned to need no hand-over in turn, at most.
+    LEARNED_MOST = 4096
+
+    def __init__(self, learn: bool = False) -> None:
         self._table: dict[Origin, Serial] = {}
-        self._lock = threading.Lock()  # the table alone: threads share the sync client's
+        #: The table, and the sync client's queues: threads share its transport.
+        self.lock = threading.Lock()
+        self.learn = learn
+        self.plain: set[Origin] = set()  # learned: HTTP/1.1, or no trace events
 
-    def _take(self, url: httpx.URL) -> tuple[Origin, Serial]:
-        origin = (url.scheme, url.host, url.port)
-        with self._lock:
-            serial = self._table.get(origin)
-            if serial is None:
-                serial = self._table[origin] = Serial()
-            serial.users += 1
-        return origin, serial
+    def passes(self, url: httpx.URL) -> bool:
+        """Whether ``url``'s origin was learned to need no hand-over in turn."""
+        plain = self.plain
+        return bool(plain) and origin_of(url) in plain
 
-    async def enter(self, url: httpx.URL) -> tuple[Origin, Serial]:
+    def learned(self, origin: Origin) -> None:
+        """``origin``'s request went out on an HTTP/1.1 connection, or was answered
+        untraced: its next requests go straight to the pool (when learning)."""
+        if not self.learn:
+            return
+        plain = self.plain
+        if len(plain) >= self.LEARNED_MOST:
+            plain.clear()
+        plain.add(origin)
+
+    def _take(self, url: httpx.URL) -> Serial:
+        """The origin's serial, counted as used (under :attr:`lock`)."""
+        origin = origin_of(url)
+        serial = self._table.get(origin)
+        if serial is None:
+            serial = self._table[origin] = Serial(self, origin)
+        serial.users += 1
+        return serial
+
+    async def enter(self, url: httpx.URL) -> Serial:
         """Wait for the origin's turn to hand a request over."""
-        origin, serial = self._take(url)
+        with self.lock:
+            serial = self._take(url)
         lock = serial.waiting
         if lock is None:
             lock = serial.waiting = anyio.Lock()
         try:
             await lock.acquire()
         except BaseException:
-            self.done(origin, serial)
+            self.done(serial)
             raise
-        return origin, serial
+        return serial
 
-    def enter_blocking(self, url: httpx.URL) -> tuple[Origin, Serial]:
-        """:meth:`enter` for a thread."""
-        origin, serial = self._take(url)
-        serial.blocking.acquire()
-        return origin, serial
+    def enter_blocking(self, url: httpx.URL) -> Serial:
+        """:meth:`enter` for a thread: queued now, served in the order of coming."""
+        with self.lock:
+            serial = self._take(url)
+            if not serial.busy:
+                serial.busy = True
+                return serial
+            waiter = threading.Lock()
+            waiter.acquire()
+            serial.queue.append(waiter)
+        try:
+            waiter.acquire()  # released by the thread handing the turn over
+        except BaseException:  # an interrupt: out of the queue, or the turn passed on
+            with self.lock:
+                queued = waiter in serial.queue
+                if queued:
+                    serial.queue.remove(waiter)
+            if not queued:
+                serial.leave()
+            self.done(serial)
+            raise
+        return serial
 
-    def done(self, origin: Origin, serial: Serial) -> None:
+    def done(self, serial: Serial) -> None:
         """The request is sent, or failed: the origin's entry goes with its last user."""
-        with self._lock:
+        with self.lock:
             serial.users -= 1
             if serial.users == 0:
-                del self._table[origin]
+                del self._table[serial.origin]
 
 
-def http2(transport: Any) -> bool:
-    """Whether ``transport`` is httpx's own with HTTP/2 on (its httpcore pool's ``_http2``)."""
-    return getattr(getattr(transport, "_pool", None), "_http2", False) is True
+def http2(transport: Any) -> bool | None:
+    """Whether ``transport`` is httpx's own with HTTP/2 on (True) or off (False),
+    as its httpcore pool's ``_http2`` says; None when nothing says (a transport
+    of the user's that wraps httpx's own, one of another kind, an httpcore
+    without the name): :class:`Serials` then learns each origin's protocol."""
+    flag = getattr(getattr(transport, "_pool", None), "_http2", None)
+    return flag if type(flag) is bool else None
 
 
 #: httpx's limits for a client given none (equal ones count as none).

@@ -152,14 +152,15 @@ class _WireTracer:
 
 def _on_the_wire(wiring: _Tracer | _WireTracer, name: str, info: dict[str, Any]) -> None:
     """The request's headers go out (not a proxy's ``CONNECT``): the next
-    request of its origin may be handed over (:class:`~._pools.Serial`)."""
+    request of its origin may be handed over (:class:`~._pools.Serial`), and
+    the event's name says the connection's protocol (``http11.`` or ``http2.``)."""
     request = info.get("request")
     if request is not None and request.method == b"CONNECT":
         return  # the tunnel's: the request itself is still to go
     serial = wiring.serial
     if serial is not None:
         wiring.serial = None
-        serial.leave()
+        serial.leave(not name.startswith("http11."))
 
 
 def _send_in_turn(
@@ -168,16 +169,22 @@ def _send_in_turn(
     """Hand ``request`` over to an HTTP/2 pool once the request of its origin
     before it has its headers out (:class:`~._pools.Serial`)."""
     url = request.url
-    entered = serials.enter_blocking(url)
-    origin, serial = entered
+    serial = serials.enter_blocking(url)
     wiring.serial = serial
     try:
-        return send(request)
-    finally:
+        response = send(request)
+    except BaseException:
         if wiring.serial is not None:  # failed or cancelled before its headers went out
             wiring.serial = None
             serial.leave()
-        serials.done(origin, serial)
+        raise
+    else:
+        if wiring.serial is not None:  # answered with no trace event: not httpcore2's pool
+            wiring.serial = None
+            serial.leave(False)
+        return response
+    finally:
+        serials.done(serial)
 
 
 class _LeaseStream(httpx2.SyncByteStream):
@@ -457,8 +464,10 @@ class ThrottledTransport(httpx2.BaseTransport):
             raise TypeError(f"inner must be a httpx2.BaseTransport, got {inner!r}")
         self._inner = inner
         self._plug = _PLUG
-        #: HTTP/2 on: an origin's requests are handed over one at a time (``Serial``).
-        self._serials = Serials() if http2(inner) else None
+        #: HTTP/2 on, or not known to be off: an origin's requests are handed
+        #: over one at a time (``Serial``), until it is learned to speak HTTP/1.1.
+        protocol = http2(inner)
+        self._serials = None if protocol is False else Serials(learn=protocol is None)
 
     @property
     def inner(self) -> httpx2.BaseTransport:
@@ -485,10 +494,15 @@ class ThrottledTransport(httpx2.BaseTransport):
         return paced_blocking(plug, self._throttle, key, options, bound, inner, send)
 
     def _in_turn(self, request: httpx2.Request) -> _Sent:
-        """Send through an HTTP/2 ``inner`` in the origin's turn (:func:`_send_in_turn`)."""
+        """Send through an HTTP/2 ``inner`` (or one not known to be HTTP/1.1) in the
+        origin's turn (:func:`_send_in_turn`), unless the origin was learned to
+        speak HTTP/1.1 (``Serials.passes``)."""
+        serials = self._serials
+        assert serials is not None
+        if serials.passes(request.url):
+            return self._inner.handle_request(request)
         wiring = request.extensions["trace"]  # the plug's, for every throttled request here
-        assert self._serials is not None
-        return _send_in_turn(self._serials, self._inner.handle_request, request, wiring)
+        return _send_in_turn(serials, self._inner.handle_request, request, wiring)
 
     def close(self) -> None:
         """Close the inner transport."""
