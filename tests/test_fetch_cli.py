@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from typing import Any
 import pytest
 
 import autothrottle
+from autothrottle.cli._main import main as fetch_main
+from autothrottle.timeline import SlotSample, Timeline
 from test_fetch import fetch_command, lines_of, sim, truth
 
 ENV = {**os.environ, "NO_PROXY": "*", "no_proxy": "*"}
@@ -471,6 +474,38 @@ def test_an_unreachable_robots_txt_fetches_nothing_from_the_host(tmp_path: Path)
     assert len(records) == 3
     assert all(r["error"].startswith("RobotsUnreachable") for r in records)
     assert site["outcomes"]["ok"] == 0 and site["outcomes"]["robots"] == 2  # retries + 1
+
+
+def test_a_missing_robots_txt_is_not_drawn_as_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sim answers robots.txt 404 (there is none, everything allowed): the
+    chart's events leave that 404 out, and keep a URL's own 404; the
+    ``--timeline`` file keeps both, as the throttle counted them."""
+    drawn: dict[str, list[SlotSample]] = {}
+
+    def plot(self: Timeline, path: str, *, keys: Any = None, **_: Any) -> Path:
+        drawn.update({key: self.samples(key) for key in keys})
+        return Path(path)
+
+    monkeypatch.setattr(Timeline, "plot", plot)  # what the chart would draw
+    timeline = tmp_path / "t.jsonl"
+    with sim("--host", "127.0.0.2=capacity:workers=2,service_time=0.001") as hosts:
+        base = hosts["127.0.0.2"]
+        urls = [f"{base}/page/{i}" for i in range(3)] + [f"{base}/_sim/none"]
+        argv = ["fetch", str(urls_file(tmp_path, urls)), "-o", str(tmp_path / "o.jsonl")]
+        argv += ["--start-delay", "0", "--chart", str(tmp_path / "c.png")]
+        argv += ["--timeline", str(timeline), "-q"]
+        assert fetch_main(argv) == 0
+    assert list(drawn) == ["127.0.0.2"]
+    charted: Counter[int] = Counter()
+    for sample in drawn["127.0.0.2"]:
+        charted.update(sample.statuses)
+    assert charted == {200: 3, 404: 1}  # the URL's own 404, not robots.txt's
+    filed: Counter[int] = Counter()
+    for line in lines_of(timeline):
+        filed.update({int(code): n for code, n in line.get("statuses", {}).items()})
+    assert filed == {200: 3, 404: 2}
 
 
 # ----------------------------------------------------------------------------- soft blocks

@@ -42,7 +42,7 @@ from ._fetch_options import FetchJob
 from ._fetch_progress import Tally, live_view, plain_line, summary, summary_data
 from ._fetch_url import UrlFetch, error_text, record
 from ._fetch_url import problem as url_problem
-from ._robots import Robots
+from ._robots import FetchTimeline, NotingSender, Robots
 
 __all__ = ["run"]
 
@@ -174,7 +174,7 @@ class _Fetch:
         self.input_done = False
         self.url: UrlFetch | None = None  # set once the client is open
         self.robots: Robots | None = None
-        self.timeline: Timeline | None = None
+        self.timeline: FetchTimeline | None = None
         self.note: Callable[[str], None] = lambda text: None  # -v's lines
         self._work = asyncio.Event()
         self._space = asyncio.Event()
@@ -365,7 +365,8 @@ async def _fetch(job: FetchJob, throttle: Throttle, console: Console, fetch: _Fe
     ) as sender:
         note = fetch.note = _noter(job, console)
         if job.robots:
-            fetch.robots = Robots(sender, throttle, job.agent, attempts=job.retries + 1, note=note)
+            asker = sender if timeline is None else NotingSender(sender, timeline, throttle.key_for)
+            fetch.robots = Robots(asker, throttle, job.agent, attempts=job.retries + 1, note=note)
         fetch.url = UrlFetch(
             job,
             throttle,
@@ -456,13 +457,14 @@ SAMPLE_INTERVAL_PER_SLOT = 0.0001
 """And at least this long a slot sampled: one sample of 10,000 hosts a second."""
 
 
-def timeline_for(throttle: Throttle, jsonl: str | None) -> Timeline:
+def timeline_for(throttle: Throttle, jsonl: str | None) -> FetchTimeline:
     """The timeline of ``--chart`` and ``--timeline``: a sample every 0.25 s, or
     0.1 ms a slot when longer (past 2,500 hosts: a sample costs about 2.7 µs of
     CPU a slot, so sampling stays within about 3 % of a core), and the
     Timeline's own bounds (its ``max_slots`` slots, idle ones held as runs),
-    which keep it bounded on a crawl of any number of hosts."""
-    return Timeline(
+    which keep it bounded on a crawl of any number of hosts. Its chart leaves
+    out robots.txt's answers that there is none (:class:`FetchTimeline`)."""
+    return FetchTimeline(
         throttle, interval=SAMPLE_INTERVAL, interval_per_slot=SAMPLE_INTERVAL_PER_SLOT, jsonl=jsonl
     )
 

@@ -15,12 +15,16 @@ The rules it keeps (RFC 9309; docs/cli.md, "robots.txt"):
 * 429, 5xx or no answer, after the fetch's retries: the host is "unreachable",
   and nothing is fetched from it (the RFC's "complete disallow");
 * ``Crawl-delay: D`` and ``Request-rate: N/Ss`` make ``max(D, S/N)`` that host's
-  ``min_delay`` in the throttle (``Throttle.set_host``).
+  ``min_delay`` in the throttle (``Throttle.set_host``);
+* a 4xx that says there is none is no error of the host's: the throttle counts
+  it as the response it is, and ``--chart`` leaves it out of its events
+  (:class:`FetchTimeline`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -28,10 +32,11 @@ from urllib.parse import urlsplit
 from protego import Protego
 
 from autothrottle import HostSettings, Throttle
+from autothrottle.timeline import SlotSample, Timeline
 
-from ._fetch_clients import FAILURES, Sender
+from ._fetch_clients import FAILURES, Reply, Sender
 
-__all__ = ["ROBOTS_BYTES", "HostRules", "Robots"]
+__all__ = ["ROBOTS_BYTES", "FetchTimeline", "HostRules", "Robots"]
 
 #: How much of a robots.txt is read (RFC 9309 asks crawlers to parse at least 500 KiB).
 ROBOTS_BYTES = 512 * 1024
@@ -145,7 +150,7 @@ class Robots:
             if reply.status == 429 or reply.status >= 500:
                 problem = f"status {reply.status}"
                 continue
-            return HostRules(origin)  # 4xx: there is none; everything is allowed
+            return HostRules(origin)  # 4xx (none_found): there is none; everything is allowed
         return HostRules(origin, unreachable=f"robots.txt of {origin} unreachable ({problem})")
 
     def _floor(self, parser: Protego) -> float | None:
@@ -171,3 +176,78 @@ class Robots:
         settings = HostSettings(min_delay=floor, max_delay=max(config.max_delay, floor))
         self._throttle.set_host(key, settings)
         self._note(f"robots.txt of {rules.origin}: at most one request every {floor:g} s")
+
+
+def none_found(status: int) -> bool:
+    """Whether a robots.txt answered ``status`` says there is none (4xx, not 429)."""
+    return 400 <= status < 500 and status != 429
+
+
+#: Seconds a robots.txt's "none" answer is kept for a slot the timeline does not keep
+#: (yet): room for its first sample to be taken, however many slots are read.
+_NOTED_FOR = 120.0
+
+
+class FetchTimeline(Timeline):
+    """The fetch's timeline (``--chart``, ``--timeline``): :meth:`samples`, and so the
+    chart, leave out each robots.txt's answer that there is none (a 404, say).
+
+    The throttle counts that answer like any response, and the ``--timeline``
+    file keeps it as counted; a chart that drew it among the "other 4xx" would
+    show every host without a robots.txt failing once, at its start. Each
+    answer noted (:meth:`note_none`) takes one of its status out of the first
+    sample of its slot, taken from when it was asked, that has one. Notes are
+    kept for the slots the timeline keeps (``max_slots``) and, a while, for
+    the others: their memory is bounded on a crawl of any number of hosts.
+    """
+
+    def __init__(
+        self, throttle: Throttle, *, interval: float, interval_per_slot: float, jsonl: str | None
+    ) -> None:
+        super().__init__(throttle, interval, interval_per_slot=interval_per_slot, jsonl=jsonl)
+        self._none: dict[str, list[tuple[int, float]]] = {}
+
+    def note_none(self, key: str, status: int, asked: float) -> None:
+        """Slot ``key``'s robots.txt, asked at ``asked`` (:meth:`now`), answered
+        ``status``: there is none."""
+        self._none.setdefault(key, []).append((status, asked))
+        if len(self._none) > 2 * self.max_slots:
+            kept, old = set(self.keys), self.now() - _NOTED_FOR
+            self._none = {
+                key: notes
+                for key, notes in self._none.items()
+                if key in kept or notes[-1][1] >= old
+            }
+
+    def samples(self, key: str) -> list[SlotSample]:
+        """The samples of slot ``key``, oldest first, without robots.txt's "none" answers."""
+        samples = super().samples(key)
+        for status, asked in self._none.get(key, ()):
+            for i, sample in enumerate(samples):
+                if sample.time >= asked and sample.statuses.get(status, 0) > 0:
+                    statuses = dict(sample.statuses)
+                    statuses[status] -= 1
+                    if not statuses[status]:
+                        del statuses[status]
+                    samples[i] = dataclasses.replace(sample, statuses=statuses)
+                    break
+        return samples
+
+
+class NotingSender:
+    """A sender for robots.txt that notes its "none" answers on a :class:`FetchTimeline`."""
+
+    def __init__(
+        self, sender: Sender, timeline: FetchTimeline, key_for: Callable[[str], str]
+    ) -> None:
+        self._sender = sender
+        self._timeline = timeline
+        self._key_for = key_for
+
+    async def get(self, url: str, *, keep: int = 0, store: bool = True) -> Reply:
+        asked = self._timeline.now()
+        reply = await self._sender.get(url, keep=keep, store=store)
+        if none_found(reply.status):
+            # A redirect's last hop answered: its host's slot counted it.
+            self._timeline.note_none(self._key_for(reply.final_url), reply.status, asked)
+        return reply
