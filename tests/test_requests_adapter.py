@@ -12,24 +12,38 @@ import gc
 import socket
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+import redis
 import requests
+import urllib3
 
-from autothrottle import FixedDelayPolicy, Throttle, ThrottleEvent, ThrottleTimeout
+from autothrottle import (
+    FixedDelayPolicy,
+    FixedRatePolicy,
+    Throttle,
+    ThrottleEvent,
+    ThrottleTimeout,
+    _fleet,
+)
 from autothrottle._request import RequestOptions, header_value, options_from_header
 from autothrottle.httpx import AsyncThrottledClient
+from autothrottle.redis import RedisStore
 from autothrottle.requests import (
     ThrottledHTTPAdapter,
     ThrottledSession,
     ThrottleWaitTimeout,
     throttle_info,
 )
+from helpers import needs_redis
 from loopback import LoopbackHost, promptly, running_hosts
+
+REDIS = "redis://127.0.0.1:6379/0"
 
 ARRIVAL_JITTER = 0.015
 """How early an arrival may be stamped and still count as kept apart: one
@@ -405,6 +419,57 @@ def test_an_invalid_header_is_the_callers_own(hosts: list[LoopbackHost]) -> None
         session.get(host.url(), headers={"X-Bad": "line\r\nbreak"})
     snapshot = throttle.slot(host.address).snapshot()
     assert (snapshot.failures, snapshot.backoffs, snapshot.in_flight) == (0, 0, 0)
+
+
+# -- in a fleet -----------------------------------------------------------------------------
+
+FLEET_GAP = 5.0
+"""The fleet's gap (FixedRatePolicy(0.2)): a turn's time kept lies 5 s ahead in Redis."""
+
+
+@pytest.mark.parametrize(
+    ("interrupt", "scheme"),
+    [(KeyboardInterrupt, "http"), (SystemExit, "http"), (KeyboardInterrupt, "https")],
+)
+def test_in_a_fleet_an_interrupt_while_connecting_gives_the_turn_back_with_its_time(
+    interrupt: type[BaseException], scheme: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted in its connect, before its wire turn, the request carried
+    nothing to the host: its fleet turn goes back whole, as a refused
+    connection's does (``docs/fleet.md``, "A request that never reached its
+    host"); kept, the slot's next free time in Redis lay a gap ahead. urllib3
+    connects a new HTTPS connection itself, before the request: the same hook."""
+    needs_redis()
+    # The turn goes at its due however late a loaded machine wakes it there.
+    monkeypatch.setattr(_fleet, "LATE_TOLERANCE", 60.0)
+    address = "127.0.0.2"
+    prefix = f"at-b-{uuid.uuid4().hex}"
+    state, leases = f"{{{prefix}:{address}}}:s", f"{{{prefix}:{address}}}:l"
+    store = RedisStore(REDIS, prefix=prefix, timeout=5.0)
+    admin = redis.Redis.from_url(REDIS)
+    throttle = Throttle(policy=FixedRatePolicy(1 / FLEET_GAP), store=store)
+    connects = 0
+
+    def connecting(*args: object, **kwargs: object) -> socket.socket:
+        nonlocal connects
+        connects += 1
+        raise interrupt
+
+    monkeypatch.setattr(urllib3.util.connection, "create_connection", connecting)
+    try:
+        with ThrottledSession(throttle=throttle) as session, pytest.raises(interrupt):
+            session.get(f"{scheme}://{address}:9/", timeout=10.0)
+        store.flush_blocking()
+        assert connects == 1
+        assert admin.zcard(leases) == 0
+        seconds, micros = admin.time()
+        ahead = (float(admin.hget(state, "tat") or 0) - (seconds * 1e6 + micros)) / 1e6
+        assert ahead < FLEET_GAP / 2, ahead
+        assert throttle.slot(address).snapshot().failures == 0  # not the host's
+    finally:
+        store.close()
+        admin.delete(state, leases)
+        admin.close()
 
 
 # -- construction -------------------------------------------------------------------------

@@ -70,10 +70,28 @@ class _WireTurn:
                 if chunks is not None:
                     kwargs["body"] = chunks
             if self.sock is None:
-                self.connect()  # type: ignore[attr-defined]
+                self.connect()
             timing.exchange.on_wire_blocking()
             timing.end = None
         super().request(*args, **kwargs)  # type: ignore[misc]
+
+    def connect(self) -> None:
+        """urllib3's connect (called from :meth:`request` for a new plain connection,
+        and by urllib3's pool first for a new HTTPS one), noting an interrupt
+        (``KeyboardInterrupt``, ``SystemExit``) that stops it: raised before the
+        wire turn, nothing of the request reached the host, and a fleet's turn
+        goes back whole (``Exchange.unconnected``), as it does for a connection
+        refused. An error of the connect itself is urllib3's to wrap; the
+        adapter reads it from there (``NewConnectionError``, ``ConnectTimeout``)."""
+        try:
+            super().connect()  # type: ignore[misc]
+        except Exception:
+            raise
+        except BaseException:
+            timing = SENDING.get()
+            if timing is not None:
+                timing.exchange.unconnected()
+            raise
 
     def getresponse(self) -> HTTPResponse:
         response: HTTPResponse = super().getresponse()  # type: ignore[misc]
