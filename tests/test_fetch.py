@@ -31,6 +31,7 @@ from autothrottle.cli._fetch import _Scheduler
 from autothrottle.cli._fetch_io import LineWriter, UrlSet, resume
 from autothrottle.cli._fetch_options import NOT_FLAGS, SETTINGS, throttle_kwargs
 from autothrottle.cli._main import build_parser, main
+from autothrottle.cli._robots import FetchTimeline
 from helpers import FakeClock
 
 # ----------------------------------------------------------------------------- helpers
@@ -173,6 +174,34 @@ def test_resume_drops_a_cut_line_and_knows_what_is_done(tmp_path: Path) -> None:
     writer.write({"url": "http://a/3", "status": 200})
     writer.close()
     assert [r["url"] for r in lines_of(out)] == ["http://a/1", "http://a/2", "http://a/3"]
+
+
+def test_the_charts_robots_notes_stay_bounded_over_many_hosts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Notes of slots the timeline does not keep go after 2 minutes: 100,000 hosts
+    # noted long ago leave at most twice max_slots.
+    old = FetchTimeline(Throttle(), interval=0.25, interval_per_slot=0.0, jsonl=None)
+    for i in range(100_000):
+        old.note_none(f"host{i}.test", 404, -1000.0)
+        assert len(old._none) <= 2 * old.max_slots
+    # Recent ones are kept (their slots may not be sampled yet), and the notes are
+    # looked over when they doubled, not at every note (the looks are counted).
+    looks = 0
+    keys = FetchTimeline.keys
+
+    def counted(self: FetchTimeline) -> tuple[str, ...]:
+        nonlocal looks
+        looks += 1
+        kept: tuple[str, ...] = keys.__get__(self)
+        return kept
+
+    monkeypatch.setattr(FetchTimeline, "keys", property(counted))
+    recent = FetchTimeline(Throttle(), interval=0.25, interval_per_slot=0.0, jsonl=None)
+    for i in range(10_000):
+        recent.note_none(f"host{i}.test", 404, recent.now())
+    assert len(recent._none) == 10_000
+    assert looks <= 8, looks  # 200, 400, ... 6,400
 
 
 def test_scheduler_takes_hosts_in_turn_within_both_caps() -> None:

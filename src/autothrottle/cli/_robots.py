@@ -197,8 +197,9 @@ class FetchTimeline(Timeline):
     show every host without a robots.txt failing once, at its start. Each
     answer noted (:meth:`note_none`) takes one of its status out of the first
     sample of its slot, taken from when it was asked, that has one. Notes are
-    kept for the slots the timeline keeps (``max_slots``) and, a while, for
-    the others: their memory is bounded on a crawl of any number of hosts.
+    kept for the slots the timeline keeps (``max_slots``) and, for the others,
+    2 minutes: on a crawl of any number of hosts, they hold those met in the
+    last 2 minutes at most.
     """
 
     def __init__(
@@ -206,18 +207,21 @@ class FetchTimeline(Timeline):
     ) -> None:
         super().__init__(throttle, interval, interval_per_slot=interval_per_slot, jsonl=jsonl)
         self._none: dict[str, list[tuple[int, float]]] = {}
+        self._look_at = 2 * self.max_slots
 
     def note_none(self, key: str, status: int, asked: float) -> None:
         """Slot ``key``'s robots.txt, asked at ``asked`` (:meth:`now`), answered
-        ``status``: there is none."""
+        ``status``: there is none. The notes are looked over when they reach
+        twice those kept at the last look: each note pays for a look once."""
         self._none.setdefault(key, []).append((status, asked))
-        if len(self._none) > 2 * self.max_slots:
+        if len(self._none) >= self._look_at:
             kept, old = set(self.keys), self.now() - _NOTED_FOR
             self._none = {
                 key: notes
                 for key, notes in self._none.items()
                 if key in kept or notes[-1][1] >= old
             }
+            self._look_at = max(2 * self.max_slots, 2 * len(self._none))
 
     def samples(self, key: str) -> list[SlotSample]:
         """The samples of slot ``key``, oldest first, without robots.txt's "none" answers."""
