@@ -21,7 +21,9 @@ connection from another.
 
 :func:`trusting` is an SSL context that trusts the authority, :data:`CA_FILE`
 its certificate as a file (for requests' ``verify=``). A client that does
-not trust it fails the handshake with a certificate verification error.
+not trust it fails the handshake with a certificate verification error. The
+authority and its files are made when first asked for, not at import, and
+removed when the test process exits.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -53,8 +56,12 @@ NAMES = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "localhost")
 _SHARED = "AUTOTHROTTLE_TLS_FILES"  # the server process finds the test process's files there
 
 
+@functools.cache
 def _files() -> Path:
-    """The authority and server certificate, made once by the test process."""
+    """The authority and server certificate: made by the test process on first use
+    (not at import: every process that imports this module, a pytest worker that
+    runs no TLS test too, would make a directory), found by the server process
+    where the test process's environment says."""
     given = os.environ.get(_SHARED)
     if given:
         return Path(given)
@@ -67,14 +74,24 @@ def _files() -> Path:
     return files
 
 
-_FILES = _files()
-CA_FILE = str(_FILES / "ca.pem")
-SERVER_FILE = str(_FILES / "server.pem")
+CA_FILE: str
+"""The authority's certificate as a file (for requests' ``verify=``); made on first use."""
+SERVER_FILE: str
+"""The server's certificate chain and key as a file; made on first use."""
+
+
+def __getattr__(name: str) -> str:
+    """:data:`CA_FILE` and :data:`SERVER_FILE`, each read the first time it is asked for."""
+    if name == "CA_FILE":
+        return str(_files() / "ca.pem")
+    if name == "SERVER_FILE":
+        return str(_files() / "server.pem")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def trusting() -> ssl.SSLContext:
     """A client SSL context that trusts this module's authority (and verifies names)."""
-    return ssl.create_default_context(cafile=CA_FILE)
+    return ssl.create_default_context(cafile=str(_files() / "ca.pem"))
 
 
 # -- in the server process ------------------------------------------------------------
@@ -191,7 +208,7 @@ class _Host:
 
     async def start(self) -> None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(SERVER_FILE)
+        context.load_cert_chain(_files() / "server.pem")
         if self.kind == "h1":
             from aiohttp import web
 
@@ -213,7 +230,7 @@ class _Host:
             self.direct_port = sock.getsockname()[1]
             config = Config()
             config.bind = [f"fd://{sock.detach()}"]  # hypercorn's to close
-            config.certfile = config.keyfile = SERVER_FILE
+            config.certfile = config.keyfile = str(_files() / "server.pem")
             config.alpn_protocols = ["h2", "http/1.1"]
             config.graceful_timeout = 0.1
             config.accesslog = config.errorlog = None
@@ -296,7 +313,10 @@ def _serve(commands: TextIO, replies: TextIO) -> None:
 # -- in the test process -----------------------------------------------------------
 
 
-_PROCESS = loopback.ServerProcess("tls", {_SHARED: str(_FILES)})
+@functools.cache
+def _process() -> loopback.ServerProcess:
+    """The server process, told where the certificate files are (started on first use)."""
+    return loopback.ServerProcess("tls", {_SHARED: str(_files())})
 
 
 @dataclass
@@ -316,10 +336,10 @@ class TlsHost:
 
     def hold(self, *milliseconds: float) -> None:
         """Hold the front's next connections these many ms each (then none)."""
-        _PROCESS.ask("hold", self.ident, list(milliseconds))
+        _process().ask("hold", self.ident, list(milliseconds))
 
     def _state(self) -> dict[str, Any]:
-        state: dict[str, Any] = _PROCESS.ask("state", self.ident)
+        state: dict[str, Any] = _process().ask("state", self.ident)
         return state
 
     @property
@@ -344,14 +364,14 @@ class TlsHost:
 
     def forget(self) -> None:
         """Start counting arrivals, connections and the most in service afresh."""
-        _PROCESS.ask("forget", self.ident)
+        _process().ask("forget", self.ident)
 
 
 @contextmanager
 def tls_host(kind: str = "h1", address: str = "127.0.0.2") -> Iterator[TlsHost]:
     """A ``kind`` server ("h1" or "h2") on ``address``, stopped at the end."""
-    ident, port, direct_port = _PROCESS.ask("start", kind, address)
+    ident, port, direct_port = _process().ask("start", kind, address)
     try:
         yield TlsHost(kind, address, port, direct_port, ident)
     finally:
-        _PROCESS.ask("stop", ident)
+        _process().ask("stop", ident)
