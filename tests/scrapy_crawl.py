@@ -96,6 +96,7 @@ class TestSpider(scrapy.Spider):
                 "blocked": page_blocked,
                 "slot": getattr(info, "slot", None),
                 "waited": getattr(info, "waited", None),
+                "latency": response.meta.get("download_latency"),
             }
         )
 

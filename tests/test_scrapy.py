@@ -21,6 +21,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import socket
 import subprocess
 import sys
@@ -99,8 +100,10 @@ def crawl(
     *,
     signal_blocks: bool = False,
     name: str = "crawl",
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Run one crawl to its end; its stats, outcomes and the throttle's slots."""
+    """Run one crawl to its end; its stats, outcomes and the throttle's slots
+    (``env``: more of the crawl process's environment)."""
     spec = tmp_path / f"{name}.spec.json"
     out = tmp_path / f"{name}.out.json"
     spec.write_text(
@@ -112,6 +115,7 @@ def crawl(
         text=True,
         timeout=120,
         check=False,
+        env=None if env is None else {**os.environ, **env},
     )
     if done.returncode != 0 or not out.exists():
         pytest.fail(f"the crawl failed ({done.returncode}):\n{done.stderr[-3000:]}")
