@@ -28,7 +28,7 @@ import requests
 
 from autothrottle import FixedRatePolicy, Throttle, _fleet
 from autothrottle.aiohttp import ThrottledSession as AiohttpSession
-from autothrottle.httpx import AsyncThrottledClient, ThrottledClient
+from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport, ThrottledClient
 from autothrottle.redis import RedisStore
 from autothrottle.requests import ThrottledSession as RequestsSession
 from helpers import arrival_site, connected, needs_redis
@@ -74,10 +74,10 @@ class Keys:
         return int(self.admin.zcard(self.leases))
 
 
-def fleet() -> tuple[RedisStore, Throttle, Keys]:
+def fleet(gap: float = GAP) -> tuple[RedisStore, Throttle, Keys]:
     prefix = f"test-unsent-{uuid.uuid4().hex}"
     store = RedisStore(REDIS, prefix=prefix, timeout=5.0)
-    return store, Throttle(policy=FixedRatePolicy(1 / GAP), store=store), Keys(prefix)
+    return store, Throttle(policy=FixedRatePolicy(1 / gap), store=store), Keys(prefix)
 
 
 async def send_async(client: str, throttle: Throttle, url: str) -> None:
@@ -345,5 +345,170 @@ async def test_a_request_cancelled_while_it_connects_gives_its_turn_back_with_it
         assert keys.leases_held() == 0
         assert keys.ahead() < GAP / 2  # kept, it lay a gap ahead
         assert throttle.slot(HOST).snapshot().failures == 0  # a cancellation is nobody's
+    finally:
+        await store.aclose()
+
+
+tls = pytest.importorskip("tls")  # trustme: a handshake a test holds back
+
+
+@pytest.fixture(scope="module")
+def tls_site() -> Iterator[Any]:
+    with tls.tls_host("h1", HOST) as served:
+        yield served
+
+
+async def connecting(host: Any, send: Any) -> None:
+    """Run ``send`` until its connection is being made (the front accepted it
+    and holds its TLS handshake: counted, no clock), then cancel it."""
+    sending = asyncio.ensure_future(send)
+    for _ in range(3_000):  # bounded: 30 s of 10-ms looks
+        if host.connections or sending.done():
+            break
+        await asyncio.sleep(0.01)
+    assert host.connections == 1 and not sending.done()
+    sending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await sending
+
+
+@pytest.mark.parametrize("route", ["client", "client with a trace of its own", "transport"])
+async def test_an_httpx_request_cancelled_while_it_connects_gives_its_turn_back_with_its_time(
+    tls_site: Any, route: str
+) -> None:
+    # Its turn taken, its connection being made (the TLS handshake held): a
+    # caller's timeout, a crawl shutting down. Nothing of it was written.
+    store, throttle, keys = fleet()
+    tls_site.forget()
+    tls_site.hold(60_000)
+    extensions: dict[str, Any] = {}
+    if "trace" in route:
+
+        async def trace(name: str, info: dict[str, Any]) -> None:
+            pass
+
+        extensions["trace"] = trace
+    if route == "transport":
+        inner = httpx.AsyncHTTPTransport(verify=tls.trusting())
+        transport = AsyncThrottledTransport(inner, throttle=throttle)
+        client: httpx.AsyncClient = httpx.AsyncClient(transport=transport)
+    else:
+        client = AsyncThrottledClient(throttle=throttle, verify=tls.trusting())
+    try:
+        await connected(store)
+        async with client:
+            await connecting(tls_site, client.get(tls_site.url(), extensions=extensions))
+        await store.flush()
+        assert tls_site.arrivals == []
+        assert keys.leases_held() == 0
+        assert keys.ahead() < GAP / 2  # kept, it lay a gap ahead
+        assert throttle.slot(HOST).snapshot().failures == 0  # a cancellation is nobody's
+    finally:
+        tls_site.hold()
+        await store.aclose()
+
+
+@pytest.mark.parametrize("where", ["for a turn to open a connection", "behind its origin's first"])
+async def test_an_httpx_request_cancelled_before_its_connection_gives_its_turn_back_with_its_time(
+    tls_site: Any, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first request holds its connection's TLS handshake; the second,
+    # a gap later, waits for it: for the client's one turn to open a connection
+    # (at most LIMIT being opened at once), or, through a transport of the
+    # user's wrapping httpx's own (HTTP/2 not known to be off), behind the first
+    # request of its origin until that one's headers are out. Cancelled there,
+    # it was never handed to its pool: its turn goes back whole, and the first
+    # one's stays spent.
+    from autothrottle._httpx import _pools
+
+    gap = 2.0
+    store, throttle, keys = fleet(gap)
+    tls_site.forget()
+    tls_site.hold(60_000)
+    waiting = asyncio.Event()
+    client: httpx.AsyncClient
+    if where.startswith("for a turn"):
+        monkeypatch.setattr(_pools.Openings, "LIMIT", 1)
+        enter = _pools.Openings.enter
+
+        async def spied(openings: Any, request: httpx.Request) -> None:
+            if openings._async is not None and openings._async.value == 0:
+                waiting.set()
+            await enter(openings, request)
+
+        monkeypatch.setattr(_pools.Openings, "enter", spied)
+        client = AsyncThrottledClient(throttle=throttle, verify=tls.trusting())
+    else:
+        serial_enter = _pools.Serials.enter
+
+        async def spied_serial(serials: Any, url: httpx.URL) -> Any:
+            if serials._table:
+                waiting.set()
+            return await serial_enter(serials, url)
+
+        monkeypatch.setattr(_pools.Serials, "enter", spied_serial)
+        inner = httpx.AsyncHTTPTransport(verify=tls.trusting())
+
+        class Wrapping(httpx.AsyncBaseTransport):
+            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+                return await inner.handle_async_request(request)
+
+        client = httpx.AsyncClient(transport=AsyncThrottledTransport(Wrapping(), throttle=throttle))
+    try:
+        await connected(store)
+        async with client:
+            first = asyncio.ensure_future(client.get(tls_site.url("/1")))
+            second = asyncio.ensure_future(client.get(tls_site.url("/2")))
+            await asyncio.wait_for(waiting.wait(), 30.0)
+            await asyncio.sleep(0)  # into its wait
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
+            await store.flush()
+            # The first turn's time is still reserved, the second's is not:
+            # kept, the next free time would lie a gap past the second's due.
+            assert keys.ahead() < gap / 2
+            assert keys.leases_held() == 1
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+        await store.flush()
+        assert tls_site.arrivals == []
+        assert keys.leases_held() == 0
+    finally:
+        tls_site.hold()
+        await store.aclose()
+
+
+async def test_a_request_cancelled_at_its_wire_turn_after_the_fleet_let_it_go_gives_it_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The fleet let its turn go (its due time came, the look at the wire found
+    # it on time), then the slot's own gate holds it at the wire (a strict
+    # pace's arrival guard, a pause of its own): cancelled there, it was never
+    # written, and its turn goes back whole.
+    from autothrottle._gate import Gate
+
+    holding = asyncio.Event()
+
+    def held_at_the_wire(gate: Gate, hold: Any) -> float:
+        holding.set()
+        return 60.0
+
+    monkeypatch.setattr(Gate, "wire_wait", held_at_the_wire)
+    store, throttle, keys = fleet()
+    try:
+        await connected(store)
+        async with arrival_site(HOST) as site, AsyncThrottledClient(throttle=throttle) as client:
+            sending = asyncio.ensure_future(client.get(site.url))
+            await asyncio.wait_for(holding.wait(), 30.0)
+            sending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sending
+            assert site.arrivals == []
+        await store.flush()
+        assert keys.leases_held() == 0
+        assert keys.ahead() < GAP / 2
+        assert throttle.slot(HOST).snapshot().failures == 0
     finally:
         await store.aclose()

@@ -174,6 +174,9 @@ class Exchange:
         """The connection is ready: wait for the wire turn, then start the latency clock.
 
         ``wait``: what :meth:`wire_now` just answered, if it was asked first.
+        Cancelled meanwhile, the request was never written: a fleet's turn it
+        holds goes back whole (``_fleet_wire.never_sent``), even one the fleet
+        let go before the slot's own gate held the request here.
         """
         if not self.wired:
             started = perf_counter()
@@ -188,6 +191,9 @@ class Exchange:
                         _note_on_span(self, perf_counter() - started)
             except Exception as error:
                 self.wire_error = error
+                raise
+            except BaseException:  # cancelled before its wire turn: nothing of it was written
+                never_sent(self.lease)
                 raise
             self.wired = True
             self.started = ready = perf_counter()
@@ -210,6 +216,9 @@ class Exchange:
                         _note_on_span(self, perf_counter() - started)
             except Exception as error:
                 self.wire_error = error
+                raise
+            except BaseException:  # interrupted before its wire turn: nothing was written
+                never_sent(self.lease)
                 raise
             self.wired = True
             self.started = ready = perf_counter()

@@ -138,9 +138,10 @@ def never_sent(lease: Lease) -> None:
     before its turn went hands it back (rules 1, 8). A turn held at the wire
     is handed back so already; holding none (:class:`NoTurn`), or not a
     fleet's lease, nothing changes. The adapters call it for a request whose
-    wire turn never came: its connection never made (``Exchange.failed``,
-    ``Exchange.unconnected``), or the request never handed to its client
-    (``_exchange.release_unsent``)."""
+    wire turn never came: its connection never made, or cancelled while it
+    was being made (``Exchange.failed``, ``Exchange.unconnected``), the
+    request never handed to its client (``_exchange.release_unsent``), or
+    cancelled while it waited for its wire turn (``Exchange.on_wire``)."""
     held = lease.on_release
     if isinstance(held, HeldTurn):
         lease.on_release = held.hand_back

@@ -34,6 +34,7 @@ from .._lease import Lease
 from .._throttle import Throttle
 from ._common import (
     COMPLETE,
+    FAILED,
     STARTED,
     STREAM_REFERS_BACK,
     ClientOptions,
@@ -103,6 +104,8 @@ class _Tracer:
         if name.endswith(COMPLETE):
             # Before the user's callback: its run time is not the server's.
             self.end = perf_counter()
+        elif name.endswith(FAILED):  # before the user's callback, which may not return
+            _ended_unsent(self.exchange, info)
         if self.user is not None:
             await _call_user(cast(_UserTrace, self.user), name, info)
         if name.endswith(STARTED):
@@ -152,6 +155,19 @@ class _WireTracer:
                 request.extensions.pop("trace", None)
             if self.serial is not None:
                 _on_the_wire(self, name, info)
+        elif name.endswith(FAILED):  # a connect, a TLS handshake: before the headers
+            _ended_unsent(self.exchange, info)
+
+
+def _ended_unsent(exchange: Exchange, info: dict[str, Any]) -> None:
+    """A step of httpcore's raised before the request's wire turn (its
+    connection being made: TCP, TLS, a proxy's tunnel, a retry's sleep):
+    cancelled (or interrupted), the request never reached its host, and a
+    fleet's turn it holds goes back whole (``Exchange.unconnected``). An error
+    only says so once it ends the request (httpcore retries a failed connect):
+    ``Exchange.failed`` asks the plug's :func:`~._common.unconnected` then."""
+    if not isinstance(info.get("exception"), Exception):
+        exchange.unconnected()
 
 
 def _on_the_wire(wiring: _Tracer | _WireTracer, name: str, info: dict[str, Any]) -> None:
@@ -173,7 +189,11 @@ async def _send_in_turn(
     """Hand ``request`` over to an HTTP/2 pool once the request of its origin
     before it has its headers out (:class:`~._pools.Serial`)."""
     url = request.url
-    serial = await serials.enter(url)  # unasync: serial = serials.enter_blocking(url)
+    try:
+        serial = await serials.enter(url)  # unasync: serial = serials.enter_blocking(url)
+    except BaseException:  # never handed over: nothing of it went
+        wiring.exchange.unconnected()
+        raise
     wiring.serial = serial
     try:
         response = await send(request)
@@ -605,7 +625,13 @@ class _PoolPerOrigin(httpx.AsyncBaseTransport):
         try:
             if entry.opens_connection():
                 openings = self.openings
-                await openings.enter(request)  # unasync: openings.enter_blocking(request)
+                try:
+                    await openings.enter(request)  # unasync: openings.enter_blocking(request)
+                except BaseException:  # given up, or past the pool timeout: never sent
+                    wiring = request.extensions.get("trace")
+                    if isinstance(wiring, (_Tracer, _WireTracer)):
+                        wiring.exchange.unconnected()
+                    raise
                 try:
                     return await pool.handle_async_request(request)
                 finally:

@@ -41,6 +41,8 @@ __all__ = ["ThrottlePoolTimeout"]
 
 STARTED = ".send_request_headers.started"
 COMPLETE = ".receive_response_headers.complete"
+FAILED = ".failed"
+"""httpcore's event for a step that raised (connect, TLS, a retry's sleep, ...)."""
 
 
 def _fields() -> Callable[[httpx.Headers], list[tuple[bytes, bytes, bytes]]] | None:

@@ -42,6 +42,8 @@ __all__ = ["ThrottlePoolTimeout"]
 
 STARTED = ".send_request_headers.started"
 COMPLETE = ".receive_response_headers.complete"
+FAILED = ".failed"
+"""httpcore2's event for a step that raised (connect, TLS, a retry's sleep, ...)."""
 
 
 def _fields() -> Callable[[httpx2.Headers], list[tuple[bytes, bytes, bytes]]] | None:
