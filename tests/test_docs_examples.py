@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import types
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -82,18 +83,8 @@ RUN_ELSEWHERE = {
     "README.md: Quickstart: requests #1": "test_docs.py (the quickstarts)",
 }
 
-SETTINGS = "Scrapy settings (settings.py), not a script: tests/test_scrapy.py crawls with them"
-NOT_RUN = {
-    "docs/llm.md: Streams #1": "its `...` is the OpenAI block's arguments; "
-    "tests/test_llm_sdks.py streams through both SDKs",
-    "docs/scrapy.md: Migrating from AutoThrottle, in five lines #1": SETTINGS,
-    "README.md: Inside Scrapy #1": SETTINGS,
-    "docs/scrapy.md: A spider with only `start_requests()` crawls nothing on Scrapy 2.19 #1": (
-        "a spider's method, not a script: tests/test_scrapy.py crawls with such a spider"
-    ),
-    "docs/scrapy.md: Soft blocks #1": "a spider's callback, not a script: "
-    "tests/test_scrapy.py sends the blocked signal from a spider's callback",
-}
+#: Blocks that cannot run, each with why (a fragment, say); every one runs now.
+NOT_RUN: dict[str, str] = {}
 
 RUN_HERE: dict[str, str] = {}
 
@@ -115,11 +106,8 @@ def test_every_block_is_run_or_listed_with_its_reason() -> None:
     assert not new, f"run these docs blocks here, or list them in NOT_RUN with why: {new}"
     gone = sorted(set(listed) - set(BLOCKS))
     assert not gone, f"no such block in the docs now (renamed?): {gone}"
-
-
-@pytest.mark.parametrize("name", sorted(NOT_RUN))
-def test_a_block_that_cannot_run_still_compiles(name: str) -> None:
-    compile(BLOCKS[name], name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    for name in NOT_RUN:  # what cannot run still compiles
+        compile(BLOCKS[name], name, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 
 
 # -- how a block runs ----------------------------------------------------------------
@@ -180,6 +168,93 @@ async def _redis_prefix() -> AsyncIterator[str]:
         if keys:
             await client.delete(*keys)
         await client.aclose()
+
+
+# -- Scrapy settings ---------------------------------------------------------------------
+
+
+@runs("docs/scrapy.md: Migrating from AutoThrottle, in five lines #1")
+@runs("README.md: Inside Scrapy #1")
+@pytest.mark.parametrize(
+    "name",
+    [
+        "docs/scrapy.md: Migrating from AutoThrottle, in five lines #1",
+        "README.md: Inside Scrapy #1",
+    ],
+)
+def test_scrapy_settings(name: str) -> None:
+    """A ``settings.py`` as Scrapy reads one: its upper-case names, each middleware built from
+    the crawler they make (a crawl with them is tests/test_scrapy.py's)."""
+    pytest.importorskip("scrapy", reason="the scrapy extra")
+    from scrapy.utils.misc import load_object
+    from scrapy.utils.test import get_crawler
+
+    from autothrottle import AdaptiveConcurrencyPolicy
+
+    module = types.ModuleType("settings")
+    exec(compile(BLOCKS[name], name, "exec"), module.__dict__)  # the docs' own code
+    settings = {key: value for key, value in vars(module).items() if key.isupper()}
+    crawler = get_crawler(settings_dict=settings)
+    (path,) = settings["DOWNLOADER_MIDDLEWARES"]
+    middleware = load_object(path).from_crawler(crawler)
+    assert isinstance(middleware.throttle.config.policy, AdaptiveConcurrencyPolicy)
+    assert not crawler.settings.getbool("AUTOTHROTTLE_ENABLED")  # Scrapy's own extension off
+
+
+START = "docs/scrapy.md: A spider with only `start_requests()` crawls nothing on Scrapy 2.19 #1"
+
+
+@runs(START)
+async def test_scrapy_start() -> None:
+    """The method in a spider that has only ``start_requests()``: it yields those requests."""
+    pytest.importorskip("scrapy", reason="the scrapy extra")
+    import scrapy
+
+    namespace = await _run(START, {})
+
+    class Spider(scrapy.Spider):
+        name = "docs"
+        start = namespace["start"]
+
+        def start_requests(self) -> Iterator[Any]:
+            for i in range(3):
+                yield scrapy.Request(f"http://127.0.0.2/page/{i}")
+
+    urls = [request.url async for request in Spider().start()]
+    assert urls == [f"http://127.0.0.2/page/{i}" for i in range(3)]
+
+
+@runs("docs/scrapy.md: Soft blocks #1")
+async def test_scrapy_soft_blocks() -> None:
+    """The callback in a spider: a CAPTCHA page sends the ``blocked`` signal, with it."""
+    pytest.importorskip("scrapy", reason="the scrapy extra")
+    import scrapy
+    from scrapy.http import HtmlResponse
+    from scrapy.utils.test import get_crawler
+
+    import autothrottle.scrapy
+
+    namespace = await _run("docs/scrapy.md: Soft blocks #1", {})
+
+    class Spider(scrapy.Spider):
+        name = "docs"
+        parse = namespace["parse"]
+
+    crawler = get_crawler(Spider)
+    spider = Spider.from_crawler(crawler)
+    heard: list[object] = []
+
+    def hear(response: object) -> None:  # held here: Scrapy holds a receiver only weakly
+        heard.append(response)
+
+    crawler.signals.connect(hear, autothrottle.scrapy.blocked)
+    pages = {
+        text: HtmlResponse("http://127.0.0.2/", body=text.encode(), encoding="utf-8")
+        for text in ("<p>a page</p>", "<p>solve this captcha</p>")
+    }
+    for page in pages.values():
+        assert list(spider.parse(page) or ()) == []
+    assert heard == [pages["<p>solve this captcha</p>"]]
 
 
 # -- docs/guide.md -------------------------------------------------------------------------
@@ -331,6 +406,23 @@ async def test_llm_openai(monkeypatch: pytest.MonkeyPatch) -> None:
     assert namespace["sync_client"] is not None
 
 
+@runs("docs/llm.md: Streams #1")
+async def test_llm_stream(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The stream, with the OpenAI block's ``client``: it holds its slot until it ends."""
+    pytest.importorskip("openai", reason="the openai SDK (yours to install, docs/llm.md)")
+    namespace = await _run("docs/llm.md: The throttle for an API #1", dict(LLM_GIVEN))
+    async with _llm_api(monkeypatch) as api:
+        await _run("docs/llm.md: OpenAI #1", namespace)
+        capsys.readouterr()
+        await _run("docs/llm.md: Streams #1", namespace)
+        assert len(capsys.readouterr().out.split()) == 16  # the API's default answer: 16 words
+        assert len(api.records) == 2
+    (slot,) = namespace["throttle"].snapshot().values()
+    assert slot.in_flight == 0 and slot.sent == 2
+
+
 @runs("docs/llm.md: Anthropic #1")
 @pytest.mark.filterwarnings("error:The model:DeprecationWarning")  # the SDK's: a model retiring
 async def test_llm_anthropic(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -444,15 +536,26 @@ async def test_observability_otel_own_provider() -> None:
 
 
 @runs("README.md: Seeing what it does #1")
-async def test_readme_seeing_what_it_does(capsys: pytest.CaptureFixture[str]) -> None:
-    """``Throttle`` is imported by the quickstarts above it."""
+async def test_readme_seeing_what_it_does(
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Throttle`` is imported by the quickstarts above it. The record the block shows in a
+    comment has the fields, in their order, that a crawl's records have."""
+    name = "README.md: Seeing what it does #1"
     logger = logging.getLogger("autothrottle")
     level, handlers = logger.level, list(logging.root.handlers)
     try:
-        namespace = await _run("README.md: Seeing what it does #1", {"Throttle": Throttle})
-        assert namespace["throttle"].debug
-        assert logger.isEnabledFor(logging.DEBUG)
+        namespace = await _run(name, {"Throttle": Throttle})
+        assert capsys.readouterr().out == ""  # a new throttle: no slot yet
+        throttle = namespace["throttle"]
+        assert throttle.debug
+        async with loopback_hosts(1) as (host,):
+            await _crawled(host, throttle, pages=2)
     finally:
         logger.setLevel(level)
         logging.root.handlers[:] = handlers
-    assert capsys.readouterr().out == ""  # a new throttle: no slot yet
+    (shown,) = re.findall(r"# DEBUG:autothrottle:(.*)", BLOCKS[name])
+    logged = [r.getMessage() for r in caplog.records if r.name == "autothrottle"]
+    assert logged, "debug=True logged nothing"
+    fields = re.compile(r"(\w+)=")
+    assert all(fields.findall(line) == fields.findall(shown) for line in logged), logged
