@@ -262,11 +262,19 @@ async def test_scrapy_soft_blocks() -> None:
 
 @runs("docs/guide.md: Policies #1")
 async def test_guide_policies() -> None:
-    namespace = await _run("docs/guide.md: Policies #1", {})
-    throttle = namespace["throttle"]
-    assert throttle.config_for("api.example.com").policy.__class__.__name__ == "FixedRatePolicy"
-    assert throttle.config_for("img.cdn.example.com").max_concurrency == 2
-    assert throttle.config_for("www.example.com").target_concurrency == 4.0
+    """The hosts the block names get what the prose under it says: an exact host beats any
+    glob, the most specific glob wins whole, and ``*.example.com`` is not ``example.com``."""
+    from autothrottle import FixedRatePolicy
+
+    throttle = (await _run("docs/guide.md: Policies #1", {}))["throttle"]
+    api, cdn, www, bare = map(
+        throttle.config_for,
+        ["api.example.com", "img.cdn.example.com", "www.example.com", "example.com"],
+    )
+    assert isinstance(api.policy, FixedRatePolicy) and api.target_concurrency == 1.0
+    assert (cdn.min_delay, cdn.max_concurrency, cdn.target_concurrency) == (0.5, 2, 1.0)
+    assert www.target_concurrency == 4.0 and www.max_concurrency == bare.max_concurrency
+    assert bare == throttle.config
 
 
 @runs("docs/guide.md: Soft blocks #1")
