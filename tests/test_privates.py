@@ -81,7 +81,9 @@ def test_a_private_whose_default_is_none_is_present() -> None:
 def _httpx_fallbacks(package: str) -> dict[str, Any]:
     httpx = pytest.importorskip(package)
     core = importlib.import_module("httpcore" if package == "httpx" else "httpcore2")
-    pool = httpx.AsyncHTTPTransport()._pool
+    transport = httpx.AsyncHTTPTransport()
+    pool = transport._pool
+    http2 = importlib.import_module(f"autothrottle._{package}._pools").http2  # its own reading
     return {
         # the control header looked up without decoding every header
         "Headers._list": getattr(httpx.Headers({"A": "b"}), "_list", None),
@@ -94,9 +96,10 @@ def _httpx_fallbacks(package: str) -> dict[str, Any]:
         f"{core.__name__} AsyncConnectionPool._requests": getattr(pool, "_requests", None),
         # the same, asked of each connection (the slower path)
         f"{core.__name__} AsyncConnectionPool.connections": getattr(pool, "connections", None),
-        # HTTP/2 on in a transport given to AsyncThrottledTransport: without it, its
-        # requests are not handed over in turn (the throttled clients know it from http2=)
-        f"{core.__name__} AsyncConnectionPool._http2": getattr(pool, "_http2", None),
+        # whether HTTP/2 is on in a transport given to AsyncThrottledTransport: without
+        # it (or not a bool), each origin's requests are handed over one at a time until
+        # one goes out on HTTP/1.1 (the throttled clients know it from http2=)
+        f"{core.__name__} AsyncConnectionPool._http2": http2(transport),
     }
 
 
