@@ -512,3 +512,41 @@ async def test_a_request_cancelled_at_its_wire_turn_after_the_fleet_let_it_go_gi
         assert throttle.slot(HOST).snapshot().failures == 0
     finally:
         await store.aclose()
+
+
+def test_a_request_interrupted_at_its_wire_turn_after_the_fleet_let_it_go_gives_it_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The sync client's side: the thread sleeps out its wire turn, held there by
+    # the slot's gate after the fleet let its turn go, and a Ctrl-C (or any
+    # BaseException) ends the sleep: nothing was written, and the turn goes back whole.
+    from autothrottle import _exchange
+    from autothrottle._gate import Gate
+
+    slept: list[float] = []
+
+    def interrupted(seconds: float) -> None:
+        slept.append(seconds)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Gate, "wire_wait", lambda gate, hold: 60.0)
+    monkeypatch.setattr(_exchange, "time", SimpleNamespace(sleep=interrupted))
+    store, throttle, keys = fleet()
+    try:
+        with socket.socket() as listener:
+            listener.bind((HOST, 0))
+            listener.listen(1)  # its connection is made, in the queue
+            port = listener.getsockname()[1]
+            with ThrottledClient(throttle=throttle) as client, pytest.raises(KeyboardInterrupt):
+                client.get(f"http://{HOST}:{port}/")
+            assert slept == [60.0]  # interrupted in the wire turn's sleep
+            connection, _ = listener.accept()
+            with connection:
+                connection.settimeout(10.0)
+                assert connection.recv(1024) == b""  # closed, and nothing written
+        store.flush_blocking()
+        assert keys.leases_held() == 0
+        assert keys.ahead() < GAP / 2  # kept, it lay a gap ahead
+        assert throttle.slot(HOST).snapshot().failures == 0
+    finally:
+        store.close()
