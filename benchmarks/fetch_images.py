@@ -7,7 +7,7 @@ live view recorded about halfway through and the chart written at the end.
 The screenshot is drawn with matplotlib, one monospace cell per character,
 in rich's colours. ``--out DIR`` writes the two images there instead, and
 ``--pages N`` fetches N pages a host (240; the 2/s host min(N, 40)): the test
-suite runs ``--pages 4`` into a temporary directory to keep this working.
+suite runs ``--pages 2`` into a temporary directory to keep this working.
 """
 
 from __future__ import annotations
