@@ -77,6 +77,7 @@ ADAPTER_TESTS = (
     "tests/test_lifecycle.py",
     "tests/test_requests_adapter.py",
     "tests/test_scrapy.py",
+    "tests/test_scrapy_tls.py",
     "tests/test_redis_wire.py",
     "tests/test_tls.py",
     "tests/test_http2.py",
