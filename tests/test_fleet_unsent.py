@@ -550,3 +550,76 @@ def test_a_request_interrupted_at_its_wire_turn_after_the_fleet_let_it_go_gives_
         assert throttle.slot(HOST).snapshot().failures == 0
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    "route", ["client", "client, one pool", "transport", "transport of the user's"]
+)
+async def test_an_httpx_request_cancelled_in_httpcores_pool_gives_its_turn_back_with_its_time(
+    route: str,
+) -> None:
+    # The origin's one connection (limits) is busy with the first request's
+    # response, its body unread; the second, its turn come a gap later, waits
+    # in httpcore's own pool for it, which reports nothing of that wait.
+    # Cancelled there, before its wire turn, nothing of it was written: httpx's
+    # own transport (httpcore) writes nothing of a request before its
+    # send_request_headers trace event, where the wire turn is taken. A
+    # transport of the user's (wrapping httpx's own here) may send as it
+    # likes: its turn's time stays spent.
+    gap = 2.0
+    store, throttle, keys = fleet(gap)
+    limits = httpx.Limits(max_connections=1)
+    inner = httpx.AsyncHTTPTransport(limits=limits)
+    client: httpx.AsyncClient
+    if route.startswith("client"):
+        one_pool = route == "client, one pool"
+        client = AsyncThrottledClient(throttle=throttle, limits=limits, pool_per_host=not one_pool)
+    elif route == "transport":
+        client = httpx.AsyncClient(transport=AsyncThrottledTransport(inner, throttle=throttle))
+    else:
+
+        class Wrapping(httpx.AsyncBaseTransport):
+            async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+                return await inner.handle_async_request(request)
+
+            async def aclose(self) -> None:
+                await inner.aclose()
+
+        client = httpx.AsyncClient(transport=AsyncThrottledTransport(Wrapping(), throttle=throttle))
+    try:
+        await connected(store)
+        async with (
+            arrival_site(HOST) as site,
+            client,
+            client.stream("GET", site.url),  # holds the connection
+        ):
+            transport: Any = client._transport
+            if route == "client":
+                (entry,) = transport.inner.pools._origins.values()
+                core = entry.pool._pool
+            elif route == "client, one pool":
+                core = transport.inner._pool
+            else:
+                core = inner._pool
+            queued: list[Any] = core._requests  # httpcore's, sent to their close
+            second = asyncio.ensure_future(client.get(site.url))
+            for _ in range(3_000):  # bounded: 30 s of 10-ms looks
+                if len(queued) == 2 or second.done():
+                    break
+                await asyncio.sleep(0.01)
+            assert len(queued) == 2 and not second.done()  # in the pool, waiting
+            second.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await second
+            await store.flush()
+            assert len(site.arrivals) == 1  # the first only
+            assert keys.leases_held() == 1  # the first's, its body unread
+            if route == "transport of the user's":
+                assert keys.ahead() > gap / 2  # kept: nothing says it was not sent
+            else:
+                assert keys.ahead() < gap / 2  # kept, it lay a gap past the second's due
+        await store.flush()
+        assert keys.leases_held() == 0
+        assert throttle.slot(HOST).snapshot().failures == 0
+    finally:
+        await store.aclose()

@@ -239,8 +239,9 @@ class Exchange:
         (aiohttp makes a ``TimeoutError`` raised inside its connect a
         ``ConnectionTimeoutError``), not the host's failure. ``unconnected``
         says whether the host's failure is a connection never made (refused,
-        a connect timeout): before the wire turn, nothing reached the host,
-        and a fleet's turn goes back whole (``_fleet_wire.never_sent``).
+        a connect timeout), or whether a cancellation (not an ``Exception``)
+        before the wire turn left the request unwritten: then nothing reached
+        the host, and a fleet's turn goes back whole (``_fleet_wire.never_sent``).
         """
         wired: Exception | None = getattr(self, "wire_error", None)
         if wired is not None:
@@ -256,6 +257,14 @@ class Exchange:
                 ):
                     never_sent(lease)
                 lease.fail(error)
+            elif (
+                lease.on_release is not None
+                and not self.wired
+                and not isinstance(error, Exception)  # cancelled, interrupted: nobody's failure
+                and unconnected is not None
+                and unconnected(error)
+            ):
+                never_sent(lease)
         finally:
             lease.release()
         return wired
@@ -353,7 +362,12 @@ class Plug(Generic[Request, Response, Wiring]):
         """Whether ``error``, a host's failure, says the request's connection was
         never made (refused, a connect timeout, a name not found): raised
         before the wire turn, nothing of the request reached the host (a
-        fleet's turn goes back whole). False when the client cannot tell."""
+        fleet's turn goes back whole). False when the client cannot tell.
+
+        Also asked of a cancellation or an interrupt (not an ``Exception``)
+        that came before the wire turn: True when the client writes nothing
+        of a request before it, wherever it was (connecting, or queued for a
+        connection in the client's own pool, where it reports nothing)."""
         return False
 
     def timed_out(self, error: ThrottleTimeout, request: Request) -> BaseException:

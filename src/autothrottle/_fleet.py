@@ -147,7 +147,8 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    (:class:`~autothrottle._fleet_wire.HeldTurn`); so does one whose
    connection was never made (refused, a connect timeout, a name not found,
    as its client says before its wire turn, or cancelled while it was being
-   made: :func:`~autothrottle._fleet_wire.never_sent`), and one cancelled
+   made, or while it waited for one in its client's own pool:
+   :func:`~autothrottle._fleet_wire.never_sent`), and one cancelled
    while its gate held it at the wire after the fleet let its turn go, which
    carried nothing to the host (a failure is the host's still, rule 5). However a request ends,
    finished or given up, holding a turn or none (waiting out a pause or the

@@ -139,7 +139,7 @@ def never_sent(lease: Lease) -> None:
     is handed back so already; holding none (:class:`NoTurn`), or not a
     fleet's lease, nothing changes. The adapters call it for a request whose
     wire turn never came: its connection never made, or cancelled while it
-    was being made (``Exchange.failed``, ``Exchange.unconnected``), the
+    was being made or waited for (``Exchange.failed``, ``Exchange.unconnected``), the
     request never handed to its client (``_exchange.release_unsent``), or
     cancelled while it waited for its wire turn (``Exchange.on_wire``)."""
     held = lease.on_release

@@ -345,13 +345,19 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
     default timeout on its requests (``_common.DefaultTimeout``). ``origins``:
     the transport sends through a pool per origin, which the plug takes for
     each request when its turn comes and gives back when it is sent.
+    ``httpcore``: the transport is httpx's own (the pools per origin are),
+    whose httpcore pool writes nothing of a request before its
+    ``send_request_headers`` trace event, where the wire turn is taken.
     """
 
-    __slots__ = ("client", "origins", "send")
+    __slots__ = ("client", "httpcore", "origins", "send")
 
-    def __init__(self, client: bool, origins: _PoolPerOrigin | None = None) -> None:
+    def __init__(
+        self, client: bool, origins: _PoolPerOrigin | None = None, httpcore: bool = False
+    ) -> None:
         self.client = client
         self.origins = origins
+        self.httpcore = httpcore or origins is not None
         #: How the request is handed over: the pools' own, made once (its
         #: bound method), or None for the inner transport's.
         self.send: _Send | None = None if origins is None else origins.send
@@ -360,7 +366,12 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
         return host_failure(error)
 
     def unconnected(self, error: BaseException) -> bool:
-        return unconnected(error)
+        if isinstance(error, Exception):
+            return unconnected(error)
+        # Cancelled before its wire turn: through httpx's own transport, httpcore
+        # wrote nothing of it, wherever it was (connecting, or queued in its pool
+        # for a connection, a wait it reports no event for).
+        return self.httpcore
 
     def timed_out(self, error: ThrottleTimeout, request: httpx.Request) -> BaseException:
         return timed_out(error, request, self.client)
@@ -449,6 +460,16 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
 
 _PLUG = _HttpxPlug(client=False)
 _CLIENTS_PLUG = _HttpxPlug(client=True)
+_HTTPCORE_PLUG = _HttpxPlug(client=False, httpcore=True)
+_CLIENTS_HTTPCORE_PLUG = _HttpxPlug(client=True, httpcore=True)
+
+
+def _plug_for(inner: httpx.AsyncBaseTransport, client: bool) -> _HttpxPlug:
+    """The plug of a throttled transport over ``inner``: one that knows it is
+    httpx's own (exactly: a subclass may send as it likes) or one that does not."""
+    if type(inner) is httpx.AsyncHTTPTransport:
+        return _CLIENTS_HTTPCORE_PLUG if client else _HTTPCORE_PLUG
+    return _CLIENTS_PLUG if client else _PLUG
 
 
 class AsyncThrottledTransport(httpx.AsyncBaseTransport):
@@ -490,7 +511,7 @@ class AsyncThrottledTransport(httpx.AsyncBaseTransport):
         elif not isinstance(inner, httpx.AsyncBaseTransport):
             raise TypeError(f"inner must be an httpx.AsyncBaseTransport, got {inner!r}")
         self._inner = inner
-        self._plug = _PLUG
+        self._plug = _plug_for(inner, client=False)
         #: HTTP/2 on, or not known to be off: an origin's requests are handed
         #: over one at a time (``Serial``), until it is learned to speak HTTP/1.1.
         protocol = http2(inner)
@@ -747,13 +768,13 @@ class AsyncThrottledClient(httpx.AsyncClient):
             # that the user chose still bounds the turn. The user's own transport
             # is left as it was, for a plain client that may share it.
             own = copy.copy(transport)
-            own._plug = _CLIENTS_PLUG  # noqa: SLF001 (this module's own class)
+            own._plug = _plug_for(transport._inner, client=True)  # noqa: SLF001 (its own class)
             return own
         cache = cache_outside(transport, self._wrap)
         if cache is not None:
             return cast(httpx.AsyncBaseTransport, cache)
         throttled = AsyncThrottledTransport(transport, throttle=self._throttle)
-        plug = _CLIENTS_PLUG
+        plug = _plug_for(transport, client=True)
         if type(transport) is _PoolPerOrigin:  # the plug takes each request's pool
             plug = _HttpxPlug(client=True, origins=transport)
         throttled._plug = plug  # noqa: SLF001 (this module's own class)
