@@ -86,9 +86,15 @@ def assert_idle(throttle: Throttle, key: str) -> None:
 
 
 def assert_spaced(times: list[float], delay: float) -> None:
-    """Each arrival at least ``delay`` after the one before, less 30 ms of the loop's lag."""
+    """Each arrival at least half ``delay`` after the one before.
+
+    The throttle spaces the wire turns; a client process descheduled between
+    one request's turn and its write (80 ms at a load of 9 on two cores)
+    sends it beside the next, which the host then sees close together. Half
+    the delay tells a paced pair from an unpaced one (a few ms apart) and
+    holds on a busy machine."""
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert all(gap >= delay - 0.03 for gap in gaps), gaps
+    assert all(gap >= delay / 2 for gap in gaps), gaps
 
 
 @pytest.mark.parametrize(
@@ -98,13 +104,13 @@ async def test_requests_behind_a_slow_handshake_share_one_connection_at_the_dela
     host: Any, route: str
 ) -> None:
     # Every request is granted while the one connection is still being opened
-    # (250 ms): they leave on it one by one, each at its wire turn, with the
+    # (600 ms): they leave on it one by one, each at its wire turn, with the
     # streams in order (a request numbered while another waited failed with
     # a protocol error, or a KeyError in httpcore).
     spy = SpyPolicy()
-    throttle = fixed(0.08, policy=spy)
+    throttle = fixed(0.2, policy=spy)
     host.forget()
-    host.hold(250)
+    host.hold(600)
     events: list[str] = []
 
     async def trace(name: str, info: dict[str, Any]) -> None:
@@ -122,17 +128,18 @@ async def test_requests_behind_a_slow_handshake_share_one_connection_at_the_dela
     assert [a["path"] for a in arrivals] == [f"/{i}" for i in range(4)]
     assert {a["version"] for a in arrivals} == {"2"}
     assert len({a["peer"] for a in arrivals}) == 1  # one connection
-    assert_spaced([a["time"] for a in arrivals], 0.08)
+    assert_spaced([a["time"] for a in arrivals], 0.2)
     slot = throttle.slot(host.address).snapshot()
     assert (slot.sent, slot.responses, slot.failures) == (4, 4, 0)
     # The handshake is not latency, not even the first request's: the server answers at once.
-    assert len(spy.latencies) == 4 and max(spy.latencies) < 0.2, spy.latencies
+    # Counted in, the first would be 0.6 s or more; a busy machine adds a few hundred ms at most.
+    assert len(spy.latencies) == 4 and max(spy.latencies) < 0.45, spy.latencies
     assert_idle(throttle, host.address)
 
 
 @pytest.mark.parametrize("route", ["client", "wrapped"])
 def test_the_sync_client_keeps_streams_in_order_and_the_delay(host: Any, route: str) -> None:
-    throttle = fixed(0.08)
+    throttle = fixed(0.2)
     host.forget()
     host.hold(250)
     client: httpx.Client
@@ -146,7 +153,7 @@ def test_the_sync_client_keeps_streams_in_order_and_the_delay(host: Any, route: 
     assert [r.http_version for r in responses] == ["HTTP/2"] * 4
     arrivals = host.arrivals
     assert len({a["peer"] for a in arrivals}) == 1
-    assert_spaced(sorted(a["time"] for a in arrivals), 0.08)
+    assert_spaced(sorted(a["time"] for a in arrivals), 0.2)
     slot = throttle.slot(host.address).snapshot()
     assert (slot.sent, slot.responses, slot.failures) == (4, 4, 0)
     assert_idle(throttle, host.address)
