@@ -570,3 +570,12 @@ def test_the_start_delay_none_is_the_policys() -> None:
     assert throttle.config_for("scrapy.test").start_delay == 5.0
     fixed = Throttle(start_delay=2.0, hosts={"scrapy.test": {"policy": AutoThrottlePolicy()}})
     assert fixed.config_for("scrapy.test").start_delay == 2.0
+    # A start the user gave is theirs, though it equals the policy's own (1.0):
+    # the host with a policy of its own keeps it, and so does one added later.
+    given = Throttle(start_delay=1.0, hosts={"scrapy.test": {"policy": AutoThrottlePolicy()}})
+    assert given.config_for("scrapy.test").start_delay == 1.0
+    given.set_host("later.test", {"policy": AutoThrottlePolicy()})
+    assert given.config_for("later.test").start_delay == 1.0
+    unset = Throttle()
+    unset.set_host("later.test", {"policy": AutoThrottlePolicy()})
+    assert unset.config_for("later.test").start_delay == 5.0

@@ -81,10 +81,21 @@ def _specificity(pattern: str) -> tuple[int, int]:
 class HostTable:
     """Resolves a slot key to its config; built once, validated at construction."""
 
-    __slots__ = ("_base", "_exact", "_given", "_globs", "_lock")
+    __slots__ = ("_base", "_base_start_given", "_exact", "_given", "_globs", "_lock")
 
-    def __init__(self, base: SlotConfig, hosts: Mapping[str, object] | None) -> None:
+    def __init__(
+        self,
+        base: SlotConfig,
+        hosts: Mapping[str, object] | None,
+        *,
+        start_given: bool = True,
+    ) -> None:
+        """``start_given``: the throttle's ``start_delay`` was the user's, not its
+        policy's default; a host given a policy of its own keeps it. Told, not
+        inferred from the value: ``Throttle(start_delay=1.0)`` is the user's 1.0
+        even where the policy's own start is 1.0 too."""
         self._base = base
+        self._base_start_given = start_given
         self._exact: dict[str, SlotConfig] = {}
         self._globs: list[tuple[str, SlotConfig]] = []
         #: Normalised pattern -> its config, in the order given (the tie-break among globs).
@@ -144,8 +155,7 @@ class HostTable:
         if not overrides:
             return base
         merged = {name: overrides.get(name, getattr(base, name)) for name in _FIELDS}
-        own_start = base.start_delay == base.policy.start_delay
-        if "policy" in overrides and "start_delay" not in overrides and own_start:
+        if "policy" in overrides and "start_delay" not in overrides and not self._base_start_given:
             merged["start_delay"] = None  # the throttle's start was its policy's own: so is this
         try:
             return SlotConfig.build(**merged)

@@ -109,13 +109,15 @@ def assemble(
     wall_clock: object,
     store: object,
     rng: object,
+    *,
+    start_given: bool = True,
 ) -> Parts:
     """A throttle's parts from its validated settings and its other arguments, checked.
 
     Raises:
         TypeError, ValueError: a bad argument, named in the message.
     """
-    host_table = HostTable(config, hosts)
+    host_table = HostTable(config, hosts, start_given=start_given)
     key, clock, wall_clock, checked, rng = _checked_runtime(key, clock, wall_clock, store, rng)
     debug = check_bool("debug", debug)
     rules = Rules(signals, recovery, clock=clock, wall_clock=wall_clock, debug=debug)

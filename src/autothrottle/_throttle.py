@@ -169,7 +169,17 @@ class Throttle:
         )
         recovery = Recovery(recovery_margin, recovery_time)
         self._key, self._clock, self._hosts, self._rules, self._table, self._fleet = assemble(
-            self._config, hosts, signals, recovery, debug, key, clock, wall_clock, store, rng
+            self._config,
+            hosts,
+            signals,
+            recovery,
+            debug,
+            key,
+            clock,
+            wall_clock,
+            store,
+            rng,
+            start_given=start_delay is not None,
         )
         self._turns = Turns(self._rules, self._fleet, self._clock, self)
 
