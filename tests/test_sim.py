@@ -336,6 +336,50 @@ def test_the_stats_file_holds_the_last_runs_stats_until_this_runs_replace_them(
     assert os.listdir(tmp_path) == ["stats.json"]
 
 
+_SIGTERM_ON_READY = """
+import os, signal, sys
+from autothrottle.sim._cli import main
+
+
+class Out:
+    # A stdout that sends this process SIGTERM as the ready line goes out:
+    # the earliest a user who waits for that line can stop the sim.
+    def __init__(self, inner):
+        self.inner = inner
+
+    def write(self, text):
+        written = self.inner.write(text)
+        if '"ready": true' in text:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return written
+
+    def flush(self):
+        self.inner.flush()
+
+
+sys.stdout = Out(sys.stdout)
+sys.exit(main(sys.argv[1:], prog="autothrottle sim"))
+"""
+
+
+def test_a_sigterm_as_soon_as_the_sim_says_it_is_ready_still_writes_the_stats(
+    tmp_path: Path,
+) -> None:
+    """The ready line promises a sim that a signal stops the ordinary way; a
+    SIGTERM sent the moment it is out (before the sim's next step, as a busy
+    machine can make happen) must not kill it with the stats unwritten."""
+    stats = tmp_path / "stats.json"
+    argv = ["--quiet", "--ready-json", "--duration", "60", "--host", "127.0.0.12=cdn"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_ON_READY, *argv, "--stats-file", str(stats)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert list(json.loads(stats.read_text())["hosts"]) == ["127.0.0.12"]
+
+
 def test_a_stats_file_behind_a_link_is_written_through_it(tmp_path: Path) -> None:
     (tmp_path / "runs").mkdir()
     target, link = tmp_path / "runs" / "stats.json", tmp_path / "stats.json"

@@ -16,7 +16,7 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from autothrottle._sim_args import build_sim_parser
@@ -354,26 +354,33 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "python -m autothrott
 
 
 async def _serve(sim: SimServer, args: argparse.Namespace, out: TextIO) -> tuple[str, str]:
-    """Serve until stopped; returns the stats JSON and the summary table."""
-    async with sim:
-        if args.quiet:
-            for host in sim.hosts:
-                print(sim.base_url(host), file=out)
-            out.flush()
-        else:
-            _print_hosts(sim, args.duration, out)
-        if args.ready_json:
-            ready = {
-                host: {
-                    "url": sim.url(host).rstrip("/"),
-                    "spec": sim.behaviour(host).spec,
-                    "address": sim.address(host),
+    """Serve until stopped; returns the stats JSON and the summary table.
+
+    The signal handlers go in before the server starts, so that a SIGTERM or
+    Ctrl-C from the moment the URLs (or the ``--ready-json`` line) are out, or
+    even during start-up, stops the run the ordinary way: stats written, exit 0.
+    """
+    with _stop_on_signals() as stop:
+        async with sim:
+            if args.quiet:
+                for host in sim.hosts:
+                    print(sim.base_url(host), file=out)
+                out.flush()
+            else:
+                _print_hosts(sim, args.duration, out)
+            if args.ready_json:
+                ready = {
+                    host: {
+                        "url": sim.url(host).rstrip("/"),
+                        "spec": sim.behaviour(host).spec,
+                        "address": sim.address(host),
+                    }
+                    for host in sim.hosts
                 }
-                for host in sim.hosts
-            }
-            print(json.dumps({"ready": True, "hosts": ready}), file=out, flush=True)
-        await _wait_for_stop(args.duration)
-        return (sim.stats_json() if args.stats_file else ""), _summary(sim)
+                print(json.dumps({"ready": True, "hosts": ready}), file=out, flush=True)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), args.duration)
+            return (sim.stats_json() if args.stats_file else ""), _summary(sim)
 
 
 def _print_hosts(sim: SimServer, duration: float | None, out: TextIO) -> None:
@@ -391,7 +398,9 @@ def _print_hosts(sim: SimServer, duration: float | None, out: TextIO) -> None:
     print(f"running until {until}", file=out, flush=True)
 
 
-async def _wait_for_stop(duration: float | None) -> None:
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[asyncio.Event]:
+    """An event that SIGINT and SIGTERM set, for as long as the block runs."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     installed: list[signal.Signals] = []
@@ -402,8 +411,7 @@ async def _wait_for_stop(duration: float | None) -> None:
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # Windows or not the main thread: Ctrl-C raises KeyboardInterrupt
     try:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), duration)
+        yield stop
     finally:
         for sig in installed:
             loop.remove_signal_handler(sig)
