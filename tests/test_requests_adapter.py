@@ -91,14 +91,19 @@ def wait_for(condition: Any, within: float = 10.0) -> None:
 
 
 def test_eight_threads_keep_each_hosts_spacing_and_cap(hosts: list[LoopbackHost]) -> None:
-    throttle = fixed(0.05, max_concurrency=2)
+    # Gaps of at least half the delay: a pause of the whole process (a full
+    # collection in a worker that ran a thousand tests before this one) between
+    # one thread's wire turn and its write sends it beside the next thread's,
+    # which its own turn let go on time; the raised priority cannot help there.
+    # Unpaced, the pairs the cap lets through arrive a few ms apart.
+    throttle = fixed(0.1, max_concurrency=2)
     urls = [host.url("/delay/30") for host in hosts for _ in range(6)]
     with ThrottledSession(throttle=throttle) as session, ThreadPoolExecutor(8) as pool:
         statuses = [r.status_code for r in pool.map(session.get, urls)]
     assert statuses == [200] * 12
     for host in hosts:
         assert len(host.arrivals) == 6
-        assert_spaced(host, 0.05)
+        assert min(host.gaps()) >= 0.05, host.gaps()
         assert host.max_in_service <= 2
         assert in_flight(throttle, host) == 0
 
