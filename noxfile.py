@@ -81,6 +81,8 @@ ADAPTER_TESTS = (
     "tests/test_redis_wire.py",
     "tests/test_tls.py",
     "tests/test_http2.py",
+    "tests/test_fleet_unsent.py",
+    "tests/test_relayed_body.py",
 )
 
 
