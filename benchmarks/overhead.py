@@ -109,7 +109,7 @@ import types
 from collections.abc import Awaitable, Callable, Coroutine
 from multiprocessing.connection import Connection
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if not sys.stdout.isatty():
     os.environ.setdefault("COLUMNS", "160")  # rich's tables: no wrapping when piped
@@ -127,15 +127,18 @@ if "--no-sniffio-stub" not in sys.argv and "sniffio" not in sys.modules:
 else:
     SNIFFIO = "absent"
 
-import aiohttp
-import httpx
 from _bytecodes import BytecodeCount
-from _common import add_results_option, print_table, write_results
 
 from autothrottle import AdaptiveConcurrencyPolicy, AutoThrottlePolicy, Throttle
 from autothrottle._exchange import Exchange, free_exchange
-from autothrottle.aiohttp import ThrottledSession, throttle_middleware
-from autothrottle.httpx import AsyncThrottledClient
+
+if TYPE_CHECKING:
+    # The clients, their adapters and _common (which imports aiohttp) are
+    # imported where they are used: ``--count-engine``'s child, started under
+    # callgrind, needs none of them, and importing them there took most of its
+    # minute or more.
+    import aiohttp
+    import httpx
 
 BODY = b"<html><body>ok</body></html>\n" * 4  # ~120 bytes
 GOAL_ADDED_US = 12.0
@@ -254,24 +257,24 @@ async def _noop_middleware(
     return await handler(request)
 
 
-class _NoopTransport(httpx.AsyncBaseTransport):
+def _noop_transport(inner: httpx.AsyncBaseTransport, trace: bool) -> httpx.AsyncBaseTransport:
     """A wrapping transport that does nothing (optionally sets a trace callback)."""
+    import httpx
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, trace: bool) -> None:
-        self._inner = inner
-        self._trace = trace
+    class _NoopTransport(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if trace:
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._trace:
+                async def callback(name: str, info: dict[str, Any]) -> None:
+                    return None
 
-            async def trace(name: str, info: dict[str, Any]) -> None:
-                return None
+                request.extensions = {**request.extensions, "trace": callback}
+            return await inner.handle_async_request(request)
 
-            request.extensions = {**request.extensions, "trace": trace}
-        return await self._inner.handle_async_request(request)
+        async def aclose(self) -> None:
+            await inner.aclose()
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+    return _NoopTransport()
 
 
 class Variant:
@@ -288,6 +291,12 @@ class Variant:
         self.fetch: Fetch | None = None
 
     async def open(self, url: str, concurrency: int) -> None:
+        import aiohttp
+        import httpx
+
+        from autothrottle.aiohttp import ThrottledSession, throttle_middleware
+        from autothrottle.httpx import AsyncThrottledClient
+
         limit = concurrency * 2
         if self.client == "httpx":
             pool = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
@@ -296,7 +305,7 @@ class Variant:
                 hx: httpx.AsyncClient = AsyncThrottledClient(throttle=self.throttle, limits=pool)
             elif self.kind in ("noop", "noop+trace"):
                 inner = httpx.AsyncHTTPTransport(limits=pool)
-                transport = _NoopTransport(inner, trace=self.kind == "noop+trace")
+                transport = _noop_transport(inner, trace=self.kind == "noop+trace")
                 hx = httpx.AsyncClient(transport=transport)
             else:
                 hx = httpx.AsyncClient(limits=pool)
@@ -428,6 +437,12 @@ _HEADERS = {
 def _client_headers(client: str) -> Any:
     """The benchmark server's response headers as the client hands them over."""
     if client == "httpx":
+        import httpx
+
+        # The adapter's import tells the engine that httpx's headers can be read
+        # undecoded: the path of every AsyncThrottledClient, so the engine's too.
+        import autothrottle.httpx  # noqa: F401
+
         return httpx.Headers(_HEADERS)
     from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -585,6 +600,8 @@ async def bench(args: argparse.Namespace, url: str) -> dict[str, Any]:
 
 
 def _parse() -> argparse.Namespace:
+    from _common import add_results_option
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
     parser.add_argument(
@@ -658,7 +675,6 @@ def _parse() -> argparse.Namespace:
         "to compare two trees, run it with PYTHONPATH=TREE/src for each",
     )
     parser.add_argument("--count", nargs=4, help=argparse.SUPPRESS)  # one run under valgrind
-    parser.add_argument("--engine-count", nargs=2, help=argparse.SUPPRESS)  # --count-engine's
     parser.add_argument(
         "--smoke",
         action="store_true",
@@ -689,6 +705,8 @@ def _parse() -> argparse.Namespace:
 
 
 def _print_variants(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    from _common import print_table
+
     rows = []
     for name, v in results["variants"].items():
         rows.append(
@@ -747,6 +765,8 @@ def goals(results: dict[str, Any], server_delay_ms: float) -> list[dict[str, Any
 
 
 def _print_goals(verdicts: list[dict[str, Any]]) -> None:
+    from _common import print_table
+
     print_table(
         "goals (CPU µs added = engine alone + adapter)",
         ["goal", "figure", "engine alone µs", "adapter µs", "total µs", "verdict"],
@@ -770,6 +790,8 @@ def _print_goals(verdicts: list[dict[str, Any]]) -> None:
 
 
 def _print_profiles(profiles: dict[str, dict[str, float]]) -> None:
+    from _common import print_table
+
     for group in _groups(False):
         raw = profiles.get(group[0].name)
         if raw is None:
@@ -866,6 +888,8 @@ def _per_request(
 
 
 def instructions_main(args: argparse.Namespace) -> None:
+    from _common import print_table, write_results
+
     if shutil.which("valgrind") is None:
         sys.exit("--instructions needs valgrind (apt-get install valgrind)")
     server = ServerProcess(args.server_delay / 1000, args.body_bytes)
@@ -949,7 +973,26 @@ async def _count_engine_child(client: str, n: int) -> None:
     sys.call_tracing(_run_free, (_engine_requests(client, n, throttle),))
 
 
+def engine_child(client: str, n: str, policy: str, body_bytes: str) -> None:
+    """``--count-engine``'s child (``_ENGINE_CHILD``): set as ``main`` sets the
+    policy and body size, without ``_parse`` (its ``--results-dir`` is
+    _common's, and _common imports aiohttp)."""
+    POLICY[0] = policy
+    BODY_BYTES[0] = int(body_bytes)
+    asyncio.run(_count_engine_child(client, int(n)))
+
+
+_ENGINE_CHILD = (
+    f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+    "import overhead; overhead.engine_child(*sys.argv[1:])"
+)
+"""The child's program: this module imported, not run, so that what it imports
+at its top is all that starts under callgrind."""
+
+
 def count_engine_main(args: argparse.Namespace) -> None:
+    from _common import print_table, write_results
+
     if shutil.which("valgrind") is None:
         sys.exit("--count-engine needs valgrind (apt-get install valgrind)")
     import autothrottle
@@ -968,14 +1011,12 @@ def count_engine_main(args: argparse.Namespace) -> None:
             "--collect-atstart=no",
             "--toggle-collect=sys_call_tracing",
             sys.executable,
-            __file__,
-            "--policy",
-            POLICY[0],
-            "--body-bytes",
-            str(BODY_BYTES[0]),
-            "--engine-count",
+            "-c",
+            _ENGINE_CHILD,
             client,
             str(n),
+            POLICY[0],
+            str(BODY_BYTES[0]),
         ]
         done = subprocess.run(
             command, capture_output=True, text=True, check=True, timeout=600, env=env
@@ -1038,6 +1079,8 @@ async def _trace_requests(client: str, kind: str, url: str) -> dict[str, tuple[f
 
 
 def bytecodes_main(args: argparse.Namespace) -> None:
+    from _common import print_table
+
     server = ServerProcess(args.server_delay / 1000, args.body_bytes)
     try:
         for client in args.clients.split(","):
@@ -1075,16 +1118,14 @@ def _body_text() -> str:
 
 
 def main() -> None:
+    from _common import write_results
+
     args = _parse()
     POLICY[0] = args.policy
     BODY_BYTES[0] = args.body_bytes
     if args.count:
         client, kind, n, url = args.count
         asyncio.run(_count_requests(client, kind, int(n), url, args.tasks))
-        return
-    if args.engine_count:
-        client, n = args.engine_count
-        asyncio.run(_count_engine_child(client, int(n)))
         return
     if args.count_engine is not None:
         count_engine_main(args)

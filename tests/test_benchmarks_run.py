@@ -369,10 +369,10 @@ def test_overhead_instructions(tmp_path: Path) -> None:
 def test_overhead_count_engine(tmp_path: Path) -> None:
     """``--count-engine`` runs (one callgrind run a client), wherever valgrind is.
 
-    The suite's slowest test: 73 s alone at load 6, 110 s in a run of the suite
-    at load 9 (2026-11-28), nearly all of it the interpreter starting and
-    importing overhead.py's modules (aiohttp and httpx among them) under
-    valgrind, before anything is counted: that alone took 143 s at load 8."""
+    Nearly all of its time is the interpreter starting and importing the
+    engine under valgrind, before anything is counted, so the child imports no
+    client it does not use: 15 s alone at load 3 (2026-11-28), where importing
+    aiohttp and httpx too took 33 s."""
     if shutil.which("valgrind") is None:
         pytest.skip("--count-engine needs valgrind (apt-get install valgrind)")
     out = run(
