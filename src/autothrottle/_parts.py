@@ -109,15 +109,17 @@ def assemble(
     wall_clock: object,
     store: object,
     rng: object,
-    *,
-    start_given: bool = True,
+    start_delay: float | None,
 ) -> Parts:
     """A throttle's parts from its validated settings and its other arguments, checked.
+
+    ``start_delay``: the throttle's argument as given (None: its policy's own start),
+    which the host table needs, as ``config`` resolved it.
 
     Raises:
         TypeError, ValueError: a bad argument, named in the message.
     """
-    host_table = HostTable(config, hosts, start_given=start_given)
+    host_table = HostTable(config, hosts, start_given=start_delay is not None)
     key, clock, wall_clock, checked, rng = _checked_runtime(key, clock, wall_clock, store, rng)
     debug = check_bool("debug", debug)
     rules = Rules(signals, recovery, clock=clock, wall_clock=wall_clock, debug=debug)

@@ -145,7 +145,7 @@ class Throttle:
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
-        self._config = SlotConfig.build(
+        config = self._config = SlotConfig.build(
             start_delay=start_delay,
             min_delay=min_delay,
             max_delay=max_delay,
@@ -169,17 +169,7 @@ class Throttle:
         )
         recovery = Recovery(recovery_margin, recovery_time)
         self._key, self._clock, self._hosts, self._rules, self._table, self._fleet = assemble(
-            self._config,
-            hosts,
-            signals,
-            recovery,
-            debug,
-            key,
-            clock,
-            wall_clock,
-            store,
-            rng,
-            start_given=start_delay is not None,
+            config, hosts, signals, recovery, debug, key, clock, wall_clock, store, rng, start_delay
         )
         self._turns = Turns(self._rules, self._fleet, self._clock, self)
 
