@@ -169,6 +169,32 @@ def test_an_origin_is_its_scheme_host_and_port(package: str) -> None:
     assert len(pools) == 5
 
 
+class Unparsed:
+    """An httpx URL as an httpx without the parsed form the pools read would
+    give it: its public attributes only."""
+
+    def __init__(self, url: Any) -> None:
+        self.scheme, self.host, self.raw_host, self.port = (
+            url.scheme,
+            url.host,
+            url.raw_host,
+            url.port,
+        )
+
+
+def test_an_origin_read_without_httpxs_parsed_form_is_the_same_key(package: str) -> None:
+    origin_of = pools_module(package).origin_of
+    for text in ("http://bücher.test/", "https://xn--bcher-kva.test:443/", "http://[::1]:8080/"):
+        url = httpx.URL(text)
+        assert not hasattr(Unparsed(url), "_uri_reference")
+        assert origin_of(Unparsed(url)) == origin_of(url)
+    assert origin_of(Unparsed(httpx.URL("http://bücher.test/")))[1] == "xn--bcher-kva.test"
+    pools = table(package)
+    entry, _ = pools.take(httpx.URL("http://bücher.test/"), 0.0)
+    assert pools.take(Unparsed(httpx.URL("http://bücher.test/")), 0.0)[0] is entry
+    assert len(pools) == 1
+
+
 async def test_a_pool_is_never_kept_past_its_slots_idle_timeout(package: str) -> None:
     throttle = Throttle(store=MemoryStore(idle_timeout=30.0))
     async with AsyncThrottledClient(throttle=throttle) as client:

@@ -36,6 +36,23 @@ SLOT = "autothrottle.slot"
 Origin = tuple[str, str, int | None]
 
 
+def origin_of(url: httpx2.URL) -> Origin:
+    """``url``'s origin, the key of its pool and of its :class:`Serial`: scheme,
+    host and port (None for the scheme's default), the host as it goes on the
+    wire (an international name encoded, ``xn--``), so that one origin is one key.
+
+    Read from httpx2's parsed form where it has one: three attribute reads,
+    where ``url.host`` decodes an international name at every call. Without
+    it (an httpx2 other than the one this was written against), the public
+    ``raw_host`` gives the same encoded name.
+    """
+    try:  # an attribute read; getattr's default would cost a call
+        parsed = url._uri_reference  # noqa: SLF001
+    except AttributeError:  # not the httpx2 this was written against
+        return (url.scheme, url.raw_host.decode("ascii"), url.port)
+    return (parsed.scheme, parsed.host, parsed.port)
+
+
 class PooledOrigin:
     """One origin's connection pool, until when it is kept idle, and its requests being sent.
 
@@ -158,18 +175,8 @@ class Pools:
         self, url: httpx2.URL, now: float, lease: Lease | None = None
     ) -> tuple[PooledOrigin, Sequence[Any], bool]:
         """:meth:`lend` without the lock: the async client's, whose pools are
-        used from its event loop's thread alone, calls it directly.
-
-        The origin is read from httpx2's parsed form of the URL where it has
-        one: three attribute reads, where ``url.host`` decodes an
-        international name at every call (the key keeps it encoded, one to one).
-        """
-        try:  # an attribute read; getattr's default would cost a call
-            parsed = url._uri_reference  # noqa: SLF001
-        except AttributeError:  # not the httpx2 this was written against
-            origin = (url.scheme, url.host, url.port)
-        else:
-            origin = (parsed.scheme, parsed.host, parsed.port)
+        used from its event loop's thread alone, calls it directly."""
+        origin = origin_of(url)
         origins = self._origins
         entry = origins.get(origin)
         if entry is None:
@@ -317,16 +324,6 @@ _OPENING_TIMEOUT = "no turn to open a connection within the pool timeout ({:g} s
 
 
 # -- HTTP/2: one request of an origin at a time between its hand-over and its headers --
-
-
-def origin_of(url: httpx2.URL) -> Origin:
-    """``url``'s origin, from httpx2's parsed form where it has one: three attribute
-    reads, where ``url.host`` decodes an international name at every call."""
-    try:  # an attribute read; getattr's default would cost a call
-        parsed = url._uri_reference  # noqa: SLF001
-    except AttributeError:  # not the httpx2 this was written against
-        return (url.scheme, url.host, url.port)
-    return (parsed.scheme, parsed.host, parsed.port)
 
 
 class Serial:
