@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autothrottle import Throttle, _extras
+from autothrottle import Throttle, __version__, _extras
 from autothrottle.cli._main import build_parser
 from autothrottle.sim._cli import build_parser as build_sim_parser
 from loopback import loopback_hosts, running_hosts
@@ -86,7 +86,7 @@ def _install_lines() -> list[tuple[str, str]]:
 def test_every_install_command_in_the_docs_works_from_a_checkout() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = set(project["optional-dependencies"])
-    wheel = f"autothrottle-{project['version']}-py3-none-any.whl["  # what python -m build makes
+    wheel = f"autothrottle-{__version__}-py3-none-any.whl["  # what python -m build makes
     lines = _install_lines()
     assert len(lines) >= 8
     for page, line in lines:

@@ -44,7 +44,7 @@ from typing import Any, Generic, NoReturn, TypeVar
 import anyio
 
 from ._errors import ThrottleTimeout
-from ._fleet_wire import never_sent
+from ._fleet_hooks import never_sent
 from ._lease import Lease
 from ._request import RequestOptions
 from ._throttle import Throttle
@@ -175,7 +175,7 @@ class Exchange:
 
         ``wait``: what :meth:`wire_now` just answered, if it was asked first.
         Cancelled meanwhile, the request was never written: a fleet's turn it
-        holds goes back whole (``_fleet_wire.never_sent``), even one the fleet
+        holds goes back whole (``_fleet_hooks.never_sent``), even one the fleet
         let go before the slot's own gate held the request here.
         """
         if not self.wired:
@@ -241,7 +241,7 @@ class Exchange:
         says whether the host's failure is a connection never made (refused,
         a connect timeout), or whether a cancellation (not an ``Exception``)
         before the wire turn left the request unwritten: then nothing reached
-        the host, and a fleet's turn goes back whole (``_fleet_wire.never_sent``).
+        the host, and a fleet's turn goes back whole (``_fleet_hooks.never_sent``).
         """
         wired: Exception | None = getattr(self, "wire_error", None)
         if wired is not None:
@@ -272,7 +272,7 @@ class Exchange:
     def unconnected(self) -> None:
         """The request's connection was never made (its client's connect raised, or
         was cancelled, before the wire turn): a fleet's turn it holds goes back
-        whole at its release (``_fleet_wire.never_sent``). After the wire turn,
+        whole at its release (``_fleet_hooks.never_sent``). After the wire turn,
         nothing changes: the request may have been written."""
         if not self.wired:
             never_sent(self.lease)
@@ -317,7 +317,7 @@ class Exchange:
 def release_unsent(lease: Lease) -> None:
     """Nothing of the request was sent (its wiring raised, before its client
     had it): release ``lease``, no failure counted, and a fleet's turn it
-    holds goes back whole, its time too (``_fleet_wire.never_sent``)."""
+    holds goes back whole, its time too (``_fleet_hooks.never_sent``)."""
     never_sent(lease)
     lease.release()
 

@@ -144,16 +144,16 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    time (cancelled, past its ``max_wait``), or at the wire while it waits
    for a turn taken there or for the store's look, hands the turn back as
    one no request took, its time too when nobody reserved after it
-   (:class:`~autothrottle._fleet_wire.HeldTurn`); so does one whose
+   (:class:`~autothrottle._fleet_hooks.HeldTurn`); so does one whose
    connection was never made (refused, a connect timeout, a name not found,
    as its client says before its wire turn, or cancelled while it was being
    made, or while it waited for one in its client's own pool:
-   :func:`~autothrottle._fleet_wire.never_sent`), and one cancelled
+   :func:`~autothrottle._fleet_hooks.never_sent`), and one cancelled
    while its gate held it at the wire after the fleet let its turn go, which
    carried nothing to the host (a failure is the host's still, rule 5). However a request ends,
    finished or given up, holding a turn or none (waiting out a pause or the
    cap, its ask on its way, gone alone:
-   :class:`~autothrottle._fleet_wire.NoTurn`), in its process's queue too,
+   :class:`~autothrottle._fleet_hooks.NoTurn`), in its process's queue too,
    the last of the process's for the slot hands the run's rest back.
    A process's first turn of a slot in :data:`FRESH_AFTER` seconds may leave
    on a new connection, late by its setup, which the process cannot see
@@ -176,6 +176,7 @@ from typing import Any
 import anyio
 
 from ._errors import ThrottleTimeout
+from ._fleet_hooks import HeldTurn, NoTurn
 from ._fleet_turns import (
     FRESH_AFTER,
     FRESH_MOST,
@@ -192,7 +193,7 @@ from ._fleet_turns import (
     TurnAsk,
     slack,
 )
-from ._fleet_wire import HeldTurn, NoTurn, WireCheck
+from ._fleet_wire import WireCheck
 from ._lease import Lease
 from ._rules import Rules
 from ._slot import LiveSlot

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from ._fleet import Fleet, SharedTurns
 from ._hosts import HostTable
 from ._policy import SlotConfig
 from ._recovery import Recovery
@@ -25,6 +24,9 @@ from ._state import SlotState
 from ._store import MemoryStore, SlotStore
 from ._table import SlotTable
 from ._validate import check_bool
+
+if TYPE_CHECKING:
+    from ._fleet import Fleet
 
 __all__ = ["KeyFunction", "Parts", "SlotMaker", "assemble"]
 
@@ -125,6 +127,15 @@ def assemble(
     rules = Rules(signals, recovery, clock=clock, wall_clock=wall_clock, debug=debug)
     make = SlotMaker(host_table, checked, clock=clock, rng=rng, max_pause=signals.max_pause)
     table = SlotTable(checked, make, clock)
-    # A fleet's store (autothrottle.redis): turns and reports go through _fleet.
-    fleet = Fleet(checked, rules, clock) if isinstance(checked, SharedTurns) else None
+    fleet = None if type(checked) is MemoryStore else _fleet_of(checked, rules, clock)
     return Parts(key, clock, host_table, rules, table, fleet)
+
+
+def _fleet_of(store: SlotStore, rules: Rules, clock: Callable[[], float]) -> Fleet | None:
+    """The fleet of a store shared by one (``autothrottle.redis``), whose turns and
+    reports go through :mod:`autothrottle._fleet`, or None. The fleet's modules
+    are imported here, for a store other than the default memory one: a
+    throttle with no fleet never loads them (``import autothrottle`` neither)."""
+    from ._fleet import Fleet, SharedTurns
+
+    return Fleet(store, rules, clock) if isinstance(store, SharedTurns) else None

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from functools import partial
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -26,12 +27,14 @@ from ._driver import (
     wait_skipping_blocking,
 )
 from ._errors import ThrottleTimeout
-from ._fleet import Fleet
 from ._headers import PASSED, RAW_TYPES, passed_raw
 from ._lease import Lease, Reporter, lease_at
 from ._request import Cost
 from ._rules import Rules
 from ._slot import LiveSlot
+
+if TYPE_CHECKING:
+    from ._fleet import Fleet
 
 __all__ = ["Maker", "Plain", "Turns"]
 

@@ -1,10 +1,5 @@
-"""The package version, read from the installed metadata: pyproject.toml is the one source."""
+"""The package's version: the one place it is written, which hatch reads to build
+the package (``[tool.hatch.version]`` in pyproject.toml). A constant, not the
+installed metadata: reading that costs ``import autothrottle`` importlib.metadata."""
 
-from __future__ import annotations
-
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("autothrottle")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+__version__ = "0.1.0"
