@@ -8,6 +8,7 @@ never on speed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import inspect
@@ -25,14 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
-from autothrottle import FixedRatePolicy, Throttle
+from autothrottle import FixedDelayPolicy, FixedRatePolicy, Throttle, ThrottleEvent
 from autothrottle.cli._fetch import _Scheduler
+from autothrottle.cli._fetch_clients import CLIENTS, Client, open_sender
 from autothrottle.cli._fetch_io import LineWriter, UrlSet, resume
 from autothrottle.cli._fetch_options import NOT_FLAGS, SETTINGS, throttle_kwargs
 from autothrottle.cli._main import build_parser, main
-from autothrottle.cli._robots import FetchTimeline
+from autothrottle.cli._robots import _ASKING, FetchTimeline, Robots
+from autothrottle.timeline import Timeline
 from helpers import FakeClock
+from loopback import served_here
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -176,32 +181,66 @@ def test_resume_drops_a_cut_line_and_knows_what_is_done(tmp_path: Path) -> None:
     assert [r["url"] for r in lines_of(out)] == ["http://a/1", "http://a/2", "http://a/3"]
 
 
-def test_the_charts_robots_notes_stay_bounded_over_many_hosts(
-    monkeypatch: pytest.MonkeyPatch,
+def test_the_charts_robots_notes_stay_bounded_over_many_hosts() -> None:
+    """A note of a slot the timeline did not keep when its sample was taken goes
+    at the next sample: 100,000 hosts noted leave those of the last two samples,
+    and the note of a slot kept stays."""
+    throttle = Throttle()
+    timeline = FetchTimeline(throttle, interval=0.25, interval_per_slot=0.0, jsonl=None)
+    throttle.slot("kept.test")
+    asking = _ASKING.set(True)
+    try:
+        timeline._hear(ThrottleEvent("response", "kept.test", 404))
+        for i in range(100_000):
+            timeline._hear(ThrottleEvent("response", f"host{i}.test", 404))
+            if i % 1000 == 999:
+                timeline.sample()
+                assert len(timeline._none) <= 2001
+    finally:
+        _ASKING.reset(asking)
+    timeline.sample()
+    assert [note[0] for note in timeline._none] == ["kept.test"]
+    timeline.close()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_the_chart_leaves_out_the_robots_txt_answer_it_heard_not_another_origins(
+    client: Client,
 ) -> None:
-    # Notes of slots the timeline does not keep go after 2 minutes: 100,000 hosts
-    # noted long ago leave at most twice max_slots.
-    old = FetchTimeline(Throttle(), interval=0.25, interval_per_slot=0.0, jsonl=None)
-    for i in range(100_000):
-        old.note_none(f"host{i}.test", 404, -1000.0)
-        assert len(old._none) <= 2 * old.max_slots
-    # Recent ones are kept (their slots may not be sampled yet), and the notes are
-    # looked over when they doubled, not at every note (the looks are counted).
-    looks = 0
-    keys = FetchTimeline.keys
+    """Two origins on one slot (one host, two ports): origin A's page answers 404
+    while origin B's robots.txt, asked before it, has not answered yet; then B's
+    answers 404 (there is none). The chart keeps A's 404, in the sample it
+    came in, and leaves out B's, in the sample after; the throttle counted both."""
+    asked, release = asyncio.Event(), asyncio.Event()
 
-    def counted(self: FetchTimeline) -> tuple[str, ...]:
-        nonlocal looks
-        looks += 1
-        kept: tuple[str, ...] = keys.__get__(self)
-        return kept
+    async def robots(request: web.Request) -> web.Response:
+        asked.set()
+        await release.wait()
+        return web.Response(status=404)
 
-    monkeypatch.setattr(FetchTimeline, "keys", property(counted))
-    recent = FetchTimeline(Throttle(), interval=0.25, interval_per_slot=0.0, jsonl=None)
-    for i in range(10_000):
-        recent.note_none(f"host{i}.test", 404, recent.now())
-    assert len(recent._none) == 10_000
-    assert looks <= 8, looks  # 200, 400, ... 6,400
+    async def gone(request: web.Request) -> web.Response:
+        return web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_get("/robots.txt", robots)
+    app.router.add_get("/gone", gone)
+    throttle = Throttle(policy=FixedDelayPolicy(0.0))
+    timeline = FetchTimeline(throttle, interval=60.0, interval_per_slot=0.0, jsonl=None)
+    async with (
+        served_here(["127.0.0.2", "127.0.0.2"], app) as (a, b),
+        open_sender(client, throttle, io_timeout=10.0, connections=4, headers={}) as sender,
+    ):
+        rules = Robots(sender, throttle, "test", attempts=1, note=lambda text: None)
+        reading = asyncio.create_task(rules.rules(f"{b}page"))
+        await asyncio.wait_for(asked.wait(), 10.0)
+        assert (await sender.get(f"{a}gone")).status == 404
+        timeline.sample()
+        release.set()
+        assert (await asyncio.wait_for(reading, 10.0)).parser is None
+        timeline.sample()
+    timeline.close()
+    assert [s.statuses for s in Timeline.samples(timeline, "127.0.0.2")] == [{404: 1}, {404: 1}]
+    assert [s.statuses for s in timeline.samples("127.0.0.2")] == [{404: 1}, {}]
 
 
 def test_scheduler_takes_hosts_in_turn_within_both_caps() -> None:

@@ -42,7 +42,7 @@ from ._fetch_options import FetchJob
 from ._fetch_progress import Tally, live_view, plain_line, summary, summary_data
 from ._fetch_url import UrlFetch, error_text, record
 from ._fetch_url import problem as url_problem
-from ._robots import FetchTimeline, NotingSender, Robots
+from ._robots import FetchTimeline, Robots
 
 __all__ = ["run"]
 
@@ -353,7 +353,6 @@ async def _fetch(job: FetchJob, throttle: Throttle, console: Console, fetch: _Fe
     hosts' robots.txt."""
     loop = asyncio.get_running_loop()
     bodies = BodyStore(job.bodies) if job.bodies is not None else None
-    timeline = fetch.timeline
     async with open_sender(
         job.client,
         throttle,
@@ -365,8 +364,7 @@ async def _fetch(job: FetchJob, throttle: Throttle, console: Console, fetch: _Fe
     ) as sender:
         note = fetch.note = _noter(job, console)
         if job.robots:
-            asker = sender if timeline is None else NotingSender(sender, timeline, throttle.key_for)
-            fetch.robots = Robots(asker, throttle, job.agent, attempts=job.retries + 1, note=note)
+            fetch.robots = Robots(sender, throttle, job.agent, attempts=job.retries + 1, note=note)
         fetch.url = UrlFetch(
             job,
             throttle,
@@ -383,13 +381,13 @@ async def _fetch(job: FetchJob, throttle: Throttle, console: Console, fetch: _Fe
             helpers = [producer]
             if live is not None:
                 helpers.append(loop.create_task(_progress(job, fetch, console, live)))
-            if timeline is not None:
-                await timeline.start()
+            if fetch.timeline is not None:
+                await fetch.timeline.start()
             try:
                 await fetch.dispatch()
                 await fetch.drain()
             finally:
-                await _end(helpers, timeline)
+                await _end(helpers, fetch.timeline)
             if producer.done() and not producer.cancelled() and producer.exception():
                 raise producer.exception()  # type: ignore[misc]
 

@@ -18,20 +18,22 @@ The rules it keeps (RFC 9309; docs/cli.md, "robots.txt"):
   ``min_delay`` in the throttle (``Throttle.set_host``);
 * a 4xx that says there is none is no error of the host's: the throttle counts
   it as the response it is, and ``--chart`` leaves it out of its events
-  (:class:`FetchTimeline`).
+  (:class:`FetchTimeline`, which knows it by the mark on its request).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from protego import Protego
 
-from autothrottle import HostSettings, Throttle
+from autothrottle import HostSettings, SlotSnapshot, Throttle, ThrottleEvent
 from autothrottle.timeline import SlotSample, Timeline
 
 from ._fetch_clients import FAILURES, Reply, Sender
@@ -136,9 +138,7 @@ class Robots:
         problem = "no answer"
         for _ in range(self._attempts):
             try:
-                reply = await self._sender.get(
-                    f"{origin}/robots.txt", keep=ROBOTS_BYTES, store=False
-                )
+                reply = await self._ask(origin)
             except FAILURES as exc:
                 self.requests += 1
                 problem = _error(exc)
@@ -152,6 +152,15 @@ class Robots:
                 continue
             return HostRules(origin)  # 4xx (none_found): there is none; everything is allowed
         return HostRules(origin, unreachable=f"robots.txt of {origin} unreachable ({problem})")
+
+    async def _ask(self, origin: str) -> Reply:
+        """One GET of ``origin``'s robots.txt, marked as such for the throttle's
+        listeners (:class:`FetchTimeline`)."""
+        asking = _ASKING.set(True)
+        try:
+            return await self._sender.get(f"{origin}/robots.txt", keep=ROBOTS_BYTES, store=False)
+        finally:
+            _ASKING.reset(asking)
 
     def _floor(self, parser: Protego) -> float | None:
         floors = []
@@ -183,9 +192,9 @@ def none_found(status: int) -> bool:
     return 400 <= status < 500 and status != 429
 
 
-#: Seconds a robots.txt's "none" answer is kept for a slot the timeline does not keep
-#: (yet): room for its first sample to be taken, however many slots are read.
-_NOTED_FOR = 120.0
+#: True while the task it is read in asks for a robots.txt (:meth:`Robots._read`):
+#: the mark the throttle's listeners see on that request's responses, and only on them.
+_ASKING: ContextVar[bool] = ContextVar("autothrottle_fetch_robots", default=False)
 
 
 class FetchTimeline(Timeline):
@@ -194,41 +203,52 @@ class FetchTimeline(Timeline):
 
     The throttle counts that answer like any response, and the ``--timeline``
     file keeps it as counted; a chart that drew it among the "other 4xx" would
-    show every host without a robots.txt failing once, at its start. Each
-    answer noted (:meth:`note_none`) takes one of its status out of the first
-    sample of its slot, taken from when it was asked, that has one. Notes are
-    kept for the slots the timeline keeps (``max_slots``) and, for the others,
-    2 minutes: on a crawl of any number of hosts, they hold those met in the
-    last 2 minutes at most.
+    show every host without a robots.txt failing once, at its start. The
+    throttle tells its listeners of each response inline, as it counts it, in
+    the task that sent the request: the robots.txt request is marked there
+    (:data:`_ASKING`), so the timeline hears exactly that response, on the
+    slot that counted it, at the moment it was counted. The first sample of
+    that slot taken since (with that status: a sample read 1,000 slots at a
+    time may have read this one just before) holds it, and loses it.
+
+    A note is kept while the timeline keeps its slot: one whose slot was not
+    kept when its sample was taken is let go of at the next sample, so the
+    notes held are those of the slots kept and of the last two samples.
     """
 
     def __init__(
         self, throttle: Throttle, *, interval: float, interval_per_slot: float, jsonl: str | None
     ) -> None:
-        super().__init__(throttle, interval, interval_per_slot=interval_per_slot, jsonl=jsonl)
-        self._none: dict[str, list[tuple[int, float]]] = {}
-        self._look_at = 2 * self.max_slots
+        self._none: list[tuple[str, int, float]] = []  # slot, status, when counted
+        self._sampled = -math.inf  # when the last sample's read began
+        reads = _Reads(throttle, self._look)
+        super().__init__(reads, interval, interval_per_slot=interval_per_slot, jsonl=jsonl)
+        self._stop_hearing = throttle.listen(self._hear)
 
-    def note_none(self, key: str, status: int, asked: float) -> None:
-        """Slot ``key``'s robots.txt, asked at ``asked`` (:meth:`now`), answered
-        ``status``: there is none. The notes are looked over when they reach
-        twice those kept at the last look: each note pays for a look once."""
-        self._none.setdefault(key, []).append((status, asked))
-        if len(self._none) >= self._look_at:
-            kept, old = set(self.keys), self.now() - _NOTED_FOR
-            self._none = {
-                key: notes
-                for key, notes in self._none.items()
-                if key in kept or notes[-1][1] >= old
-            }
-            self._look_at = max(2 * self.max_slots, 2 * len(self._none))
+    def _hear(self, event: ThrottleEvent) -> None:
+        if event.status is not None and _ASKING.get() and none_found(event.status):
+            self._none.append((event.slot, event.status, self.now()))
+
+    def _look(self) -> None:
+        """A sample is about to be read: let go of the notes counted before the
+        last one began (so in it) whose slot the timeline did not keep."""
+        if self._none:
+            kept, before = set(self.keys), self._sampled
+            self._none = [note for note in self._none if note[2] >= before or note[0] in kept]
+        self._sampled = self.now()
+
+    def close(self) -> None:
+        self._stop_hearing()
+        super().close()
 
     def samples(self, key: str) -> list[SlotSample]:
         """The samples of slot ``key``, oldest first, without robots.txt's "none" answers."""
         samples = super().samples(key)
-        for status, asked in self._none.get(key, ()):
+        for slot, status, counted in self._none:
+            if slot != key:
+                continue
             for i, sample in enumerate(samples):
-                if sample.time >= asked and sample.statuses.get(status, 0) > 0:
+                if sample.time >= counted and sample.statuses.get(status, 0) > 0:
                     statuses = dict(sample.statuses)
                     statuses[status] -= 1
                     if not statuses[status]:
@@ -238,20 +258,18 @@ class FetchTimeline(Timeline):
         return samples
 
 
-class NotingSender:
-    """A sender for robots.txt that notes its "none" answers on a :class:`FetchTimeline`."""
+class _Reads:
+    """The throttle as a :class:`FetchTimeline` reads it: ``look`` is called as each
+    sample's read begins."""
 
-    def __init__(
-        self, sender: Sender, timeline: FetchTimeline, key_for: Callable[[str], str]
-    ) -> None:
-        self._sender = sender
-        self._timeline = timeline
-        self._key_for = key_for
+    def __init__(self, throttle: Throttle, look: Callable[[], None]) -> None:
+        self._throttle = throttle
+        self._look = look
 
-    async def get(self, url: str, *, keep: int = 0, store: bool = True) -> Reply:
-        asked = self._timeline.now()
-        reply = await self._sender.get(url, keep=keep, store=store)
-        if none_found(reply.status):
-            # A redirect's last hop answered: its host's slot counted it.
-            self._timeline.note_none(self._key_for(reply.final_url), reply.status, asked)
-        return reply
+    def snapshot(self) -> dict[str, SlotSnapshot]:
+        self._look()
+        return self._throttle.snapshot()
+
+    async def snapshot_async(self) -> dict[str, SlotSnapshot]:
+        self._look()
+        return await self._throttle.snapshot_async()
