@@ -74,6 +74,47 @@ def test_demo_rejects_bad_duration(value: str, capsys: pytest.CaptureFixture[str
     assert "--duration" in err and repr(value) in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["fetch", "urls.txt", "--start-dealy", "0.5"],
+            "autothrottle fetch: error: unrecognized arguments: --start-dealy 0.5 "
+            "(did you mean --start-delay? see --help)",
+        ),
+        (
+            ["demo", "--duraton=5"],
+            "autothrottle demo: error: unrecognized arguments: --duraton=5 "
+            "(did you mean --duration? see --help)",
+        ),
+        (
+            ["--versoin"],
+            "autothrottle: error: unrecognized arguments: --versoin "
+            "(did you mean --version? see --help)",
+        ),
+        # Not taken for --retry-after, a flag it begins: no flag is abbreviated.
+        (
+            ["fetch", "urls.txt", "--retry", "3"],
+            "autothrottle fetch: error: unrecognized arguments: --retry 3 "
+            "(did you mean --retries? see --help)",
+        ),
+        (
+            ["fetch", "urls.txt", "--xyz"],
+            "autothrottle fetch: error: unrecognized arguments: --xyz (see --help)",
+        ),
+    ],
+)
+def test_a_typo_d_flag_is_named_by_its_subcommand_with_the_flag_meant(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The subcommand says it, whose ``--help`` lists the flag (the top-level
+    ``autothrottle --help`` lists none of the fetch's)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == said + "\n"
+
+
 def test_demo_rejects_unwritable_out_before_crawling(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,6 +9,7 @@ extra too (its parser is :mod:`autothrottle._sim_args`, the standard library's).
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
@@ -56,9 +57,14 @@ def _top(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of :func:`main` (``sim``'s own options are the simulator's)."""
+    """The argument parser of :func:`main` (``sim``'s own options are the simulator's).
+
+    No flag may be abbreviated: the fetch's flags share long prefixes, and
+    ``--retry 3`` taken as ``--retry-after`` (not ``--retries``) is worse than an
+    error that names the flag meant."""
     parser = OneLineParser(
         prog=PROG,
+        allow_abbrev=False,
         description="Polite, adaptive per-host request pacing for httpx, aiohttp, requests and "
         "Scrapy.",
         epilog=f"Start with `autothrottle demo`: with the {_DEMO_EXTRAS} extras installed, "
@@ -68,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo = commands.add_parser(
         "demo",
+        allow_abbrev=False,
         help="watch autothrottle find the pace of five simulated sites (loopback only)",
         description=(
             "Start five simulated sites on loopback (127.0.0.2 ... 127.0.0.6), each with its "
@@ -112,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_fetch_and_plot(commands: argparse._SubParsersAction[OneLineParser]) -> None:
     fetch = commands.add_parser(
         "fetch",
+        allow_abbrev=False,
         help="fetch a list of URLs politely, each host at its own pace, all at once",
         description=(
             "Fetch every URL of URLS_FILE through one Throttle: each host at the pace it "
@@ -130,6 +138,7 @@ def _add_fetch_and_plot(commands: argparse._SubParsersAction[OneLineParser]) -> 
     add_fetch_arguments(fetch)
     plot = commands.add_parser(
         "plot",
+        allow_abbrev=False,
         help="draw a timeline file (fetch --timeline, Timeline(jsonl=...)) as the demo's chart",
         description="Draw the chart the demo draws, from a timeline JSON-lines file.",
     )
@@ -186,7 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return sim_main(args[1:], prog=f"{PROG} sim")
 
     parser = build_parser()
-    ns = parser.parse_args(args)
+    ns, unknown = parser.parse_known_args(args)
+    if unknown:
+        command = f"{PROG} {ns.command}" if ns.command else PROG
+        parser.exit(2, f"{command}: error: {_unknown(parser, ns.command, unknown)}\n")
     if ns.command is None:
         parser.print_help()
         return 2
@@ -202,6 +214,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _unknown(parser: argparse.ArgumentParser, command: str | None, unknown: list[str]) -> str:
+    """argparse's "unrecognized arguments", said by the command they were given to
+    (argparse has the top-level ``autothrottle`` say it, whose ``--help`` lists
+    none of a subcommand's flags), with the flag meant when one is near."""
+    typo = next((arg for arg in unknown if arg.startswith("--")), "")
+    flags = _flags(parser, command)
+    near = difflib.get_close_matches(typo.partition("=")[0], flags, n=1, cutoff=0.75)
+    hint = f"did you mean {near[0]}? " if typo and near else ""
+    return f"unrecognized arguments: {' '.join(unknown)} ({hint}see --help)"
+
+
+def _flags(parser: argparse.ArgumentParser, command: str | None) -> list[str]:
+    """The flags of subcommand ``command``, or of ``parser`` itself for None."""
+    actions = parser._actions  # noqa: SLF001 (argparse lists a parser's flags nowhere public)
+    for action in actions:
+        choices = action.choices
+        if command is not None and isinstance(choices, dict) and command in choices:
+            return _flags(choices[command], None)
+    return [flag for action in actions for flag in action.option_strings]
 
 
 def _fail(parser: argparse.ArgumentParser, command: str, problem: str | None) -> None:
