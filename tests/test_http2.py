@@ -202,3 +202,97 @@ async def test_a_stream_cancelled_mid_body_releases_its_lease_and_the_others_go_
     snapshot = slot.snapshot()
     assert (snapshot.sent, snapshot.responses, snapshot.failures) == (4, 4, 0)
     assert_idle(throttle, host.address)
+
+
+# -- a wrapping transport's origin learned to speak HTTP/1.1, then over HTTP/2 ----------
+
+
+def switching(first: httpx.AsyncBaseTransport) -> Any:
+    """A transport of the user's that hands every request to its ``inner``, which
+    the test changes between requests (from one speaking HTTP/1.1 to HTTP/2)."""
+
+    class Switching(httpx.AsyncBaseTransport):  # made here: of the package the test binds
+        def __init__(self) -> None:
+            self.inner = first
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            return await self.inner.handle_async_request(request)
+
+    return Switching()
+
+
+def switching_blocking(first: httpx.BaseTransport) -> Any:
+    """:func:`switching` for the sync client."""
+
+    class Switching(httpx.BaseTransport):
+        def __init__(self) -> None:
+            self.inner = first
+
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            return self.inner.handle_request(request)
+
+    return Switching()
+
+
+#: The requests before the four: a slot of their own, the origin the same.
+WARM = {"X-AutoThrottle": "slot=warm"}
+
+
+def assert_in_order_on_one_connection(host: Any, throttle: Throttle, responses: list[Any]) -> None:
+    """The four requests sent together after the switch went over HTTP/2 on one
+    new connection, the delay apart, and none failed."""
+    assert [r.http_version for r in responses] == ["HTTP/2"] * 4
+    arrivals = host.arrivals[2:]  # after the HTTP/1.1 request and the first over HTTP/2
+    assert len(arrivals) == 4 and {a["version"] for a in arrivals} == {"2"}
+    assert len({a["peer"] for a in arrivals}) == 1
+    assert_spaced(sorted(a["time"] for a in arrivals), 0.2)
+    slot = throttle.slot(host.address).snapshot()
+    assert (slot.sent, slot.responses, slot.failures) == (4, 4, 0)
+    assert_idle(throttle, host.address)
+
+
+async def test_an_origin_learned_as_http11_is_handed_over_in_turn_again_once_on_http2(
+    host: Any,
+) -> None:
+    # Learned to speak HTTP/1.1, the origin's requests went straight to the
+    # user's transport; once one of them goes out over HTTP/2 (the transport
+    # changed), they are handed over one at a time again: granted while a new
+    # connection is opened, they leave on it in order (straight to it, two
+    # numbered alike failed with a protocol error). The first two go on a slot
+    # of their own (``WARM``): the four's is fresh, and grants them all while
+    # the connection is being opened.
+    throttle = fixed(0.2)
+    host.forget()
+    user = switching(httpx.AsyncHTTPTransport(verify=tls.trusting()))  # HTTP/1.1 alone
+    transport = AsyncThrottledTransport(user, throttle=throttle)
+    async with httpx.AsyncClient(transport=transport) as client:
+        assert (await client.get(host.url("/1.1"), headers=WARM)).http_version == "HTTP/1.1"
+        await user.inner.aclose()
+        user.inner = httpx.AsyncHTTPTransport(http2=True, verify=tls.trusting())
+        assert (await client.get(host.url("/2"), headers=WARM)).http_version == "HTTP/2"
+        await user.inner.aclose()
+        user.inner = httpx.AsyncHTTPTransport(http2=True, verify=tls.trusting())
+        host.hold(600)  # the new connection's handshake: every request is granted meanwhile
+        responses = await asyncio.gather(*(client.get(host.url(f"/{i}")) for i in range(4)))
+        await user.inner.aclose()
+    assert_in_order_on_one_connection(host, throttle, responses)
+
+
+def test_the_sync_clients_origin_learned_as_http11_is_handed_over_in_turn_again(
+    host: Any,
+) -> None:
+    throttle = fixed(0.2)
+    host.forget()
+    user = switching_blocking(httpx.HTTPTransport(verify=tls.trusting()))
+    client = httpx.Client(transport=ThrottledTransport(user, throttle=throttle))
+    with client, ThreadPoolExecutor(4) as pool:
+        assert client.get(host.url("/1.1"), headers=WARM).http_version == "HTTP/1.1"
+        user.inner.close()
+        user.inner = httpx.HTTPTransport(http2=True, verify=tls.trusting())
+        assert client.get(host.url("/2"), headers=WARM).http_version == "HTTP/2"
+        user.inner.close()
+        user.inner = httpx.HTTPTransport(http2=True, verify=tls.trusting())
+        host.hold(600)
+        responses = list(pool.map(lambda i: client.get(host.url(f"/{i}")), range(4)))
+        user.inner.close()
+    assert_in_order_on_one_connection(host, throttle, responses)

@@ -743,7 +743,7 @@ def test_the_sync_clients_threads_are_handed_the_origin_in_the_order_they_came(
     for thread in threads:
         thread.join(10)
     assert order == [1, 2, 3, 4, 5, 0]
-    assert serials.passes(url) is False and held.users == 0
+    assert serials.passing(url) is None and held.users == 0
 
 
 def test_an_origin_learned_to_speak_http11_passes_and_the_learned_are_bounded(
@@ -758,9 +758,29 @@ def test_an_origin_learned_to_speak_http11_passes_and_the_learned_are_bounded(
             serial = serials.enter_blocking(url)
             serial.leave(False)  # its headers went out on an HTTP/1.1 connection
             serials.done(serial)
-    assert [known.passes(url) for url in urls] == [False] * 4  # HTTP/2 on: never learned
-    assert [learning.passes(url) for url in urls] == [True, True, True, False]
+    assert [known.passing(url) for url in urls] == [None] * 4  # HTTP/2 on: never learned
+    passes = [learning.passing(url) is not None for url in urls]
+    assert passes == [True, True, True, False]
     serial = learning.enter_blocking(urls[3])
     serial.leave(False)
     learning.done(serial)
-    assert [learning.passes(url) for url in urls] == [False, False, False, True]
+    passes = [learning.passing(url) is not None for url in urls]
+    assert passes == [False, False, False, True]
+
+
+def test_a_learned_origins_request_on_http2_forgets_it_and_on_http11_keeps_it(
+    package: str,
+) -> None:
+    learning = pools_module(package).Serials(learn=True)
+    url = httpx.URL("https://a.test/")
+    serial = learning.enter_blocking(url)
+    serial.leave(False)
+    learning.done(serial)
+    passing = learning.passing(url)
+    assert passing is not None and learning.passing(httpx.URL("https://a.test/x")) is passing
+    passing.leave(False)  # its headers went out on HTTP/1.1: still learned
+    assert learning.passing(url) is passing
+    passing.leave()  # on HTTP/2: handed over in turn again, until learned again
+    assert learning.passing(url) is None
+    passing.leave()  # another request passed meanwhile, on HTTP/2 too
+    assert learning.passing(url) is None

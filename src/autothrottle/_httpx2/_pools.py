@@ -379,6 +379,32 @@ class Serial:
                 self.busy = False
 
 
+class Passing:
+    """What a request of an origin learned to need no hand-over in turn carries
+    to its headers (:meth:`Serials.passing`), in the place of a :class:`Serial`:
+    one of the origin's, made when it was learned.
+
+    Gone out on HTTP/2 after all (the user's transport changed, or ALPN chose
+    ``h2`` on a new connection), the origin is forgotten: its next requests
+    are handed over one at a time again. Those handed over meanwhile, before
+    any of them had its headers out, were numbered unguarded: nothing can
+    tell HTTP/2 sooner than a request's headers (the first trace event that
+    names the protocol), and waiting for them at every request is the cost
+    learning saves an HTTP/1.1 origin.
+    """
+
+    __slots__ = ("origin", "table")
+
+    def __init__(self, table: Serials, origin: Origin) -> None:
+        self.table = table
+        self.origin = origin
+
+    def leave(self, http2: bool = True) -> None:
+        """The request's headers are out, on HTTP/2 (``http2``) or HTTP/1.1."""
+        if http2:
+            self.table.plain.pop(self.origin, None)
+
+
 class Serials:
     """The :class:`Serial` of each origin an HTTP/2 pool is sending to, kept while in use.
 
@@ -388,8 +414,9 @@ class Serials:
     an HTTP/1.1 connection (its ``http11.send_request_headers`` trace event), or
     was answered with no trace event at all (not httpcore2's pool: no stream
     numbers, and no wire turn either); from then on the origin's requests go
-    straight to the pool. Kept for :attr:`LEARNED_MOST` origins, then forgotten
-    together: an origin forgotten is learned again by its next request.
+    straight to the pool, until one of them goes out on HTTP/2 (:class:`Passing`).
+    Kept for :attr:`LEARNED_MOST` origins, then forgotten together: an origin
+    forgotten is learned again by its next request.
     """
 
     __slots__ = ("_table", "learn", "lock", "plain")
@@ -402,12 +429,16 @@ class Serials:
         #: The table, and the sync client's queues: threads share its transport.
         self.lock = threading.Lock()
         self.learn = learn
-        self.plain: set[Origin] = set()  # learned: HTTP/1.1, or no trace events
+        #: Learned: HTTP/1.1, or no trace events. Read and written under the GIL
+        #: alone (one operation each): a thread that misses a change hands one
+        #: request over as the change found it.
+        self.plain: dict[Origin, Passing] = {}
 
-    def passes(self, url: httpx2.URL) -> bool:
-        """Whether ``url``'s origin was learned to need no hand-over in turn."""
+    def passing(self, url: httpx2.URL) -> Passing | None:
+        """The :class:`Passing` of ``url``'s origin when it was learned to need no
+        hand-over in turn, else None."""
         plain = self.plain
-        return bool(plain) and origin_of(url) in plain
+        return plain.get(origin_of(url)) if plain else None
 
     def learned(self, origin: Origin) -> None:
         """``origin``'s request went out on an HTTP/1.1 connection, or was answered
@@ -415,9 +446,11 @@ class Serials:
         if not self.learn:
             return
         plain = self.plain
+        if origin in plain:
+            return
         if len(plain) >= self.LEARNED_MOST:
             plain.clear()
-        plain.add(origin)
+        plain[origin] = Passing(self, origin)
 
     def _take(self, url: httpx2.URL) -> Serial:
         """The origin's serial, counted as used (under :attr:`lock`)."""

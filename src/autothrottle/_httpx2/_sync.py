@@ -47,6 +47,7 @@ from ._common import (
 )
 from ._pools import (
     Openings,
+    Passing,
     PooledOrigin,
     Pools,
     Serial,
@@ -94,7 +95,8 @@ class _Tracer:
         self.user = user
         self.end: float | None = None
         self.saved = saved  # the request's own extensions, put back after sending
-        self.serial: Serial | None = None  # an HTTP/2 pool's origin, held until on the wire
+        #: An HTTP/2 pool's origin, held until on the wire (or a learned one's watch).
+        self.serial: Serial | Passing | None = None
 
     def __call__(self, name: str, info: dict[str, Any]) -> None:
         if name.endswith(COMPLETE):
@@ -138,7 +140,8 @@ class _WireTracer:
     def __init__(self, exchange: Exchange, saved: dict[str, Any]) -> None:
         self.exchange = exchange
         self.saved = saved  # the request's own extensions, put back after sending
-        self.serial: Serial | None = None  # an HTTP/2 pool's origin, held until on the wire
+        #: An HTTP/2 pool's origin, held until on the wire (or a learned one's watch).
+        self.serial: Serial | Passing | None = None
 
     def __call__(self, name: str, info: dict[str, Any]) -> None:
         if name.endswith(STARTED):
@@ -169,7 +172,9 @@ def _ended_unsent(exchange: Exchange, info: dict[str, Any]) -> None:
 def _on_the_wire(wiring: _Tracer | _WireTracer, name: str, info: dict[str, Any]) -> None:
     """The request's headers go out (not a proxy's ``CONNECT``): the next
     request of its origin may be handed over (:class:`~._pools.Serial`), and
-    the event's name says the connection's protocol (``http11.`` or ``http2.``)."""
+    the event's name says the connection's protocol (``http11.`` or ``http2.``),
+    which a learned origin's request passing straight tells its origin's
+    :class:`~._pools.Passing`."""
     request = info.get("request")
     if request is not None and request.method == b"CONNECT":
         return  # the tunnel's: the request itself is still to go
@@ -537,12 +542,14 @@ class ThrottledTransport(httpx2.BaseTransport):
     def _in_turn(self, request: httpx2.Request) -> _Sent:
         """Send through an HTTP/2 ``inner`` (or one not known to be HTTP/1.1) in the
         origin's turn (:func:`_send_in_turn`), unless the origin was learned to
-        speak HTTP/1.1 (``Serials.passes``)."""
+        speak HTTP/1.1 (``Serials.passing``)."""
         serials = self._serials
         assert serials is not None
-        if serials.passes(request.url):
-            return self._inner.handle_request(request)
         wiring = request.extensions["trace"]  # the plug's, for every throttled request here
+        passing = serials.passing(request.url)
+        if passing is not None:
+            wiring.serial = passing  # on HTTP/2 after all, the origin is forgotten
+            return self._inner.handle_request(request)
         return _send_in_turn(serials, self._inner.handle_request, request, wiring)
 
     def close(self) -> None:
