@@ -276,6 +276,27 @@ def test_outside_a_checkout_the_command_names_the_published_extra(
     assert _extras.install_command("cli") == 'pip install "autothrottle[cli]"'
 
 
+def test_plot_given_the_fetch_s_lines_says_which_file_the_timeline_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = tmp_path / "out.jsonl"
+    lines.write_text('{"url":"http://127.0.0.2/","status":200}\n')
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plot", str(lines), "-o", str(tmp_path / "c.png")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "is not an autothrottle timeline file" in err
+    assert err.endswith(
+        "; it holds the lines of `autothrottle fetch -o`: the timeline is the file "
+        "`autothrottle fetch --timeline FILE.jsonl` writes\n"
+    )
+    other = tmp_path / "other.jsonl"
+    other.write_text("hello\n")
+    with pytest.raises(SystemExit):
+        main(["plot", str(other), "-o", str(tmp_path / "c.png")])
+    assert "autothrottle fetch" not in capsys.readouterr().err
+
+
 def test_plotting_without_matplotlib_names_the_extra(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import json
 import sys
 from collections.abc import Sequence
 
@@ -286,6 +287,22 @@ def _plot(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         keys = timeline.busiest(ns.top)
         timeline.plot(ns.out, title=ns.title, keys=keys)
     except (OSError, ValueError) as exc:
-        parser.exit(2, f"{PROG} plot: error: {exc}\n")
+        parser.exit(2, f"{PROG} plot: error: {exc}{_fetch_lines_hint(ns.timeline)}\n")
     print(f"chart saved to {ns.out}")
     return 0
+
+
+def _fetch_lines_hint(path: str) -> str:
+    """What to say when ``path`` holds the fetch's lines (``-o``), the likeliest file
+    given in place of its timeline (``--timeline``): nothing otherwise."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            first = json.loads(fh.readline(64 * 1024))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(first, dict) or "url" not in first:
+        return ""
+    return (
+        "; it holds the lines of `autothrottle fetch -o`: the timeline is the file "
+        "`autothrottle fetch --timeline FILE.jsonl` writes"
+    )
