@@ -310,6 +310,7 @@ def test_quiet_says_nothing_and_verbose_tells_robots_and_errors(tmp_path: Path) 
     # The totals are one line in a log (standard error is no terminal here), not cut at 120.
     totals = [line for line in err.splitlines() if line.startswith("done:")]
     assert len(totals) == 1 and totals[0].endswith("; 0 excluded by robots.txt"), err
+    assert any(line.startswith("   ") and line.strip() == "per host" for line in err.splitlines())
 
 
 def test_debug_shows_each_delay_change_on_stderr_and_leaves_stdout_to_the_lines(

@@ -521,8 +521,10 @@ def report(job: FetchJob, fetch: _Fetch, console: Console, status: int) -> None:
             markup=False,
         )
     if job.verbosity >= 0:
+        totals, *table = summary(tally, throttle, interrupted=interrupted).renderables
         # soft_wrap: the totals' one line stays one line in a log, wrapped by a terminal only.
-        console.print(summary(tally, throttle, interrupted=interrupted), soft_wrap=True)
+        console.print(totals, soft_wrap=True)
+        console.print(*table)
         if interrupted:
             console.print(
                 "stopped early: run the same command again to fetch the rest", highlight=False
