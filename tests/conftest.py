@@ -1,4 +1,5 @@
-"""The suite's order: its slowest tests start first.
+"""The suite's order (its slowest tests start first) and its clean-up of the shared
+Redis (every key under a prefix a test made, deleted when the test ends: ``redis_keys``).
 
 Under pytest-xdist each worker takes the next test as it finishes one
 (``--maxschedchunk=1``, set below), so a 30-s test that comes last in
@@ -10,7 +11,11 @@ up the order: one renamed or removed costs a few seconds, never a verdict.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from redis_keys import delete_made
 
 #: Tests (a node id, or the start of one: every parametrization), slowest first:
 #: the forty slowest of a whole run under ``-n 3`` at load 9 (2026-11-28), then
@@ -125,3 +130,11 @@ def pytest_configure(config: pytest.Config) -> None:
     of scripts/mutants.py) still parses its command line."""
     if getattr(config.option, "maxschedchunk", 0) is None:  # xdist there, no value given
         config.option.maxschedchunk = 1
+
+
+@pytest.fixture(autouse=True)
+def _redis_keys_deleted() -> Iterator[None]:
+    """Every key under a prefix the test made (``redis_keys.fresh_prefix``) deleted
+    once it is done: set up first, this fixture is torn down last."""
+    yield
+    delete_made()

@@ -30,7 +30,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from typing import Any
 import pytest
 
 from helpers import needs_redis
+from redis_keys import fresh_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -444,19 +444,12 @@ def test_adaptive_defaults_and_soft_blocks(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def redis_prefix() -> Any:
-    """A key prefix of this test's own; its keys are deleted afterwards (a shared Redis)."""
+def redis_prefix() -> str:
+    """A key prefix of this test's own, its keys deleted afterwards (a shared Redis):
+    every part of redis_store.py names its own prefixes starting with it."""
     needs_redis()
-    redis = pytest.importorskip("redis", reason="redis_store.py runs the Redis store")
-    prefix = f"bench-smoke-{uuid.uuid4().hex[:8]}-"
-    yield prefix
-    client = redis.Redis(host="127.0.0.1", port=6379)
-    try:
-        batch = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-        for start in range(0, len(batch), 500):
-            client.delete(*batch[start : start + 500])
-    finally:
-        client.close()
+    pytest.importorskip("redis", reason="redis_store.py runs the Redis store")
+    return fresh_prefix("bench-smoke") + "-"
 
 
 def _fleet_crawl_shaped(crawl: dict[str, Any]) -> None:

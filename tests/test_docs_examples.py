@@ -28,7 +28,6 @@ import subprocess
 import sys
 import textwrap
 import types
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ import pytest
 
 from autothrottle import Throttle
 from loopback import LoopbackHost, loopback_hosts
+from redis_keys import fresh_prefix
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
@@ -152,7 +152,8 @@ async def _run(name: str, namespace: dict[str, Any], code: str | None = None) ->
 
 @contextlib.asynccontextmanager
 async def _redis_prefix() -> AsyncIterator[str]:
-    """A key prefix of this test's own on the shared Redis, its keys deleted after."""
+    """A key prefix of this test's own on the shared Redis, its keys deleted after
+    the test (``redis_keys``)."""
     aioredis = pytest.importorskip("redis.asyncio", reason="the redis extra")
     client = aioredis.Redis.from_url(REDIS_URL)
     try:
@@ -160,14 +161,8 @@ async def _redis_prefix() -> AsyncIterator[str]:
     except Exception as error:  # any failure to reach it: no Redis here
         await client.aclose()
         pytest.skip(f"no Redis on 127.0.0.1:6379 ({error!r})")
-    prefix = f"at-c-docs-{uuid.uuid4().hex[:8]}-"
-    try:
-        yield prefix
-    finally:
-        keys = [key async for key in client.scan_iter(match=prefix + "*", count=10_000)]
-        if keys:
-            await client.delete(*keys)
-        await client.aclose()
+    await client.aclose()
+    yield fresh_prefix("at-c-docs") + "-"
 
 
 # -- Scrapy settings ---------------------------------------------------------------------

@@ -64,7 +64,6 @@ import contextlib
 import itertools
 import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -78,6 +77,7 @@ from autothrottle._fleet import SPACING_MARGIN
 from autothrottle._fleet_wire import HeldTurn, NoTurn
 from autothrottle.redis import RedisStore
 from helpers import Grants, connected, needs_redis
+from redis_keys import fresh_prefix
 
 REDIS = "redis://127.0.0.1:6379/0"
 GAP = 0.01
@@ -420,7 +420,7 @@ class Model:
 
 
 async def run_script(script: list[Op]) -> Model:
-    name = f"test-fleet-model-{uuid.uuid4().hex}"
+    name = fresh_prefix("test-fleet-model")
     admin = redis.Redis.from_url(REDIS)
     stores = [RedisStore(REDIS, prefix=name, timeout=10.0, retry_after=0.05) for _ in range(2)]
     try:

@@ -15,7 +15,6 @@ import asyncio
 import importlib
 import socket
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ from autothrottle import FixedDelayPolicy, Throttle
 from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.redis import RedisStore
 from autothrottle.sim.llm import LLMLimits, LLMServer
+from redis_keys import fresh_prefix
 
 openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
@@ -267,7 +267,7 @@ def _redis_up() -> bool:
 async def test_a_fleet_sharing_a_key_through_redis_pauses_together() -> None:
     """docs/llm.md's fleet: two workers with one key, their throttles on one Redis.
     The 429 one of them gets holds the other for its ``retry-after-ms``."""
-    prefix = f"test-llm-{uuid.uuid4().hex}"
+    prefix = fresh_prefix("test-llm")
     limits = LLMLimits(requests=100, tokens=1000, window=1.0)
     stores = [RedisStore("redis://127.0.0.1:6379/0", prefix=prefix) for _ in range(2)]
     throttles = [llm_throttle(store=store) for store in stores]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -37,6 +36,7 @@ from autothrottle.store import MemoryStore
 from autothrottle.timeline import Timeline
 from helpers import FakeClock, needs_redis
 from loopback import served_here
+from redis_keys import fresh_prefix
 
 IDLE = 60.0
 """The stores' idle_timeout here: a wave of hosts is forgotten a minute after its last use."""
@@ -331,7 +331,7 @@ REDIS = "redis://127.0.0.1:6379/0"
 
 async def test_a_fleet_leaves_no_key_in_redis_past_its_ttl() -> None:
     needs_redis()
-    prefix = f"long-run-{uuid.uuid4().hex[:12]}"
+    prefix = fresh_prefix("long-run")
     admin = redis.Redis.from_url(REDIS)
     shift = [0.0]
     store = RedisStore(REDIS, prefix=prefix, ttl=1.0, idle_timeout=IDLE)

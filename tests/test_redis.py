@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 import tracemalloc
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
 from helpers import FakeClock, Grants, connected, needs_redis, reachable
+from redis_keys import fresh_prefix
 
 REDIS = "redis://127.0.0.1:6379/0"
 HERE = Path(__file__).resolve().parent
@@ -42,10 +42,6 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(autouse=True)
 def _needs_redis() -> None:
     needs_redis()
-
-
-def prefix() -> str:
-    return f"test-{uuid.uuid4().hex}"
 
 
 def ask(gap: float, cap: int = 8, hold: float = 300.0, max_pause: float = 300.0) -> TurnAsk:
@@ -175,11 +171,11 @@ def one_pace_of_ten(granted: list[float], target: Site, sent: int) -> None:
 
 
 async def test_four_processes_keep_the_pace_of_one() -> None:
-    await four_workers_keep_the_pace_of_one(REDIS, prefix())
+    await four_workers_keep_the_pace_of_one(REDIS, fresh_prefix())
 
 
 async def test_a_retry_after_seen_by_one_pauses_the_others() -> None:
-    name = prefix()
+    name = fresh_prefix()
     async with site() as target:
         first, second = RedisStore(REDIS, prefix=name), RedisStore(REDIS, prefix=name)
         target.status, target.headers = 429, {"Retry-After": "2"}
@@ -198,8 +194,8 @@ async def test_throttles_with_different_prefixes_share_nothing() -> None:
     # while the other's turn is taken (the process standing still a second on
     # a loaded machine) would part their sends by its length, not by the fleet.
     async with site() as target:
-        one = await connected(RedisStore(REDIS, prefix=prefix()))
-        other = await connected(RedisStore(REDIS, prefix=prefix()))
+        one = await connected(RedisStore(REDIS, prefix=fresh_prefix()))
+        other = await connected(RedisStore(REDIS, prefix=fresh_prefix()))
         await asyncio.gather(crawl(target.url, one, 1, 0.2), crawl(target.url, other, 1, 0.2))
         await one.aclose()
         await other.aclose()
@@ -214,7 +210,7 @@ async def test_closing_the_store_sends_a_lingering_hand_back_and_leaves_no_timer
     """A finished lease waits up to a linger to ride with a turn; ``async with``
     (``aclose``) sends it at once, and no timer is left to start a send on a
     loop that is ending."""
-    name = prefix()
+    name = fresh_prefix()
     admin = redis.Redis.from_url(REDIS)
     async with RedisStore(REDIS, prefix=name) as store:
         turn = await store.take_turn("host", ask(0.0), time.monotonic())
@@ -230,7 +226,7 @@ async def test_closing_the_store_while_redis_is_down_leaves_no_retry_timer() -> 
     """Redis down, the store tries it again every ``retry_after``; closed
     meanwhile, it leaves no timer to start a send on a loop that is ending."""
     store = RedisStore(
-        f"redis://127.0.0.1:{_free_port()}/0", prefix=prefix(), timeout=0.1, retry_after=0.2
+        f"redis://127.0.0.1:{_free_port()}/0", prefix=fresh_prefix(), timeout=0.1, retry_after=0.2
     )
     turn = await store.take_turn("host", ask(0.0), time.monotonic())
     assert turn.lease is None  # down: this process goes alone
@@ -246,7 +242,7 @@ async def test_closing_the_store_while_redis_is_down_leaves_no_retry_timer() -> 
 
 
 async def test_a_crashed_workers_lease_comes_back_after_it_expires() -> None:
-    name = prefix()
+    name = fresh_prefix()
     # Both connected first: the lease's 1-s hold must outlast the alive
     # process's turn, not its first connection too (past a second on a loaded
     # machine, which left the lease expired before it was asked about).
@@ -265,7 +261,7 @@ async def test_a_crashed_workers_lease_comes_back_after_it_expires() -> None:
 
 async def test_a_worker_killed_mid_request_gives_its_share_back_when_its_lease_expires() -> None:
     # A fleet cap of 1: while the killed worker's lease lives, nobody may send.
-    name = prefix()
+    name = fresh_prefix()
     worker = [HERE / "fleet_worker.py"]
     async with site() as target:
         target.delay = 3.0  # the killed worker's request outlives its 2 s lease
@@ -304,7 +300,7 @@ async def test_a_worker_killed_mid_request_gives_its_share_back_when_its_lease_e
 
 
 async def test_a_new_process_starts_from_what_the_fleet_learned() -> None:
-    name = prefix()
+    name = fresh_prefix()
     async with site() as target:
         old = RedisStore(REDIS, prefix=name)
         target.status = 503
@@ -361,7 +357,7 @@ async def test_redis_stopped_and_restarted_mid_run_fails_no_request(
     caplog.set_level(logging.WARNING, logger="autothrottle")
     async with site() as target:
         with own_redis(port) as first:
-            store = RedisStore(url, prefix=prefix(), timeout=0.2, retry_after=0.3)
+            store = RedisStore(url, prefix=fresh_prefix(), timeout=0.2, retry_after=0.3)
             crawler = asyncio.create_task(crawl(target.url, store, 30, rate=20.0))
             await asyncio.sleep(0.4)
             first.kill()
@@ -380,7 +376,7 @@ async def test_redis_stopped_and_restarted_mid_run_fails_no_request(
 
 async def test_fail_closed_waits_for_redis_instead_of_going_alone() -> None:
     store = RedisStore(
-        f"redis://127.0.0.1:{_free_port()}/0", prefix=prefix(), fail_closed=True, timeout=0.1
+        f"redis://127.0.0.1:{_free_port()}/0", prefix=fresh_prefix(), fail_closed=True, timeout=0.1
     )
     throttle = Throttle(start_delay=0.0, store=store, max_wait=0.5)
     with pytest.raises(TimeoutError):
@@ -403,7 +399,7 @@ async def test_alone_each_process_keeps_its_share_of_the_fleets_pace() -> None:
     port = _free_port()
     url = f"redis://127.0.0.1:{port}/0"
     with own_redis(port) as server:
-        name = prefix()
+        name = fresh_prefix()
         stores = [RedisStore(url, prefix=name, timeout=0.2, retry_after=30) for _ in "ab"]
         for store in stores:  # one turn each: no run reserved ahead (rule 8)
             turn = await store.take_turn("host", ask(0.1, 8, 5.0), time.monotonic())
@@ -435,7 +431,7 @@ async def test_a_lease_handed_back_while_redis_is_slow_is_sent_again() -> None:
     url = f"redis://127.0.0.1:{port}/0"
     with own_redis(port):
         admin = redis.Redis(port=port)
-        name = prefix()
+        name = fresh_prefix()
         one = RedisStore(url, prefix=name, timeout=0.2, retry_after=0.5)
         first = Throttle(start_delay=0.0, max_concurrency=1, store=one)
         lease = await first.acquire("host")
@@ -455,7 +451,7 @@ async def test_fail_closed_raises_throttle_timeout_at_max_wait_while_redis_is_do
     with own_redis(port) as server:
         store = RedisStore(
             f"redis://127.0.0.1:{port}/0",
-            prefix=prefix(),
+            prefix=fresh_prefix(),
             fail_closed=True,
             timeout=0.2,
             retry_after=5.0,
@@ -473,7 +469,7 @@ async def test_fail_closed_raises_throttle_timeout_at_max_wait_while_redis_is_do
 
 
 async def test_a_pause_from_the_fleet_lasts_at_most_the_local_max_pause() -> None:
-    name = prefix()
+    name = fresh_prefix()
     patient = Throttle(start_delay=0.0, max_pause=7200, store=RedisStore(REDIS, prefix=name))
     lease = await patient.acquire("host")
     lease.observe(latency=0.01, status=429, headers={"Retry-After": "3600"})
@@ -490,7 +486,7 @@ async def test_a_pause_from_the_fleet_lasts_at_most_the_local_max_pause() -> Non
 
 
 async def test_a_fleet_delay_above_the_local_max_delay_spaces_sends_by_max_delay() -> None:
-    name = prefix()
+    name = fresh_prefix()
     slow = Throttle(start_delay=3600, max_delay=7200, store=RedisStore(REDIS, prefix=name))
     lease = await slow.acquire("host")
     lease.observe(latency=0.01, status=200)
@@ -508,7 +504,7 @@ async def test_a_fleet_delay_above_the_local_max_delay_spaces_sends_by_max_delay
 
 
 async def test_a_reserved_turn_further_than_max_wait_fails_at_once_and_is_handed_back() -> None:
-    name = prefix()
+    name = fresh_prefix()
     # Every store connected first: its max_wait and "at once" are the turn's,
     # not a first connection's too (past a second on a loaded machine), nor
     # the time the others' turns passed by meanwhile.
@@ -536,7 +532,7 @@ async def test_a_key_of_the_wrong_type_sends_only_its_slot_alone(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="autothrottle")
-    name = prefix()
+    name = fresh_prefix()
     admin = redis.Redis.from_url(REDIS)
     admin.set(f"{{{name}:bad}}:s", "not a hash")
     store = RedisStore(REDIS, prefix=name)
@@ -560,7 +556,7 @@ async def test_forgotten_slots_leave_nothing_behind_in_the_store() -> None:
     # What is measured is memory, not speed: a pipeline of a thousand turns under
     # tracemalloc on a loaded machine may take longer than the default 0.25 s, and
     # a process that goes alone keeps its releases to resend, which is not a leak.
-    store = RedisStore(REDIS, prefix=prefix(), idle_timeout=10.0, timeout=10.0)
+    store = RedisStore(REDIS, prefix=fresh_prefix(), idle_timeout=10.0, timeout=10.0)
     throttle = Throttle(start_delay=0.0, store=store, clock=clock)
 
     async def crawl_and_forget(batch: int) -> None:
@@ -596,7 +592,7 @@ async def test_forgotten_slots_leave_nothing_behind_in_the_store() -> None:
 async def test_sync_clients_in_threads_keep_the_fleets_pace() -> None:
     # Three throttles, each with its own store and sync client, as three processes
     # would have: one shared pace of 10/s at the host.
-    name = prefix()
+    name = fresh_prefix()
     granted: list[float] = []
     async with site() as target:
 
@@ -619,7 +615,7 @@ def test_threads_taking_turns_at_once_are_each_counted() -> None:
     # The sync client's threads take turns of several slots at the same time:
     # some asked of Redis (each slot's asks answered in its own thread), some
     # from the runs they reserved. Every turn a thread holds is counted once.
-    store = RedisStore(REDIS, prefix=prefix(), timeout=10.0)  # never alone here
+    store = RedisStore(REDIS, prefix=fresh_prefix(), timeout=10.0)  # never alone here
     wide = ask(0.001, cap=10_000)  # no cap, no pause: every answer of Redis is a turn
     held = [0] * 8
     failed: list[BaseException] = []
@@ -652,7 +648,7 @@ def test_threads_taking_turns_at_once_are_each_counted() -> None:
 
 
 async def test_a_pause_that_begins_while_a_turn_waits_voids_the_turn() -> None:
-    name = prefix()
+    name = fresh_prefix()
     # Ours connected before the others' turns: its first connection after
     # them (past a second on a loaded machine) left them behind, and its turn
     # due at once, before the pause.
@@ -672,7 +668,7 @@ async def test_a_pause_that_begins_while_a_turn_waits_voids_the_turn() -> None:
 
 
 async def test_turns_are_reserved_the_spacing_margin_wider_than_the_gap() -> None:
-    name = prefix()
+    name = fresh_prefix()
     # Two processes, connected first: the second's first connection, made
     # after the first turn, would leave the first turn's next free time behind.
     stores = [await connected(RedisStore(REDIS, prefix=name)) for _ in "ab"]
@@ -701,7 +697,7 @@ async def test_a_process_that_stood_still_is_not_taken_for_a_slow_redis(
     # and add its pace to the fleet's (the host above its limit).
     # The timeout leaves Redis itself room on a loaded machine (at load 10 it
     # took over 0.1 s to answer); the process stands still for more than twice it.
-    store = RedisStore(REDIS, prefix=prefix(), timeout=0.5)
+    store = RedisStore(REDIS, prefix=fresh_prefix(), timeout=0.5)
     await store.take_turn("warm", ask(0.0), time.monotonic())  # connected, scripts loaded
     loop = asyncio.get_running_loop()
     for host in ("a", "b", "c"):  # a slot each: no turn of its own to wait for (rule 8)
@@ -716,6 +712,6 @@ async def test_a_process_that_stood_still_is_not_taken_for_a_slow_redis(
 def test_try_acquire_refuses_to_bypass_the_fleet() -> None:
     # A lease taken without the fleet's turn would add this process's pace to
     # the fleet's; the fleet's turn needs a round trip, which try_acquire never waits for.
-    throttle = Throttle(store=RedisStore(REDIS, prefix=prefix()))
+    throttle = Throttle(store=RedisStore(REDIS, prefix=fresh_prefix()))
     with pytest.raises(TypeError, match="try_acquire"):
         throttle.try_acquire("host")

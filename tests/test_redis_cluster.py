@@ -25,7 +25,8 @@ from autothrottle import FixedRatePolicy, Throttle
 from autothrottle._fleet import TurnAsk
 from autothrottle.redis import RedisStore
 from helpers import Grants
-from test_redis import four_workers_keep_the_pace_of_one, prefix
+from redis_keys import fresh_prefix
+from test_redis import four_workers_keep_the_pace_of_one
 
 SHARDS = 3
 
@@ -132,7 +133,7 @@ def _wait_for(ready: object, seconds: float) -> None:
 
 async def test_four_processes_on_a_cluster_keep_the_pace_of_one(tmp_path: Path) -> None:
     with cluster(tmp_path) as ports:
-        name = prefix()
+        name = fresh_prefix()
         await four_workers_keep_the_pace_of_one(f"cluster://127.0.0.1:{ports[0]}", name)
         shards = redis.cluster.RedisCluster(host="127.0.0.1", port=ports[0])
         assert shards.hget(f"{{{name}:127.0.0.2}}:s", "record") is not None  # in the cluster
@@ -154,7 +155,7 @@ async def test_slots_spread_over_the_shards_each_pace_as_on_one_redis(tmp_path: 
     with cluster(tmp_path) as ports:
         client = aiocluster.RedisCluster(host="127.0.0.1", port=ports[0])
         await client.initialize()
-        store = RedisStore(client, prefix=prefix())
+        store = RedisStore(client, prefix=fresh_prefix())
         grants = Grants(store)  # the send times the shards granted, the turns sent
         throttle = Throttle(policy=FixedRatePolicy(20), store=store)
         hosts = [f"host{i}" for i in range(12)]
@@ -190,7 +191,7 @@ async def test_a_pause_set_on_any_shard_reaches_a_process_holding_turns(tmp_path
         clients = [aiocluster.RedisCluster(host="127.0.0.1", port=ports[0]) for _ in range(2)]
         for client in clients:
             await client.initialize()
-        name = prefix()
+        name = fresh_prefix()
         ours, theirs = (RedisStore(client, prefix=name) for client in clients)
         try:
             by_shard: dict[int, str] = {}

@@ -20,7 +20,6 @@ import contextlib
 import inspect
 import math
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -35,6 +34,7 @@ from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
 from helpers import ArrivalSite as Site
 from helpers import arrival_site, connected, connected_blocking, needs_redis
+from redis_keys import fresh_prefix
 
 REDIS = "redis://127.0.0.1:6379/0"
 KEY = "127.0.0.3"
@@ -58,7 +58,7 @@ class Fleet:
     the fleet's pause is set."""
 
     def __init__(self) -> None:
-        self.name = f"test-{uuid.uuid4().hex}"
+        self.name = fresh_prefix()
         self.admin = redis.Redis.from_url(REDIS)
         self.ours = RedisStore(REDIS, prefix=self.name)
         self.throttle = Throttle(policy=FixedRatePolicy(10), store=self.ours)

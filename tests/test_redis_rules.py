@@ -15,7 +15,6 @@ import os
 import socket
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Iterator
 from typing import Any, cast
@@ -28,6 +27,7 @@ from autothrottle._fleet import FRESH_MOST, FRESH_ROOM, SPACING_MARGIN, TurnAsk
 from autothrottle._redis_lua import GIVE_BACK, MERGE, TURN
 from autothrottle._redis_parts import LINGER, LINGER_MOST
 from autothrottle.redis import RedisStore
+from redis_keys import fresh_prefix
 
 URL = "redis://127.0.0.1:6379/0"
 GAP_US = 500_000
@@ -50,7 +50,7 @@ class Slot:
     """One slot's keys under a prefix of its own."""
 
     def __init__(self, client: redis.Redis) -> None:
-        tag = f"{{rules-{uuid.uuid4().hex}:host}}"
+        tag = f"{{{fresh_prefix('rules')}:host}}"
         self.client = client
         self.state, self.leases, self.processes = f"{tag}:s", f"{tag}:l", f"{tag}:p"
 
@@ -215,7 +215,7 @@ ASK = TurnAsk(0.5, 0.0, 60.0, 8, 300.0, 300.0, SPACING_MARGIN)
 
 
 def fresh_store(timeout: float = 0.25) -> RedisStore:
-    return RedisStore(URL, prefix=f"rules-{uuid.uuid4().hex}", timeout=timeout)
+    return RedisStore(URL, prefix=fresh_prefix("rules"), timeout=timeout)
 
 
 def test_a_turn_reached_after_its_slack_goes_back_with_its_time(server: redis.Redis) -> None:
@@ -257,7 +257,7 @@ def test_a_finished_lease_far_from_the_cap_waits_longer_for_a_turn(server: redis
 def test_a_pause_merged_is_told_on_the_channel_once_and_only_a_pause(server: redis.Redis) -> None:
     # Rule 2: the processes holding turns reserved before a pause hear of it.
     slot = Slot(server)
-    told = f"autothrottle:rules-{uuid.uuid4().hex}:pauses"
+    told = f"autothrottle:{fresh_prefix('rules')}:pauses"
     listener = server.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
     listener.subscribe(told)
     try:

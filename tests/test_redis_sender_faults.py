@@ -30,7 +30,6 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +40,7 @@ from autothrottle._fleet import SharedTurn, TurnAsk
 from autothrottle._state import SlotState
 from autothrottle.redis import RedisStore
 from helpers import connected, connected_blocking, needs_redis, wait_until
+from redis_keys import fresh_prefix
 
 REDIS = "redis://127.0.0.1:6379/0"
 BOUND = 15.0
@@ -57,10 +57,6 @@ _ASK = TurnAsk(0.0, 0.0, 60.0, 8, 300.0, 300.0)
 @pytest.fixture(autouse=True)
 def _needs_redis() -> None:
     needs_redis()
-
-
-def prefix() -> str:
-    return f"test-faults-{uuid.uuid4().hex}"
 
 
 def leases(admin: redis.Redis, name: str, key: str) -> int:
@@ -109,7 +105,7 @@ def break_async_pipeline(store: RedisStore, how: str, when: str) -> tuple[asynci
 async def test_a_pipeline_ended_otherwise_than_by_redis_answers_its_turns_and_keeps_what_it_took(
     how: str, when: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    name = prefix()
+    name = fresh_prefix("test-faults")
     admin = redis.Redis.from_url(REDIS)
     store = await connected(RedisStore(REDIS, prefix=name, timeout=10.0, retry_after=0.3))
     held = await store.take_turn("held", _ASK, time.monotonic())
@@ -168,7 +164,7 @@ async def test_a_flush_cancelled_while_a_pipeline_is_under_way_leaves_it_to_answ
     """``aclose`` (``flush``) waits for the pipeline under way; cancelled meanwhile
     (a close under a timeout), it leaves that pipeline to finish and answer its
     turns with Redis's answers, not cut off."""
-    name = prefix()
+    name = fresh_prefix("test-faults")
     store = await connected(RedisStore(REDIS, prefix=name, timeout=10.0))
     send = store._send
     real = send._pipeline_async
@@ -234,7 +230,7 @@ def break_sync_pipeline(store: RedisStore, how: str, when: str, waiting: int, he
 def test_a_sync_pipeline_ended_otherwise_answers_every_thread_waiting(
     how: str, when: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    name = prefix()
+    name = fresh_prefix("test-faults")
     admin = redis.Redis.from_url(REDIS)
     store = connected_blocking(RedisStore(REDIS, prefix=name, timeout=10.0, retry_after=0.3))
     held = store.take_turn_blocking("held", _ASK, time.monotonic())
@@ -334,7 +330,7 @@ async def test_a_fault_while_answers_are_settled_hands_the_run_back_with_its_tim
     on as while Redis is down, and what Redis reserved goes back, its time
     too (nobody reserved after it). Only the lease, and the slot's pace keeps
     a hole of a gap: every process's next turn of it a gap later."""
-    name = prefix()
+    name = fresh_prefix("test-faults")
     admin = redis.Redis.from_url(REDIS)
     store = await connected(RedisStore(REDIS, prefix=name, timeout=10.0, retry_after=0.3))
     other = await connected(RedisStore(REDIS, prefix=name, timeout=10.0))
@@ -357,7 +353,7 @@ async def test_a_fault_while_answers_are_settled_hands_the_run_back_with_its_tim
 
 
 def test_a_fault_while_a_sync_pipelines_answers_are_settled_hands_the_run_back() -> None:
-    name = prefix()
+    name = fresh_prefix("test-faults")
     admin = redis.Redis.from_url(REDIS)
     store = connected_blocking(RedisStore(REDIS, prefix=name, timeout=10.0, retry_after=0.3))
     other = connected_blocking(RedisStore(REDIS, prefix=name, timeout=10.0))
@@ -388,7 +384,7 @@ async def test_a_change_that_cannot_be_sent_is_dropped_and_the_store_keeps_shari
     fails its change's command. Kept to go again, it failed every send
     after it: every turn answered as while Redis is down, for good. Dropped,
     the turns and the other slots' changes go, and it is logged once."""
-    name = prefix()
+    name = fresh_prefix("test-faults")
     admin = redis.Redis.from_url(REDIS)
     store = await connected(RedisStore(REDIS, prefix=name, timeout=10.0, retry_after=0.3))
     caplog.set_level(logging.DEBUG, logger="autothrottle")

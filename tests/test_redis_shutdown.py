@@ -14,13 +14,13 @@ import asyncio
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
 from autothrottle._fleet import TurnAsk
 from autothrottle.redis import RedisStore
 from helpers import needs_redis
+from redis_keys import fresh_prefix
 
 REDIS = "redis://127.0.0.1:6379/0"
 ENDS_WITHIN = 20.0
@@ -33,10 +33,6 @@ _ASK = TurnAsk(0.1, 0.0, 60.0, 8, 300.0, 300.0)
 @pytest.fixture(autouse=True)
 def _needs_redis() -> None:
     needs_redis()
-
-
-def prefix() -> str:
-    return f"test-shutdown-{uuid.uuid4().hex}"
 
 
 async def started(store: RedisStore) -> asyncio.Task[None]:
@@ -86,7 +82,7 @@ print("returned", flush=True)
 def test_a_program_that_never_closes_its_store_still_exits(when: str, how: str) -> None:
     started_at = time.monotonic()
     with subprocess.Popen(
-        [sys.executable, "-c", UNCLOSED, prefix(), when, how],
+        [sys.executable, "-c", UNCLOSED, fresh_prefix("test-shutdown"), when, how],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     ) as process:
@@ -103,7 +99,7 @@ def test_a_program_that_never_closes_its_store_still_exits(when: str, how: str) 
 
 async def test_a_listener_cancelled_while_subscribing_ends() -> None:
     for _ in range(5):  # each a fresh listener: the lost cancel hit every one
-        store = RedisStore(REDIS, prefix=prefix())
+        store = RedisStore(REDIS, prefix=fresh_prefix("test-shutdown"))
         try:
             task = await started(store)
             task.cancel()
@@ -115,7 +111,7 @@ async def test_a_listener_cancelled_while_subscribing_ends() -> None:
 
 
 async def test_a_listening_listener_cancelled_ends() -> None:
-    store = RedisStore(REDIS, prefix=prefix())
+    store = RedisStore(REDIS, prefix=fresh_prefix("test-shutdown"))
     try:
         task = await started(store)
         for _ in range(int(ENDS_WITHIN / 0.01)):
@@ -131,7 +127,7 @@ async def test_a_listening_listener_cancelled_ends() -> None:
 
 
 async def test_closing_a_store_while_its_listener_subscribes_ends_it() -> None:
-    store = RedisStore(REDIS, prefix=prefix())
+    store = RedisStore(REDIS, prefix=fresh_prefix("test-shutdown"))
     task = await started(store)
     await asyncio.wait_for(store.aclose(), ENDS_WITHIN)
     assert task.done()

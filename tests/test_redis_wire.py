@@ -42,7 +42,6 @@ import contextlib
 import importlib
 import math
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
@@ -60,6 +59,7 @@ from autothrottle.httpx import ThrottledClient
 from autothrottle.redis import RedisStore
 from helpers import ArrivalSite as Site
 from helpers import arrival_site, needs_redis
+from redis_keys import fresh_prefix
 
 REDIS = "redis://127.0.0.1:6379/0"
 KEY = "127.0.0.2"
@@ -97,7 +97,7 @@ class Fleet:
     """The other processes of the fleet (a store each) and a view of Redis."""
 
     def __init__(self, pause: bool) -> None:
-        self.name = f"test-{uuid.uuid4().hex}"
+        self.name = fresh_prefix()
         self.pause = pause  # the others pause the host (a Retry-After), or reserve turns
         self.others = [RedisStore(REDIS, prefix=self.name, timeout=TIMEOUT) for _ in range(4)]
         self.admin = redis.Redis.from_url(REDIS)
