@@ -321,6 +321,7 @@ class Grants:
         from autothrottle._redis_parts import as_text, run_leases
 
         self.granted: dict[str, float] = {}
+        self.slot_of: dict[str, str] = {}
         self.finished: dict[str, list[str]] = {}
         answer, hand_back = store._answer, store.released
 
@@ -331,6 +332,7 @@ class Grants:
                 spacing = float(as_text(reply[8])) if len(reply) > 8 else 0.0
                 for i, name in enumerate(run_leases(lease, turns)):
                     self.granted[name] = (float(server) + float(waited) + i * spacing) / 1e6
+                    self.slot_of[name] = key
             return answer(key, ask, reply, *args)
 
         def released(key: str, lease: str) -> None:
@@ -345,6 +347,14 @@ class Grants:
         order (``None``: every slot's but :data:`CONNECT_KEY`'s)."""
         keys = [key] if key is not None else sorted(self.finished.keys() - {CONNECT_KEY})
         return [self.granted[lease] for k in keys for lease in self.finished.get(k, [])]
+
+    def reserved(self, key: str | None = None) -> list[float]:
+        """The granted times of every turn of slot ``key`` Redis reserved, sent
+        or not (a turn reached late and handed back too), in order (``None``:
+        every slot's but :data:`CONNECT_KEY`'s): the fleet's pace as Redis kept
+        it, with none of the holes a process standing still leaves in it."""
+        keys = {key} if key is not None else set(self.slot_of.values()) - {CONNECT_KEY}
+        return sorted(t for lease, t in self.granted.items() if self.slot_of[lease] in keys)
 
 
 class SpyPolicy(AutoThrottlePolicy):
