@@ -67,11 +67,16 @@ def test_a_slow_handshake_is_in_the_first_latency_and_its_delay_halves_away(
     host: Any, tmp_path: Path
 ) -> None:
     """Scrapy's rule (the default policy) from a 50-ms start: the first connection's
-    300-ms handshake is in its request's ``download_latency``, so the delay jumps to
-    it (about 340 ms against 45 ms without), and each later response halves the
-    difference (the pages reuse the connection)."""
+    600-ms handshake is in its request's ``download_latency``, so the delay jumps to
+    it, and each later response halves the difference (the pages reuse the
+    connection; docs/scrapy.md gives the figures of a 300-ms one).
+
+    Each bound is half the first latency or delay: a handshake counted again
+    would put a later latency near the first, and keep the delay there, while
+    a request of the 20-ms page held up by two busy cores would need nearly
+    300 ms more to cross it (a bound of 200 ms left 180)."""
     host.forget()
-    host.hold(300)
+    host.hold(600)
     result = crawl(
         tmp_path,
         {
@@ -83,12 +88,12 @@ def test_a_slow_handshake_is_in_the_first_latency_and_its_delay_halves_away(
     )
     assert host.connections == 1
     latencies = [outcome["latency"] for outcome in result["outcomes"]]
-    assert latencies[0] >= 0.3, latencies
-    assert max(latencies[1:]) < 0.2, latencies
+    assert latencies[0] >= 0.6, latencies
+    assert max(latencies[1:]) < latencies[0] / 2, latencies
     delays = [int(match[1]) / 1000 for match in DEBUG_LINE.finditer(result["log"])]
     assert len(delays) == 6, result["log"][-3000:]
-    assert delays[0] >= 0.3, delays
-    assert delays[-1] < 0.1, delays
+    assert delays[0] >= 0.6, delays
+    assert delays[-1] < delays[0] / 2, delays
     assert delays[1] < 0.75 * delays[0], delays  # half way back to the 20-ms answer
     assert_nothing_held(result)
 
