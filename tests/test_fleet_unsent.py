@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import signal
 import socket
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,6 +30,7 @@ import httpx
 import pytest
 import redis
 import requests
+import urllib3
 
 from autothrottle import FixedRatePolicy, Throttle, _fleet
 from autothrottle.aiohttp import ThrottledSession as AiohttpSession
@@ -60,9 +66,20 @@ def refusing(address: str) -> Iterator[int]:
 class Keys:
     """The slot's keys in Redis, under the test's prefix."""
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, host: str = HOST) -> None:
         self.admin = redis.Redis.from_url(REDIS)
-        self.state, self.leases = f"{{{prefix}:{HOST}}}:s", f"{{{prefix}:{HOST}}}:l"
+        self.prefix = prefix
+        self.state, self.leases = f"{{{prefix}:{host}}}:s", f"{{{prefix}:{host}}}:l"
+
+    def tat(self) -> float:
+        """The slot's next free time, in Redis's microseconds."""
+        return float(self.admin.hget(self.state, "tat") or 0)
+
+    def delete(self) -> None:
+        """Delete every key of the test's prefix."""
+        found = list(self.admin.scan_iter(f"{{{self.prefix}:*", count=1000))
+        if found:
+            self.admin.delete(*found)
 
     def ahead(self) -> float:
         """Seconds the slot's next free time lies past Redis's now."""
@@ -74,8 +91,8 @@ class Keys:
         return int(self.admin.zcard(self.leases))
 
 
-def fleet(gap: float = GAP) -> tuple[RedisStore, Throttle, Keys]:
-    prefix = f"test-unsent-{uuid.uuid4().hex}"
+def fleet(gap: float = GAP, prefix: str = "test-unsent") -> tuple[RedisStore, Throttle, Keys]:
+    prefix = f"{prefix}-{uuid.uuid4().hex}"
     store = RedisStore(REDIS, prefix=prefix, timeout=5.0)
     return store, Throttle(policy=FixedRatePolicy(1 / gap), store=store), Keys(prefix)
 
@@ -623,3 +640,276 @@ async def test_an_httpx_request_cancelled_in_httpcores_pool_gives_its_turn_back_
         assert throttle.slot(HOST).snapshot().failures == 0
     finally:
         await store.aclose()
+
+
+@contextlib.contextmanager
+def half_answering(address: str) -> Iterator[tuple[int, threading.Event]]:
+    """A port on ``address`` whose one connection gets a response's headers and a
+    byte of its body, the rest held back until the event is set."""
+    done = threading.Event()
+    with socket.socket() as listener:
+        listener.bind((address, 0))
+        listener.listen(4)
+        listener.settimeout(30.0)
+
+        def answer() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nx")
+                done.wait(30.0)
+                connection.sendall(b"y")
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        try:
+            yield listener.getsockname()[1], done
+        finally:
+            done.set()
+            thread.join(30.0)
+
+
+def interrupt_when_waiting(pool: Any) -> threading.Thread:
+    """A thread that interrupts the main thread (SIGUSR1, whose handler the test
+    makes raise ``KeyboardInterrupt``, as a Ctrl-C's would) once it waits in
+    urllib3's ``pool`` for a connection."""
+    main = threading.main_thread().ident
+    assert main is not None
+
+    def watch() -> None:
+        for _ in range(3_000):  # bounded: 30 s of 10-ms looks, then interrupted anyway
+            if pool.pool.not_empty._waiters:
+                break
+            time.sleep(0.01)
+        signal.pthread_kill(main, signal.SIGUSR1)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("given_up", ["interrupted", "pool timeout"])
+def test_a_requests_request_given_up_in_its_pool_gives_its_turn_back_with_its_time(
+    given_up: str,
+) -> None:
+    # pool_block=True and one connection, held by the first response's unread
+    # body: the second request, its turn taken a gap later, waits in urllib3's
+    # pool for it. Given up there (a Ctrl-C; urllib3's EmptyPoolError past a
+    # pool_timeout, which requests never passes but an adapter of the user's
+    # may), it was never given a connection: its turn goes back whole, and the
+    # first one's stays spent.
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("a signal interrupts the main thread only")
+    gap = 1.0
+    store, throttle, keys = fleet(gap, prefix="test-a-pool")
+    previous = signal.signal(signal.SIGUSR1, raise_interrupt)
+    try:
+        with (
+            half_answering(HOST) as (port, done),
+            RequestsSession(throttle=throttle, pool_maxsize=1, pool_block=True) as session,
+        ):
+            url = f"http://{HOST}:{port}/"
+            first = session.get(url, stream=True, timeout=10)  # holds the connection
+            store.flush_blocking()
+            first_tat = keys.tat()
+            adapter: Any = session.get_adapter(url)
+            pools = adapter.poolmanager.pools
+            (pool,) = [pools[key] for key in pools.keys()]  # noqa: SIM118 (not a dict)
+            if given_up == "interrupted":
+                watcher = interrupt_when_waiting(pool)
+                with pytest.raises(KeyboardInterrupt):
+                    session.get(url, timeout=10)
+                watcher.join(30.0)
+            else:
+                pool.urlopen = functools.partial(type(pool).urlopen, pool, pool_timeout=0.2)
+                with pytest.raises(urllib3.exceptions.EmptyPoolError):
+                    session.get(url, timeout=10)
+            store.flush_blocking()
+            # Kept, the next free time would lie a gap past the first turn's.
+            assert keys.tat() - first_tat < gap / 2 * 1e6
+            assert keys.leases_held() == 1  # the first's, its body unread
+            done.set()
+            if given_up == "interrupted":
+                # urllib3 gives its pool back a place for the connection the
+                # interrupted request never took: the first's finds it full.
+                with contextlib.suppress(urllib3.exceptions.FullPoolError):
+                    first.close()
+            else:
+                assert first.content == b"xy"
+        store.flush_blocking()
+        assert keys.leases_held() == 0
+        assert throttle.slot(HOST).snapshot().failures == 0  # neither is the host's
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        store.close()
+        keys.delete()
+
+
+# -- Scrapy ------------------------------------------------------------------------------
+
+SCRAPY_GAP = 1000.0
+"""The fleet's gap in the crawls: a turn's time kept lies about this far past
+the crawl's end, whatever a loaded machine makes of its start."""
+
+
+def scrapy_fleet(prefix: str) -> dict[str, Any]:
+    return {
+        "AUTOTHROTTLE_POLICY": f"fixed-rate={1 / SCRAPY_GAP}",
+        "AUTOTHROTTLE_MAX_DELAY": 2 * SCRAPY_GAP,  # Scrapy's 60 s would cap the gap
+        "AUTOTHROTTLE_REDIS_URL": REDIS,
+        "AUTOTHROTTLE_REDIS_PREFIX": prefix,
+        "RETRY_ENABLED": False,
+    }
+
+
+@contextlib.contextmanager
+def silent(address: str) -> Iterator[int]:
+    """A port on ``address`` that reads each request and never answers."""
+    stop = threading.Event()
+    with socket.socket() as listener:
+        listener.bind((address, 0))
+        listener.listen(4)
+        listener.settimeout(0.1)
+
+        def read() -> None:
+            taken: list[socket.socket] = []
+            while not stop.is_set():  # bounded by the test's end
+                with contextlib.suppress(TimeoutError):
+                    connection, _ = listener.accept()
+                    connection.recv(65536)
+                    taken.append(connection)
+            for connection in taken:
+                connection.close()
+
+        thread = threading.Thread(target=read, daemon=True)
+        thread.start()
+        try:
+            yield listener.getsockname()[1]
+        finally:
+            stop.set()
+            thread.join(30.0)
+
+
+def test_a_scrapy_download_that_never_reached_its_host_gives_its_turn_back(
+    tls_site: Any, tmp_path: Path
+) -> None:
+    # Scrapy takes the wire turn before it connects. A connection refused, or a
+    # certificate refused in the TLS handshake, carried nothing of the request:
+    # its turn goes back whole. A download timed out after the request was
+    # written keeps its turn's time (as does one whose connect timed out:
+    # Scrapy raises the same error for both).
+    from test_scrapy import crawl
+    from test_scrapy_tls import VERIFYING
+
+    prefix = f"test-a-scrapy-{uuid.uuid4().hex}"
+    back, kept = [Keys(prefix, HOST), Keys(prefix, "127.0.0.3")], Keys(prefix, "127.0.0.4")
+    tls_site.forget()
+    try:
+        with refusing("127.0.0.3") as refused, silent("127.0.0.4") as slow:
+            result = crawl(
+                tmp_path,
+                {**scrapy_fleet(prefix), **VERIFYING},  # the test's authority is not trusted
+                [
+                    {"url": tls_site.url()},
+                    {"url": f"http://127.0.0.3:{refused}/"},
+                    {"url": f"http://127.0.0.4:{slow}/", "meta": {"download_timeout": 1}},
+                ],
+            )
+        errors = [outcome.get("error") for outcome in result["outcomes"]]
+        assert len(errors) == 3 and None not in errors, result["outcomes"]
+        assert tls_site.arrivals == []
+        for keys in [*back, kept]:
+            assert keys.leases_held() == 0
+        for keys in back:  # kept, it would lie a gap ahead
+            assert keys.ahead() < SCRAPY_GAP / 2, keys.state
+        assert kept.ahead() > SCRAPY_GAP / 2
+        assert result["stats"]["autothrottle/failures"] == 3  # the hosts' failures still
+    finally:
+        kept.delete()
+
+
+async def test_a_scrapy_request_held_at_its_wire_turn_at_the_close_gives_its_turn_back(
+    tmp_path: Path,
+) -> None:
+    # Its turn taken, the request waits for its wire turn when the spider
+    # closes: it goes back to the scheduler unsent, as one waiting for its turn
+    # does, and its fleet turn goes back whole; the close does not wait for it.
+    from test_scrapy import crawl
+
+    prefix = f"test-a-scrapy-{uuid.uuid4().hex}"
+    settings = {**scrapy_fleet(prefix), "EXTENSIONS": {"scrapy_wire_hold.HoldAtTheWire": 0}}
+    keys = Keys(prefix, HOST)
+    try:
+        async with arrival_site(HOST) as site:
+            result = await asyncio.to_thread(crawl, tmp_path, settings, [{"url": site.url}])
+            assert site.arrivals == []
+        assert result["stats"]["autothrottle/rescheduled_at_close"] == 1
+        assert keys.leases_held() == 0
+        assert keys.ahead() < SCRAPY_GAP / 2  # kept, it would lie a gap ahead
+    finally:
+        keys.delete()
+
+
+def test_scrapy_names_the_errors_of_a_download_never_written() -> None:
+    # What Scrapy 2.13 (Twisted's errors) and 2.14 on (its own, Twisted's as
+    # their cause) raise for a download that wrote nothing, and what they raise
+    # for one that may have: a timeout, of the connect or of the response alike.
+    from OpenSSL import SSL
+    from scrapy import exceptions
+    from scrapy.utils.misc import load_object
+    from service_identity.exceptions import VerificationError
+    from twisted.internet import error as twisted_errors
+    from twisted.python import failure as twisted_failure
+    from twisted.web import client
+
+    # Twisted's errors are untyped: called through Any.
+    error: Any = twisted_errors
+    Failure: Any = twisted_failure.Failure
+    ResponseFailed: Any = client.ResponseFailed
+    ResponseNeverReceived: Any = client.ResponseNeverReceived
+
+    from autothrottle._scrapy_parts import unconnected
+
+    def failure(value: BaseException) -> Any:
+        try:
+            raise value
+        except BaseException:
+            return Failure()
+
+    def wrapped(kind: str, cause: BaseException) -> BaseException:
+        """Scrapy 2.14 on's error for Twisted's ``cause`` (``cause`` itself before)."""
+        scrapys = getattr(exceptions, kind, None)
+        if scrapys is None:
+            return cause
+        made: BaseException = scrapys(str(cause))
+        made.__cause__ = cause
+        return made
+
+    verify_failed = SSL.Error([("SSL routines", "", "certificate verify failed")])
+    written: list[BaseException] = [
+        error.TimeoutError(),  # 2.13's, whatever was slow
+        wrapped("DownloadTimeoutError", error.TimeoutError()),
+        error.ConnectionLost(),
+        ResponseFailed([failure(error.ConnectionLost())]),
+        wrapped("DownloadFailedError", ResponseNeverReceived([failure(error.ConnectionDone())])),
+        ResponseNeverReceived([failure(SSL.Error([("SSL routines", "", "unexpected eof")]))]),
+        ResponseNeverReceived([failure(verify_failed), failure(error.ConnectionLost())]),
+        ResponseNeverReceived([]),
+        ValueError("a middleware's own"),
+    ]
+    never_written: list[BaseException] = [
+        wrapped("DownloadConnectionRefusedError", error.ConnectionRefusedError()),
+        wrapped("CannotResolveHostError", error.DNSLookupError("no-such.example")),
+        error.TCPTimedOutError(),
+        error.NoRouteError(),
+        error.ConnectingCancelledError(None),
+        load_object("scrapy.core.downloader.handlers.http11.TunnelError")("refused"),
+        wrapped("DownloadFailedError", ResponseNeverReceived([failure(verify_failed)])),
+        ResponseNeverReceived([failure(VerificationError(errors=[]))]),
+    ]
+    assert [unconnected(each) for each in written] == [False] * len(written)
+    assert [unconnected(each) for each in never_written] == [True] * len(never_written)

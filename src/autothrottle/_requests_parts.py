@@ -18,7 +18,13 @@ from urllib3.util.request import body_to_chunks
 from ._exchange import Exchange
 from ._lease import Lease
 
-__all__ = ["POOL_CLASSES", "SENDING", "Timing", "hold_until_finished"]
+__all__ = [
+    "BLOCKING_POOL_CLASSES",
+    "POOL_CLASSES",
+    "SENDING",
+    "Timing",
+    "hold_until_finished",
+]
 
 
 # -- the wire turn and the latency clock, inside urllib3 -----------------------------
@@ -149,10 +155,42 @@ class _HTTPSConnectionPool(urllib3.HTTPSConnectionPool):
     ConnectionCls = _HTTPSConnection
 
 
+class _PoolWait:
+    """A blocking pool (``pool_block=True``) whose wait for one of its connections
+    is noted: a request given up there (``KeyboardInterrupt``, ``SystemExit``,
+    urllib3's ``EmptyPoolError`` past a ``pool_timeout``, ``ClosedPoolError``)
+    was never given a connection of this pool, whose connections are the
+    adapter's own (:class:`_WireTurn`): nothing of it was written, and a
+    fleet's turn goes back whole (``Exchange.unconnected``), its time too. A
+    pool that does not block never waits there: it is not given this step."""
+
+    def _get_conn(self, timeout: float | None = None) -> Any:
+        try:
+            return super()._get_conn(timeout)  # type: ignore[misc]
+        except BaseException:
+            timing = SENDING.get()
+            if timing is not None:
+                timing.exchange.unconnected()
+            raise
+
+
+class _BlockingHTTPConnectionPool(_PoolWait, _HTTPConnectionPool):
+    pass
+
+
+class _BlockingHTTPSConnectionPool(_PoolWait, _HTTPSConnectionPool):
+    pass
+
+
 POOL_CLASSES: dict[str, type[urllib3.HTTPConnectionPool]] = {
     "http": _HTTPConnectionPool,
     "https": _HTTPSConnectionPool,
 }
+BLOCKING_POOL_CLASSES: dict[str, type[urllib3.HTTPConnectionPool]] = {
+    "http": _BlockingHTTPConnectionPool,
+    "https": _BlockingHTTPSConnectionPool,
+}
+"""The pools of an adapter made with ``pool_block=True``."""
 
 
 # -- holding the slot until the body is finished --------------------------------------

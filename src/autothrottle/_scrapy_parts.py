@@ -20,7 +20,15 @@ from ._exchange import Exchange
 from ._lease import Lease
 from ._request import RequestOptions
 
-__all__ = ["CLOSING", "Held", "as_meta", "hook_engine_close", "host_failure", "response_headers"]
+__all__ = [
+    "CLOSING",
+    "Held",
+    "as_meta",
+    "hook_engine_close",
+    "host_failure",
+    "response_headers",
+    "unconnected",
+]
 
 
 def _load_exceptions(names: tuple[str, ...]) -> tuple[type[BaseException], ...]:
@@ -60,6 +68,58 @@ def host_failure(error: BaseException) -> bool:
     is not the host's.
     """
     return isinstance(error, _HOST_FAILURES)
+
+
+_UNCONNECTED: tuple[type[BaseException], ...] = _load_exceptions(
+    (
+        "scrapy.exceptions.CannotResolveHostError",
+        "scrapy.exceptions.DownloadConnectionRefusedError",
+        "scrapy.core.downloader.handlers.http11.TunnelError",
+        "twisted.internet.error.ConnectError",
+        "twisted.internet.error.DNSLookupError",
+        "twisted.internet.error.ConnectingCancelledError",
+    )
+)
+_WHOLE_DOWNLOAD_TIMEOUT = _load_exceptions(("twisted.internet.error.TimeoutError",))
+_WRAPPED = _load_exceptions(("scrapy.exceptions.DownloadFailedError",))
+_NEVER_RECEIVED = _load_exceptions(("twisted.web.client.ResponseNeverReceived",))
+_VERIFICATION = _load_exceptions(("service_identity.exceptions.VerificationError",))
+_TLS_ERROR = _load_exceptions(("OpenSSL.SSL.Error",))
+
+
+def unconnected(error: BaseException) -> bool:
+    """The download failed before anything of the request was written: its
+    connection was never made (refused, a name not found, no route, the
+    system's connect timeout, the connect cancelled, a proxy's tunnel refused),
+    or the server's certificate was refused, which ends the TLS handshake
+    before the request leaves the client.
+
+    Scrapy 2.14 on raises its own error with Twisted's as its cause; 2.13,
+    Twisted's. A download timeout is not one: Scrapy's handler raises the same
+    error whether the connect or the response was slow (2.13 raises Twisted's
+    ``TimeoutError``, a ``ConnectError``, for both).
+    """
+    if isinstance(error, _WRAPPED) and error.__cause__ is not None:
+        error = error.__cause__
+    if isinstance(error, _UNCONNECTED):
+        return not isinstance(error, _WHOLE_DOWNLOAD_TIMEOUT)
+    if isinstance(error, _NEVER_RECEIVED):
+        reasons = getattr(error, "reasons", None) or []
+        return bool(reasons) and all(_certificate_refused(reason.value) for reason in reasons)
+    return False
+
+
+def _certificate_refused(error: object) -> bool:
+    """The client refused the server's certificate (OpenSSL's verification, or the
+    name check Twisted makes at the end of the handshake)."""
+    if isinstance(error, _VERIFICATION):
+        return True
+    if not isinstance(error, _TLS_ERROR) or not error.args:
+        return False
+    found = error.args[0]
+    return isinstance(found, list) and any(
+        isinstance(entry, tuple) and "certificate verify failed" in entry for entry in found
+    )
 
 
 def response_headers(response: Response) -> dict[str, str]:

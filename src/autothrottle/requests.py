@@ -88,6 +88,7 @@ from ._request import (
     options_from_mapping,
 )
 from ._requests_parts import (
+    BLOCKING_POOL_CLASSES,
     POOL_CLASSES,
     SENDING,
     Timing,
@@ -137,9 +138,13 @@ def _host_failure(error: BaseException) -> bool:
     """The host failed: refused, reset, timed out, or kept failing urllib3's retries.
 
     Every requests exception is an ``OSError``, so the caller's own (an invalid
-    URL or header) are told apart first.
+    URL or header) are told apart first. urllib3's ``EmptyPoolError`` (a
+    blocking pool's ``pool_timeout`` passed) says the caller's own pool had no
+    connection to give: the host was never asked.
     """
     if isinstance(error, _CALLERS_OWN):
+        return False
+    if isinstance(error, urllib3.exceptions.EmptyPoolError):
         return False
     if isinstance(error, requests.RequestException):
         return isinstance(
@@ -242,12 +247,13 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
         self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
     ) -> None:
         super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
-        self.poolmanager.pool_classes_by_scheme = POOL_CLASSES
+        self.poolmanager.pool_classes_by_scheme = BLOCKING_POOL_CLASSES if block else POOL_CLASSES
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
         if type(manager) is ProxyManager:  # not SOCKS, whose pools are its own
-            manager.pool_classes_by_scheme = POOL_CLASSES
+            block = self._pool_block
+            manager.pool_classes_by_scheme = BLOCKING_POOL_CLASSES if block else POOL_CLASSES
         return manager
 
     def send(

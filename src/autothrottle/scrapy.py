@@ -62,9 +62,18 @@ from scrapy.http import Response, TextResponse
 from ._errors import ThrottleTimeout
 from ._events import ThrottleEvent
 from ._exchange import Exchange, ThrottleInfo
+from ._fleet_wire import never_sent
 from ._lease import Lease
 from ._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
-from ._scrapy_parts import CLOSING, Held, as_meta, hook_engine_close, host_failure, response_headers
+from ._scrapy_parts import (
+    CLOSING,
+    Held,
+    as_meta,
+    hook_engine_close,
+    host_failure,
+    response_headers,
+    unconnected,
+)
 from ._scrapy_settings import kept_limits, throttle_from_settings
 from ._store import MemoryStore
 
@@ -190,36 +199,51 @@ class AutoThrottleMiddleware:
         request.meta.pop("download_latency", None)  # a retry's copy of the last one
         request.meta.pop(INFO_KEY, None)
         self._first_sight(key)
-        asked = perf_counter()
-        lease: Lease | None = None
-        with anyio.CancelScope() as scope:
-            self._waiting.add(scope)
-            try:
-                lease = await self.throttle.acquire(
-                    key, adjust=options.adjust, max_wait=options.max_wait, cost=options.cost
-                )
-            except ThrottleTimeout as error:
-                self._inc("autothrottle/timeouts")
-                raise ThrottleWaitTimeout(error) from error
-            finally:
-                self._waiting.discard(scope)
-        if lease is None:
+        exchange = await self._turns(key, options)
+        if exchange is None:
             return self._give_back(request)
-        exchange = Exchange(lease, asked)
-        try:
-            await exchange.on_wire()
-        except BaseException:
-            lease.release()
-            raise
         self._held[request] = Held(request, exchange)
         self._inc("autothrottle/requests")
         waited = exchange.waited
         self._waited += waited
         if waited > self._waited_max:
             self._waited_max = waited
-        if asked - self._written >= _STATS_EVERY:
-            self._write_stats(asked)
+        now = exchange.started
+        if now - self._written >= _STATS_EVERY:
+            self._write_stats(now)
         return None
+
+    async def _turns(self, key: str, options: RequestOptions) -> Exchange | None:
+        """The request's turn, then its wire turn (Scrapy tells nothing of its
+        connection: the wire turn is taken as the request leaves for the
+        downloader); None when the spider began closing meanwhile. A request
+        given up so was never sent: a fleet's turn it holds goes back whole,
+        its time too (``Exchange.on_wire``; the fleet's own step at the turn)."""
+        asked = perf_counter()
+        lease: Lease | None = None
+        exchange: Exchange | None = None
+        with anyio.CancelScope() as scope:
+            self._waiting.add(scope)
+            try:
+                lease = await self.throttle.acquire(
+                    key, adjust=options.adjust, max_wait=options.max_wait, cost=options.cost
+                )
+                exchange = Exchange(lease, asked)
+                await exchange.on_wire()
+            except ThrottleTimeout as error:  # at the turn, or a fleet's new turn at the wire
+                if lease is not None:
+                    lease.release()
+                self._inc("autothrottle/timeouts")
+                raise ThrottleWaitTimeout(error) from error
+            except BaseException:
+                if lease is not None:
+                    lease.release()
+                raise
+            finally:
+                self._waiting.discard(scope)
+        if exchange is None or not exchange.wired:  # the spider closes: cancelled
+            return None
+        return exchange
 
     def process_response(
         self, request: Request, response: Response, spider: Spider | None = None
@@ -285,10 +309,16 @@ class AutoThrottleMiddleware:
         self, request: Request, exception: Exception, spider: Spider | None = None
     ) -> None:
         """A download error: the host's failure backs the slot off; anything else
-        only lets the slot go."""
+        only lets the slot go. A download that failed before anything of the
+        request was written (:func:`~autothrottle._scrapy_parts.unconnected`)
+        hands a fleet's turn back whole, its time too: its wire turn, taken
+        before Scrapy connects, went unused."""
         held = self._held.pop(request, None)
         if held is not None:
-            held.done().failed(exception, host_failure)
+            exchange = held.done()
+            if unconnected(exception):
+                never_sent(exchange.lease)
+            exchange.failed(exception, host_failure)
 
     # -- options and slots ----------------------------------------------------------------
 
