@@ -19,7 +19,6 @@ import signal
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,6 +37,7 @@ from autothrottle.httpx import AsyncThrottledClient, AsyncThrottledTransport, Th
 from autothrottle.redis import RedisStore
 from autothrottle.requests import ThrottledSession as RequestsSession
 from helpers import arrival_site, connected, needs_redis
+from redis_keys import fresh_prefix
 
 REDIS = "redis://127.0.0.1:6379/0"
 HOST = "127.0.0.2"
@@ -68,18 +68,11 @@ class Keys:
 
     def __init__(self, prefix: str, host: str = HOST) -> None:
         self.admin = redis.Redis.from_url(REDIS)
-        self.prefix = prefix
         self.state, self.leases = f"{{{prefix}:{host}}}:s", f"{{{prefix}:{host}}}:l"
 
     def tat(self) -> float:
         """The slot's next free time, in Redis's microseconds."""
         return float(self.admin.hget(self.state, "tat") or 0)
-
-    def delete(self) -> None:
-        """Delete every key of the test's prefix."""
-        found = list(self.admin.scan_iter(f"{{{self.prefix}:*", count=1000))
-        if found:
-            self.admin.delete(*found)
 
     def ahead(self) -> float:
         """Seconds the slot's next free time lies past Redis's now."""
@@ -92,7 +85,7 @@ class Keys:
 
 
 def fleet(gap: float = GAP, prefix: str = "test-unsent") -> tuple[RedisStore, Throttle, Keys]:
-    prefix = f"{prefix}-{uuid.uuid4().hex}"
+    prefix = fresh_prefix(prefix)  # its keys deleted when the test ends (conftest)
     store = RedisStore(REDIS, prefix=prefix, timeout=5.0)
     return store, Throttle(policy=FixedRatePolicy(1 / gap), store=store), Keys(prefix)
 
@@ -746,7 +739,6 @@ def test_a_requests_request_given_up_in_its_pool_gives_its_turn_back_with_its_ti
     finally:
         signal.signal(signal.SIGUSR1, previous)
         store.close()
-        keys.delete()
 
 
 # -- Scrapy ------------------------------------------------------------------------------
@@ -805,31 +797,28 @@ def test_a_scrapy_download_that_never_reached_its_host_gives_its_turn_back(
     from test_scrapy import crawl
     from test_scrapy_tls import VERIFYING
 
-    prefix = f"test-a-scrapy-{uuid.uuid4().hex}"
-    back, kept = [Keys(prefix, HOST), Keys(prefix, "127.0.0.3")], Keys(prefix, "127.0.0.4")
+    prefix = fresh_prefix("test-a-scrapy")
     tls_site.forget()
-    try:
-        with refusing("127.0.0.3") as refused, silent("127.0.0.4") as slow:
-            result = crawl(
-                tmp_path,
-                {**scrapy_fleet(prefix), **VERIFYING},  # the test's authority is not trusted
-                [
-                    {"url": tls_site.url()},
-                    {"url": f"http://127.0.0.3:{refused}/"},
-                    {"url": f"http://127.0.0.4:{slow}/", "meta": {"download_timeout": 1}},
-                ],
-            )
-        errors = [outcome.get("error") for outcome in result["outcomes"]]
-        assert len(errors) == 3 and None not in errors, result["outcomes"]
-        assert tls_site.arrivals == []
-        for keys in [*back, kept]:
-            assert keys.leases_held() == 0
-        for keys in back:  # kept, it would lie a gap ahead
-            assert keys.ahead() < SCRAPY_GAP / 2, keys.state
-        assert kept.ahead() > SCRAPY_GAP / 2
-        assert result["stats"]["autothrottle/failures"] == 3  # the hosts' failures still
-    finally:
-        kept.delete()
+    with refusing("127.0.0.3") as refused, silent("127.0.0.4") as slow:
+        result = crawl(
+            tmp_path,
+            {**scrapy_fleet(prefix), **VERIFYING},  # the test's authority is not trusted
+            [
+                {"url": tls_site.url()},
+                {"url": f"http://127.0.0.3:{refused}/"},
+                {"url": f"http://127.0.0.4:{slow}/", "meta": {"download_timeout": 1}},
+            ],
+        )
+    errors = [outcome.get("error") for outcome in result["outcomes"]]
+    assert len(errors) == 3 and None not in errors, result["outcomes"]
+    assert tls_site.arrivals == []
+    back, kept = [Keys(prefix, HOST), Keys(prefix, "127.0.0.3")], Keys(prefix, "127.0.0.4")
+    for keys in [*back, kept]:
+        assert keys.leases_held() == 0
+    for keys in back:  # kept, it would lie a gap ahead
+        assert keys.ahead() < SCRAPY_GAP / 2, keys.state
+    assert kept.ahead() > SCRAPY_GAP / 2
+    assert result["stats"]["autothrottle/failures"] == 3  # the hosts' failures still
 
 
 async def test_a_scrapy_request_held_at_its_wire_turn_at_the_close_gives_its_turn_back(
@@ -840,18 +829,15 @@ async def test_a_scrapy_request_held_at_its_wire_turn_at_the_close_gives_its_tur
     # does, and its fleet turn goes back whole; the close does not wait for it.
     from test_scrapy import crawl
 
-    prefix = f"test-a-scrapy-{uuid.uuid4().hex}"
+    prefix = fresh_prefix("test-a-scrapy")
     settings = {**scrapy_fleet(prefix), "EXTENSIONS": {"scrapy_wire_hold.HoldAtTheWire": 0}}
+    async with arrival_site(HOST) as site:
+        result = await asyncio.to_thread(crawl, tmp_path, settings, [{"url": site.url}])
+        assert site.arrivals == []
+    assert result["stats"]["autothrottle/rescheduled_at_close"] == 1
     keys = Keys(prefix, HOST)
-    try:
-        async with arrival_site(HOST) as site:
-            result = await asyncio.to_thread(crawl, tmp_path, settings, [{"url": site.url}])
-            assert site.arrivals == []
-        assert result["stats"]["autothrottle/rescheduled_at_close"] == 1
-        assert keys.leases_held() == 0
-        assert keys.ahead() < SCRAPY_GAP / 2  # kept, it would lie a gap ahead
-    finally:
-        keys.delete()
+    assert keys.leases_held() == 0
+    assert keys.ahead() < SCRAPY_GAP / 2  # kept, it would lie a gap ahead
 
 
 def test_scrapy_names_the_errors_of_a_download_never_written() -> None:

@@ -62,7 +62,7 @@ from scrapy.http import Response, TextResponse
 from ._errors import ThrottleTimeout
 from ._events import ThrottleEvent
 from ._exchange import Exchange, ThrottleInfo
-from ._fleet_wire import never_sent
+from ._fleet_hooks import never_sent
 from ._lease import Lease
 from ._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
 from ._scrapy_parts import (
