@@ -12,6 +12,8 @@ import http.server
 import itertools
 import json
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -311,6 +313,40 @@ def test_quiet_says_nothing_and_verbose_tells_robots_and_errors(tmp_path: Path) 
     totals = [line for line in err.splitlines() if line.startswith("done:")]
     assert len(totals) == 1 and totals[0].endswith("; 0 excluded by robots.txt"), err
     assert any(line.startswith("   ") and line.strip() == "per host" for line in err.splitlines())
+
+
+def test_on_a_terminal_without_out_the_lines_are_not_written_over_by_a_live_table(
+    tmp_path: Path, recorder: tuple[str, list[tuple[str, dict[str, str]]]]
+) -> None:
+    """``autothrottle fetch urls.txt`` at a terminal: the lines and the progress share
+    the screen, so the progress is plain lines (a live table's redraws would
+    erase the lines printed between two of them)."""
+    base, _ = recorder
+    source = urls_file(tmp_path, [f"{base}/{i}" for i in range(3)])
+    command = fetch_command(str(source), "--ignore-robots", "--start-delay", "0")
+    main, child = pty.openpty()
+    with subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=child, stderr=child, env=ENV
+    ) as proc:
+        os.close(child)
+        screen = bytearray()
+        for _ in range(2000):  # at most 200 s
+            if select.select([main], [], [], 0.1)[0]:
+                try:
+                    chunk = os.read(main, 65536)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                screen += chunk
+            elif proc.poll() is not None:
+                break
+        os.close(main)
+        assert proc.wait(timeout=60) == 0
+    text = screen.decode()
+    assert "in flight" not in text  # the live table's column
+    lines = [json.loads(line) for line in text.splitlines() if line.startswith('{"url"')]
+    assert sorted(line["url"] for line in lines) == [f"{base}/{i}" for i in range(3)]
 
 
 def test_debug_shows_each_delay_change_on_stderr_and_leaves_stdout_to_the_lines(

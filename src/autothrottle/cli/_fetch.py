@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 import signal
 import threading
 from collections import deque
@@ -340,11 +341,16 @@ async def _progress(job: FetchJob, fetch: _Fetch, console: Console, live: bool) 
 
 
 def _live(job: FetchJob, console: Console) -> bool | None:
-    """True: the live table; False: plain lines; None: no progress at all."""
+    """True: the live table; False: plain lines; None: no progress at all.
+
+    ``auto`` draws the table on a terminal, but for lines that go to a terminal
+    too (no ``-o``, standard output not redirected): each redraw of the table
+    would write over the lines printed since the last.
+    """
     if job.progress == "none":
         return None
     if job.progress == "auto":
-        return console.is_terminal
+        return console.is_terminal and not (job.out is None and os.isatty(1))
     return job.progress == "live"
 
 

@@ -200,7 +200,8 @@ def _add_paths(parser: argparse.ArgumentParser) -> None:
         "--progress",
         choices=("auto", "live", "plain", "none"),
         default="auto",
-        help="live table on a terminal, else a plain line per --interval (default: auto)",
+        help="live table on a terminal (unless the lines go there: no -o), else a plain line "
+        "per --interval (default: auto)",
     )
     loud = parser.add_mutually_exclusive_group()
     loud.add_argument(
