@@ -824,17 +824,19 @@ def test_a_scrapy_download_that_never_reached_its_host_gives_its_turn_back(
 async def test_a_scrapy_request_held_at_its_wire_turn_at_the_close_gives_its_turn_back(
     tmp_path: Path,
 ) -> None:
-    # Its turn taken, the request waits for its wire turn when the spider
-    # closes: it goes back to the scheduler unsent, as one waiting for its turn
-    # does, and its fleet turn goes back whole; the close does not wait for it.
+    # Its turn taken, the first request waits for its wire turn when the spider
+    # closes, the second for its turn, a gap later: both go back to the
+    # scheduler unsent, and their fleet turns go back whole; the close does not
+    # wait for them.
     from test_scrapy import crawl
 
     prefix = fresh_prefix("test-a-scrapy")
     settings = {**scrapy_fleet(prefix), "EXTENSIONS": {"scrapy_wire_hold.HoldAtTheWire": 0}}
     async with arrival_site(HOST) as site:
-        result = await asyncio.to_thread(crawl, tmp_path, settings, [{"url": site.url}])
+        two = [{"url": site.url}, {"url": site.url}]
+        result = await asyncio.to_thread(crawl, tmp_path, settings, two)
         assert site.arrivals == []
-    assert result["stats"]["autothrottle/rescheduled_at_close"] == 1
+    assert result["stats"]["autothrottle/rescheduled_at_close"] == 2
     keys = Keys(prefix, HOST)
     assert keys.leases_held() == 0
     assert keys.ahead() < SCRAPY_GAP / 2  # kept, it would lie a gap ahead
