@@ -248,7 +248,7 @@ class _NoAwait(Throttle):
     """A throttle whose ``acquire`` (the coroutine) must not be called: a free
     turn is taken by ``acquire_now``."""
 
-    async def acquire(self, key: str, **kwargs: Any) -> Any:
+    def acquire(self, key: str, **kwargs: Any) -> Any:
         raise AssertionError("a free turn built a coroutine")
 
 

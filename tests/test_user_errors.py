@@ -8,11 +8,15 @@ floor (a new project's 1 and 1 look like a throttle that does not adapt).
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import inspect
 import logging
 import re
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
@@ -20,7 +24,7 @@ from scrapy.utils.test import get_crawler
 from autothrottle import AIMDPolicy, AutoThrottlePolicy, HostSettings, Throttle
 from autothrottle._request import options_from_header
 from autothrottle._scrapy_settings import kept_limits
-from autothrottle.aiohttp import ThrottledSession
+from autothrottle.aiohttp import ThrottledSession, throttle_middleware
 from autothrottle.httpx import (
     AsyncThrottledClient,
     AsyncThrottledTransport,
@@ -32,6 +36,7 @@ from autothrottle.policy import policy_from_text
 from autothrottle.requests import ThrottledHTTPAdapter
 from autothrottle.requests import ThrottledSession as RequestsSession
 from autothrottle.scrapy import AutoThrottleMiddleware
+from autothrottle.testing import VirtualClock
 
 PRIVATE = re.compile(r"(?<![\w.])_[A-Za-z]\w*|\._[A-Za-z]")
 """A private name of ours (``_SessionFactory``, ``autothrottle._policies``)."""
@@ -226,3 +231,128 @@ def test_the_requests_adapter_raises_it_before_sending() -> None:
         pytest.raises(ValueError, match=r"X-AutoThrottle header: max-wait .* got 'abc'"),
     ):
         session.get("http://127.0.0.2:9/", headers={CONTROL_HEADER: "max-wait=abc"})
+
+
+# -- a value given positionally, a throttle class given for an instance ---------------------
+
+
+def test_a_number_given_to_throttle_positionally_names_the_keywords_it_may_mean() -> None:
+    with pytest.raises(TypeError) as error:
+        Throttle(2.0)  # type: ignore[call-arg]
+    text = message(error)
+    assert "keyword arguments only" in text
+    assert "Throttle(min_delay=2.0)" in text and "Throttle(start_delay=2.0)" in text
+
+
+def test_a_policy_given_to_throttle_positionally_is_pointed_at_policy() -> None:
+    with pytest.raises(TypeError) as error:
+        Throttle(AIMDPolicy())  # type: ignore[call-arg, arg-type]
+    assert "Throttle(policy=" in message(error)
+
+
+def test_the_keyword_check_keeps_throttle_s_signature_and_leaves_subclasses_alone() -> None:
+    assert "min_delay" in inspect.signature(Throttle).parameters
+    assert "args" not in inspect.signature(Throttle).parameters
+
+    class Fixed(Throttle):
+        def __init__(self, delay: float) -> None:
+            super().__init__(min_delay=delay)
+
+    assert Fixed(2.0).config.min_delay == 2.0
+
+
+NEEDS_THROTTLE = [adapter for adapter in ADAPTERS if adapter is not ThrottledSession]
+"""The adapters that are classes of ours (aiohttp's session is a factory, tested above)."""
+
+
+@pytest.mark.parametrize("adapter", NEEDS_THROTTLE, ids=lambda a: f"{a.__module__}.{a.__name__}")
+def test_every_adapter_given_a_throttle_positionally_says_to_pass_it_by_keyword(
+    adapter: Callable[..., Any],
+) -> None:
+    with pytest.raises(TypeError) as error:
+        adapter(Throttle())
+    text = message(error)
+    assert f"{adapter.__name__}(throttle=Throttle())" in text
+    assert "the Throttle was passed positionally" in text
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: f"{a.__module__}.{a.__name__}")
+def test_every_adapter_without_a_throttle_shows_how_to_pass_one(
+    adapter: Callable[..., Any],
+) -> None:
+    with pytest.raises(TypeError) as error:
+        adapter()
+    assert f"{adapter.__name__}(throttle=Throttle())" in message(error)
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS, ids=lambda a: f"{a.__module__}.{a.__name__}")
+def test_every_adapter_given_the_throttle_class_asks_for_an_instance(
+    adapter: Callable[..., Any],
+) -> None:
+    with pytest.raises(TypeError) as error:
+        adapter(throttle=Throttle)
+    text = message(error)
+    assert text.startswith(f"{adapter.__name__}: throttle must be an autothrottle.Throttle")
+    assert "pass an instance: throttle=Throttle()" in text
+
+
+@pytest.mark.parametrize(
+    "take",
+    [throttle_middleware, VirtualClock().attach],
+    ids=["throttle_middleware", "VirtualClock.attach"],
+)
+def test_the_other_takers_of_a_throttle_ask_for_an_instance(take: Callable[[Any], Any]) -> None:
+    with pytest.raises(TypeError) as error:
+        take(Throttle)
+    assert "pass an instance: throttle=Throttle()" in message(error)
+
+
+def test_the_adapters_check_only_calls_a_copy_still_works() -> None:
+    """A copy makes its object without a call (no ``throttle=`` to check)."""
+    with RequestsSession(throttle=Throttle()) as session:
+        assert type(copy.copy(session)) is RequestsSession
+
+
+# -- acquire: awaited, or entered --------------------------------------------------------------
+
+
+async def test_acquire_entered_holds_the_lease_for_the_block_and_releases_it() -> None:
+    throttle = Throttle(start_delay=0.0)
+    async with throttle.acquire("h") as lease:
+        assert throttle.slot("h").in_flight == 1
+        lease.observe(latency=0.1, status=200)
+    assert lease.released and throttle.slot("h").in_flight == 0
+    with pytest.raises(KeyError):
+        async with throttle.acquire("h"):
+            raise KeyError("the block failed")
+    assert throttle.slot("h").in_flight == 0
+
+
+async def test_acquire_entered_and_cancelled_while_waiting_leaves_nothing_behind() -> None:
+    throttle = Throttle(start_delay=0.0, max_concurrency=1)
+    first = await throttle.acquire("h")  # awaiting still gives the lease
+    entered = False
+
+    async def second() -> None:
+        nonlocal entered
+        async with throttle.acquire("h"):
+            entered = True
+
+    task = asyncio.create_task(second())
+    await asyncio.sleep(0)
+    assert not task.done()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    first.release()
+    assert not entered
+    assert throttle.try_acquire("h") is not None  # no phantom holds the one place
+
+
+async def test_what_acquire_returns_is_still_a_coroutine_a_task_runs() -> None:
+    throttle = Throttle(start_delay=0.0)
+    lease = await asyncio.create_task(throttle.acquire("h"))
+    lease.release()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(throttle.acquire, "h")
+    assert throttle.slot("h").in_flight == 1

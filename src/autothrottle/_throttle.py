@@ -7,10 +7,12 @@ It holds no rule of its own; see ``docs/architecture.md`` for the layers.
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Coroutine, Generator, Iterator, Mapping
+from types import TracebackType
 from typing import Any
 
 from ._events import ThrottleEvent
@@ -26,9 +28,9 @@ from ._slot import LiveSlot, Slot, SlotSnapshot
 from ._stats import Collector, ThrottleStats, collect, in_chunks
 from ._store import SlotStore
 from ._turns import Maker, Turns
-from ._validate import check_int, check_number
+from ._validate import KeywordsOnly, check_int, check_number
 
-__all__ = ["Throttle"]
+__all__ = ["Throttle", "check_throttle", "missing_throttle", "throttle_hint"]
 
 
 def _signal(name: str, doc: str) -> Any:
@@ -41,7 +43,26 @@ def _default_policy(strict_scrapy: object) -> DelayPolicy:
     return AutoThrottlePolicy() if strict_scrapy is True else AdaptiveConcurrencyPolicy()
 
 
-class Throttle:
+def _positional_hint(cls: type, args: tuple[object, ...], kwargs: dict[str, object]) -> str | None:
+    """Throttle(2.0): which keyword a positional value was likely meant for."""
+    if not args:
+        return None
+    value = args[0]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        guess = (
+            f"Throttle(min_delay={value!r}) for at least {value!r} s between requests, "
+            f"or Throttle(start_delay={value!r}) for the first delay of each host"
+        )
+    elif isinstance(value, DelayPolicy):
+        guess = f"Throttle(policy={value!r})"
+    elif isinstance(value, SlotStore):
+        guess = f"Throttle(store={value!r})"
+    else:
+        guess = "Throttle(min_delay=..., max_delay=..., ...)"
+    return f"Throttle takes keyword arguments only, got {value!r} positionally: {guess}?"
+
+
+class Throttle(metaclass=KeywordsOnly, hint=_positional_hint):
     """Paces requests per slot (per host by default), adapting each slot's delay.
 
     One throttle may serve any number of clients, httpx and aiohttp alike, sync
@@ -335,19 +356,27 @@ class Throttle:
 
     # -- sending -----------------------------------------------------------------------
 
-    async def acquire(
+    def acquire(
         self,
         key: str,
         *,
         adjust: bool = True,
         max_wait: float | None = None,
         cost: Cost | Mapping[str, float] | None = None,
-    ) -> Lease:
+    ) -> _Acquiring:
         """Wait for the turn of one request to slot ``key`` and take a lease.
 
-        Returns at once when the slot is free; otherwise waits in FIFO order.
-        Release the lease when the response is finished (it is a context
-        manager). Cancelling the wait leaves nothing behind.
+        Await it for the lease (``lease = await throttle.acquire(key)``), or
+        enter it to hold the lease for a block, released on leaving::
+
+            async with throttle.acquire("example.com") as lease:
+                response = await send()
+                lease.observe(latency=response.elapsed, status=response.status)
+
+        The turn comes at once when the slot is free; otherwise requests wait
+        in FIFO order. Release an awaited lease when the response is finished
+        (it is a context manager too). Cancelling the wait leaves nothing
+        behind. What it returns is a coroutine: a task may run it.
 
         ``cost`` is the request's weight in tokens, for a host that advertises
         token budgets (an LLM API): a number, or ``{"input": ..., "output":
@@ -359,6 +388,16 @@ class Throttle:
                 throttle's ``max_wait``, whichever is shorter).
             ValueError: ``cost`` is no such weight.
         """
+        return _Acquiring(self._take_turn(key, adjust, max_wait, cost))
+
+    async def _take_turn(
+        self,
+        key: str,
+        adjust: bool,
+        max_wait: float | None,
+        cost: Cost | Mapping[str, float] | None,
+    ) -> Lease:
+        """:meth:`acquire`'s wait."""
         tokens = None if cost is None else check_cost(cost)
         if max_wait is not None:  # checked before a turn is taken: none is held on a bad one
             max_wait = check_number("max_wait", max_wait)
@@ -550,3 +589,91 @@ def keys_by_host(throttle: Throttle) -> bool:
     itself, a call fewer on every request
     (``test_the_middleware_keys_a_request_as_the_throttle_does``)."""
     return throttle._key is None  # noqa: SLF001 (this module's own class)
+
+
+class _Acquiring(Coroutine[Any, Any, Lease]):
+    """What :meth:`Throttle.acquire` returns: a coroutine of the lease, which is
+    also an async context manager holding the lease for its block.
+
+    Entering awaits the same wait as awaiting does, so a cancelled wait leaves
+    nothing behind either way; between the lease's grant and the block there is
+    no suspension point, and leaving the block releases it, however it is left.
+    A coroutine (not merely awaitable) so that ``asyncio.create_task`` and
+    anyio's task groups still take what ``acquire`` returns.
+    """
+
+    __slots__ = ("_lease", "_turn")
+
+    def __init__(self, turn: Coroutine[Any, Any, Lease]) -> None:
+        self._turn = turn
+        self._lease: Lease | None = None
+
+    def __await__(self) -> Generator[Any, None, Lease]:
+        return self._turn.__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._turn.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if val is None and tb is None:
+            return self._turn.throw(typ)
+        return self._turn.throw(typ, val, tb)
+
+    def close(self) -> None:
+        self._turn.close()
+
+    async def __aenter__(self) -> Lease:
+        lease = self._lease = await self._turn
+        return lease
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.release()
+
+
+def check_throttle(value: object, where: str) -> Throttle:
+    """``value`` if it is a throttle; else the TypeError every adapter raises
+    (``where`` names the adapter), naming the value, and for the class itself
+    asking for an instance."""
+    if isinstance(value, Throttle):
+        return value
+    if isinstance(value, type) and issubclass(value, Throttle):
+        raise TypeError(
+            f"{where}: throttle must be an autothrottle.Throttle, got the class "
+            f"{value.__name__}; pass an instance: throttle={value.__name__}()"
+        )
+    raise TypeError(f"{where}: throttle must be an autothrottle.Throttle, got {value!r}")
+
+
+def missing_throttle(where: str, args: tuple[object, ...], first: str | None) -> str:
+    """The message of an adapter built without ``throttle=``: what it takes and
+    how to pass it; a throttle given positionally landed in ``first`` (the
+    adapter's first parameter, if it has one)."""
+    message = (
+        f"{where} needs throttle=, an autothrottle.Throttle (keyword only), e.g. "
+        f"{where}(throttle=Throttle())"
+    )
+    if any(isinstance(arg, Throttle) for arg in args):
+        message += "; the Throttle was passed positionally"
+        if first is not None:
+            message += f", where {first} goes"
+    return message
+
+
+def throttle_hint(cls: type, args: tuple[object, ...], kwargs: dict[str, object]) -> str | None:
+    """The hint (see :class:`~autothrottle._validate.KeywordsOnly`) of an adapter
+    class taking ``throttle=``: the message when it is missing, else None."""
+    if "throttle" in kwargs:
+        return None
+    positional = [
+        parameter.name
+        for parameter in inspect.signature(cls).parameters.values()
+        if parameter.kind is parameter.POSITIONAL_OR_KEYWORD
+    ]
+    return missing_throttle(cls.__name__, args, positional[0] if positional else None)

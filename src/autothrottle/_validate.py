@@ -7,8 +7,15 @@ value, instead of surfacing later as a stalled or runaway crawl.
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
+
+_T = TypeVar("_T")
+
+Hint = Callable[[type, tuple[object, ...], dict[str, object]], "str | None"]
+"""What a call of a class failed to say: the message of its TypeError, or None."""
 
 _NO_HEADERS: Mapping[str, str] = {}
 
@@ -83,3 +90,38 @@ def check_response(
     if len(_MAPPINGS) < _MAPPINGS_KEPT:
         _MAPPINGS.add(type(headers))
     return seconds, status, headers
+
+
+class KeywordsOnly(type):
+    """The type of a public class whose constructor takes keywords: a call Python
+    would refuse (a value given positionally, a required keyword missing) fails
+    with the class's ``hint`` instead, which says which keyword is meant, rather
+    than Python's count of positional arguments.
+
+    Only calls come here (a copy or an unpickling does not), and only a class
+    still using the ``__init__`` the hint was written for: a subclass with an
+    ``__init__`` of its own is left to Python. ``inspect.signature`` shows
+    ``__init__``'s parameters, not this ``__call__``'s.
+    """
+
+    def __new__(
+        mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any
+    ) -> KeywordsOnly:
+        cls = super().__new__(mcs, name, bases, namespace)
+        hint: Hint | None = kwargs.get("hint")
+        if hint is not None:
+            cls._hint = hint  # type: ignore[attr-defined]
+            cls._hinted_init = namespace["__init__"]  # type: ignore[attr-defined]
+        if "__init__" in namespace:
+            signature = inspect.signature(namespace["__init__"])
+            cls.__signature__ = signature.replace(  # type: ignore[attr-defined]
+                parameters=tuple(signature.parameters.values())[1:]
+            )
+        return cls
+
+    def __call__(cls: type[_T], *args: Any, **kwargs: Any) -> _T:
+        if cls.__init__ is getattr(cls, "_hinted_init", None):
+            text = cls._hint(cls, args, kwargs)  # type: ignore[attr-defined]
+            if text is not None:
+                raise TypeError(text)
+        return cast(_T, super().__call__(*args, **kwargs))  # type: ignore[misc]

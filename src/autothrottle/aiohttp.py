@@ -116,7 +116,7 @@ from ._request import (
     host_key,
     options_from_header,
 )
-from ._throttle import Throttle, keys_by_host
+from ._throttle import Throttle, check_throttle, keys_by_host, missing_throttle
 
 __all__ = [
     "ThrottledSession",
@@ -463,8 +463,7 @@ def throttle_middleware(throttle: Throttle) -> ClientMiddlewareType:
     A request that passes its own ``middlewares=`` replaces the session's
     list; include a throttle middleware there too.
     """
-    if not isinstance(throttle, Throttle):
-        raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+    check_throttle(throttle, "throttle_middleware")
     # Its bound method, not the object: aiohttp calls a middleware for every
     # request, and calling an object through its __call__ costs a tuple of the
     # arguments and a lookup more than a method (about 1.5k instructions).
@@ -540,7 +539,8 @@ else:
             # Python's own message for a missing keyword would name this
             # metaclass's __call__, a private name the user never wrote.
             if throttle is None:
-                raise TypeError(_missing_throttle(base_url))
+                raise TypeError(missing_throttle("ThrottledSession", (base_url,), "base_url"))
+            check_throttle(throttle, "ThrottledSession")
             return _throttled_session(base_url, throttle, request_options, dict(kwargs))
 
         def __instancecheck__(cls, instance: object) -> bool:
@@ -574,19 +574,6 @@ else:
         (``trace_request_ctx`` options are then ignored; the ``X-AutoThrottle``
         header still works).
         """
-
-
-def _missing_throttle(base_url: object) -> str:
-    """The message of a ``ThrottledSession`` built without ``throttle``: what
-    the parameter takes and how to pass it (a throttle given positionally
-    lands in ``base_url``, hence the second sentence)."""
-    message = (
-        "ThrottledSession needs throttle=, an autothrottle.Throttle (keyword only), e.g. "
-        "ThrottledSession(throttle=Throttle())"
-    )
-    if isinstance(base_url, Throttle):
-        message += "; the Throttle was passed positionally, where base_url goes"
-    return message
 
 
 def _throttled_session(

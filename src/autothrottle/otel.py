@@ -40,7 +40,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from ._events import ThrottleEvent
-from ._throttle import Throttle
+from ._throttle import Throttle, check_throttle
 from ._validate import check_int
 
 __all__ = ["Instrumentation", "instrument"]
@@ -146,8 +146,7 @@ def instrument(
     Raises:
         TypeError, ValueError: a bad argument, named.
     """
-    if not isinstance(throttle, Throttle):
-        raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+    check_throttle(throttle, "instrument")
     top_n = check_int("top_n", top_n, minimum=1)
     if slot_label is not None and not callable(slot_label):
         raise TypeError(f"slot_label must be a callable from slot key to str, got {slot_label!r}")

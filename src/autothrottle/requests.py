@@ -94,7 +94,8 @@ from ._requests_parts import (
     Timing,
     hold_until_finished,
 )
-from ._throttle import Throttle
+from ._throttle import Throttle, check_throttle, throttle_hint
+from ._validate import KeywordsOnly
 
 __all__ = [
     "ThrottleWaitTimeout",
@@ -200,7 +201,9 @@ def _prepare(
     return send, throttle.key_for(request.url, host=host), options
 
 
-class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
+class ThrottledHTTPAdapter(
+    requests.adapters.HTTPAdapter, metaclass=KeywordsOnly, hint=throttle_hint
+):
     """A ``requests`` transport adapter that paces its requests with ``throttle``.
 
     It is requests' own ``HTTPAdapter`` (same arguments, same connection
@@ -230,9 +233,7 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
     """
 
     def __init__(self, *, throttle: Throttle, **kwargs: Any) -> None:
-        if not isinstance(throttle, Throttle):
-            raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
-        self._throttle = throttle
+        self._throttle = check_throttle(throttle, type(self).__name__)
         super().__init__(**kwargs)
 
     @property
@@ -364,7 +365,7 @@ def _with_options(kwargs: dict[str, Any], options: Mapping[str, Any]) -> dict[st
     return {**kwargs, "headers": headers}
 
 
-class ThrottledSession(requests.Session):
+class ThrottledSession(requests.Session, metaclass=KeywordsOnly, hint=throttle_hint):
     """A ``requests.Session`` whose HTTP and HTTPS requests are throttled.
 
     It mounts a :class:`ThrottledHTTPAdapter` for ``http://`` and ``https://``
@@ -388,8 +389,7 @@ class ThrottledSession(requests.Session):
     """
 
     def __init__(self, *, throttle: Throttle, **adapter_options: Any) -> None:
-        if not isinstance(throttle, Throttle):
-            raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
+        check_throttle(throttle, type(self).__name__)
         super().__init__()  # mounts requests' own adapters, replaced below
         self._throttle = throttle
         self.mount("https://", ThrottledHTTPAdapter(throttle=throttle, **adapter_options))

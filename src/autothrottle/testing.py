@@ -143,12 +143,11 @@ class VirtualClock:
 
     def attach(self, throttle: object) -> None:
         """A throttle reads this clock: its requests on the wire hold the jumps back."""
-        from ._throttle import Throttle
+        from ._throttle import check_throttle
 
-        if not isinstance(throttle, Throttle):
-            raise TypeError(f"throttle must be a Throttle, got {throttle!r}")
+        checked = check_throttle(throttle, "VirtualClock.attach")
         with self._lock:
-            self._throttles.append(throttle)
+            self._throttles.append(checked)
 
     def expect(self, waiter: object, deadline: float) -> None:
         """``waiter``'s turn comes at ``deadline`` (clock time; inf: when woken)."""

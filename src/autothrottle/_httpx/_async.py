@@ -31,7 +31,8 @@ from .._exchange import Exchange, Plug, paced
 from .._extras import require_privates
 from .._hold import release_later
 from .._lease import Lease
-from .._throttle import Throttle
+from .._throttle import Throttle, check_throttle, throttle_hint
+from .._validate import KeywordsOnly
 from ._common import (
     COMPLETE,
     FAILED,
@@ -40,7 +41,6 @@ from ._common import (
     ClientOptions,
     DefaultTimeout,
     cache_outside,
-    check_throttle,
     from_cache,
     host_failure,
     prepare,
@@ -477,7 +477,7 @@ def _plug_for(inner: httpx.AsyncBaseTransport, client: bool) -> _HttpxPlug:
     return _CLIENTS_PLUG if client else _PLUG
 
 
-class AsyncThrottledTransport(httpx.AsyncBaseTransport):
+class AsyncThrottledTransport(httpx.AsyncBaseTransport, metaclass=KeywordsOnly, hint=throttle_hint):
     """An httpx transport that paces the requests of ``inner`` with ``throttle``.
 
     Args:
@@ -510,7 +510,7 @@ class AsyncThrottledTransport(httpx.AsyncBaseTransport):
     def __init__(
         self, inner: httpx.AsyncBaseTransport | None = None, *, throttle: Throttle
     ) -> None:
-        self._throttle = check_throttle(throttle)
+        self._throttle = check_throttle(throttle, type(self).__name__)
         if inner is None:
             inner = httpx.AsyncHTTPTransport()
         elif not isinstance(inner, httpx.AsyncBaseTransport):
@@ -696,7 +696,7 @@ _TRANSPORT_FOR_URL = httpx.AsyncClient._transport_for_url  # noqa: SLF001
 _HTTPX_CLIENT = httpx.AsyncClient  # read at each request: a mock patches the class
 
 
-class AsyncThrottledClient(httpx.AsyncClient):
+class AsyncThrottledClient(httpx.AsyncClient, metaclass=KeywordsOnly, hint=throttle_hint):
     """An ``httpx.AsyncClient`` whose every route is throttled.
 
     It takes the same arguments as ``httpx.AsyncClient`` plus ``throttle``, and
@@ -750,7 +750,7 @@ class AsyncThrottledClient(httpx.AsyncClient):
         **kwargs: Unpack[_AsyncClientOptions],
     ) -> None:
         # Set before httpx builds its transports, which goes through _wrap.
-        self._throttle = check_throttle(throttle)
+        self._throttle = check_throttle(throttle, type(self).__name__)
         self._pool_per_host = check_pool_per_host(pool_per_host, kwargs.get("transport"))
         super().__init__(**kwargs)
         if "timeout" not in kwargs:  # httpx's default: marked, so it bounds no turn

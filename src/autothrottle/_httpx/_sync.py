@@ -29,7 +29,8 @@ from .._exchange import Exchange, Plug, paced_blocking
 from .._extras import require_privates
 from .._hold import release_later
 from .._lease import Lease
-from .._throttle import Throttle
+from .._throttle import Throttle, check_throttle, throttle_hint
+from .._validate import KeywordsOnly
 from ._common import (
     COMPLETE,
     FAILED,
@@ -38,7 +39,6 @@ from ._common import (
     ClientOptions,
     DefaultTimeout,
     cache_outside,
-    check_throttle,
     from_cache,
     host_failure,
     prepare,
@@ -472,7 +472,7 @@ def _plug_for(inner: httpx.BaseTransport, client: bool) -> _HttpxPlug:
     return _CLIENTS_PLUG if client else _PLUG
 
 
-class ThrottledTransport(httpx.BaseTransport):
+class ThrottledTransport(httpx.BaseTransport, metaclass=KeywordsOnly, hint=throttle_hint):
     """An httpx transport that paces the requests of ``inner`` with ``throttle``.
 
     Args:
@@ -503,7 +503,7 @@ class ThrottledTransport(httpx.BaseTransport):
     """
 
     def __init__(self, inner: httpx.BaseTransport | None = None, *, throttle: Throttle) -> None:
-        self._throttle = check_throttle(throttle)
+        self._throttle = check_throttle(throttle, type(self).__name__)
         if inner is None:
             inner = httpx.HTTPTransport()
         elif not isinstance(inner, httpx.BaseTransport):
@@ -680,7 +680,7 @@ _TRANSPORT_FOR_URL = httpx.Client._transport_for_url  # noqa: SLF001
 _HTTPX_CLIENT = httpx.Client  # read at each request: a mock patches the class
 
 
-class ThrottledClient(httpx.Client):
+class ThrottledClient(httpx.Client, metaclass=KeywordsOnly, hint=throttle_hint):
     """An ``httpx.Client`` whose every route is throttled.
 
     It takes the same arguments as ``httpx.Client`` plus ``throttle``, and
@@ -734,7 +734,7 @@ class ThrottledClient(httpx.Client):
         **kwargs: Unpack[_SyncClientOptions],
     ) -> None:
         # Set before httpx builds its transports, which goes through _wrap.
-        self._throttle = check_throttle(throttle)
+        self._throttle = check_throttle(throttle, type(self).__name__)
         self._pool_per_host = check_pool_per_host(pool_per_host, kwargs.get("transport"))
         super().__init__(**kwargs)
         if "timeout" not in kwargs:  # httpx's default: marked, so it bounds no turn

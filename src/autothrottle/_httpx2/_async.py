@@ -32,7 +32,8 @@ from .._exchange import Exchange, Plug, paced
 from .._extras import require_privates
 from .._hold import release_later
 from .._lease import Lease
-from .._throttle import Throttle
+from .._throttle import Throttle, check_throttle, throttle_hint
+from .._validate import KeywordsOnly
 from ._common import (
     COMPLETE,
     FAILED,
@@ -41,7 +42,6 @@ from ._common import (
     ClientOptions,
     DefaultTimeout,
     cache_outside,
-    check_throttle,
     from_cache,
     host_failure,
     prepare,
@@ -478,7 +478,9 @@ def _plug_for(inner: httpx2.AsyncBaseTransport, client: bool) -> _HttpxPlug:
     return _CLIENTS_PLUG if client else _PLUG
 
 
-class AsyncThrottledTransport(httpx2.AsyncBaseTransport):
+class AsyncThrottledTransport(
+    httpx2.AsyncBaseTransport, metaclass=KeywordsOnly, hint=throttle_hint
+):
     """An httpx2 transport that paces the requests of ``inner`` with ``throttle``.
 
     Args:
@@ -511,7 +513,7 @@ class AsyncThrottledTransport(httpx2.AsyncBaseTransport):
     def __init__(
         self, inner: httpx2.AsyncBaseTransport | None = None, *, throttle: Throttle
     ) -> None:
-        self._throttle = check_throttle(throttle)
+        self._throttle = check_throttle(throttle, type(self).__name__)
         if inner is None:
             inner = httpx2.AsyncHTTPTransport()
         elif not isinstance(inner, httpx2.AsyncBaseTransport):
@@ -693,7 +695,7 @@ _TRANSPORT_FOR_URL = httpx2.AsyncClient._transport_for_url  # noqa: SLF001
 _HTTPX_CLIENT = httpx2.AsyncClient  # read at each request: a mock patches the class
 
 
-class AsyncThrottledClient(httpx2.AsyncClient):
+class AsyncThrottledClient(httpx2.AsyncClient, metaclass=KeywordsOnly, hint=throttle_hint):
     """An ``httpx2.AsyncClient`` whose every route is throttled.
 
     It takes the same arguments as ``httpx2.AsyncClient`` plus ``throttle``, and
@@ -747,7 +749,7 @@ class AsyncThrottledClient(httpx2.AsyncClient):
         **kwargs: Unpack[_AsyncClientOptions],
     ) -> None:
         # Set before httpx2 builds its transports, which goes through _wrap.
-        self._throttle = check_throttle(throttle)
+        self._throttle = check_throttle(throttle, type(self).__name__)
         self._pool_per_host = check_pool_per_host(pool_per_host, kwargs.get("transport"))
         super().__init__(**kwargs)
         if "timeout" not in kwargs:  # httpx2's default: marked, so it bounds no turn

@@ -95,12 +95,6 @@ class ClientOptions(TypedDict, total=False):
     default_encoding: str | Callable[[bytes], str]
 
 
-def check_throttle(throttle: object) -> Throttle:
-    if not isinstance(throttle, Throttle):
-        raise TypeError(f"throttle must be an autothrottle.Throttle, got {throttle!r}")
-    return throttle
-
-
 def host_failure(error: BaseException) -> bool:
     """The host failed: it refused, reset, timed out or broke the protocol.
 
