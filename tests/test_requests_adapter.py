@@ -12,7 +12,6 @@ import gc
 import socket
 import threading
 import time
-import uuid
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +41,7 @@ from autothrottle.requests import (
 )
 from helpers import needs_redis
 from loopback import LoopbackHost, promptly, running_hosts
+from redis_keys import fresh_prefix
 
 REDIS = "redis://127.0.0.1:6379/0"
 
@@ -448,7 +448,7 @@ def test_in_a_fleet_an_interrupt_while_connecting_gives_the_turn_back_with_its_t
     # The turn goes at its due however late a loaded machine wakes it there.
     monkeypatch.setattr(_fleet, "LATE_TOLERANCE", 60.0)
     address = "127.0.0.2"
-    prefix = f"at-b-{uuid.uuid4().hex}"
+    prefix = fresh_prefix("at-b")
     state, leases = f"{{{prefix}:{address}}}:s", f"{{{prefix}:{address}}}:l"
     store = RedisStore(REDIS, prefix=prefix, timeout=5.0)
     admin = redis.Redis.from_url(REDIS)

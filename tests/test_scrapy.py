@@ -26,7 +26,6 @@ import socket
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -47,6 +46,7 @@ from autothrottle.scrapy import AutoThrottleMiddleware
 from autothrottle.sim import Behaviour, Capacity, HostStats, RateLimited, SimServer, SoftBlock
 from helpers import needs_redis
 from loopback import SERVER, promptly_on
+from redis_keys import fresh_prefix
 
 HERE = Path(__file__).resolve().parent
 ARRIVAL_JITTER = 0.015
@@ -370,7 +370,7 @@ def test_two_spider_processes_share_one_pace_through_redis(tmp_path: Path) -> No
     settings = {
         "AUTOTHROTTLE_POLICY": "fixed-rate=4",
         "AUTOTHROTTLE_REDIS_URL": "redis://127.0.0.1:6379/0",
-        "AUTOTHROTTLE_REDIS_PREFIX": f"test-scrapy-{uuid.uuid4().hex}",
+        "AUTOTHROTTLE_REDIS_PREFIX": fresh_prefix("test-scrapy"),
     }
     with serving({host: Capacity(workers=8, service_time=0.01)}) as sim:
         results: list[dict[str, Any]] = []
