@@ -10,12 +10,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
+import subprocess
+import sys
 import threading
 import time
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import redis
@@ -30,7 +34,9 @@ from autothrottle import (
     ThrottleTimeout,
     _fleet,
 )
+from autothrottle._lease import Lease
 from autothrottle._request import RequestOptions, header_value, options_from_header
+from autothrottle._requests_parts import _Hold
 from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.redis import RedisStore
 from autothrottle.requests import (
@@ -345,6 +351,53 @@ def test_a_response_dropped_unread_is_released_when_collected(hosts: list[Loopba
         started = time.monotonic()
         session.get(host.url())
         assert time.monotonic() - started < 0.5
+
+
+EXIT_SCRIPT = """
+import sys
+from autothrottle import FixedDelayPolicy, Throttle
+from autothrottle.requests import ThrottledSession
+
+session = ThrottledSession(throttle=Throttle(policy=FixedDelayPolicy(0.0)))
+response = session.get(sys.argv[1], stream=True)
+cycle = [response]
+cycle.append(cycle)  # once the module is cleared, only the cycle holds it
+del response
+"""
+
+
+def test_a_stream_collected_at_interpreter_exit_lets_the_process_end(
+    hosts: list[LoopbackHost], tmp_path: Path
+) -> None:
+    """The response is collected in the interpreter's final collection, where
+    a release thread would be started that CPython 3.11 never lets run."""
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script), hosts[0].url("/stream/50/20")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_response_collected_while_the_interpreter_finalizes_starts_no_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Refused:
+        def __init__(self, **kwargs: Any) -> None:
+            raise AssertionError(f"a thread started: {kwargs}")
+
+    lease = SimpleNamespace(released=False, releases=0)
+    lease.release = lambda: setattr(lease, "releases", lease.releases + 1)
+    hold = _Hold(cast("Lease", lease))
+    hold.collected = True
+    monkeypatch.setattr(threading, "Thread", Refused)
+    monkeypatch.setattr(sys, "is_finalizing", lambda: True)
+    hold.finish()
+    assert lease.releases == 0  # left: the process is going away
 
 
 def test_an_open_stream_in_one_thread_holds_the_cap_for_another(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import io
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from time import perf_counter
@@ -206,18 +207,32 @@ class _Hold:
         self.collected = False
 
     def finish(self) -> None:
+        """Release the lease; for a collected response, from a thread of its own.
+
+        Garbage collection may run inside the slot's own bookkeeping, on this
+        very thread: the release thread waits its turn for the slot's lock.
+
+        While the interpreter is finalizing (a response reachable only from a
+        cycle, collected in the final collection) the lease is left: there,
+        CPython 3.11 lets no new thread run, and ``Thread.start`` would wait
+        for it forever, a process hung at exit; released inline instead, it
+        could wait forever for a slot lock that a daemon thread, frozen
+        mid-bookkeeping, still holds, or call on a Redis client whose modules
+        are half torn down. The process is going away and its memory slots
+        with it; a fleet's lease in Redis expires the throttle's
+        ``hold_timeout`` after its send.
+        """
         lease = self.lease
         if lease.released:
             return
         if not self.collected:
             lease.release()
             return
-        # Garbage collection may run inside the slot's own bookkeeping, on this
-        # very thread: release from another thread, which waits its turn for
-        # the slot's lock.
+        if sys.is_finalizing():
+            return
         try:
             threading.Thread(target=lease.release, name="autothrottle-release").start()
-        except RuntimeError:  # the interpreter is shutting down
+        except RuntimeError:  # no thread to be had (3.12+ refuses one at shutdown)
             lease.release()
 
 
