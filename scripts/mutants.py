@@ -3,9 +3,10 @@
 For each module named (by default the estimators of ``docs/architecture.md``:
 ``_pace``, ``_limits``, ``_tokens``, ``_recovery``, ``_cache``, ``_counters``,
 ``_arrivals``; ``ENGINE`` names the rest run by hand: ``_rules``, the gate
-``_gate``, ``_lease``, ``_turns``), copies ``src/``, ``tests/`` and ``pyproject.toml`` to
-``build/mutants/<module>`` (nothing in the work tree changes), has mutmut
-make every small change it knows to that one module (a ``<`` for a ``<=``, a
+``_gate``, ``_lease``, ``_turns``, the policies ``_policies``), copies
+``src/``, ``tests/`` and ``pyproject.toml`` to ``build/mutants/<module>``
+(nothing in the work tree changes), has mutmut make every small change it
+knows to that one module (a ``<`` for a ``<=``, a
 constant off by one, a call dropped ...) and runs, for each change, the fast
 tests that reach the function it changed (``FAST``: injected clocks, no
 real-time waits; mutmut's first pass finds which test reaches which function).
@@ -50,7 +51,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ESTIMATORS = ("_pace", "_limits", "_tokens", "_recovery", "_cache", "_counters", "_arrivals")
-ENGINE = ("_rules", "_gate", "_lease", "_turns")
+ENGINE = ("_rules", "_gate", "_lease", "_turns", "_policies")
 #: The tests that reach the estimators and the engine, directly or through the
 #: rules and the gate, with an injected clock (a FakeClock, looptime's loop):
 #: seconds each, not minutes. No loopback server: a real-time test would be

@@ -25,6 +25,7 @@ import asyncio
 import itertools
 import math
 import random
+import re
 import statistics
 from collections.abc import Callable
 from typing import Any
@@ -34,11 +35,12 @@ import pytest
 from autothrottle import (
     AdaptiveConcurrencyPolicy,
     AIMDPolicy,
+    AutoThrottlePolicy,
     FixedDelayPolicy,
     FixedRatePolicy,
     Throttle,
 )
-from autothrottle.policy import DelayPolicy
+from autothrottle.policy import DelayPolicy, Sample, SlotConfig
 from helpers import FakeClock, bounded, gate_of, record_of, refusal_floor, take
 
 KEY = "example.com"
@@ -308,6 +310,43 @@ async def test_aimd_only_200_increases_the_rate() -> None:
         clock.advance(0.5)
 
 
+def test_aimd_hook_raises_the_rate_on_a_200_alone_and_never_from_no_delay() -> None:
+    """The hook's own rule, as a policy built on it reads it: a status other than
+    200 keeps the delay (the throttle keeps it too, which hides the hook's
+    answer), and a delay of 0 (no pace to raise) stays 0, not a division by it."""
+    policy = AIMDPolicy(increase=1.0)
+    config = Throttle(policy=policy).slot(KEY).config
+    for status in (404, 500, 302):
+        assert policy.next_delay(0.5, Sample(0.01, status, 1), config) == 0.5
+    assert policy.next_delay(0.5, Sample(0.01, 200, 1), config) == pytest.approx(1.0 / 2.5)
+    assert policy.next_delay(0.0, Sample(0.01, 200, 1), config) == 0.0
+
+
+async def test_a_policy_of_ones_own_sees_each_response_as_its_sample() -> None:
+    """A policy the throttle has no step of its own for is asked through its hook
+    with the whole sample: the latency, the status, the slot's requests in flight
+    (this one included), no cache hit, the slot's state, the client's lag (0
+    on a clock that is never late), and the slot's settings."""
+    seen: list[tuple[Sample, SlotConfig]] = []
+
+    class Recording(DelayPolicy):
+        def next_delay(self, delay: float, sample: Sample, config: SlotConfig) -> float:
+            seen.append((sample, config))
+            return delay
+
+    _, throttle = fake(policy=Recording(), start_delay=0.0)
+    first, second = await take(throttle), await take(throttle)
+    first.observe(latency=0.3, status=200)
+    second.observe(latency=0.2, status=404)
+    slot = throttle.slot(KEY)
+    state = record_of(slot).pace.policy_state
+    assert [sample for sample, _ in seen] == [
+        Sample(0.3, 200, 2, False, state, 0.0),
+        Sample(0.2, 404, 2, False, state, 0.0),
+    ]
+    assert all(config is slot.config for _, config in seen)
+
+
 async def test_aimd_start_rate_defaults_to_start_delay() -> None:
     _, throttle = fake(start_delay=4.0, policy=AIMDPolicy())
     assert throttle.slot(KEY).delay == 4.0
@@ -431,6 +470,32 @@ async def test_adaptive_concurrency_ignores_errors_and_cache_hits() -> None:
     assert slot.delay == pytest.approx(2.0 / 3.0)
 
 
+def test_adaptive_concurrency_limit_hook_reads_no_limit_as_its_initial_one() -> None:
+    """The hook a subclass and the throttle read the cap by: a slot with no limit
+    yet, or a record's limit that is none at all (0 or below), has
+    ``initial_limit``; a limit learned is the limit."""
+    policy = AdaptiveConcurrencyPolicy(initial_limit=3.0)
+    assert policy.in_flight_limit({}) == 3.0
+    assert policy.in_flight_limit({"limit": 0.0}) == 3.0
+    assert policy.in_flight_limit({"limit": -2.0}) == 3.0
+    assert policy.in_flight_limit({"limit": 5.5}) == 5.5
+
+
+def test_adaptive_concurrency_keeps_its_limit_at_exactly_beta_queued() -> None:
+    """``beta`` is the most queued requests the limit stands: a round judged at
+    exactly ``beta`` queued keeps the limit; only above it does the limit fall.
+    A round of 4 at a limit of 4, no-load latency 0.875 s: a round's
+    second-lowest latency of 1 s reads ``4 * (1 - 0.875 / 1) = 0.5`` queued
+    (exact in binary), of 1.25 s 1.2 queued."""
+    policy = AdaptiveConcurrencyPolicy(beta=0.5, base_decay=0.0, round_size=4)
+    config = Throttle(policy=policy).slot(KEY).config
+    for second, limit in ((1.0, 4.0), (1.25, 3.5)):
+        state = {"limit": 4.0, "base": 0.875, "seen": 3.0, "low": 1.0, "second": 0.0}
+        state["steady"] = 1.0  # past the slow start: the limit moves a step
+        delay = policy.next_delay(1.0, Sample(second, 200, 4, state=state), config)
+        assert (state["limit"], delay) == (limit, 0.875 / limit)
+
+
 async def test_adaptive_concurrency_delay_is_the_no_load_latency_over_limit() -> None:
     policy = AdaptiveConcurrencyPolicy(initial_limit=4.0, ramp_up=None)
     _, throttle = fake(start_delay=1.0, policy=policy)
@@ -475,15 +540,27 @@ async def test_adaptive_concurrency_delay_is_the_no_load_latency_over_limit() ->
         (lambda: AdaptiveConcurrencyPolicy(max_limit=0.0), ValueError, ["max_limit"]),
         (lambda: AdaptiveConcurrencyPolicy(base_decay=1.0), ValueError, ["base_decay"]),
         (lambda: AdaptiveConcurrencyPolicy(base_decay=-0.1), ValueError, ["base_decay"]),
+        (lambda: AdaptiveConcurrencyPolicy(alpha=0.5, beta=0.5), ValueError, ["beta", "alpha"]),
+        (lambda: AdaptiveConcurrencyPolicy(step=0.0), ValueError, ["step"]),
+        (lambda: AdaptiveConcurrencyPolicy(round_size=0), ValueError, ["round_size"]),
+        (lambda: AdaptiveConcurrencyPolicy(ramp_up=0.0), ValueError, ["ramp_up"]),
+        (lambda: FixedRatePolicy(1.0, windows=5), TypeError, ["windows"]),  # type: ignore[arg-type]
+        (lambda: FixedRatePolicy(1.0, windows="10/s"), TypeError, ["windows"]),  # type: ignore[arg-type]
+        (lambda: FixedRatePolicy(1.0, windows=[(0, 60.0)]), ValueError, ["windows count"]),
+        (lambda: FixedRatePolicy(1.0, windows=[(10, 0.0)]), ValueError, ["windows seconds"]),
     ],
 )
 def test_invalid_policy_arguments_raise_naming_the_parameter(
     build: Callable[[], object], error: type[Exception], names: list[str]
 ) -> None:
+    """The message begins with the parameter it is about (a whole word), and
+    names any other it was checked against."""
     with pytest.raises(error) as info:
         build()
+    message = str(info.value)
+    assert message.startswith(f"{names[0]} "), message
     for name in names:
-        assert name in str(info.value)
+        assert re.search(rf"\b{name}\b", message), message
 
 
 def test_throttle_rejects_a_policy_that_is_not_one() -> None:
@@ -495,3 +572,19 @@ def test_policies_have_a_readable_repr() -> None:
     assert repr(FixedDelayPolicy(0.5)) == "FixedDelayPolicy(delay=0.5)"
     assert repr(FixedRatePolicy(2.0, burst=3)) == "FixedRatePolicy(per_second=2.0, burst=3)"
     assert "increase=2.0" in repr(AIMDPolicy(increase=2.0))
+    assert repr(AutoThrottlePolicy()) == "AutoThrottlePolicy()"
+    # The defaults the docstrings state are the ones a policy is built with.
+    assert repr(AIMDPolicy()) == "AIMDPolicy(increase=1.0, decrease=0.5, start_rate=None)"
+    adaptive = AdaptiveConcurrencyPolicy()
+    assert (adaptive.initial_limit, adaptive.alpha, adaptive.beta, adaptive.max_limit) == (
+        1.0,
+        0.1,
+        0.4,
+        256.0,
+    )
+    assert (adaptive.base_decay, adaptive.step, adaptive.round_size, adaptive.ramp_up) == (
+        0.001,
+        0.5,
+        8,
+        1.0,
+    )
