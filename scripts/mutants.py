@@ -88,6 +88,7 @@ FAST = (
     "test_rules_edges",
     "test_rules_locked",
     "test_turns_rules",
+    "test_wire_rules",
     "test_fast_grant",
     "test_skeleton",
 )
