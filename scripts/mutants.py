@@ -3,7 +3,7 @@
 For each module named (by default the estimators of ``docs/architecture.md``:
 ``_pace``, ``_limits``, ``_tokens``, ``_recovery``, ``_cache``, ``_counters``,
 ``_arrivals``; ``ENGINE`` names the rest run by hand: ``_rules``, the gate
-``_gate``, ``_lease``, ``_turns``, the policies ``_policies``), copies
+``_gate``, ``_lease``, ``_turns``, ``_policies``, ``_wire``, ``_slot``), copies
 ``src/``, ``tests/`` and ``pyproject.toml`` to ``build/mutants/<module>``
 (nothing in the work tree changes), has mutmut make every small change it
 knows to that one module (a ``<`` for a ``<=``, a
@@ -51,7 +51,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ESTIMATORS = ("_pace", "_limits", "_tokens", "_recovery", "_cache", "_counters", "_arrivals")
-ENGINE = ("_rules", "_gate", "_lease", "_turns", "_policies")
+ENGINE = ("_rules", "_gate", "_lease", "_turns", "_policies", "_wire", "_slot")
 #: The tests that reach the estimators and the engine, directly or through the
 #: rules and the gate, with an injected clock (a FakeClock, looptime's loop):
 #: seconds each, not minutes. No loopback server: a real-time test would be
@@ -89,6 +89,7 @@ FAST = (
     "test_rules_locked",
     "test_turns_rules",
     "test_wire_rules",
+    "test_slot_rules",
     "test_fast_grant",
     "test_skeleton",
 )
