@@ -8,7 +8,7 @@ when they make its pace strict.
 from __future__ import annotations
 
 from autothrottle import AutoThrottlePolicy, FixedRatePolicy, Throttle
-from helpers import FakeClock, gate_of, take
+from helpers import FakeClock, gate_of, record_of, take
 
 KEY = "example.com"
 
@@ -39,3 +39,16 @@ async def test_new_settings_with_a_min_delay_make_the_pace_strict_and_without_no
         lease.observe(latency=0.1, status=200)
         lease.release()
         assert (gate_of(slot).arrivals is not None) is strict, min_delay
+
+
+async def test_an_answer_while_a_stated_pace_holds_reaches_the_arrival_guard() -> None:
+    """A pace the host stated makes a latency policy's pace strict while it holds:
+    the usual answer then starts the arrival guard (a budget need not hold too)."""
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=AutoThrottlePolicy(), start_delay=0.0)
+    slot = throttle.slot(KEY)
+    record_of(slot).limits.sustained_until = clock.now + 10.0
+    lease = await take(throttle)
+    lease.observe(latency=0.1, status=200)
+    lease.release()
+    assert gate_of(slot).arrivals is not None
