@@ -325,6 +325,8 @@ class ServerProcess:
             process.wait(10)
         except subprocess.TimeoutExpired:
             process.kill()
+        if process.stdout is not None:  # left open, it warns at the interpreter's exit
+            process.stdout.close()
 
 
 _PROCESS = ServerProcess("loopback")
