@@ -31,6 +31,7 @@ PACKAGE = ROOT / "src" / "autothrottle"
 PUBLIC = {
     "autothrottle": [
         "AIMDPolicy",
+        "Acquiring",
         "AdaptiveConcurrencyPolicy",
         "AutoThrottlePolicy",
         "FixedDelayPolicy",

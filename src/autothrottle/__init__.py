@@ -34,12 +34,13 @@ from ._policies import (
 )
 from ._slot import Slot, SlotSnapshot
 from ._stats import SlotStats, ThrottleStats
-from ._throttle import Throttle
+from ._throttle import Acquiring, Throttle
 from ._version import __version__
 
 __all__ = [
     "__version__",
     "AIMDPolicy",
+    "Acquiring",
     "AdaptiveConcurrencyPolicy",
     "AutoThrottlePolicy",
     "FixedDelayPolicy",

@@ -12,7 +12,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Collection, Coroutine, Generator, Iterator, Mapping
-from types import TracebackType
+from types import CoroutineType, TracebackType
 from typing import Any
 
 from ._events import ThrottleEvent
@@ -30,7 +30,7 @@ from ._store import SlotStore
 from ._turns import Maker, Turns
 from ._validate import KeywordsOnly, check_int, check_number
 
-__all__ = ["Throttle", "check_throttle", "missing_throttle", "throttle_hint"]
+__all__ = ["Acquiring", "Throttle", "check_throttle", "missing_throttle", "throttle_hint"]
 
 
 def _signal(name: str, doc: str) -> Any:
@@ -363,7 +363,7 @@ class Throttle(metaclass=KeywordsOnly, hint=_positional_hint):
         adjust: bool = True,
         max_wait: float | None = None,
         cost: Cost | Mapping[str, float] | None = None,
-    ) -> _Acquiring:
+    ) -> Acquiring:
         """Wait for the turn of one request to slot ``key`` and take a lease.
 
         Await it for the lease (``lease = await throttle.acquire(key)``), or
@@ -376,7 +376,8 @@ class Throttle(metaclass=KeywordsOnly, hint=_positional_hint):
         The turn comes at once when the slot is free; otherwise requests wait
         in FIFO order. Release an awaited lease when the response is finished
         (it is a context manager too). Cancelling the wait leaves nothing
-        behind. What it returns is a coroutine: a task may run it.
+        behind. What it returns (an :class:`Acquiring`) is a coroutine: a task
+        may run it.
 
         ``cost`` is the request's weight in tokens, for a host that advertises
         token budgets (an LLM API): a number, or ``{"input": ..., "output":
@@ -388,7 +389,7 @@ class Throttle(metaclass=KeywordsOnly, hint=_positional_hint):
                 throttle's ``max_wait``, whichever is shorter).
             ValueError: ``cost`` is no such weight.
         """
-        return _Acquiring(self._take_turn(key, adjust, max_wait, cost))
+        return Acquiring(self._take_turn(key, adjust, max_wait, cost))
 
     async def _take_turn(
         self,
@@ -591,20 +592,41 @@ def keys_by_host(throttle: Throttle) -> bool:
     return throttle._key is None  # noqa: SLF001 (this module's own class)
 
 
-class _Acquiring(Coroutine[Any, Any, Lease]):
+class Acquiring(Coroutine[Any, Any, Lease]):
     """What :meth:`Throttle.acquire` returns: a coroutine of the lease, which is
     also an async context manager holding the lease for its block.
 
+    Name it in an annotation (``turn: Acquiring = throttle.acquire(key)``).
     Entering awaits the same wait as awaiting does, so a cancelled wait leaves
     nothing behind either way; between the lease's grant and the block there is
     no suspension point, and leaving the block releases it, however it is left.
     A coroutine (not merely awaitable) so that ``asyncio.create_task`` and
     anyio's task groups still take what ``acquire`` returns.
+
+    A subclass of :class:`Throttle` that wraps :meth:`~Throttle.acquire` returns
+    one too, made from its own coroutine of the lease, so that its callers may
+    still enter it (an ``async def acquire`` would return a plain coroutine,
+    which ``async with`` refuses, and type checkers flag the override)::
+
+        class Counted(Throttle):
+            waits = 0
+
+            def acquire(self, key: str, **kwargs: Any) -> Acquiring:
+                return Acquiring(self._counted(super().acquire(key, **kwargs)))
+
+            async def _counted(self, turn: Acquiring) -> Lease:
+                self.waits += 1
+                return await turn
+
+    Args:
+        turn: The coroutine whose result is the lease.
     """
 
     __slots__ = ("_lease", "_turn")
 
     def __init__(self, turn: Coroutine[Any, Any, Lease]) -> None:
+        if type(turn) is not CoroutineType and not isinstance(turn, Coroutine):
+            raise TypeError(f"turn must be a coroutine of a Lease, got {turn!r}")
         self._turn = turn
         self._lease: Lease | None = None
 
