@@ -63,3 +63,33 @@ def test_a_store_shared_by_a_fleet_loads_the_fleet_when_the_throttle_is_made() -
         "Throttle(store=redis_store.RedisStore('redis://127.0.0.1:1/0', prefix='c-import:'))"
     )
     assert {"autothrottle._fleet", "autothrottle._fleet_wire"} <= set(loaded(code))
+
+
+def test_a_requests_user_loads_no_asyncio_until_an_async_wait() -> None:
+    """A thread's user runs no event loop: importing ``autothrottle.requests``
+    and waiting in a thread (a slot at its cap, so the wait is the driver's
+    blocking loop) leave asyncio unloaded, which costs that import about a
+    twentieth of its instructions (``docs/adapters.md``). The first async wait,
+    one that queues behind a held lease, still finds its loop."""
+    code = (
+        "import threading, autothrottle.requests\n"
+        "from autothrottle import Throttle\n"
+        "throttle = Throttle(start_delay=0.0, min_delay=0.0, max_concurrency=1)\n"
+        "first = throttle.acquire_blocking('a.test')\n"
+        "threading.Timer(0.05, first.release).start()\n"
+        "with throttle.acquire_blocking('a.test') as lease:\n"
+        "    lease.observe(0.01, 200)"
+    )
+    assert loaded(code, ("asyncio",)) == []
+    waited_async = (
+        f"{code}\n"
+        "import asyncio\n"
+        "async def main():\n"
+        "    first = await throttle.acquire('a.test')\n"
+        "    asyncio.get_running_loop().call_later(0.05, first.release)\n"
+        "    with await throttle.acquire('a.test') as lease:\n"
+        "        lease.observe(0.01, 200)\n"
+        "asyncio.run(main())\n"
+        "assert throttle.stats().totals.responses == 2"
+    )
+    assert loaded(waited_async, ("asyncio",)) == ["asyncio"]

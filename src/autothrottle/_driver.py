@@ -26,18 +26,20 @@ while every decision is taken on the clock as it would have been.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol, TypeVar, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 import anyio
 
 from ._gate import Gate, Hold, Ticket
 from ._request import Cost
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "Skipping",
@@ -80,11 +82,30 @@ class Skipping(Protocol):
     def done(self, waiter: object, key: str, waited: float | None) -> None: ...
 
 
+def _first_running_loop() -> asyncio.AbstractEventLoop:
+    """``asyncio.get_running_loop``, importing asyncio on the first call only.
+
+    A thread's user (the requests adapter, a sync httpx client) runs no event
+    loop, and importing asyncio would cost its import of the library more than
+    the driver itself: the first async wait imports it and puts the function in
+    this one's place, so that later waits call it directly. With no asyncio
+    imported, no asyncio loop can be running, so the answer is the same.
+    """
+    global _running_loop
+    from asyncio import get_running_loop
+
+    _running_loop = get_running_loop
+    return get_running_loop()
+
+
+_running_loop: Callable[[], asyncio.AbstractEventLoop] = _first_running_loop
+
+
 def _loop_waker(ticket: Ticket) -> Callable[[anyio.Event], None]:
     """Point ``ticket`` at the current loop; return how to arm it for one event."""
     thread = threading.get_ident()
     try:
-        loop = asyncio.get_running_loop()
+        loop = _running_loop()
     except RuntimeError:
         loop = None
     if loop is not None:
@@ -119,7 +140,7 @@ def wait_for_hold(
     anyio's).
     """
     try:
-        loop = asyncio.get_running_loop()
+        loop = _running_loop()
     except RuntimeError:
         return _wait_anyio(gate, make, cost)
     return _wait_on_loop(gate, make, cost, loop)
