@@ -167,7 +167,8 @@ def mutants(session: nox.Session) -> None:
     """Mutation-test the estimators (``scripts/mutants.py``): which small change to a
     rule does no test notice? ``nox -s mutants -- _pace _limits`` for some of them,
     ``nox -s mutants -- _gate`` (or ``_rules``, ``_lease``, ``_turns``) for the
-    engine's; each survivor's verdict is in docs/mutants.md."""
+    engine's, ``nox -s mutants -- _headers._ietf`` (or ``_headers``: each) for a
+    header dialect's; each survivor's verdict is in docs/mutants.md."""
     session.install("-e", ".[dev,sim]", "mutmut==3.8.1")
     session.run("python", "scripts/mutants.py", *session.posargs)
 

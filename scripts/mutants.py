@@ -19,6 +19,8 @@ module (mutants, killed, survived, other, seconds) and every survivor::
     python scripts/mutants.py --show _pace  # with each survivor's diff
     nox -s mutants -- _gate                 # the gate: 25 min at load 3-6
     nox -s mutants -- _rules --only 'Rules.fail' 'Rules.backoff'   # some functions
+    nox -s mutants -- _headers._ietf        # a module in a package (or _headers/_ietf.py)
+    nox -s mutants -- _headers              # each of the package's modules (``HEADERS``)
 
 mutmut runs a module's mutants in the order of the time the tests that reach
 each one's function take, so a run stopped early leaves the functions the most
@@ -52,6 +54,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ESTIMATORS = ("_pace", "_limits", "_tokens", "_recovery", "_cache", "_counters", "_arrivals")
 ENGINE = ("_rules", "_gate", "_lease", "_turns", "_policies", "_wire", "_slot")
+#: The header dialects, a package: a module in it is named with its package
+#: (``_headers._retry_after``, or as a path, ``_headers/_retry_after.py``), and
+#: the package's name alone (``_headers``) runs each of these in turn.
+HEADERS = (
+    "_headers._retry_after",
+    "_headers._values",
+    "_headers._ietf",
+    "_headers._budget",
+    "_headers._fields",
+    "_headers._cache",
+    "_headers._llm",
+    "_headers._names",
+    "_headers._vendors",
+    "_headers",
+)
+PACKAGE = ROOT / "src" / "autothrottle"
 #: The tests that reach the estimators and the engine, directly or through the
 #: rules and the gate, with an injected clock (a FakeClock, looptime's loop):
 #: seconds each, not minutes. No loopback server: a real-time test would be
@@ -82,6 +100,9 @@ FAST = (
     "test_defaults",
     "test_policies",
     "test_header_dialects",
+    "test_headers",
+    "test_header_rules",
+    "test_rate_header_styles",
     "test_set_host",
     "test_hosts",
     "test_gate_rules",
@@ -110,12 +131,40 @@ KILLED = {1, 3}
 SURVIVED = {0}
 
 
+def _source(module: str) -> Path:
+    """The file of ``module`` (a dotted name under ``autothrottle``), relative to
+    the root: ``src/autothrottle/_headers/_ietf.py``; a package's ``__init__.py``."""
+    path = PACKAGE.joinpath(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    return path.relative_to(ROOT)
+
+
+def _modules(names: list[str]) -> list[str]:
+    """Each name as a dotted module under ``autothrottle``: ``_gate``,
+    ``_headers._ietf``, ``_headers/_ietf.py``, ``src/autothrottle/_headers/_ietf.py``
+    or ``autothrottle._headers._ietf`` all name one module. ``_headers`` (a
+    package) names each of its modules (:data:`HEADERS`); ``_headers.__init__``
+    its ``__init__.py`` alone."""
+    out: list[str] = []
+    for name in names:
+        dotted = name.removesuffix(".py").replace("/", ".").replace("\\", ".")
+        dotted = dotted.removeprefix("src.").removeprefix("autothrottle.")
+        if dotted == "_headers":
+            out.extend(HEADERS)
+            continue
+        dotted = dotted.removesuffix(".__init__")
+        if not (ROOT / _source(dotted)).is_file():
+            sys.exit(f"{name}: no module {PACKAGE.name}.{dotted} in {PACKAGE.relative_to(ROOT)}")
+        out.append(dotted)
+    return out
+
+
 def _config(module: str, tests: list[str]) -> str:
     """The ``setup.cfg`` section that points mutmut at one module and the tests."""
     lines = [
         "[mutmut]",
         "source_paths = src",
-        f"only_mutate = src/autothrottle/{module}.py",
+        f"only_mutate = {_source(module).as_posix()}",
         "pytest_add_cli_args_test_selection =",
         *(f"    {t}" for t in tests),
         # The copy's own tests only; xdist off: mutmut forks its own workers. One
@@ -154,7 +203,7 @@ def _patterns(module: str, only: list[str]) -> list[str]:
     for name in only:
         cls, _, func = name.rpartition(".")
         mangled = f"x\u01c1{cls}\u01c1{func}" if cls else f"x_{func}"
-        out.append(f"autothrottle.{module}.{mangled}__mutmut_*")
+        out.append(f"autothrottle.{module}.{mangled}__mutmut_*")  # dotted: a package's too
     return out
 
 
@@ -171,7 +220,7 @@ def _run_one(
     (scratch / "setup.cfg").write_text(_config(module, tests))
     if module in DECORATED:
         decorator, cls = DECORATED[module]
-        names = _undecorate(scratch / "src" / "autothrottle" / f"{module}.py", decorator, cls)
+        names = _undecorate(scratch / _source(module), decorator, cls)
         print(f"{module}: @{decorator} applied after the class to {', '.join(names)}", flush=True)
     patterns = _patterns(module, only)
     log = scratch / "mutmut.log"
@@ -185,7 +234,8 @@ def _run_one(
             check=False,
         )
     seconds = time.monotonic() - start
-    meta = scratch / "mutants" / "src" / "autothrottle" / f"{module}.py.meta"
+    source = _source(module)
+    meta = scratch / "mutants" / source.with_name(source.name + ".meta")
     if done.returncode or not meta.exists():
         sys.exit(f"{module}: mutmut failed (exit {done.returncode}); see {log}")
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
@@ -227,7 +277,9 @@ def main() -> None:
         "modules",
         nargs="*",
         default=list(ESTIMATORS),
-        help="e.g. _pace _limits; the engine: " + " ".join(ENGINE),
+        help="e.g. _pace _limits; the engine: "
+        + " ".join(ENGINE)
+        + "; a header dialect: _headers._ietf (or _headers/_ietf.py); _headers: each",
     )
     parser.add_argument("--show", action="store_true", help="print each survivor's diff")
     parser.add_argument("--json", type=Path, help="also write the counts to this file")
@@ -251,8 +303,8 @@ def main() -> None:
         sys.exit("needs mutmut: `nox -s mutants`, or `pip install mutmut==3.8.1`")
     tests = [f"tests/{name}.py" for name in FAST if (ROOT / "tests" / f"{name}.py").exists()]
     results = [
-        _run_one(m.removesuffix(".py"), tests, show=args.show, workers=args.workers, only=args.only)
-        for m in args.modules
+        _run_one(m, tests, show=args.show, workers=args.workers, only=args.only)
+        for m in _modules(args.modules)
     ]
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
