@@ -185,7 +185,7 @@ def test_the_throttled_clients_declare_every_parameter_of_httpxs(
     # keep up with httpx's own parameters.
     annotation = inspect.signature(throttled.__init__).parameters["kwargs"].annotation
     assert annotation.startswith("Unpack[")
-    options = throttled.__init__.__globals__[annotation[len("Unpack[") : -1]]
+    options = inspect.unwrap(throttled.__init__).__globals__[annotation[len("Unpack[") : -1]]
     declared = options.__required_keys__ | options.__optional_keys__
     expected = set(inspect.signature(plain.__init__).parameters) - {"self"}
     assert declared == expected

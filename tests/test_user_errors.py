@@ -8,6 +8,7 @@ floor (a new project's 1 and 1 look like a throttle that does not adapt).
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import copy
 import inspect
@@ -305,6 +306,52 @@ def test_the_other_takers_of_a_throttle_ask_for_an_instance(take: Callable[[Any]
     with pytest.raises(TypeError) as error:
         take(Throttle)
     assert "pass an instance: throttle=Throttle()" in message(error)
+
+
+class _Registering(type):
+    """Another library's metaclass (a plugin registry's, an ORM's)."""
+
+
+class _Plugin(metaclass=_Registering):
+    pass
+
+
+@pytest.mark.parametrize("other", [abc.ABC, _Plugin], ids=["abc.ABC", "another-metaclass"])
+@pytest.mark.parametrize(
+    "ours", [Throttle, *NEEDS_THROTTLE], ids=lambda a: f"{a.__module__}.{a.__name__}"
+)
+async def test_a_class_of_ours_combines_with_an_abc_and_keeps_its_hints(
+    ours: type[Any], other: type[Any]
+) -> None:
+    """A user's class over one of ours and an ABC (or any base with a metaclass of
+    its own) is made, works, stays abstract until its methods are given, and
+    still says the fix when called with a slip."""
+
+    class Base(ours, other):  # type: ignore[misc]
+        @abc.abstractmethod
+        def name(self) -> str: ...
+
+    class Mine(Base):
+        def name(self) -> str:
+            return "mine"
+
+    kwargs: dict[str, Any] = {} if ours is Throttle else {"throttle": Throttle()}
+    if other is abc.ABC:
+        with pytest.raises(TypeError, match="abstract"):
+            Base(**kwargs)
+    mine = Mine(**kwargs)
+    assert mine.name() == "mine" and isinstance(mine, (ours, other))
+    if hasattr(mine, "aclose"):
+        await mine.aclose()
+    elif hasattr(mine, "close"):
+        mine.close()
+    with pytest.raises(TypeError) as error:
+        Mine(2.0) if ours is Throttle else Mine(Throttle())
+    text = message(error)
+    if ours is Throttle:
+        assert "Throttle(min_delay=2.0)" in text
+    else:
+        assert "Mine(throttle=Throttle())" in text and "passed positionally" in text
 
 
 def test_the_adapters_check_only_calls_a_copy_still_works() -> None:

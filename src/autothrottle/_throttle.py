@@ -28,7 +28,7 @@ from ._slot import LiveSlot, Slot, SlotSnapshot
 from ._stats import Collector, ThrottleStats, collect, in_chunks
 from ._store import SlotStore
 from ._turns import Maker, Turns
-from ._validate import KeywordsOnly, check_int, check_number
+from ._validate import check_int, check_number, keywords_only
 
 __all__ = ["Acquiring", "Throttle", "check_throttle", "missing_throttle", "throttle_hint"]
 
@@ -62,7 +62,8 @@ def _positional_hint(cls: type, args: tuple[object, ...], kwargs: dict[str, obje
     return f"Throttle takes keyword arguments only, got {value!r} positionally: {guess}?"
 
 
-class Throttle(metaclass=KeywordsOnly, hint=_positional_hint):
+@keywords_only(_positional_hint)
+class Throttle:
     """Paces requests per slot (per host by default), adapting each slot's delay.
 
     One throttle may serve any number of clients, httpx and aiohttp alike, sync
@@ -689,7 +690,7 @@ def missing_throttle(where: str, args: tuple[object, ...], first: str | None) ->
 
 
 def throttle_hint(cls: type, args: tuple[object, ...], kwargs: dict[str, object]) -> str | None:
-    """The hint (see :class:`~autothrottle._validate.KeywordsOnly`) of an adapter
+    """The hint (see :func:`~autothrottle._validate.keywords_only`) of an adapter
     class taking ``throttle=``: the message when it is missing, else None."""
     if "throttle" in kwargs:
         return None

@@ -7,10 +7,10 @@ value, instead of surfacing later as a stalled or runaway crawl.
 
 from __future__ import annotations
 
-import inspect
+import functools
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 
@@ -92,36 +92,33 @@ def check_response(
     return seconds, status, headers
 
 
-class KeywordsOnly(type):
-    """The type of a public class whose constructor takes keywords: a call Python
+def keywords_only(hint: Hint) -> Callable[[type[_T]], type[_T]]:
+    """Decorate a public class whose constructor takes keywords: a call Python
     would refuse (a value given positionally, a required keyword missing) fails
-    with the class's ``hint`` instead, which says which keyword is meant, rather
+    with ``hint``'s message instead, which says which keyword is meant, rather
     than Python's count of positional arguments.
 
-    Only calls come here (a copy or an unpickling does not), and only a class
-    still using the ``__init__`` the hint was written for: a subclass with an
-    ``__init__`` of its own is left to Python. ``inspect.signature`` shows
-    ``__init__``'s parameters, not this ``__call__``'s.
+    It wraps the class's own ``__init__`` (one call more a construction) rather
+    than being a metaclass: a user's class may then combine ours with an ABC or
+    any base with a metaclass of its own. ``hint`` is handed the class called
+    (a subclass using this ``__init__``), or the class decorated when a
+    subclass's own ``__init__`` called this one. A copy or an unpickling, which
+    calls no ``__init__``, is not checked; ``inspect.signature`` shows the
+    wrapped ``__init__``'s parameters.
     """
 
-    def __new__(
-        mcs, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any
-    ) -> KeywordsOnly:
-        cls = super().__new__(mcs, name, bases, namespace)
-        hint: Hint | None = kwargs.get("hint")
-        if hint is not None:
-            cls._hint = hint  # type: ignore[attr-defined]
-            cls._hinted_init = namespace["__init__"]  # type: ignore[attr-defined]
-        if "__init__" in namespace:
-            signature = inspect.signature(namespace["__init__"])
-            cls.__signature__ = signature.replace(  # type: ignore[attr-defined]
-                parameters=tuple(signature.parameters.values())[1:]
-            )
-        return cls
+    def decorate(cls: type[_T]) -> type[_T]:
+        init = cls.__dict__["__init__"]
 
-    def __call__(cls: type[_T], *args: Any, **kwargs: Any) -> _T:
-        if cls.__init__ is getattr(cls, "_hinted_init", None):
-            text = cls._hint(cls, args, kwargs)  # type: ignore[attr-defined]
+        @functools.wraps(init)
+        def __init__(self: object, *args: Any, **kwargs: Any) -> None:
+            called = type(self)
+            text = hint(called if called.__init__ is __init__ else cls, args, kwargs)
             if text is not None:
                 raise TypeError(text)
-        return cast(_T, super().__call__(*args, **kwargs))  # type: ignore[misc]
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__  # type: ignore[method-assign]
+        return cls
+
+    return decorate

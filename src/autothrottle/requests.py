@@ -95,7 +95,7 @@ from ._requests_parts import (
     hold_until_finished,
 )
 from ._throttle import Throttle, check_throttle, throttle_hint
-from ._validate import KeywordsOnly
+from ._validate import keywords_only
 
 __all__ = [
     "ThrottleWaitTimeout",
@@ -201,9 +201,8 @@ def _prepare(
     return send, throttle.key_for(request.url, host=host), options
 
 
-class ThrottledHTTPAdapter(
-    requests.adapters.HTTPAdapter, metaclass=KeywordsOnly, hint=throttle_hint
-):
+@keywords_only(throttle_hint)
+class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
     """A ``requests`` transport adapter that paces its requests with ``throttle``.
 
     It is requests' own ``HTTPAdapter`` (same arguments, same connection
@@ -365,7 +364,8 @@ def _with_options(kwargs: dict[str, Any], options: Mapping[str, Any]) -> dict[st
     return {**kwargs, "headers": headers}
 
 
-class ThrottledSession(requests.Session, metaclass=KeywordsOnly, hint=throttle_hint):
+@keywords_only(throttle_hint)
+class ThrottledSession(requests.Session):
     """A ``requests.Session`` whose HTTP and HTTPS requests are throttled.
 
     It mounts a :class:`ThrottledHTTPAdapter` for ``http://`` and ``https://``

@@ -32,7 +32,7 @@ from .._extras import require_privates
 from .._hold import release_later
 from .._lease import Lease
 from .._throttle import Throttle, check_throttle, throttle_hint
-from .._validate import KeywordsOnly
+from .._validate import keywords_only
 from ._common import (
     COMPLETE,
     FAILED,
@@ -477,7 +477,8 @@ def _plug_for(inner: httpx.AsyncBaseTransport, client: bool) -> _HttpxPlug:
     return _CLIENTS_PLUG if client else _PLUG
 
 
-class AsyncThrottledTransport(httpx.AsyncBaseTransport, metaclass=KeywordsOnly, hint=throttle_hint):
+@keywords_only(throttle_hint)
+class AsyncThrottledTransport(httpx.AsyncBaseTransport):
     """An httpx transport that paces the requests of ``inner`` with ``throttle``.
 
     Args:
@@ -696,7 +697,8 @@ _TRANSPORT_FOR_URL = httpx.AsyncClient._transport_for_url  # noqa: SLF001
 _HTTPX_CLIENT = httpx.AsyncClient  # read at each request: a mock patches the class
 
 
-class AsyncThrottledClient(httpx.AsyncClient, metaclass=KeywordsOnly, hint=throttle_hint):
+@keywords_only(throttle_hint)
+class AsyncThrottledClient(httpx.AsyncClient):
     """An ``httpx.AsyncClient`` whose every route is throttled.
 
     It takes the same arguments as ``httpx.AsyncClient`` plus ``throttle``, and

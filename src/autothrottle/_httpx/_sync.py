@@ -30,7 +30,7 @@ from .._extras import require_privates
 from .._hold import release_later
 from .._lease import Lease
 from .._throttle import Throttle, check_throttle, throttle_hint
-from .._validate import KeywordsOnly
+from .._validate import keywords_only
 from ._common import (
     COMPLETE,
     FAILED,
@@ -472,7 +472,8 @@ def _plug_for(inner: httpx.BaseTransport, client: bool) -> _HttpxPlug:
     return _CLIENTS_PLUG if client else _PLUG
 
 
-class ThrottledTransport(httpx.BaseTransport, metaclass=KeywordsOnly, hint=throttle_hint):
+@keywords_only(throttle_hint)
+class ThrottledTransport(httpx.BaseTransport):
     """An httpx transport that paces the requests of ``inner`` with ``throttle``.
 
     Args:
@@ -680,7 +681,8 @@ _TRANSPORT_FOR_URL = httpx.Client._transport_for_url  # noqa: SLF001
 _HTTPX_CLIENT = httpx.Client  # read at each request: a mock patches the class
 
 
-class ThrottledClient(httpx.Client, metaclass=KeywordsOnly, hint=throttle_hint):
+@keywords_only(throttle_hint)
+class ThrottledClient(httpx.Client):
     """An ``httpx.Client`` whose every route is throttled.
 
     It takes the same arguments as ``httpx.Client`` plus ``throttle``, and

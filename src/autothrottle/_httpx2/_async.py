@@ -33,7 +33,7 @@ from .._extras import require_privates
 from .._hold import release_later
 from .._lease import Lease
 from .._throttle import Throttle, check_throttle, throttle_hint
-from .._validate import KeywordsOnly
+from .._validate import keywords_only
 from ._common import (
     COMPLETE,
     FAILED,
@@ -478,9 +478,8 @@ def _plug_for(inner: httpx2.AsyncBaseTransport, client: bool) -> _HttpxPlug:
     return _CLIENTS_PLUG if client else _PLUG
 
 
-class AsyncThrottledTransport(
-    httpx2.AsyncBaseTransport, metaclass=KeywordsOnly, hint=throttle_hint
-):
+@keywords_only(throttle_hint)
+class AsyncThrottledTransport(httpx2.AsyncBaseTransport):
     """An httpx2 transport that paces the requests of ``inner`` with ``throttle``.
 
     Args:
@@ -695,7 +694,8 @@ _TRANSPORT_FOR_URL = httpx2.AsyncClient._transport_for_url  # noqa: SLF001
 _HTTPX_CLIENT = httpx2.AsyncClient  # read at each request: a mock patches the class
 
 
-class AsyncThrottledClient(httpx2.AsyncClient, metaclass=KeywordsOnly, hint=throttle_hint):
+@keywords_only(throttle_hint)
+class AsyncThrottledClient(httpx2.AsyncClient):
     """An ``httpx2.AsyncClient`` whose every route is throttled.
 
     It takes the same arguments as ``httpx2.AsyncClient`` plus ``throttle``, and
