@@ -182,30 +182,32 @@ def test_resume_drops_a_cut_line_and_knows_what_is_done(tmp_path: Path) -> None:
 
 
 def test_the_charts_robots_notes_stay_bounded_over_many_hosts() -> None:
-    """A note of a slot the timeline did not keep when its sample was taken goes
-    at the next sample: 100,000 hosts noted leave those of the last two samples,
-    and the note of a slot kept stays."""
+    """A note no sample took by the second since it was heard (its slot gone from
+    the throttle) is let go of: 100,000 hosts noted, sampled every 1,000, leave
+    at most those of the last two samples (twice, as the look waits for the notes
+    to double). A note whose slot counted the answer is taken by its sample."""
     throttle = Throttle()
     timeline = FetchTimeline(throttle, interval=0.25, interval_per_slot=0.0, jsonl=None)
-    throttle.slot("kept.test")
     asking = _ASKING.set(True)
     try:
-        timeline._hear(ThrottleEvent("response", "kept.test", 404))
+        throttle.observe("kept.test", latency=0.1, status=404)
         for i in range(100_000):
             timeline._hear(ThrottleEvent("response", f"host{i}.test", 404))
             if i % 1000 == 999:
                 timeline.sample()
-                assert len(timeline._none) <= 2001
+                assert len(timeline._none) <= 4 * 1000 + 1
     finally:
         _ASKING.reset(asking)
-    timeline.sample()
-    assert [note[0] for note in timeline._none] == ["kept.test"]
+    assert len(timeline._none) <= 4 * 1000
+    assert "kept.test" not in timeline._none
+    first = timeline.samples("kept.test")[0]
+    assert (first.responses, first.statuses) == (1, {})
     timeline.close()
 
 
 @pytest.mark.parametrize("client", CLIENTS)
 async def test_the_chart_leaves_out_the_robots_txt_answer_it_heard_not_another_origins(
-    client: Client,
+    client: Client, tmp_path: Path
 ) -> None:
     """Two origins on one slot (one host, two ports): origin A's page answers 404
     while origin B's robots.txt, asked before it, has not answered yet; then B's
@@ -225,7 +227,8 @@ async def test_the_chart_leaves_out_the_robots_txt_answer_it_heard_not_another_o
     app.router.add_get("/robots.txt", robots)
     app.router.add_get("/gone", gone)
     throttle = Throttle(policy=FixedDelayPolicy(0.0))
-    timeline = FetchTimeline(throttle, interval=60.0, interval_per_slot=0.0, jsonl=None)
+    filed = tmp_path / "timeline.jsonl"
+    timeline = FetchTimeline(throttle, interval=60.0, interval_per_slot=0.0, jsonl=str(filed))
     async with (
         served_here(["127.0.0.2", "127.0.0.2"], app) as (a, b),
         open_sender(client, throttle, io_timeout=10.0, connections=4, headers={}) as sender,
@@ -239,7 +242,8 @@ async def test_the_chart_leaves_out_the_robots_txt_answer_it_heard_not_another_o
         assert (await asyncio.wait_for(reading, 10.0)).parser is None
         timeline.sample()
     timeline.close()
-    assert [s.statuses for s in Timeline.samples(timeline, "127.0.0.2")] == [{404: 1}, {404: 1}]
+    as_counted = Timeline.read_jsonl(filed).samples("127.0.0.2")
+    assert [s.statuses for s in as_counted] == [{404: 1}, {404: 1}]
     assert [s.statuses for s in timeline.samples("127.0.0.2")] == [{404: 1}, {}]
 
 

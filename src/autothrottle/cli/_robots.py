@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from urllib.parse import urlsplit
 
 from protego import Protego
 
-from autothrottle import HostSettings, SlotSnapshot, Throttle, ThrottleEvent
+from autothrottle import HostSettings, Throttle, ThrottleEvent
 from autothrottle.timeline import SlotSample, Timeline
 
 from ._fetch_clients import FAILURES, Reply, Sender
@@ -198,8 +197,8 @@ _ASKING: ContextVar[bool] = ContextVar("autothrottle_fetch_robots", default=Fals
 
 
 class FetchTimeline(Timeline):
-    """The fetch's timeline (``--chart``, ``--timeline``): :meth:`samples`, and so the
-    chart, leave out each robots.txt's answer that there is none (a 404, say).
+    """The fetch's timeline (``--chart``, ``--timeline``): the samples it keeps, and
+    so the chart, leave out each robots.txt's answer that there is none (a 404, say).
 
     The throttle counts that answer like any response, and the ``--timeline``
     file keeps it as counted; a chart that drew it among the "other 4xx" would
@@ -207,69 +206,58 @@ class FetchTimeline(Timeline):
     throttle tells its listeners of each response inline, as it counts it, in
     the task that sent the request: the robots.txt request is marked there
     (:data:`_ASKING`), so the timeline hears exactly that response, on the
-    slot that counted it, at the moment it was counted. The first sample of
-    that slot taken since (with that status: a sample read 1,000 slots at a
-    time may have read this one just before) holds it, and loses it.
+    slot that counted it. The next sample of that slot with that status holds
+    it (the next but one, when a sample read 1,000 slots at a time read this
+    one just before), and is kept without it.
 
-    A note is kept while the timeline keeps its slot: one whose slot was not
-    kept when its sample was taken is let go of at the next sample, so the
-    notes held are those of the slots kept and of the last two samples.
+    A note not taken by the second sample since it was heard is of a slot the
+    throttle forgot meanwhile: such notes are let go of when the notes held
+    reach twice those kept at the last look, so they stay those of the last
+    two samples' slots.
     """
 
     def __init__(
         self, throttle: Throttle, *, interval: float, interval_per_slot: float, jsonl: str | None
     ) -> None:
-        self._none: list[tuple[str, int, float]] = []  # slot, status, when counted
-        self._sampled = -math.inf  # when the last sample's read began
-        reads = _Reads(throttle, self._look)
-        super().__init__(reads, interval, interval_per_slot=interval_per_slot, jsonl=jsonl)
+        # Slot to the answers heard on it not yet left out: their status, and the
+        # samples taken when each was heard.
+        self._none: dict[str, list[tuple[int, int]]] = {}
+        self._look_at = _LOOK_AT
+        super().__init__(throttle, interval, interval_per_slot=interval_per_slot, jsonl=jsonl)
         self._stop_hearing = throttle.listen(self._hear)
 
     def _hear(self, event: ThrottleEvent) -> None:
-        if event.status is not None and _ASKING.get() and none_found(event.status):
-            self._none.append((event.slot, event.status, self.now()))
+        if event.status is None or not _ASKING.get() or not none_found(event.status):
+            return
+        if len(self._none) >= self._look_at:
+            recent = self._takes - 1  # a note heard before this was through two samples
+            self._none = {
+                slot: kept
+                for slot, notes in self._none.items()
+                if (kept := [note for note in notes if note[1] >= recent])
+            }
+            self._look_at = max(_LOOK_AT, 2 * len(self._none))
+        self._none.setdefault(event.slot, []).append((event.status, self._takes))
 
-    def _look(self) -> None:
-        """A sample is about to be read: let go of the notes counted before the
-        last one began (so in it) whose slot the timeline did not keep."""
-        if self._none:
-            kept, before = set(self.keys), self._sampled
-            self._none = [note for note in self._none if note[2] >= before or note[0] in kept]
-        self._sampled = self.now()
+    def _as_kept(self, key: str, sample: SlotSample) -> SlotSample:
+        """``sample`` less the robots.txt answers heard on slot ``key`` that it holds."""
+        notes = self._none.pop(key, None)
+        if notes is None:
+            return sample
+        statuses = dict(sample.statuses)
+        left = []
+        for note in notes:
+            status = note[0]
+            if statuses.get(status, 0) > 0:
+                statuses[status] -= 1
+                if not statuses[status]:
+                    del statuses[status]
+            else:
+                left.append(note)  # counted after this sample read the slot
+        if left:
+            self._none[key] = left
+        return sample if len(left) == len(notes) else dataclasses.replace(sample, statuses=statuses)
 
     def close(self) -> None:
         self._stop_hearing()
         super().close()
-
-    def samples(self, key: str) -> list[SlotSample]:
-        """The samples of slot ``key``, oldest first, without robots.txt's "none" answers."""
-        samples = super().samples(key)
-        for slot, status, counted in self._none:
-            if slot != key:
-                continue
-            for i, sample in enumerate(samples):
-                if sample.time >= counted and sample.statuses.get(status, 0) > 0:
-                    statuses = dict(sample.statuses)
-                    statuses[status] -= 1
-                    if not statuses[status]:
-                        del statuses[status]
-                    samples[i] = dataclasses.replace(sample, statuses=statuses)
-                    break
-        return samples
-
-
-class _Reads:
-    """The throttle as a :class:`FetchTimeline` reads it: ``look`` is called as each
-    sample's read begins."""
-
-    def __init__(self, throttle: Throttle, look: Callable[[], None]) -> None:
-        self._throttle = throttle
-        self._look = look
-
-    def snapshot(self) -> dict[str, SlotSnapshot]:
-        self._look()
-        return self._throttle.snapshot()
-
-    async def snapshot_async(self) -> dict[str, SlotSnapshot]:
-        self._look()
-        return await self._throttle.snapshot_async()

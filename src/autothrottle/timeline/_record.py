@@ -156,6 +156,8 @@ class Timeline:
         self._unwritten: dict[str, _Unwritten] = {}
         # Replaying a version 1 file, which has a line for every repeat.
         self._merge = False
+        # Samples taken (a subclass's notes may count their age in them).
+        self._takes = 0
         if jsonl is not None:
             limit = check_int("jsonl_max_bytes", jsonl_max_bytes, minimum=1024)
             self._out = _JsonlOut(Path(jsonl), limit)
@@ -192,6 +194,8 @@ class Timeline:
         return len(snapshots)
 
     def _take(self, t: float, snapshots: Mapping[str, SlotSnapshot]) -> None:
+        self._takes += 1
+        as_kept = self._as_kept
         lines: list[dict[str, Any]] | None = [] if self._out is not None else None
         # Only the slots sampled now are kept as the last ones: a slot the throttle
         # forgot (and one made again under its key) counts from zero when it comes back.
@@ -208,7 +212,7 @@ class Timeline:
                     continue
             sample = _delta(t, snap, None if before is None else before[0], self._statuses)
             self._last[key] = (snap, is_quiet(sample))
-            self._record(key, sample)
+            self._record(key, as_kept(key, sample))
             if lines is not None:
                 if key in self._unwritten:
                     lines.append(self._unwritten_line(key))
@@ -219,6 +223,14 @@ class Timeline:
             lines.extend(self._unwritten_line(key) for key in gone)
             if lines and self._out is not None:
                 self._out.write(lines)
+
+    def _as_kept(self, key: str, sample: SlotSample) -> SlotSample:
+        """Slot ``key``'s sample just taken (not a repeat), as this timeline keeps it:
+        what :meth:`samples` and the chart give back. The ``jsonl`` file has it as
+        taken. A subclass may leave out of it what it knows its chart should not
+        show (``autothrottle fetch`` leaves out each robots.txt's answer that
+        there is none); this one keeps it whole."""
+        return sample
 
     def _record(self, key: str, sample: SlotSample, *, merge: bool = False) -> None:
         """Add a sample that is not a repeat: the slot changed (``merge``: or a
