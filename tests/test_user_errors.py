@@ -22,7 +22,7 @@ import pytest
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
-from autothrottle import AIMDPolicy, AutoThrottlePolicy, HostSettings, Throttle
+from autothrottle import Acquiring, AIMDPolicy, AutoThrottlePolicy, HostSettings, Lease, Throttle
 from autothrottle._request import options_from_header
 from autothrottle._scrapy_settings import kept_limits
 from autothrottle.aiohttp import ThrottledSession, throttle_middleware
@@ -403,3 +403,32 @@ async def test_what_acquire_returns_is_still_a_coroutine_a_task_runs() -> None:
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(throttle.acquire, "h")
     assert throttle.slot("h").in_flight == 1
+
+
+async def test_a_subclass_wrapping_acquire_as_documented_is_awaited_entered_and_run() -> None:
+    """The subclass ``Acquiring``'s docstring shows: its wrapper runs on every way of
+    taking a turn, and what it returns is still entered, awaited and run by a task."""
+
+    class Counted(Throttle):
+        waits = 0
+
+        def acquire(self, key: str, **kwargs: Any) -> Acquiring:
+            return Acquiring(self._counted(super().acquire(key, **kwargs)))
+
+        async def _counted(self, turn: Acquiring) -> Lease:
+            self.waits += 1
+            return await turn
+
+    throttle = Counted(start_delay=0.0)
+    async with throttle.acquire("h") as lease:
+        assert throttle.slot("h").in_flight == 1
+    assert lease.released
+    (await throttle.acquire("h", max_wait=1.0)).release()
+    (await asyncio.create_task(throttle.acquire("h"))).release()
+    assert throttle.waits == 3 and throttle.slot("h").in_flight == 0
+
+
+def test_acquiring_made_of_anything_but_a_coroutine_names_it() -> None:
+    with pytest.raises(TypeError) as error:
+        Acquiring(None)  # type: ignore[arg-type]
+    assert message(error) == "turn must be a coroutine of a Lease, got None"
