@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import httpx
@@ -842,10 +842,11 @@ async def test_a_scrapy_request_held_at_its_wire_turn_at_the_close_gives_its_tur
     assert keys.ahead() < SCRAPY_GAP / 2  # kept, it would lie a gap ahead
 
 
-def test_scrapy_names_the_errors_of_a_download_never_written() -> None:
-    # What Scrapy 2.13 (Twisted's errors) and 2.14 on (its own, Twisted's as
-    # their cause) raise for a download that wrote nothing, and what they raise
-    # for one that may have: a timeout, of the connect or of the response alike.
+def scrapy_errors() -> tuple[list[BaseException], list[BaseException]]:
+    """What Scrapy 2.13 (Twisted's errors) and 2.14 on (its own, Twisted's as
+    their cause) raise for a download that may have written its request (a
+    timeout, of the connect or of the response alike), and for one that wrote
+    nothing."""
     from OpenSSL import SSL
     from scrapy import exceptions
     from scrapy.utils.misc import load_object
@@ -859,8 +860,6 @@ def test_scrapy_names_the_errors_of_a_download_never_written() -> None:
     Failure: Any = twisted_failure.Failure
     ResponseFailed: Any = client.ResponseFailed
     ResponseNeverReceived: Any = client.ResponseNeverReceived
-
-    from autothrottle._scrapy_parts import unconnected
 
     def failure(value: BaseException) -> Any:
         try:
@@ -894,10 +893,55 @@ def test_scrapy_names_the_errors_of_a_download_never_written() -> None:
         wrapped("CannotResolveHostError", error.DNSLookupError("no-such.example")),
         error.TCPTimedOutError(),
         error.NoRouteError(),
-        error.ConnectingCancelledError(None),
+        error.ConnectingCancelledError(None),  # not the host's failure: a connect cancelled
         load_object("scrapy.core.downloader.handlers.http11.TunnelError")("refused"),
         wrapped("DownloadFailedError", ResponseNeverReceived([failure(verify_failed)])),
         ResponseNeverReceived([failure(VerificationError(errors=[]))]),
     ]
+    return written, never_written
+
+
+def test_scrapy_names_the_errors_of_a_download_never_written() -> None:
+    from autothrottle._scrapy_parts import unconnected
+
+    written, never_written = scrapy_errors()
     assert [unconnected(each) for each in written] == [False] * len(written)
     assert [unconnected(each) for each in never_written] == [True] * len(never_written)
+
+
+async def test_a_scrapy_download_error_hands_its_turn_back_when_nothing_was_written() -> None:
+    # The middleware takes the wire turn before Scrapy connects, so every download
+    # error comes after it: the turn goes back whole for each error that says
+    # nothing was written, the host's failure or not (a connect cancelled), and
+    # stays spent for every other. A fleet's turn, recorded where it ends.
+    from scrapy import Request, Spider
+    from scrapy.utils.test import get_crawler
+
+    from autothrottle._fleet_hooks import HeldTurn
+    from autothrottle.scrapy import AutoThrottleMiddleware
+
+    ends: list[str] = []
+    turns: Any = SimpleNamespace(
+        store=SimpleNamespace(
+            released=lambda key, turn: ends.append("spent"),
+            late=lambda key, turn: ends.append("back"),
+        ),
+        left=lambda slot: None,
+    )
+    crawler = get_crawler(
+        Spider, {"AUTOTHROTTLE_ENABLED": False, "AUTOTHROTTLE_POLICY": "fixed-delay=0"}
+    )
+    # A slot a request (a host's failure backs its slot off: the next would wait).
+    downloader = SimpleNamespace(get_slot_key=lambda request: request.url, slots={})
+    crawler.engine = cast(Any, SimpleNamespace(downloader=downloader))
+    middleware = AutoThrottleMiddleware(crawler)
+    written, never_written = scrapy_errors()
+    for number, error in enumerate([*written, *never_written]):
+        request = Request(f"http://127.0.0.{number + 2}/")
+        assert await middleware.process_request(request) is None
+        lease = middleware._held[request].exchange.lease
+        lease.on_release = HeldTurn(turns, SimpleNamespace(key=HOST), "turn")  # type: ignore[arg-type]
+        assert isinstance(error, Exception)
+        middleware.process_exception(request, error)
+        assert middleware.throttle.slot(request.url).in_flight == 0
+    assert ends == ["spent"] * len(written) + ["back"] * len(never_written)

@@ -231,40 +231,42 @@ class Exchange:
         error: BaseException,
         host_failure: HostFailure,
         unconnected: HostFailure | None = None,
+        *,
+        wired_before_connect: bool = False,
     ) -> Exception | None:
         """Sending raised ``error``: record it if the host failed, and release.
 
         Returns what the wire turn raised, if it did (:attr:`wire_error`): then
         nothing was sent, and ``error`` is that or the client's wrapping of it
         (aiohttp makes a ``TimeoutError`` raised inside its connect a
-        ``ConnectionTimeoutError``), not the host's failure. ``unconnected``
-        says whether the host's failure is a connection never made (refused,
-        a connect timeout), or whether a cancellation (not an ``Exception``)
-        before the wire turn left the request unwritten: then nothing reached
-        the host, and a fleet's turn goes back whole (``_fleet_hooks.never_sent``).
+        ``ConnectionTimeoutError``), not the host's failure.
+
+        ``unconnected`` says whether ``error`` shows that nothing of the request
+        was written: a connection never made (refused, a connect timeout), or a
+        cancellation (not an ``Exception``) while it was being made or waited
+        for. Then nothing reached the host, and a fleet's turn goes back whole
+        (``_fleet_hooks.never_sent``), the one place that rule is applied. It
+        is asked only before the wire turn, after which the request may have
+        been written, unless ``wired_before_connect``: the adapter takes the
+        wire turn before its client connects, knowing nothing of the
+        connection (Scrapy), so the wire turn says nothing of what was written
+        and ``unconnected`` alone decides.
         """
         wired: Exception | None = getattr(self, "wire_error", None)
         if wired is not None:
             del self.wire_error  # its frames refer to this exchange: no cycle kept
         lease = self.lease
         try:
-            if wired is None and isinstance(error, Exception) and host_failure(error):
-                if (
-                    lease.on_release is not None  # a fleet's lease (the only ones with a hook)
-                    and not self.wired
-                    and unconnected is not None
-                    and unconnected(error)
-                ):
-                    never_sent(lease)
-                lease.fail(error)
-            elif (
-                lease.on_release is not None
-                and not self.wired
-                and not isinstance(error, Exception)  # cancelled, interrupted: nobody's failure
+            if (
+                lease.on_release is not None  # a fleet's lease (the only ones with a hook)
+                and wired is None
                 and unconnected is not None
+                and (wired_before_connect or not self.wired)
                 and unconnected(error)
             ):
                 never_sent(lease)
+            if wired is None and isinstance(error, Exception) and host_failure(error):
+                lease.fail(error)
         finally:
             lease.release()
         return wired
@@ -359,10 +361,10 @@ class Plug(Generic[Request, Response, Wiring]):
         raise NotImplementedError
 
     def unconnected(self, error: BaseException) -> bool:
-        """Whether ``error``, a host's failure, says the request's connection was
-        never made (refused, a connect timeout, a name not found): raised
-        before the wire turn, nothing of the request reached the host (a
-        fleet's turn goes back whole). False when the client cannot tell.
+        """Whether ``error``, raised before the wire turn, says the request's
+        connection was never made (refused, a connect timeout, a name not
+        found): nothing of the request reached the host (a fleet's turn goes
+        back whole, :meth:`Exchange.failed`). False when the client cannot tell.
 
         Also asked of a cancellation or an interrupt (not an ``Exception``)
         that came before the wire turn: True when the client writes nothing

@@ -62,7 +62,6 @@ from scrapy.http import Response, TextResponse
 from ._errors import ThrottleTimeout
 from ._events import ThrottleEvent
 from ._exchange import Exchange, ThrottleInfo
-from ._fleet_hooks import never_sent
 from ._lease import Lease
 from ._request import CONTROL_HEADER, RequestOptions, options_from_header, options_from_mapping
 from ._scrapy_parts import (
@@ -312,13 +311,11 @@ class AutoThrottleMiddleware:
         only lets the slot go. A download that failed before anything of the
         request was written (:func:`~autothrottle._scrapy_parts.unconnected`)
         hands a fleet's turn back whole, its time too: its wire turn, taken
-        before Scrapy connects, went unused."""
+        before Scrapy connects, went unused (``Exchange.failed``, told that
+        the wire turn came before the connection)."""
         held = self._held.pop(request, None)
         if held is not None:
-            exchange = held.done()
-            if unconnected(exception):
-                never_sent(exchange.lease)
-            exchange.failed(exception, host_failure)
+            held.done().failed(exception, host_failure, unconnected, wired_before_connect=True)
 
     # -- options and slots ----------------------------------------------------------------
 
