@@ -5,11 +5,14 @@ library's types stop accepting it, the type check fails.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from typing import Any
 
 import httpx
 
 from autothrottle import (
+    Acquiring,
     FixedRatePolicy,
     HostSettings,
     Lease,
@@ -45,6 +48,40 @@ async def by_hand(throttle: Throttle) -> float:
     with lease:
         lease.observe(latency=0.2, status=200, headers={"Retry-After": "3"})
     return throttle.slot("example.com").delay
+
+
+async def turns(throttle: Throttle) -> None:
+    """docs/guide.md's `acquire`: what it returns is named, entered, awaited, run by a task."""
+    turn: Acquiring = throttle.acquire("example.com", max_wait=5.0)
+    async with turn as held:
+        held.observe(latency=0.2, status=200)
+    async with throttle.acquire("example.com") as lease:
+        lease.observe(latency=0.1, status=503, headers={"Retry-After": "3"})
+    awaited: Lease = await throttle.acquire("example.com", cost={"tokens": 100.0})
+    awaited.release()
+    task: asyncio.Task[Lease] = asyncio.create_task(throttle.acquire("example.com"))
+    (await task).release()
+
+
+class Counted(Throttle):
+    """Acquiring's docstring: a subclass wrapping `acquire` keeps what callers may write."""
+
+    waits = 0
+
+    def acquire(self, key: str, **kwargs: Any) -> Acquiring:
+        return Acquiring(self._counted(super().acquire(key, **kwargs)))
+
+    async def _counted(self, turn: Acquiring) -> Lease:
+        self.waits += 1
+        return await turn
+
+
+async def counted() -> int:
+    throttle = Counted(max_wait=30.0)
+    async with throttle.acquire("example.com") as lease:
+        lease.observe(latency=0.2, status=200)
+    await turns(throttle)
+    return throttle.waits
 
 
 def on_event(event: ThrottleEvent) -> None:
