@@ -120,8 +120,31 @@ def test_a_falling_delay_the_ramp_holds_nothing_of_leaves_no_ramp() -> None:
     assert lease is not None
     lease.observe(latency=2.5, status=200)  # asks for (4 + 2.5) / 2
     lease.release()
-    assert (slot.delay, record_of(slot).ramp_to) == (3.25, 0.0)
-    clock.advance(3.2)
+    assert slot.delay == 3.25
+    clock.advance(3.2)  # a ramp toward anything below 3.25 s would let one go by now
     assert throttle.try_acquire(KEY) is None
     clock.advance(0.05)
     assert throttle.try_acquire(KEY) is not None
+
+
+async def test_once_begun_the_arrival_guard_counts_every_answer() -> None:
+    """The guard a stated pace began stays with the slot, and the wire counts
+    each gap from it (``WireTurn.counts_from``): an answer after that pace
+    ended still counts, or the next stated pace would start from a least
+    latency the path no longer has."""
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=AutoThrottlePolicy(), start_delay=0.0)
+    slot = throttle.slot(KEY)
+    record_of(slot).limits.sustained_until = clock.now + 10.0
+    lease = await take(throttle)
+    lease.observe(latency=0.1, status=200)
+    lease.release()
+    guard = gate_of(slot).arrivals
+    assert guard is not None
+    assert guard.least_latency() == 0.1
+    clock.advance(20.0)  # the stated pace ended
+    lease = await take(throttle)
+    lease.observe(latency=0.05, status=200)
+    lease.release()
+    assert gate_of(slot).arrivals is guard
+    assert guard.least_latency() == 0.05
