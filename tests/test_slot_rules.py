@@ -148,3 +148,10 @@ async def test_once_begun_the_arrival_guard_counts_every_answer() -> None:
     lease.release()
     assert gate_of(slot).arrivals is guard
     assert guard.least_latency() == 0.05
+
+
+async def test_a_slots_repr_shows_its_key_delay_and_counts() -> None:
+    throttle = Throttle(clock=FakeClock(), policy=AutoThrottlePolicy(), start_delay=2.0)
+    lease = await take(throttle)
+    assert repr(throttle.slot(KEY)) == "<Slot 'example.com' delay=2.000s in_flight=1 queued=0>"
+    lease.release()
