@@ -840,6 +840,37 @@ def test_a_scrapy_download_that_never_reached_its_host_gives_its_turn_back(
     assert result["stats"]["autothrottle/failures"] == 3  # the hosts' failures still
 
 
+def test_a_scrapy_connect_timed_out_under_the_httpx_handler_gives_its_turn_back(
+    tmp_path: Path,
+) -> None:
+    # Scrapy's experimental httpx download handler (Scrapy 2.19 on) raises its
+    # download timeout with httpx's own error as its cause: a ConnectTimeout
+    # says the connection was never made (the turn goes back whole), a
+    # ReadTimeout that the request went (its time kept). The default handler
+    # says neither (the test above).
+    from test_scrapy import crawl
+
+    handler = "scrapy.core.downloader.handlers._httpx.HttpxDownloadHandler"
+    pytest.importorskip(handler.rsplit(".", 1)[0])
+    prefix = fresh_prefix("test-a-scrapy")
+    with not_accepting("127.0.0.3") as stuck, silent("127.0.0.4") as slow:
+        result = crawl(
+            tmp_path,
+            {**scrapy_fleet(prefix), "DOWNLOAD_HANDLERS": {"http": handler}},
+            [
+                {"url": f"http://127.0.0.3:{stuck}/", "meta": {"download_timeout": 1}},
+                {"url": f"http://127.0.0.4:{slow}/", "meta": {"download_timeout": 1}},
+            ],
+        )
+    errors = [outcome.get("error") for outcome in result["outcomes"]]
+    assert errors == ["DownloadTimeoutError"] * 2, result["outcomes"]
+    back, kept = Keys(prefix, "127.0.0.3"), Keys(prefix, "127.0.0.4")
+    assert back.leases_held() == kept.leases_held() == 0
+    assert back.ahead() < SCRAPY_GAP / 2  # kept, it would lie a gap ahead
+    assert kept.ahead() > SCRAPY_GAP / 2
+    assert result["stats"]["autothrottle/failures"] == 2  # the hosts' failures still
+
+
 async def test_a_scrapy_request_held_at_its_wire_turn_at_the_close_gives_its_turn_back(
     tmp_path: Path,
 ) -> None:
@@ -906,6 +937,7 @@ def scrapy_errors() -> tuple[list[BaseException], list[BaseException]]:
         ResponseNeverReceived([failure(verify_failed), failure(error.ConnectionLost())]),
         ResponseNeverReceived([]),
         ValueError("a middleware's own"),
+        wrapped("DownloadTimeoutError", httpx.ReadTimeout("")),  # the httpx handler's (2.19 on)
     ]
     never_written: list[BaseException] = [
         wrapped("DownloadConnectionRefusedError", error.ConnectionRefusedError()),
@@ -916,6 +948,7 @@ def scrapy_errors() -> tuple[list[BaseException], list[BaseException]]:
         load_object("scrapy.core.downloader.handlers.http11.TunnelError")("refused"),
         wrapped("DownloadFailedError", ResponseNeverReceived([failure(verify_failed)])),
         ResponseNeverReceived([failure(VerificationError(errors=[]))]),
+        wrapped("DownloadTimeoutError", httpx.ConnectTimeout("")),
     ]
     return written, never_written
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -82,6 +83,7 @@ _UNCONNECTED: tuple[type[BaseException], ...] = _load_exceptions(
 )
 _WHOLE_DOWNLOAD_TIMEOUT = _load_exceptions(("twisted.internet.error.TimeoutError",))
 _WRAPPED = _load_exceptions(("scrapy.exceptions.DownloadFailedError",))
+_TIMED_OUT = _load_exceptions(("scrapy.exceptions.DownloadTimeoutError",))
 _NEVER_RECEIVED = _load_exceptions(("twisted.web.client.ResponseNeverReceived",))
 _VERIFICATION = _load_exceptions(("service_identity.exceptions.VerificationError",))
 _TLS_ERROR = _load_exceptions(("OpenSSL.SSL.Error",))
@@ -97,8 +99,12 @@ def unconnected(error: BaseException) -> bool:
     Scrapy 2.14 on raises its own error with Twisted's as its cause; 2.13,
     Twisted's. A download timeout is not one: Scrapy's handler raises the same
     error whether the connect or the response was slow (2.13 raises Twisted's
-    ``TimeoutError``, a ``ConnectError``, for both).
+    ``TimeoutError``, a ``ConnectError``, for both), but for its experimental
+    httpx handler (Scrapy 2.19 on), whose timeout's cause is httpx's (or
+    httpx2's) ``ConnectTimeout`` when the connection was never made.
     """
+    if isinstance(error, _TIMED_OUT):
+        return _connect_timed_out(error.__cause__)
     if isinstance(error, _WRAPPED) and error.__cause__ is not None:
         error = error.__cause__
     if isinstance(error, _UNCONNECTED):
@@ -106,6 +112,20 @@ def unconnected(error: BaseException) -> bool:
     if isinstance(error, _NEVER_RECEIVED):
         reasons = getattr(error, "reasons", None) or []
         return bool(reasons) and all(_certificate_refused(reason.value) for reason in reasons)
+    return False
+
+
+def _connect_timed_out(cause: BaseException | None) -> bool:
+    """``cause`` is httpx's or httpx2's ``ConnectTimeout`` (raised while the
+    connection was being made, before a byte of the request was written).
+    Looked up among the modules loaded: only a crawl that loaded one can have
+    raised its error, and a crawl without pays no import."""
+    if cause is None:
+        return False
+    for name in ("httpx2", "httpx"):
+        module = sys.modules.get(name)
+        if module is not None and isinstance(cause, module.ConnectTimeout):
+            return True
     return False
 
 
