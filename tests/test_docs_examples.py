@@ -562,3 +562,25 @@ async def test_readme_seeing_what_it_does(
     assert logged, "debug=True logged nothing"
     fields = re.compile(r"(\w+)=")
     assert all(fields.findall(line) == fields.findall(shown) for line in logged), logged
+
+
+def test_every_docstring_example_of_the_library_holds() -> None:
+    """The API reference shows the modules' docstrings, so a ``>>>`` example in one
+    is read and copied as a page's block is; doctest runs each of them."""
+    import doctest
+    import importlib
+
+    package = ROOT / "src" / "autothrottle"
+    failed: dict[str, int] = {}
+    tried = 0
+    for path in sorted(package.rglob("*.py")):
+        if ">>> " not in path.read_text(encoding="utf-8"):
+            continue
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+        tried += result.attempted
+        if result.failed:
+            failed[name] = result.failed
+    assert tried > 0
+    assert not failed

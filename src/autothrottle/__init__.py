@@ -1,13 +1,15 @@
 """autothrottle: polite, adaptive per-host pacing for httpx, aiohttp, requests and Scrapy.
 
-Scrapy's AutoThrottle, for Python's HTTP clients: every host is a *slot* whose delay
-between requests adapts to the host's latency, so that about
-``target_concurrency`` requests are in flight to it on average.
+Scrapy's AutoThrottle, for Python's HTTP clients, and then past it: every host is a
+*slot* whose pace adapts to that host. By default a slot finds how many requests its
+host serves at once and keeps that many in flight without a queue;
+``Throttle(policy=AutoThrottlePolicy())`` paces by Scrapy's rules instead, about
+``target_concurrency`` requests in flight on average.
 
     >>> from autothrottle import Throttle
-    >>> throttle = Throttle(target_concurrency=2.0)
-    >>> throttle.slot("example.com").delay
-    5.0
+    >>> throttle = Throttle()
+    >>> throttle.slot("example.com").delay  # the first delay; each response moves it
+    1.0
 
 The client adapters live in :mod:`autothrottle.httpx`,
 :mod:`autothrottle.aiohttp`, :mod:`autothrottle.requests` and
