@@ -54,6 +54,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Mapping
+from contextvars import ContextVar
 from functools import partial
 from typing import Any
 
@@ -319,6 +320,9 @@ class _RequestsPlug(Plug[requests.PreparedRequest, requests.Response, Timing]):
         )
         _INFO[response] = exchange.info()
         hold_until_finished(response.raw, exchange.lease)
+        answered = _ANSWERED.get()
+        if answered is not None:
+            answered.append(response)
         return response
 
     def close(self, response: requests.Response) -> None:
@@ -326,6 +330,40 @@ class _RequestsPlug(Plug[requests.PreparedRequest, requests.Response, Timing]):
 
 
 _PLUG = _RequestsPlug()
+
+_ANSWERED: ContextVar[list[requests.Response] | None] = ContextVar(
+    "autothrottle_requests_answered", default=None
+)
+"""The responses the adapter answered within :meth:`ThrottledSession.send` on
+this thread (each hop of a redirect has a ``send`` of its own)."""
+
+
+def _finish_unreturned(
+    answered: list[requests.Response], error: BaseException, stream: bool
+) -> None:
+    """``Session.send`` raised ``error`` after the adapter answered: hand the slots back.
+
+    requests runs the response hooks after the adapter returned, and reads
+    the body after them: a hook that raised left the response unread, held by
+    nothing but the error's traceback, and an error kept (a thread pool's
+    future keeps it) held the slot until ``hold_timeout``. A response the
+    caller never gets is closed. One the error carries (``raise_for_status``
+    as a hook: ``HTTPError.response``) is the caller's: its body is read, as
+    requests would have read it before returning, unless it was streamed (a
+    stream is the caller's to read or close, as ever) or the error is an
+    interrupt (nothing more is read after one: closed).
+    """
+    carried = getattr(error, "response", None)
+    for response in answered:
+        if response is carried and isinstance(error, Exception):
+            if stream:
+                continue
+            try:
+                response.content  # noqa: B018 (read, so the hold is finished)
+                continue
+            except Exception:  # unreadable: closed below, the error raised is the hook's
+                pass
+        response.close()
 
 
 # -- the session ----------------------------------------------------------------------
@@ -412,6 +450,19 @@ class ThrottledSession(requests.Session):
                 stacklevel=2,
             )
         super().mount(prefix, adapter)
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        """``requests.Session.send``; a response it answered but did not return
+        (a response hook raised) is finished, its slot handed back."""
+        answered: list[requests.Response] = []
+        token = _ANSWERED.set(answered)
+        try:
+            return super().send(request, **kwargs)
+        except BaseException as error:
+            _finish_unreturned(answered, error, bool(kwargs.get("stream")))
+            raise
+        finally:
+            _ANSWERED.reset(token)
 
     def request(
         self,
