@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -179,3 +180,69 @@ def test_tls_makes_its_files_on_first_use_and_removes_them_at_exit(tmp_path: Pat
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "1"  # one directory while it ran
     assert list(temp.iterdir()) == []
+
+
+# -- Scrapy's HTTP/2 download handler ---------------------------------------------------
+
+H2_HANDLER = {"https": "scrapy.core.downloader.handlers.http2.H2DownloadHandler"}
+"""Scrapy's HTTP/2 handler (the ``h2`` package; https only): not Scrapy's default."""
+
+
+@pytest.fixture(scope="module")
+def h2_host() -> Iterator[Any]:
+    pytest.importorskip("h2")
+    with tls.tls_host("h2", "127.0.0.3") as served:
+        yield served
+
+
+def test_over_scrapys_http2_handler_the_pace_the_latency_and_each_ending_hold(
+    h2_host: Any, tmp_path: Path
+) -> None:
+    """One HTTP/2 connection carries every page: the pace holds at the host, the
+    status is read (a 429 backs off), a refused connection is the host's failure
+    (once the download times out), and nothing stays held. The handler times
+    ``download_latency`` to the end of the body, not to the headers as Scrapy's
+    HTTP/1.1 handler does: a page whose headers come at once and its body over
+    400 ms teaches the slot the headers' time, not the body's."""
+    h2_host.forget()
+    with socket.socket() as refusing:  # bound, not listening
+        refusing.bind(("127.0.0.4", 0))
+        refused = f"https://127.0.0.4:{refusing.getsockname()[1]}/"
+        result = crawl(
+            tmp_path,
+            {
+                "DOWNLOAD_HANDLERS": H2_HANDLER,
+                "AUTOTHROTTLE_POLICY": "fixed-delay=0.2",
+                "AUTOTHROTTLE_DEBUG": True,
+                "RETRY_ENABLED": False,
+            },
+            [
+                *urls(h2_host, 4, "/stream/5/100"),
+                {"url": h2_host.url("/?status=429")},
+                {"url": refused, "meta": {"download_timeout": 2}},
+            ],
+        )
+    outcomes = result["outcomes"]
+    statuses = sorted(str(outcome.get("status") or outcome["error"]) for outcome in outcomes)
+    # The handler reports no refused connection: the request waits out its
+    # download_timeout (Scrapy's, docs/scrapy.md), the host's failure still.
+    assert statuses == ["200"] * 4 + ["429", "DownloadTimeoutError"], outcomes
+    arrivals = h2_host.arrivals
+    assert {(arrival["version"], arrival["peer"]) for arrival in arrivals} == {
+        ("2", arrivals[0]["peer"])
+    }
+    # (the first request's handshake comes out of the gap after it: "Over HTTPS")
+    assert min(gaps(h2_host.arrival_times())[1:]) >= 0.2 - ARRIVAL_JITTER
+    bodies = [outcome["latency"] for outcome in outcomes if outcome.get("status") == 200]
+    assert min(bodies) >= 0.4, bodies  # Scrapy's download_latency: the whole body
+    taught = [
+        int(found[2]) / 1000
+        for line in result["log"].splitlines()
+        if "status: 200" in line and (found := DEBUG_LINE.search(line))
+    ]
+    assert len(taught) == 4 and max(taught) < 0.2, taught  # the headers', each
+    stats = result["stats"]
+    assert stats["autothrottle/refusals/429"] == 1
+    assert stats["autothrottle/backoffs/status_429"] == 1
+    assert stats["autothrottle/failures"] == 1
+    assert_nothing_held(result)

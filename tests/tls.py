@@ -4,7 +4,8 @@ A :class:`TlsHost` listens on one loopback address (127.0.0.2, 127.0.0.3 …)
 with a certificate of this module's own authority (``trustme``): HTTP/1.1
 served by aiohttp.web (``kind="h1"``, the routes of ``loopback``), or HTTP/2
 and HTTP/1.1 by hypercorn, chosen by ALPN (``kind="h2"``: ``/``,
-``/delay/{ms}``, ``/stream/{chunks}/{ms}``). Each host has two ports:
+``/delay/{ms}``, ``/stream/{chunks}/{ms}``; ``?status=N`` answers ``/`` with
+status N). Each host has two ports:
 
 * ``port``, a plain TCP front that holds each new connection for the next of
   the host's ``holds`` (milliseconds; :meth:`TlsHost.hold`) before relaying
@@ -132,7 +133,7 @@ class _Host:
                 await asyncio.sleep(int(parts[2]) / 1000)
             await write(200, b"", False)
             return
-        await write(200, b"ok", False)
+        await write(int(query.get("status", 200)), b"ok", False)
 
     async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":

@@ -175,14 +175,17 @@ class Held:
     a request dropped without a response or an error releases when collected.
 
     ``headers_at``: when its response headers came (``perf_counter``; None
-    until then), on the clock its wire turn was timed on.
+    until then), on the clock its wire turn was timed on. ``timed_to_body``:
+    the handler had not set ``download_latency`` by then, so it times the
+    download to the body's end (Scrapy's HTTP/2 handler), not to the headers.
     """
 
-    __slots__ = ("exchange", "finalizer", "headers_at")
+    __slots__ = ("exchange", "finalizer", "headers_at", "timed_to_body")
 
     def __init__(self, request: Request, exchange: Exchange) -> None:
         self.exchange = exchange
         self.headers_at: float | None = None
+        self.timed_to_body = False
         loop = asyncio.get_running_loop()
         self.finalizer = weakref.finalize(request, _release_soon, loop, exchange.lease)
         self.finalizer.atexit = False

@@ -262,6 +262,9 @@ class AutoThrottleMiddleware:
         held = self._held.get(request)
         if held is not None:
             held.headers_at = perf_counter()
+            # Scrapy's HTTP/1.1 handler (and its streaming ones) set the latency
+            # before this signal; its HTTP/2 handler only once the body is in.
+            held.timed_to_body = "download_latency" not in request.meta
 
     def _downloaded(self, response: Response, request: Request, spider: Spider) -> None:
         """Scrapy's ``response_downloaded``: the body is in, the handler done.
@@ -283,6 +286,10 @@ class AutoThrottleMiddleware:
         key = exchange.lease.slot.key
         before = self.throttle.slot(key).snapshot() if self._debug else None
         ready, headers_at = exchange.ready, held.headers_at
+        if held.timed_to_body and latency is not None and headers_at is not None:
+            # Timed to the body's end, which is now: the headers came as long
+            # before as the body took (Scrapy's HTTP/2 handler).
+            latency = max(0.0, float(latency) - (perf_counter() - headers_at))
         try:
             if latency is not None and ready is not None and headers_at is not None:
                 # The turn's way to Scrapy's download handler, which
