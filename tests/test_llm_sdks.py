@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from autothrottle import FixedDelayPolicy, Throttle
+from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
 from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.redis import RedisStore
 from autothrottle.sim.llm import LLMLimits, LLMServer
@@ -39,15 +39,17 @@ class SDK:
         self.vendor, self.module, self.sync = vendor, module, sync
         self.id = f"{vendor}-{module}-{'sync' if sync else 'async'}"
 
-    def open(self, api: LLMServer, throttle: Throttle) -> Any:
+    def open(self, api: LLMServer, throttle: Throttle, max_retries: int = 0) -> Any:
         adapter = importlib.import_module(f"autothrottle.{self.module}")
         kind = adapter.ThrottledClient if self.sync else adapter.AsyncThrottledClient
         http = kind(throttle=throttle, timeout=30.0)
         if self.vendor == "openai":
             make = openai.OpenAI if self.sync else openai.AsyncOpenAI
-            return make(base_url=api.url + "/v1", api_key="t", http_client=http, max_retries=0)
+            return make(
+                base_url=api.url + "/v1", api_key="t", http_client=http, max_retries=max_retries
+            )
         make = anthropic.Anthropic if self.sync else anthropic.AsyncAnthropic
-        return make(base_url=api.url, api_key="t", http_client=http, max_retries=0)
+        return make(base_url=api.url, api_key="t", http_client=http, max_retries=max_retries)
 
     async def call(
         self,
@@ -58,6 +60,7 @@ class SDK:
         cost: str | None = None,
         stream: bool = False,
         on_first: Callable[[], object] | None = None,
+        sdk_timeout: float | None = None,
     ) -> str:
         """The answer's text (a stream read to its end, ``on_first`` told of its first event)."""
         headers = {} if cost is None else {"X-AutoThrottle": f"cost={cost}"}
@@ -67,6 +70,8 @@ class SDK:
             "max_tokens": max_tokens,
             "extra_headers": headers,
         }
+        if sdk_timeout is not None:  # the SDK's per-request timeout
+            kwargs["timeout"] = sdk_timeout
         if self.sync:
             return await asyncio.to_thread(self._call_sync, client, kwargs, stream, on_first)
         if self.vendor == "openai":
@@ -226,6 +231,53 @@ async def test_a_429_pauses_the_slot_for_its_retry_after(sdk: SDK) -> None:
     assert pause <= longest
     assert waited >= pause - 0.05
     assert throttle.slot(KEY).snapshot().last_backoff_reason == "status 429"
+
+
+async def test_the_sdks_own_retries_are_paced_and_counted_once_each(sdk: SDK) -> None:
+    """The SDK retries a 429 itself (``max_retries``), resending through our
+    client: each try takes a turn of its own and is counted once (sent,
+    answered, its status), and the retry waits out the refusal's pause, so
+    it is not refused again. Another client of the key spent its tokens for
+    more than two seconds."""
+    if sdk.vendor == "openai":
+        limits = LLMLimits(requests=100, tokens=1000, window=1.0)
+        other, cost = {"input_tokens": 2500}, "800"
+    else:
+        limits = LLMLimits(requests=100, input_tokens=10_000, output_tokens=600, window=1.0)
+        other, cost = {"output_tokens": 1500}, "300+500"
+    throttle = llm_throttle()
+    async with LLMServer(limits) as api:
+        client = sdk.open(api, throttle, max_retries=3)
+        try:
+            api.charge(requests=0, **other)
+            await sdk.call(client, prompt=300, max_tokens=500, cost=cost)
+        finally:
+            await sdk.close(client)
+    assert [record.status for record in api.records] == [429, 200]
+    snapshot = throttle.slot(KEY).snapshot()
+    assert (snapshot.sent, snapshot.responses) == (2, 2)
+    assert snapshot.status_counts == {429: 1, 200: 1}
+    assert (snapshot.backoffs, snapshot.in_flight) == (1, 0)
+    first, second = arrivals(api)
+    assert second - first >= 1.5  # the key's tokens came back only then
+
+
+async def test_the_sdks_timeout_bounds_the_wait_for_the_turn_and_sends_nothing(sdk: SDK) -> None:
+    """The SDK's per-request timeout is a timeout chosen for the request: it
+    bounds the turn as httpx's pool timeout, the SDK retries the
+    ``ThrottlePoolTimeout`` as a timeout, and at last raises its own."""
+    throttle = llm_throttle()
+    async with LLMServer(LLMLimits(requests=100, window=1.0)) as api:
+        client = sdk.open(api, throttle, max_retries=1)
+        throttle.backoff(KEY, pause=60.0)
+        try:
+            with pytest.raises((openai.APITimeoutError, anthropic.APITimeoutError)) as caught:
+                await sdk.call(client, sdk_timeout=0.3)
+        finally:
+            await sdk.close(client)
+    assert isinstance(caught.value.__cause__, ThrottleTimeout)
+    assert api.records == []
+    assert throttle.slot(KEY).snapshot().sent == 0
 
 
 async def test_a_stream_holds_its_slot_until_it_ends(sdk: SDK) -> None:
