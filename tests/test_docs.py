@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -69,6 +70,51 @@ def test_every_flag_docs_cli_names_exists() -> None:
     named = set(re.findall(r"`(--[a-z][a-z-]*[a-z])", (DOCS / "cli.md").read_text()))
     named = {f for f in named if not (f.startswith("--no-") and "--" + f[5:] in known)}
     assert not named - known, f"docs/cli.md names flags no command has: {sorted(named - known)}"
+
+
+def _commands_broken_across_lines() -> list[tuple[str, str]]:
+    """``(page, command)`` for each inline command of the docs (not the log, whose commands are
+    history) that a line end breaks: ``python benchmarks/NAME.py`` or ``python -m
+    autothrottle.sim``, its lines joined as a reader's shell would read them pasted."""
+    found = []
+    for page in [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]:
+        if page.name == "benchmarks-log.md":
+            continue
+        text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+        for span in re.findall(r"(?<!`)`([^`]+)`(?!`)", text):
+            if "\n" in span and span.startswith(("python benchmarks/", "python -m autothrottle")):
+                found.append((page.name, " ".join(span.split())))
+    return found
+
+
+def test_every_flag_of_a_command_broken_across_lines_is_in_its_help() -> None:
+    """tests/test_benchmarks_run.py checks a benchmark command's flags up to the line's end; a
+    command the docs wrap (``--crawl-only`` on the next line) is read whole here, so a renamed
+    or misspelt flag after the break fails too."""
+    commands = _commands_broken_across_lines()
+    assert commands, "no wrapped command left: fold this test into the benchmarks' flag check"
+    helps: dict[str, set[str]] = {"-m": _flags(build_sim_parser())}
+    unknown = []
+    for page, command in commands:
+        script = command.split()[1]
+        if script not in helps:
+            shown = subprocess.run(
+                [sys.executable, script, "--help"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={**os.environ, "COLUMNS": "200"},
+            )
+            assert shown.returncode == 0, (script, shown.stderr[-2000:])
+            helps[script] = set(re.findall(r"--[\w-]+", shown.stdout))
+        named = {word.strip("[]").split("=")[0] for word in command.split()}
+        unknown += [
+            (page, flag)
+            for flag in sorted(named)
+            if flag.startswith("--") and flag not in helps[script]
+        ]
+    assert not unknown, f"flags no --help shows, in wrapped commands: {unknown}"
 
 
 def _install_lines() -> list[tuple[str, str]]:
