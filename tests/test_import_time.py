@@ -93,3 +93,24 @@ def test_a_requests_user_loads_no_asyncio_until_an_async_wait() -> None:
         "assert throttle.stats().totals.responses == 2"
     )
     assert loaded(waited_async, ("asyncio",)) == ["asyncio"]
+
+
+def test_a_sync_httpx_user_loads_no_asyncio_through_its_requests() -> None:
+    """A ``ThrottledClient`` in a thread: its responses are held (``_hold``) with
+    no event loop to find, and finding none imports nothing."""
+    code = (
+        "import http.server, threading\n"
+        "from autothrottle import Throttle\n"
+        "from autothrottle.httpx import ThrottledClient\n"
+        "server = http.server.HTTPServer(('127.0.0.1', 0), http.server.SimpleHTTPRequestHandler)\n"
+        "threading.Thread(target=server.serve_forever, daemon=True).start()\n"
+        "throttle = Throttle(start_delay=0.0, min_delay=0.0)\n"
+        "with ThrottledClient(throttle=throttle) as client:\n"
+        "    for _ in range(2):\n"
+        "        client.get(f'http://127.0.0.1:{server.server_port}/nothing-here')\n"
+        "    with client.stream('GET', f'http://127.0.0.1:{server.server_port}/') as response:\n"
+        "        response.read()\n"
+        "server.shutdown()\n"
+        "assert throttle.stats().totals.responses == 3"
+    )
+    assert loaded(code, ("asyncio",)) == []

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Skipping",
+    "running_loop",
     "wait_for_hold",
     "wait_for_hold_blocking",
     "wait_skipping",
@@ -83,29 +84,35 @@ class Skipping(Protocol):
 
 
 def _first_running_loop() -> asyncio.AbstractEventLoop:
-    """``asyncio.get_running_loop``, importing asyncio on the first call only.
+    """``asyncio.get_running_loop`` once asyncio is imported; until then, no loop.
 
     A thread's user (the requests adapter, a sync httpx client) runs no event
     loop, and importing asyncio would cost its import of the library more than
-    the driver itself: the first async wait imports it and puts the function in
-    this one's place, so that later waits call it directly. With no asyncio
-    imported, no asyncio loop can be running, so the answer is the same.
+    the driver itself. With no asyncio imported, no asyncio loop can be
+    running: the answer is asyncio's own ``RuntimeError``, without importing
+    it. Once imported (by the program, or an event loop of anyio's), the first
+    call puts asyncio's function in this one's place as :data:`running_loop`,
+    so that later calls call it directly.
     """
-    global _running_loop
+    global running_loop
+    if "asyncio" not in sys.modules:
+        raise RuntimeError("no running event loop")
     from asyncio import get_running_loop
 
-    _running_loop = get_running_loop
+    running_loop = get_running_loop
     return get_running_loop()
 
 
-_running_loop: Callable[[], asyncio.AbstractEventLoop] = _first_running_loop
+running_loop: Callable[[], asyncio.AbstractEventLoop] = _first_running_loop
+"""``asyncio.get_running_loop`` once asyncio is imported. Read it as
+``_driver.running_loop`` (never imported by name: the name changes)."""
 
 
 def _loop_waker(ticket: Ticket) -> Callable[[anyio.Event], None]:
     """Point ``ticket`` at the current loop; return how to arm it for one event."""
     thread = threading.get_ident()
     try:
-        loop = _running_loop()
+        loop = running_loop()
     except RuntimeError:
         loop = None
     if loop is not None:
@@ -140,7 +147,7 @@ def wait_for_hold(
     anyio's).
     """
     try:
-        loop = _running_loop()
+        loop = running_loop()
     except RuntimeError:
         return _wait_anyio(gate, make, cost)
     return _wait_on_loop(gate, make, cost, loop)

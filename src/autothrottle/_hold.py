@@ -15,13 +15,13 @@ import each for its own part.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
+from . import _driver
 from ._lease import Lease
 
 __all__ = ["Watch", "release_later", "watch"]
@@ -34,7 +34,7 @@ def _scheduler() -> _Schedule | None:
     """A thread-safe way to run a callback soon on the current event loop
     (asyncio or trio), or None in a thread with no loop."""
     try:
-        return asyncio.get_running_loop().call_soon_threadsafe
+        return _driver.running_loop().call_soon_threadsafe
     except RuntimeError:
         pass
     trio: Any = sys.modules.get("trio")
@@ -110,7 +110,7 @@ def watch(owner: object, lease: Lease) -> Watch:
     ref = Watch(owner, _on_watch_collected)
     ref.lease = lease
     try:  # _scheduler's first answer, without its call
-        ref.schedule = asyncio.get_running_loop().call_soon_threadsafe
+        ref.schedule = _driver.running_loop().call_soon_threadsafe
     except RuntimeError:
         ref.schedule = _scheduler()
     _WATCHED.add(ref)
