@@ -82,8 +82,10 @@ def _commands_broken_across_lines() -> list[tuple[str, str]]:
             continue
         text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
         for span in re.findall(r"(?<!`)`([^`]+)`(?!`)", text):
-            if "\n" in span and span.startswith(("python benchmarks/", "python -m autothrottle")):
-                found.append((page.name, " ".join(span.split())))
+            command = " ".join(span.split())  # a break after "python" too
+            wrapped = "\n" in span
+            if wrapped and command.startswith(("python benchmarks/", "python -m autothrottle")):
+                found.append((page.name, command))
     return found
 
 
