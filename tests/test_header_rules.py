@@ -78,3 +78,63 @@ def test_a_date_is_read_in_its_own_zone_whatever_the_machines() -> None:
     assert anthropic_reset("2023-11-14T17:13:30-05:00") == 10.0
     headers = {"Retry-After": "Tue, 14 Nov 2023 22:13:30 GMT"}
     assert read_headers(200, headers, now=NOW).retry_after == 10.0
+
+
+def test_an_offset_of_60_minutes_is_no_date() -> None:
+    assert anthropic_reset("2023-11-14T22:13:30-00:59") == 10.0 + 59 * 60
+    assert anthropic_reset("2023-11-14T22:13:30-00:60") is None
+
+
+def test_draft_7s_repeated_key_keeps_its_last_value_garbage_too() -> None:
+    # A dictionary's repeated key keeps its last value (RFC 8941): here that
+    # value is no count, and the field says nothing, not the earlier 50.
+    field = "limit=100, remaining=50, reset=30, remaining=5=6"
+    signals = read_headers(200, {"RateLimit": field}, now=NOW)
+    assert signals.rate_limit is None
+    assert signals.ignored
+    budget = read_headers(200, {"RateLimit": field.rpartition(",")[0]}, now=NOW).rate_limit
+    assert budget is not None
+    assert budget.remaining == 50
+
+
+@pytest.mark.parametrize("when", ["1700000030", "1700000030000"])
+def test_draft_7s_reset_may_be_an_epoch_in_seconds_or_milliseconds(when: str) -> None:
+    field = f"limit=100, remaining=50, reset={when}"
+    budget = read_headers(200, {"RateLimit": field}, now=NOW).rate_limit
+    assert budget is not None
+    assert budget.reset == 30.0
+
+
+def test_a_garbage_ratelimit_field_leaves_the_budget_to_the_next_dialect() -> None:
+    headers = {
+        "RateLimit": "limit=100, remaining=lots",
+        "X-RateLimit-Remaining": "5",
+        "X-RateLimit-Reset": "30",
+        "X-RateLimit-Limit-Hour": "1000",
+        "X-RateLimit-Remaining-Hour": "990",
+    }
+    signals = read_headers(200, headers, now=NOW)
+    assert signals.rate_limit is not None
+    assert (signals.rate_limit.remaining, signals.rate_limit.reset) == (5, 30.0)
+    assert signals.ignored  # the garbage is noted
+
+
+def ietf_policy(name: str) -> str | None:
+    """The policy name a draft-8 ``RateLimit`` member named ``name`` reads as."""
+    budget = read_headers(200, {"RateLimit": f"{name};r=5;t=30"}, now=NOW).rate_limit
+    assert budget is not None
+    return budget.policy
+
+
+def test_a_policy_name_is_unquoted_unescaped_and_cut_to_64_characters() -> None:
+    assert ietf_policy('"day"') == "day"
+    assert ietf_policy('""') is None  # an empty name is no name
+    assert ietf_policy(r'"a\"b\\c"') == 'a"b\\c'
+    assert ietf_policy('"' + "n" * 70 + '"') == "n" * 64
+
+
+def test_a_separate_fields_count_is_its_first_items_bare_part() -> None:
+    headers = {"RateLimit-Remaining": "5;w=1, 90;w=60", "RateLimit-Reset": "30, 3600"}
+    budget = read_headers(200, headers, now=NOW).rate_limit
+    assert budget is not None
+    assert (budget.remaining, budget.reset) == (5, 30.0)
