@@ -304,6 +304,19 @@ def test_guide_garbage_collector() -> None:
     assert done.stdout.split() == ["10000", "True"]
 
 
+REDRAWN_JITTER = "docs/guide.md: Where latency-only throttling fails, and what autothrottle does #1"
+
+
+@runs(REDRAWN_JITTER)
+def test_guide_scrapy_redrawn_jitter() -> None:
+    """The simulation of Scrapy's redrawn delay prints the 1.22 its table claims."""
+    code = BLOCKS[REDRAWN_JITTER]
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert 1.20 < float(done.stdout) < 1.24
+
+
 @runs("docs/guide.md: Testing your code #2")
 def test_guide_clock_fixture(tmp_path: Path) -> None:
     """The fixture in a test file after the example's imports, as pytest runs it."""
