@@ -470,3 +470,33 @@ def test_an_installed_package_names_the_file_or_url_it_came_from(
         "autothrottle._extras.metadata.distribution", lambda name: _Dist(direct_url, package)
     )
     assert _extras.install_command("cli,plot") == command
+
+
+def _replay(*args: str) -> str:
+    """What a virtual-clock replay of ``benchmarks/`` prints: the same on any machine."""
+    done = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    return done.stdout
+
+
+def test_docs_recoverys_replayed_figures_are_what_the_replays_print_today() -> None:
+    """docs/recovery.md states the replays' figures as rerunnable by anyone, so they must be
+    what the replays print, and the page must still say them."""
+    page = " ".join((DOCS / "recovery.md").read_text().split())
+    slow = _replay("benchmarks/slow_replay.py")
+    assert "60 s: 1.00 refusals a host" in slow
+    assert "300 s: 1.20 refusals a host" in slow
+    assert "goodput 98.8% of the rate" in slow
+    assert "1.0 and 1.2 now, at 98.8 % of the host's rate" in page
+    assert "back in 161 s" in slow
+    assert "(it comes back in 161 s there" in page
+    for burst in ("3", "5"):
+        burst_slow = _replay("benchmarks/slow_replay.py", "--burst", burst)
+        assert "60 s: 2.00 refusals a host" in burst_slow
+    assert "2 refusals a host in 60 s at a burst of 3 or 5" in page
+    rate = _replay("benchmarks/rate_replay.py", "--quiet").splitlines()[-1]
+    assert rate.startswith("mean: 9.43/s,"), rate
+    assert "6.0 pages in the first 2 s, 9.89/s after" in rate
+    assert "9.43/s after, 9.68/s → 9.89/s from the second second on" in page
+    assert "6 pages in the first two seconds" in page
