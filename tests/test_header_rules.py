@@ -138,3 +138,34 @@ def test_a_separate_fields_count_is_its_first_items_bare_part() -> None:
     budget = read_headers(200, headers, now=NOW).rate_limit
     assert budget is not None
     assert (budget.remaining, budget.reset) == (5, 30.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "wait"),
+    [
+        ("999999999", 999999999.0),  # the largest delta
+        ("1000000000", 0.0),  # the first epoch in seconds: 2001, long past
+        ("1000000000000", 0.0),  # the first epoch in milliseconds: 2001 too
+        ("100000000000000", None),  # from here on garbage, not a wait of millennia
+    ],
+)
+def test_a_reset_is_a_delta_then_an_epoch_then_garbage_at_exact_edges(
+    value: str, wait: float | None
+) -> None:
+    headers = {"X-RateLimit-Remaining": "5", "X-RateLimit-Reset": value}
+    budget = read_headers(200, headers, now=NOW).rate_limit
+    assert (None if budget is None else budget.reset) == pytest.approx(wait)
+
+
+def test_a_draft_8_members_reset_may_be_an_epoch() -> None:
+    budget = read_headers(200, {"RateLimit": '"p";r=5;t=1700000030'}, now=NOW).rate_limit
+    assert budget is not None
+    assert budget.reset == 30.0
+
+
+def test_a_bad_draft_8_member_is_noted_by_name_and_the_next_one_read() -> None:
+    for bad, why in (('"a";r=x;t=1', "r= (remaining)"), ('"a";r=1;t=x', "t= (reset)")):
+        signals = read_headers(200, {"RateLimit": f'{bad}, "b";r=5;t=30'}, now=NOW)
+        assert signals.rate_limit is not None
+        assert (signals.rate_limit.policy, signals.rate_limit.remaining) == ("b", 5)
+        assert signals.ignored == (f"RateLimit: policy '\"a\"' has no valid {why}: skipped",)
