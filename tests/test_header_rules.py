@@ -169,3 +169,18 @@ def test_a_bad_draft_8_member_is_noted_by_name_and_the_next_one_read() -> None:
         assert signals.rate_limit is not None
         assert (signals.rate_limit.policy, signals.rate_limit.remaining) == ("b", 5)
         assert signals.ignored == (f"RateLimit: policy '\"a\"' has no valid {why}: skipped",)
+
+
+def test_a_fields_bad_members_make_one_note_that_counts_the_rest() -> None:
+    # One note a field, however many members a hostile server sends.
+    field = '"a";r=x, "b";t=1, "c";r=-1, "d";r=5;t=30'
+    signals = read_headers(200, {"RateLimit": field}, now=NOW)
+    assert signals.ignored == (
+        "RateLimit: policy '\"a\"' has no valid r= (remaining) (and 2 more): skipped",
+    )
+    assert signals.rate_limit is not None
+    assert signals.rate_limit.policy == "d"
+    two = read_headers(200, {"RateLimit": field.partition(', "c"')[0]}, now=NOW)
+    assert two.ignored == (
+        "RateLimit: policy '\"a\"' has no valid r= (remaining) (and 1 more): skipped",
+    )
