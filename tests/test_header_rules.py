@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from autothrottle._headers import read_headers
+from autothrottle._headers import RateLimit, read_headers
 
 NOW = 1_700_000_000.0
 
@@ -130,6 +130,7 @@ def test_a_policy_name_is_unquoted_unescaped_and_cut_to_64_characters() -> None:
     assert ietf_policy('"day"') == "day"
     assert ietf_policy('""') is None  # an empty name is no name
     assert ietf_policy(r'"a\"b\\c"') == 'a"b\\c'
+    assert ietf_policy(r'"x\",y;z"') == 'x",y;z'  # an escaped quote ends no string
     assert ietf_policy('"' + "n" * 70 + '"') == "n" * 64
 
 
@@ -184,3 +185,39 @@ def test_a_fields_bad_members_make_one_note_that_counts_the_rest() -> None:
     assert two.ignored == (
         "RateLimit: policy '\"a\"' has no valid r= (remaining) (and 1 more): skipped",
     )
+
+
+def test_a_string_that_ends_in_an_escaped_quote_ends_there() -> None:
+    field = r'"a\"";r=1;t=1, "b";r=5;t=30'
+    budget = read_headers(200, {"RateLimit": field}, now=NOW).rate_limit
+    assert budget is not None
+    assert sorted(str(window.policy) for window in budget.windows) == ['a"', "b"]
+
+
+def test_a_window_of_another_count_joins_the_main_dialects_as_its_own() -> None:
+    # Only a per-unit copy of the main window (same counts) lends it its
+    # length; an hourly window of other counts is a window of its own.
+    headers = {
+        "RateLimit-Limit": "100",
+        "RateLimit-Remaining": "50",
+        "RateLimit-Reset": "30",
+        "X-RateLimit-Limit-Hour": "1000",
+        "X-RateLimit-Remaining-Hour": "990",
+    }
+    budget = read_headers(200, headers, now=NOW).rate_limit
+    assert budget is not None
+    assert [(w.remaining, w.window) for w in budget.windows] == [(50, None), (990, 3600.0)]
+
+
+def test_a_budget_with_windows_reads_back_from_its_dict() -> None:
+    headers = {
+        "RateLimit-Limit": "100",
+        "RateLimit-Remaining": "50",
+        "RateLimit-Reset": "30",
+        "X-RateLimit-Limit-Hour": "1000",
+        "X-RateLimit-Remaining-Hour": "990",
+    }
+    budget = read_headers(200, headers, now=NOW).rate_limit
+    assert budget is not None
+    assert len(budget.windows) == 2
+    assert RateLimit.from_dict(budget.to_dict()) == budget
