@@ -221,3 +221,12 @@ def test_a_budget_with_windows_reads_back_from_its_dict() -> None:
     assert budget is not None
     assert len(budget.windows) == 2
     assert RateLimit.from_dict(budget.to_dict()) == budget
+
+
+def test_a_reset_after_field_is_a_delta_however_large() -> None:
+    # Discord's X-RateLimit-Reset-After counts seconds from now: 1e9 of them
+    # is a wait (the engine caps it at max_pause), not an epoch of 2001.
+    headers = {"X-RateLimit-Remaining": "5", "X-RateLimit-Reset-After": "1000000000"}
+    budget = read_headers(200, headers, now=NOW).rate_limit
+    assert budget is not None
+    assert budget.reset == 1e9
