@@ -230,3 +230,18 @@ def test_a_reset_after_field_is_a_delta_however_large() -> None:
     budget = read_headers(200, headers, now=NOW).rate_limit
     assert budget is not None
     assert budget.reset == 1e9
+
+
+@pytest.mark.parametrize(
+    ("text", "left"),
+    [
+        ("0000000000000000005", 5),  # leading zeros count for nothing
+        ("999999999999999", 10**15 - 1),  # 15 digits: read as they are
+        ("1000000000000000", 10**15),  # 16: saturated
+    ],
+)
+def test_a_count_saturates_past_15_digits_and_not_before(text: str, left: int) -> None:
+    headers = {"X-RateLimit-Remaining": text, "X-RateLimit-Reset": "30"}
+    budget = read_headers(200, headers, now=NOW).rate_limit
+    assert budget is not None
+    assert budget.remaining == left
