@@ -3,9 +3,10 @@
 A user's script is checked with mypy (strict) and, when it is installed,
 basedpyright (strict), as a user's CI would: each way docs/guide.md shows of
 taking a turn (awaited, entered, run by a task), an annotation naming what
-``acquire`` returns (:class:`~autothrottle.Acquiring`), and a subclass that wraps
-``acquire``. Only the lines marked ``# E:`` may be flagged: an ``async def``
-override returns a plain coroutine, which ``async with`` would refuse.
+``acquire`` returns (:class:`~autothrottle.Acquiring`), and the subclass wrapping
+``acquire`` that ``Acquiring``'s docstring shows (its own block). Only the lines
+marked ``# E:`` may be flagged: an ``async def`` override returns a plain
+coroutine, which ``async with`` would refuse.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from autothrottle import Acquiring
+from docstring_blocks import literal_block
 
 USER_SCRIPT = """
     from __future__ import annotations
@@ -54,15 +58,7 @@ USER_SCRIPT = """
         return turn
 
 
-    class Counted(Throttle):
-        waits = 0
-
-        def acquire(self, key: str, **kwargs: Any) -> Acquiring:
-            return Acquiring(self._counted(super().acquire(key, **kwargs)))
-
-        async def _counted(self, turn: Acquiring) -> Lease:
-            self.waits += 1
-            return await turn
+    # Acquiring's docstring's subclass, Counted, goes here.
 
 
     class Spelled(Throttle):
@@ -90,7 +86,12 @@ USER_SCRIPT = """
 
 def _script(tmp_path: Path) -> tuple[Path, set[int]]:
     script = tmp_path / "user.py"
-    script.write_text(textwrap.dedent(USER_SCRIPT))
+    shown = literal_block(Acquiring)  # the docstring's own subclass, as a user copies it
+    code = textwrap.dedent(USER_SCRIPT).replace(
+        "# Acquiring's docstring's subclass, Counted, goes here.\n", shown
+    )
+    assert shown in code
+    script.write_text(code)
     marked = {
         number
         for number, line in enumerate(script.read_text().splitlines(), start=1)

@@ -38,6 +38,7 @@ from autothrottle.requests import ThrottledHTTPAdapter
 from autothrottle.requests import ThrottledSession as RequestsSession
 from autothrottle.scrapy import AutoThrottleMiddleware
 from autothrottle.testing import VirtualClock
+from docstring_blocks import literal_block
 
 PRIVATE = re.compile(r"(?<![\w.])_[A-Za-z]\w*|\._[A-Za-z]")
 """A private name of ours (``_SessionFactory``, ``autothrottle._policies``)."""
@@ -406,20 +407,12 @@ async def test_what_acquire_returns_is_still_a_coroutine_a_task_runs() -> None:
 
 
 async def test_a_subclass_wrapping_acquire_as_documented_is_awaited_entered_and_run() -> None:
-    """The subclass ``Acquiring``'s docstring shows: its wrapper runs on every way of
-    taking a turn, and what it returns is still entered, awaited and run by a task."""
-
-    class Counted(Throttle):
-        waits = 0
-
-        def acquire(self, key: str, **kwargs: Any) -> Acquiring:
-            return Acquiring(self._counted(super().acquire(key, **kwargs)))
-
-        async def _counted(self, turn: Acquiring) -> Lease:
-            self.waits += 1
-            return await turn
-
-    throttle = Counted(start_delay=0.0)
+    """The subclass ``Acquiring``'s docstring shows (its own block, run): its wrapper
+    runs on every way of taking a turn, and what it returns is still entered,
+    awaited and run by a task."""
+    shown = {"Any": Any, "Acquiring": Acquiring, "Lease": Lease, "Throttle": Throttle}
+    exec(literal_block(Acquiring), shown)
+    throttle = shown["Counted"](start_delay=0.0)
     async with throttle.acquire("h") as lease:
         assert throttle.slot("h").in_flight == 1
     assert lease.released
