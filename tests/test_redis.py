@@ -510,6 +510,35 @@ async def test_a_fleet_delay_above_the_local_max_delay_spaces_sends_by_max_delay
         await store.aclose()  # type: ignore[attr-defined]
 
 
+async def test_a_pace_the_host_states_in_headers_is_the_fleets_not_each_processes() -> None:
+    """Two processes' throttles, ``Throttle()``'s defaults, share a host that states
+    5 requests a second in its headers. Each learns that pace from its own answers
+    and its gate keeps to it; the fleet's turns must keep to it too, not to the
+    policy's delay, which ramps below it (the pace was paced by the headers, not by
+    the delay): each process at 5/s alone, the two sent 10/s and were refused."""
+    name = fresh_prefix()
+    async with site() as target:
+        target.headers = {"RateLimit-Policy": '"default";q=5;w=1', "RateLimit": '"default";r=5;t=1'}
+        stores = [await connected(RedisStore(REDIS, prefix=name)) for _ in range(2)]
+        grants = [Grants(store) for store in stores]
+
+        async def one_process(store: RedisStore) -> None:
+            async with ThrottledSession(throttle=Throttle(store=store)) as session:
+                for _ in range(12):
+                    async with session.get(target.url) as response:
+                        await response.read()
+
+        await asyncio.gather(*(one_process(store) for store in stores))
+        for store in stores:
+            await store.aclose()
+    granted = sorted(t for record in grants for t in record.sent())
+    assert len(granted) == 24
+    # The first two turns come before either process heard the host (its first
+    # answer states the pace); every turn after them, at least the stated gap apart.
+    gaps = [round(b - a, 4) for a, b in itertools.pairwise(granted)][2:]
+    assert min(gaps) >= 0.2 - 0.0005, gaps
+
+
 async def test_a_reserved_turn_further_than_max_wait_fails_at_once_and_is_handed_back() -> None:
     name = fresh_prefix()
     # Every store connected first: its max_wait and "at once" are the turn's,

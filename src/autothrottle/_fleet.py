@@ -10,7 +10,9 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    cap, spacing), then the fleet's: the fleet reserves the slot's next send
    at ``max(now, next free time)`` and moves the free time one gap past it.
    The gap is the fleet's delay (the asker's own delay while the fleet has
-   none), within the asker's ``min_delay`` .. ``max_delay``, times
+   none), within the asker's ``min_delay`` .. ``max_delay`` and never shorter
+   than the pace the host stated to the asker in its headers (a rate-limit
+   policy or budget, which the asker's gate keeps too), times
    :data:`SPACING_MARGIN`: sends of different processes reach the host each
    with its own process's lateness, and a host that allows exactly the rate
    refuses the one that arrives early; the asker's own lateness lately (how
@@ -485,15 +487,20 @@ class Fleet:
         """What this process asks the fleet for a turn of ``slot`` with (rule 1)."""
         config = slot.config
         signals = self._rules.signals
+        # The pace the host stated in headers is the fleet's floor, as it is the
+        # gate's: each process hears the host's answers, and paced by it alone,
+        # N processes would send N times what the host allows.
+        stated = slot.state.limits.stated_gap(self.clock())
+        gap = max(slot.state.delay, stated)
         return TurnAsk(
-            slot.state.delay,
-            config.min_delay,
+            gap,
+            max(config.min_delay, stated),
             config.max_delay,
             config.max_concurrency,
             signals.hold_timeout,
             signals.max_pause,
             SPACING_MARGIN,
-            min(self.late.value, slot.state.delay * LATE_SHARE),
+            min(self.late.value, gap * LATE_SHARE),
         )
 
     def _settle(
