@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hashlib
 import inspect
+import io
 import json
 import logging
 import os
@@ -423,6 +424,28 @@ def line(
 ) -> dict[str, Any]:
     """An output line's fields the tally reads."""
     return {"status": status, "bytes": nbytes, "attempts": attempts, "error": error}
+
+
+def test_a_hosts_rate_in_the_summary_runs_from_its_first_url_started() -> None:
+    """A host whose URLs all end together (its robots.txt unreachable after 4 s of
+    retries: five lines at once) did 5 URLs in 4 s, not 5 in no time: its rate
+    was the lines over the span between its first and last line, tens of
+    thousands a second."""
+    from rich.console import Console
+
+    from autothrottle.cli._fetch_progress import Tally, summary
+
+    clock = FakeClock(0.0)
+    tally = Tally(total=5, clock=clock, started=0.0)
+    tally.host("h.example").active += 1  # its first URL started
+    clock.advance(4.0)
+    for _ in range(5):
+        clock.advance(0.0001)
+        tally.finished("h.example", line(None, 0, 0, error="RobotsUnreachable: status 503"))
+    console = Console(width=120, record=True, file=io.StringIO())
+    console.print(summary(tally, Throttle(), interrupted=False))
+    (row,) = (r for r in console.export_text().splitlines() if "h.example" in r)
+    assert row.split()[3] == "1.2/s", row
 
 
 def test_the_live_view_and_summary_show_the_busiest_hosts() -> None:

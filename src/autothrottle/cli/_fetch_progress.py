@@ -9,7 +9,6 @@ host once per refresh, so a refresh costs O(hosts), not O(URLs).
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -38,7 +37,10 @@ class HostTally:
     retries: int = 0
     nbytes: int = 0
     active: int = 0
-    first: float = math.inf
+    # When its first URL was started (the row is made then) and its last line written:
+    # the summary's rate runs over that span, not from its first line, which a host
+    # whose lines all end together (an unreachable robots.txt) would make no time.
+    begun: float = 0.0
     last: float = 0.0
     # Two marks (done, time), the older one 5 to 10 s back: the rate's window.
     mark: tuple[int, float] = (0, 0.0)
@@ -76,7 +78,7 @@ class Tally:
         row = self.hosts.get(key)
         if row is None:
             now = self.clock()
-            row = self.hosts[key] = HostTally(mark=(0, now), newer=(0, now))
+            row = self.hosts[key] = HostTally(begun=now, mark=(0, now), newer=(0, now))
         return row
 
     def attempt(self, key: str, status: int | None) -> None:
@@ -104,7 +106,6 @@ class Tally:
         row = self.host(key)
         now = self.clock()
         row.done += 1
-        row.first = min(row.first, now)
         row.last = now
         row.nbytes += nbytes
         row.retries += retries
@@ -262,8 +263,8 @@ def summary(tally: Tally, throttle: Throttle, *, interrupted: bool, rows: int = 
     for name in ("URLs", "ok", "rate", "429s", "blocked", "retries", "errors", "final delay"):
         table.add_column(name, justify="right", no_wrap=True)
     for key, row in heapq.nlargest(rows, tally.hosts.items(), key=lambda kv: kv[1].done):
-        span = row.last - row.first
-        rate = f"{(row.done - 1) / span:.1f}/s" if span > 0 and row.done > 1 else "-"
+        span = row.last - row.begun
+        rate = f"{row.done / span:.1f}/s" if span > 0 and row.done else "-"
         table.add_row(
             key,
             f"{row.done:,}",
