@@ -1,5 +1,6 @@
 """What the requests adapter puts inside urllib3: the wire turn and the latency clock
-on its connections, and the response that holds the slot until its body is finished."""
+on its connections, a turn for each attempt urllib3's ``Retry`` makes, and the
+response that holds the slot until its body is finished."""
 
 from __future__ import annotations
 
@@ -15,16 +16,20 @@ import urllib3
 import urllib3.connection
 from urllib3.response import HTTPResponse
 from urllib3.util.request import body_to_chunks
+from urllib3.util.retry import Retry
 
-from ._exchange import Exchange
+from ._exchange import Exchange, Plug
 from ._lease import Lease
+from ._request import RequestOptions
+from ._throttle import Throttle
 
 __all__ = [
-    "BLOCKING_POOL_CLASSES",
-    "POOL_CLASSES",
     "SENDING",
+    "Attempts",
     "Timing",
     "hold_until_finished",
+    "pool_classes",
+    "retries_possible",
 ]
 
 
@@ -35,13 +40,16 @@ class Timing:
     """One request's exchange, when its response headers were parsed, and the
     token that takes it off :data:`SENDING` once sent."""
 
-    __slots__ = ("body_raised", "end", "exchange", "token")
+    __slots__ = ("attempts", "body_raised", "end", "exchange", "token")
 
     token: contextvars.Token[Timing | None]
     #: Set (True) when the request's body raised as it was sent
     #: (:func:`callers_body`): its failure is then the caller's. Read with
     #: ``getattr``: the usual request never sets it.
     body_raised: bool
+    #: Set when urllib3 may retry the request (:class:`Attempts`); read with
+    #: ``getattr``, by the retrying pools only.
+    attempts: Attempts
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
@@ -60,9 +68,8 @@ class _WireTurn:
 
     ``request`` is where urllib3 writes a request on a connection, new or
     pooled; a new one connects first (as http.client would a moment later), so
-    the turn and the latency clock start on a ready connection. urllib3
-    retrying on a fresh connection calls it again: the turn is taken once, the
-    last attempt is timed.
+    the turn and the latency clock start on a ready connection. An attempt
+    urllib3 retries comes back here with a turn of its own (:class:`Attempts`).
     """
 
     sock: Any
@@ -156,6 +163,153 @@ class _HTTPSConnectionPool(urllib3.HTTPSConnectionPool):
     ConnectionCls = _HTTPSConnection
 
 
+# -- a turn for each attempt urllib3's Retry makes -------------------------------------
+
+
+def retries_possible(retries: Retry) -> bool:
+    """Whether urllib3 may send a request again under ``retries`` (an adapter's
+    ``max_retries``): not with a ``total`` of 0 (requests' default) or False."""
+    return retries.total is None or retries.total > 0
+
+
+class Attempts:
+    """A request urllib3 may retry: each attempt takes a turn of its own, and each
+    attempt urllib3 gives up on reaches the throttle as the last one would.
+
+    urllib3 drives its ``Retry`` (which statuses and errors, how long to
+    sleep, when to give up) inside its pool's ``urlopen``, which calls itself
+    for every retry. The request's :class:`Exchange` is the current
+    attempt's: an attempt urllib3 retries is read into it as the adapter
+    reads the last one (``Exchange.responded``, ``Exchange.failed``), then
+    the exchange is started again on a new turn, waited for in the slot's
+    queue like any request. A retried response is read when urllib3 drains
+    it, before its sleep: a ``Retry-After`` or a backoff is heard by the slot
+    at once, and the turn is not held while urllib3 sleeps. A failure is
+    known only when urllib3 calls ``urlopen`` again, after its backoff (the
+    error is the last entry of the ``Retry``'s history).
+
+    ``settled``: the current attempt has been read and its lease let go; what
+    the adapter then sees raised (urllib3 gave up, or the next turn did not
+    come) is not the host's again: it was counted once already.
+    """
+
+    __slots__ = ("attempted", "key", "options", "plug", "settled", "throttle")
+
+    def __init__(
+        self, throttle: Throttle, key: str, options: RequestOptions, plug: Plug[Any, Any, Timing]
+    ) -> None:
+        self.throttle = throttle
+        self.key = key
+        self.options = options
+        self.plug = plug
+        self.attempted = False
+        self.settled = False
+
+    def attempt(self, timing: Timing, retries: Any) -> None:
+        """urllib3 starts an attempt: the first one has the adapter's turn; a retry
+        settles the one before (if its response did not) and takes a new turn."""
+        if not self.attempted:
+            self.attempted = True
+            return
+        exchange = timing.exchange
+        if not self.settled:  # the last attempt raised, and urllib3 retries it
+            history = retries.history if isinstance(retries, Retry) else ()
+            error = history[-1].error if history else None
+            wired = None
+            try:
+                if error is None:
+                    exchange.lease.release()
+                else:
+                    wired = exchange.failed(error, self.plug.host_failure, self.plug.unconnected)
+            finally:
+                self.settled = True
+                if getattr(timing, "body_raised", False):  # that attempt's, not the next one's
+                    del timing.body_raised
+            if wired is not None:  # the throttle's own error (a fleet's wire turn): no more
+                raise wired
+        options = self.options
+        asked = perf_counter()
+        lease = self.throttle.acquire_blocking(
+            self.key, adjust=options.adjust, max_wait=options.max_wait, cost=options.cost
+        )
+        Exchange.__init__(exchange, lease, asked, self.key)
+        timing.end = None
+        self.settled = False
+
+    def answered(self, timing: Timing, response: HTTPResponse) -> None:
+        """urllib3 drained ``response`` (the current attempt's) to retry the request,
+        or to raise that its retries ran out: read it as any response, and let
+        its turn go."""
+        if self.settled:
+            return
+        self.settled = True
+        timing.exchange.responded(response.status, response.headers, timing.end, finished=True)
+
+
+class _RetryTurns:
+    """A pool whose ``urlopen`` (called again by urllib3 for each retry) gives each
+    attempt of a request with :class:`Attempts` its own turn."""
+
+    def urlopen(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        timing = SENDING.get()
+        attempts: Attempts | None = getattr(timing, "attempts", None)
+        if attempts is not None:
+            retries = args[2] if len(args) > 2 else kwargs.get("retries")
+            attempts.attempt(cast("Timing", timing), retries)
+        return super().urlopen(method, url, *args, **kwargs)  # type: ignore[misc]
+
+
+class _TriedResponse(HTTPResponse):
+    """urllib3's response to an attempt it may retry: drained by urllib3, it is the
+    attempt's answer (:meth:`Attempts.answered`)."""
+
+    _autothrottle_timing: Timing
+
+    def attempt_of(self, timing: Timing) -> None:
+        """Say whose attempt this response answers."""
+        self._autothrottle_timing = timing
+
+    def drain_conn(self) -> None:
+        try:
+            super().drain_conn()
+        finally:
+            timing = self._autothrottle_timing
+            timing.attempts.answered(timing, self)
+
+
+class _RetryWireTurn(_WireTurn):
+    """:class:`_WireTurn` for a pool whose requests urllib3 may retry: each
+    response is one urllib3 may drain to retry (:class:`_TriedResponse`)."""
+
+    def getresponse(self) -> HTTPResponse:
+        response = super().getresponse()
+        timing = SENDING.get()
+        if (
+            timing is not None
+            and type(response) is HTTPResponse
+            and getattr(timing, "attempts", None) is not None
+        ):
+            response.__class__ = _TriedResponse
+            cast("_TriedResponse", response).attempt_of(timing)
+        return response
+
+
+class _RetryHTTPConnection(_RetryWireTurn, urllib3.connection.HTTPConnection):  # type: ignore[misc]
+    pass
+
+
+class _RetryHTTPSConnection(_RetryWireTurn, urllib3.connection.HTTPSConnection):  # type: ignore[misc]
+    pass
+
+
+class _RetryHTTPConnectionPool(_RetryTurns, urllib3.HTTPConnectionPool):
+    ConnectionCls = _RetryHTTPConnection
+
+
+class _RetryHTTPSConnectionPool(_RetryTurns, urllib3.HTTPSConnectionPool):
+    ConnectionCls = _RetryHTTPSConnection
+
+
 class _PoolWait:
     """A blocking pool (``pool_block=True``) whose wait for one of its connections
     is noted: a request given up there (``KeyboardInterrupt``, ``SystemExit``,
@@ -183,15 +337,30 @@ class _BlockingHTTPSConnectionPool(_PoolWait, _HTTPSConnectionPool):
     pass
 
 
-POOL_CLASSES: dict[str, type[urllib3.HTTPConnectionPool]] = {
-    "http": _HTTPConnectionPool,
-    "https": _HTTPSConnectionPool,
+class _BlockingRetryHTTPConnectionPool(_PoolWait, _RetryHTTPConnectionPool):
+    pass
+
+
+class _BlockingRetryHTTPSConnectionPool(_PoolWait, _RetryHTTPSConnectionPool):
+    pass
+
+
+_POOL_CLASSES: dict[tuple[bool, bool], dict[str, type[urllib3.HTTPConnectionPool]]] = {
+    (False, False): {"http": _HTTPConnectionPool, "https": _HTTPSConnectionPool},
+    (True, False): {"http": _BlockingHTTPConnectionPool, "https": _BlockingHTTPSConnectionPool},
+    (False, True): {"http": _RetryHTTPConnectionPool, "https": _RetryHTTPSConnectionPool},
+    (True, True): {
+        "http": _BlockingRetryHTTPConnectionPool,
+        "https": _BlockingRetryHTTPSConnectionPool,
+    },
 }
-BLOCKING_POOL_CLASSES: dict[str, type[urllib3.HTTPConnectionPool]] = {
-    "http": _BlockingHTTPConnectionPool,
-    "https": _BlockingHTTPSConnectionPool,
-}
-"""The pools of an adapter made with ``pool_block=True``."""
+
+
+def pool_classes(*, block: bool, retries: bool) -> dict[str, type[urllib3.HTTPConnectionPool]]:
+    """The pools of an adapter made with ``pool_block=block``, whose requests
+    urllib3 may retry (``retries``, :func:`retries_possible`) or not: a
+    request it never retries pays nothing for :class:`Attempts`."""
+    return _POOL_CLASSES[block, retries]
 
 
 # -- holding the slot until the body is finished --------------------------------------
@@ -269,8 +438,11 @@ class _LeaseResponse(HTTPResponse):
         io.IOBase.__del__(self)
 
 
+_HELD_CLASSES = (HTTPResponse, _TriedResponse)
+
+
 def hold_until_finished(raw: object, lease: Lease) -> None:
-    if type(raw) is not HTTPResponse or raw.closed:
+    if type(raw) not in _HELD_CLASSES or raw.closed:  # type: ignore[attr-defined]
         # Not urllib3's own response (a custom adapter below this one): there is
         # no finish to wait for, so the request is over once it was answered.
         lease.release()

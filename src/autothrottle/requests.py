@@ -56,7 +56,7 @@ import weakref
 from collections.abc import Mapping
 from contextvars import ContextVar
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import requests as _needed  # noqa: F401  (the extra this module needs)
@@ -78,6 +78,7 @@ from requests.exceptions import (
     RetryError,
 )
 from urllib3.poolmanager import ProxyManager
+from urllib3.util.retry import Retry
 
 from ._errors import ThrottleTimeout
 from ._exchange import Exchange, Plug, ThrottleInfo, paced_blocking
@@ -89,11 +90,12 @@ from ._request import (
     options_from_mapping,
 )
 from ._requests_parts import (
-    BLOCKING_POOL_CLASSES,
-    POOL_CLASSES,
     SENDING,
+    Attempts,
     Timing,
     hold_until_finished,
+    pool_classes,
+    retries_possible,
 )
 from ._throttle import Throttle, check_throttle, throttle_hint
 from ._validate import keywords_only
@@ -124,7 +126,8 @@ def throttle_info(response: requests.Response) -> ThrottleInfo | None:
 class ThrottleWaitTimeout(ThrottleTimeout, requests.exceptions.Timeout):
     """The wait for the turn outlasted its ``max_wait``: both the library's
     :class:`~autothrottle.ThrottleTimeout` and a ``requests.Timeout`` (so a
-    ``requests.RequestException`` handler catches it). Nothing was sent.
+    ``requests.RequestException`` handler catches it). Nothing was sent (by
+    the attempt that waited: a retry's earlier attempts were).
     """
 
     def __init__(self, error: ThrottleTimeout, request: requests.PreparedRequest) -> None:
@@ -159,12 +162,17 @@ def _host_failure(error: BaseException) -> bool:
 def _unconnected(error: BaseException) -> bool:
     """The host's failure was a connection never made: urllib3 could not connect
     (refused, a name not found: a ``NewConnectionError``) or timed out
-    connecting (``ConnectTimeout``), through a proxy too."""
+    connecting (``ConnectTimeout``), through a proxy too. urllib3's own error
+    is read as well: an attempt it retried is known by that (its ``Retry``'s
+    history), never wrapped by requests."""
     if isinstance(error, requests.ConnectTimeout):
         return True
-    if not isinstance(error, requests.ConnectionError) or not error.args:
+    if isinstance(error, urllib3.exceptions.HTTPError):
+        reason: object = error
+    elif isinstance(error, requests.ConnectionError) and error.args:
+        reason = error.args[0]
+    else:
         return False
-    reason = error.args[0]
     if isinstance(reason, urllib3.exceptions.MaxRetryError):
         reason = reason.reason
     if isinstance(reason, urllib3.exceptions.ProxyError):
@@ -175,6 +183,19 @@ def _unconnected(error: BaseException) -> bool:
 
 
 # -- the adapter ----------------------------------------------------------------------
+
+
+class _RetriesSetter:
+    """``ThrottledHTTPAdapter.max_retries``: kept in the adapter's ``__dict__``, as
+    requests keeps it, and read from there (a descriptor with no ``__get__``:
+    requests reads it for every request, which pays no call for it). Set, the
+    adapter learns whether urllib3 may retry (``_requests_parts.Attempts``),
+    and pools made before (``max_retries`` assigned after the adapter was
+    made) are let go, as ``close()`` does, to be made anew of that kind."""
+
+    def __set__(self, adapter: ThrottledHTTPAdapter, retries: Retry) -> None:
+        adapter.__dict__["max_retries"] = retries
+        adapter._retries_set(retries)  # noqa: SLF001 (the adapter's own step)
 
 
 def _prepare(
@@ -220,9 +241,13 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
     Raises:
         TypeError: ``throttle`` is not a :class:`~autothrottle.Throttle`.
 
-    urllib3's ``Retry`` (``max_retries``) retries inside one turn: its attempts
-    are not paced one by one, and a status it retries (``status_forcelist``)
-    is never seen by the throttle. Retry above the session to pace each try.
+    With a ``max_retries`` that lets urllib3 retry, every attempt it makes
+    waits for a turn of its own (paced, under the cap, FIFO with other
+    threads) and every attempt it retries reaches the throttle as a response
+    or failure would (a retried 429 backs the slot off and its
+    ``Retry-After`` is heard before urllib3 sleeps), while urllib3 drives its
+    ``Retry`` as ever: ``ThrottledHTTPAdapter(throttle=throttle,
+    max_retries=Retry(total=5, status_forcelist=[429, 503]))``.
     SOCKS proxies use urllib3's own connections: their requests are paced,
     and their latency runs from the turn to the headers.
 
@@ -236,6 +261,23 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
         self._throttle = check_throttle(throttle, type(self).__name__)
         super().__init__(**kwargs)
 
+    if TYPE_CHECKING:
+        max_retries: Retry
+    else:
+        max_retries = _RetriesSetter()
+
+    def _retries_set(self, retries: Retry) -> None:
+        self._retried = retries_possible(retries)
+        if "poolmanager" in vars(self):  # set after requests' __init__ made the pools
+            self.close()
+            self.poolmanager.pool_classes_by_scheme = self._pool_classes()
+            for manager in self.proxy_manager.values():
+                if type(manager) is ProxyManager:
+                    manager.pool_classes_by_scheme = self._pool_classes()
+
+    def _pool_classes(self) -> dict[str, type[urllib3.HTTPConnectionPool]]:
+        return pool_classes(block=self._pool_block, retries=self._retried)
+
     @property
     def throttle(self) -> Throttle:
         """The throttle that paces this adapter's requests."""
@@ -248,13 +290,12 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
         self, connections: int, maxsize: int, block: bool = False, **pool_kwargs: Any
     ) -> None:
         super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
-        self.poolmanager.pool_classes_by_scheme = BLOCKING_POOL_CLASSES if block else POOL_CLASSES
+        self.poolmanager.pool_classes_by_scheme = pool_classes(block=block, retries=self._retried)
 
     def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> Any:
         manager = super().proxy_manager_for(proxy, **proxy_kwargs)
         if type(manager) is ProxyManager:  # not SOCKS, whose pools are its own
-            block = self._pool_block
-            manager.pool_classes_by_scheme = BLOCKING_POOL_CLASSES if block else POOL_CLASSES
+            manager.pool_classes_by_scheme = self._pool_classes()
         return manager
 
     def send(
@@ -278,8 +319,31 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
         }
         if key is None:
             return super().send(send, **kwargs)
-        sender = partial(super().send, **kwargs)
+        if self._retried:
+            attempts = Attempts(self._throttle, key, options, _PLUG)
+            sender = partial(self._send_attempts, attempts, kwargs)
+        else:
+            sender = partial(super().send, **kwargs)
         return paced_blocking(_PLUG, self._throttle, key, options, options.max_wait, sender, send)
+
+    def _send_attempts(
+        self, attempts: Attempts, kwargs: dict[str, Any], request: requests.PreparedRequest
+    ) -> requests.Response:
+        """Send a request urllib3 may retry, each attempt on a turn of its own
+        (``_requests_parts.Attempts``)."""
+        timing = SENDING.get()
+        assert timing is not None  # wired just before (paced_blocking)
+        timing.attempts = attempts
+        try:
+            return super().send(request, **kwargs)
+        except requests.ConnectionError as error:
+            # A retry's turn outlasted max_wait (requests wraps every OSError).
+            turn = error.args[0] if error.args else None
+            if isinstance(turn, ThrottleWaitTimeout):
+                raise turn from None
+            if isinstance(turn, ThrottleTimeout):
+                raise _PLUG.timed_out(turn, request) from None
+            raise
 
 
 class _RequestsPlug(Plug[requests.PreparedRequest, requests.Response, Timing]):
@@ -288,13 +352,18 @@ class _RequestsPlug(Plug[requests.PreparedRequest, requests.Response, Timing]):
     __slots__ = ()
 
     def host_failure(self, error: BaseException) -> bool:
-        # The request's body raised as it was sent (the wiring is still in place).
+        # The request's body raised as it was sent (the wiring is still in place),
+        # or its last attempt was read already (urllib3 gave up on a response it
+        # drained, or the turn for its next attempt did not come).
         timing = SENDING.get()
-        if timing is not None and getattr(timing, "body_raised", False):
+        if timing is not None and (getattr(timing, "body_raised", False) or _settled(timing)):
             return False
         return _host_failure(error)
 
     def unconnected(self, error: BaseException) -> bool:
+        timing = SENDING.get()
+        if timing is not None and _settled(timing):
+            return False
         return _unconnected(error)
 
     def timed_out(self, error: ThrottleTimeout, request: requests.PreparedRequest) -> BaseException:
@@ -327,6 +396,11 @@ class _RequestsPlug(Plug[requests.PreparedRequest, requests.Response, Timing]):
 
     def close(self, response: requests.Response) -> None:
         response.close()
+
+
+def _settled(timing: Timing) -> bool:
+    attempts: Attempts | None = getattr(timing, "attempts", None)
+    return attempts is not None and attempts.settled
 
 
 _PLUG = _RequestsPlug()
