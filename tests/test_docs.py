@@ -144,6 +144,23 @@ def test_every_install_command_in_the_docs_works_from_a_checkout() -> None:
             assert set(group.split(",")) <= extras, (page, line)
 
 
+def test_the_fetch_verbose_help_says_what_docs_cli_says_it_prints() -> None:
+    """``-v`` prints a line for each robots.txt floor, each unreachable robots.txt and
+    each URL that ends in an error (``test_fetch_cli.py`` checks them); its help
+    promised one for every robots.txt read and every block, which it never printed."""
+    fetch = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices["fetch"]
+    (verbose,) = (a for a in fetch._actions if "--verbose" in a.option_strings)
+    said = " ".join(str(verbose.help).split())
+    row = next(
+        line for line in (DOCS / "cli.md").read_text().splitlines() if "`-v, --verbose`" in line
+    )
+    for what in ("robots.txt floor", "unreachable robots.txt", "URL that ends in an error"):
+        assert what in said and what in row, (what, said, row)
+    assert "block" not in said and "read" not in said, said
+
+
 def test_every_key_of_the_fetch_summary_json_is_in_docs_cli(tmp_path: Path) -> None:
     """A script reads ``--summary-json`` by the names docs/cli.md gives it."""
     urls, summary = tmp_path / "urls.txt", tmp_path / "summary.json"

@@ -211,7 +211,10 @@ def _add_paths(parser: argparse.ArgumentParser) -> None:
         "-v",
         "--verbose",
         action="store_true",
-        help="also a line on stderr for each robots.txt read, block and URL that ends in an error",
+        help=(
+            "also a line on stderr for each robots.txt floor, unreachable robots.txt, "
+            "and URL that ends in an error"
+        ),
     )
 
 
