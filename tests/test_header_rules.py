@@ -9,9 +9,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
-from autothrottle._headers import RateLimit, read_headers
+from autothrottle._headers import RAW_TYPES, RateLimit, _names, raw_names, read_headers
 
 NOW = 1_700_000_000.0
 
@@ -245,3 +246,62 @@ def test_a_count_saturates_past_15_digits_and_not_before(text: str, left: int) -
     budget = read_headers(200, headers, now=NOW).rate_limit
     assert budget is not None
     assert budget.remaining == left
+
+
+@pytest.fixture
+def raw_httpx() -> Iterator[None]:
+    """httpx's names checked undecoded by ``Headers.raw`` (not the adapter's
+    own list), and the names passed over forgotten: the tests below count
+    them, and a run before (mutmut's, in the same process) would have left
+    some there."""
+    kept = RAW_TYPES.get(httpx.Headers)
+    raw_names(httpx.Headers)
+    _names.PASSED_RAW.clear()
+    yield
+    _names.PASSED_RAW.clear()
+    if kept is None:
+        del RAW_TYPES[httpx.Headers]
+    else:
+        RAW_TYPES[httpx.Headers] = kept
+
+
+@pytest.mark.usefixtures("raw_httpx")
+def test_the_raw_names_passed_over_are_remembered_as_sent() -> None:
+    read_headers(200, httpx.Headers({"X-Passed-Over": "1", "server": "x"}), now=NOW)
+    assert sorted(_names.PASSED_RAW) == [b"X-Passed-Over", b"server"]
+
+
+@pytest.mark.usefixtures("raw_httpx")
+def test_the_raw_names_passed_over_are_never_more_than_their_bound() -> None:
+    sizes = set()
+    for i in range(_names._PASSED_KEPT + 2):
+        read_headers(200, httpx.Headers({f"X-Invented-{i}": "1"}), now=NOW)
+        sizes.add(len(_names.PASSED_RAW))
+    assert max(sizes) == _names._PASSED_KEPT
+
+
+@pytest.mark.usefixtures("raw_httpx")
+def test_a_value_that_spells_a_name_passed_over_is_still_read() -> None:
+    # A header named "Hit" is passed over; X-Cache's value "Hit" is a value,
+    # not a name: the response is read, and a cache answered it.
+    read_headers(200, httpx.Headers([(b"Hit", b"1")]), now=NOW)
+    assert read_headers(200, httpx.Headers([(b"X-Cache", b"Hit")]), now=NOW).cache_hit
+
+
+def test_a_bad_limit_is_noted_by_its_name_and_the_rest_still_read() -> None:
+    headers = {"X-RateLimit-Remaining": "5", "X-RateLimit-Limit": "lots", "X-RateLimit-Reset": "30"}
+    signals = read_headers(200, headers, now=NOW)
+    assert signals.ignored == ("X-RateLimit-Limit 'lots': not a count",)
+    assert signals.rate_limit is not None
+    assert (signals.rate_limit.remaining, signals.rate_limit.limit) == (5, None)
+
+
+def test_a_go_duration_reset_may_be_a_list_its_first_member_read_as_one() -> None:
+    assert openai_reset("6m0s, 1h0m0s") == 360.0
+
+
+def test_an_epoch_reset_may_be_a_list_its_first_member_read_against_now() -> None:
+    headers = {"X-RateLimit-Remaining": "5", "X-RateLimit-Reset": "1700000030, 1700003600"}
+    budget = read_headers(200, headers, now=NOW).rate_limit
+    assert budget is not None
+    assert budget.reset == 30.0
