@@ -305,3 +305,66 @@ def test_an_epoch_reset_may_be_a_list_its_first_member_read_against_now() -> Non
     budget = read_headers(200, headers, now=NOW).rate_limit
     assert budget is not None
     assert budget.reset == 30.0
+
+
+def windows_of(
+    headers: dict[str, str],
+) -> list[tuple[str, str | None, int, int | None, float | None]]:
+    """Each window a budget holds: (source, policy, remaining, limit, window)."""
+    budget = read_headers(200, headers, now=NOW).rate_limit
+    assert budget is not None
+    return [
+        (w.source, w.policy, w.remaining, w.limit, w.window) for w in budget.windows or (budget,)
+    ]
+
+
+def test_riots_windows_each_read_whole_a_missing_count_as_none_spent() -> None:
+    headers = {
+        "X-App-Rate-Limit": "20:1,100:120",
+        "X-App-Rate-Limit-Count": "20:1",  # the second's spent; none counted over 120 s
+        "X-Method-Rate-Limit": "0:1,50:60",  # a window of no requests is no window
+    }
+    assert sorted(windows_of(headers)) == [
+        ("X-App-Rate-Limit", "120s", 100, 100, 120.0),
+        ("X-App-Rate-Limit", "1s", 0, 20, 1.0),
+        ("X-Method-Rate-Limit", "60s", 50, 50, 60.0),
+    ]
+
+
+def test_riots_method_list_is_read_without_an_app_list_and_after_a_bad_one() -> None:
+    method = {"X-Method-Rate-Limit": "50:60"}
+    expected = [("X-Method-Rate-Limit", "60s", 50, 50, 60.0)]
+    assert windows_of(method) == expected
+    headers = {"X-App-Rate-Limit": "garbage", **method}
+    assert windows_of(headers) == expected
+    notes = read_headers(200, headers, now=NOW).ignored
+    assert notes == ("X-App-Rate-Limit 'garbage': not LIMIT:SECONDS,...",)
+
+
+def test_a_riot_list_with_one_bad_pair_is_no_list() -> None:
+    signals = read_headers(200, {"X-App-Rate-Limit": "20:1,x:120"}, now=NOW)
+    assert signals.rate_limit is None
+    assert signals.ignored == ("X-App-Rate-Limit '20:1,x:120': not LIMIT:SECONDS,...",)
+
+
+def test_a_bad_unit_window_is_noted_by_its_name_and_the_next_unit_read() -> None:
+    headers = {
+        "X-RateLimit-Remaining-Minute": "many",
+        "X-RateLimit-Limit-Hour": "1000",
+        "X-RateLimit-Remaining-Hour": "990",
+        "X-RateLimit-Limit-Day": "x",
+        "X-RateLimit-Remaining-Day": "5",
+    }
+    assert sorted(windows_of(headers)) == [
+        ("X-RateLimit-*-Day", "day", 5, None, 86400.0),
+        ("X-RateLimit-*-Hour", "hour", 990, 1000, 3600.0),
+    ]
+    assert read_headers(200, headers, now=NOW).ignored == (
+        "X-RateLimit-Remaining-Minute 'many': not a count",
+        "X-RateLimit-Limit-Day 'x': not a count",
+    )
+
+
+def test_a_bad_shopify_field_is_noted_by_its_name() -> None:
+    signals = read_headers(200, {"X-Shopify-Shop-Api-Call-Limit": "32"}, now=NOW)
+    assert signals.ignored == ("X-Shopify-Shop-Api-Call-Limit '32': not USED/LIMIT",)
