@@ -24,6 +24,7 @@ import pytest
 from autothrottle import ThrottleTimeout, _fleet, _fleet_wire
 from autothrottle._fleet import Fleet, SharedTurn, TurnAsk
 from autothrottle._fleet_wire import WIRE_POLL, HeldTurn, NoTurn, WireCheck
+from autothrottle._limits import Limits
 from helpers import FakeClock
 
 GAP = 0.5
@@ -120,7 +121,7 @@ def setup(
     gate = SimpleNamespace(in_flight=lambda: 1, queued=lambda: 0)
     slot: Any = SimpleNamespace(
         key="k",
-        state=SimpleNamespace(delay=GAP, pause_until=-math.inf),
+        state=SimpleNamespace(delay=GAP, pause_until=-math.inf, limits=Limits()),
         config=SimpleNamespace(min_delay=0.0, max_delay=60.0, max_concurrency=8),
         gate=gate,
         fleet_went=-math.inf,
