@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
-from autothrottle.requests import ThrottledSession, throttle_info
+from autothrottle.requests import ThrottledHTTPAdapter, ThrottledSession, throttle_info
 from autothrottle.testing import VirtualClock
 from loopback import LoopbackHost, promptly, running_hosts
 
@@ -193,6 +193,60 @@ def test_a_raise_for_status_hook_leaves_the_response_readable_and_the_slot_free(
         assert streamed.value.response is not None
         streamed.value.response.close()
         assert held(throttle, host) == (0, 0)
+
+
+def plain_session(throttle: Throttle) -> requests.Session:
+    session = requests.Session()
+    session.mount("http://", ThrottledHTTPAdapter(throttle=throttle))
+    return session
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_hook_that_raises_on_a_plain_session_hands_the_slot_back(
+    host: LoopbackHost, stream: bool
+) -> None:
+    """The same through a plain ``requests.Session`` with the adapter mounted:
+    the adapter guards the hooks of the one dispatch, and the request's hooks
+    are the caller's own again before any of them runs and after."""
+    throttle = fixed(0.0, max_concurrency=1)
+    seen: list[object] = []
+
+    def looking(response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        seen.append(response.request.hooks["response"])
+
+    with plain_session(throttle) as session, ThreadPoolExecutor(2) as pool:
+        hooks = [looking, raising_hook]
+        wait_at_most = {"X-AutoThrottle": "max-wait=5"}
+        prepared = [
+            session.prepare_request(
+                requests.Request("GET", host.url(), headers=wait_at_most, hooks={"response": hooks})
+            )
+            for _ in range(2)
+        ]
+        lists = [request.hooks["response"] for request in prepared]
+        failed = [pool.submit(session.send, request, stream=stream) for request in prepared]
+        errors = [call.exception(timeout=30) for call in failed]
+        assert held(throttle, host) == (0, 0)
+        after = session.get(host.url("/after"), headers=wait_at_most)
+    assert all(isinstance(error, ValueError) for error in errors), errors
+    assert after.status_code == 200
+    assert [request.hooks["response"] for request in prepared] == lists == [hooks, hooks]
+    assert all(a is b for a, b in zip(seen, lists, strict=True))
+
+
+def test_a_raise_for_status_hook_on_a_plain_session_leaves_the_response_readable(
+    host: LoopbackHost,
+) -> None:
+    throttle = fixed(0.0, max_concurrency=1)
+    with plain_session(throttle) as session:
+        session.hooks["response"].append(raise_for_status)
+        with pytest.raises(requests.HTTPError) as caught:
+            session.get(host.url("/status/503"))
+        assert held(throttle, host) == (0, 0)
+        assert caught.value.response is not None
+        assert caught.value.response.text == "status"
+        assert session.get(host.url("/")).status_code == 200  # hooks that pass: as ever
+    assert held(throttle, host) == (0, 0)
 
 
 # -- the session closed, a thread interrupted -----------------------------------------------

@@ -392,6 +392,10 @@ class _RequestsPlug(Plug[requests.PreparedRequest, requests.Response, Timing]):
         answered = _ANSWERED.get()
         if answered is not None:
             answered.append(response)
+        else:  # not under ThrottledSession.send: a plain session's hooks, if any, guarded
+            hooks = getattr(response.request, "hooks", None)
+            if hooks and hooks.get("response"):
+                _guard_hooks(hooks, response)
         return response
 
     def close(self, response: requests.Response) -> None:
@@ -438,6 +442,52 @@ def _finish_unreturned(
             except Exception:  # unreadable: closed below, the error raised is the hook's
                 pass
         response.close()
+
+
+def _guard_hooks(hooks: dict[str, Any], response: requests.Response) -> None:
+    """A plain ``requests.Session`` will run ``response``'s hooks (``hooks``, its
+    request's, with response hooks in it): guard them.
+
+    ``Session.send`` dispatches the response hooks of the request's ``hooks``
+    dict after the adapter returned, and a hook that raised left the response
+    unread and held (:func:`_finish_unreturned` says why). The dict's
+    ``"response"`` entry is swapped, for that one dispatch, for a
+    :class:`_HookGuard`, which puts the caller's own entry back (the same
+    list, never changed) before it runs any of them: a hook, and the caller
+    after ``send``, see their hooks as they were. Only an adapter's ``send``
+    called by hand, with no session to dispatch, leaves the guard there until
+    the request's next dispatch.
+    """
+    hooks["response"] = [_HookGuard(hooks, hooks["response"], response)]
+
+
+class _HookGuard:
+    """The caller's response hooks, run as requests runs them (each given what
+    the one before returned, unless None), and :func:`_finish_unreturned` for
+    the response they were dispatched for if one raises."""
+
+    __slots__ = ("caller", "hooks", "response")
+
+    response: requests.Response | None
+
+    def __init__(self, hooks: dict[str, Any], caller: Any, response: requests.Response) -> None:
+        self.hooks = hooks
+        self.caller = caller
+        self.response = response
+
+    def __call__(self, response: requests.Response, **kwargs: Any) -> requests.Response:
+        self.hooks["response"] = caller = self.caller
+        ours, self.response = self.response, None  # one dispatch: no reference kept after it
+        try:
+            for hook in [caller] if callable(caller) else caller:
+                returned = hook(response, **kwargs)
+                if returned is not None:
+                    response = returned
+        except BaseException as error:
+            if ours is not None:
+                _finish_unreturned([ours], error, bool(kwargs.get("stream")))
+            raise
+        return response
 
 
 # -- the session ----------------------------------------------------------------------
