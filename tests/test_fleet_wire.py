@@ -709,3 +709,26 @@ async def test_the_last_request_given_up_at_the_wire_while_it_asks_hands_the_run
         if len(store.late) == 2:
             break
     assert store.late == ["old", "new"] and store.idled == 2
+
+
+@pytest.mark.parametrize(("stated", "delay"), [(0.2, 0.05), (90.0, 1.0)])
+def test_the_fleet_is_asked_for_the_pace_the_host_stated(stated: float, delay: float) -> None:
+    """A host that stated its pace in headers (here a policy of one request per
+    ``stated`` seconds) is paced by it fleet-wide: each process's gate keeps it,
+    so the fleet must too, or N processes send N times what it allows. The gate
+    keeps a stated pace slower than ``max_delay`` (60 s) as well: the ask's ceiling
+    must not cut it back to 60 s."""
+    clock = FakeClock()
+    rules: Any = SimpleNamespace(signals=SimpleNamespace(hold_timeout=300.0, max_pause=300.0))
+    fleet = Fleet(SimpleNamespace(), rules, clock=clock)
+    limits = Limits(sustained_gap=stated, sustained_until=clock() + 1000.0)
+    slot: Any = SimpleNamespace(
+        state=SimpleNamespace(delay=delay, limits=limits),
+        config=SimpleNamespace(min_delay=0.0, max_delay=60.0, max_concurrency=8),
+    )
+    ask = fleet.ask(slot)
+    # What the store makes of it (rule 1): the gap within the ask's bounds.
+    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == stated
+    limits.sustained_until = clock() - 1.0  # the stated pace no longer holds
+    ask = fleet.ask(slot)
+    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == delay

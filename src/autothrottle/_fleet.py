@@ -12,7 +12,8 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    The gap is the fleet's delay (the asker's own delay while the fleet has
    none), within the asker's ``min_delay`` .. ``max_delay`` and never shorter
    than the pace the host stated to the asker in its headers (a rate-limit
-   policy or budget, which the asker's gate keeps too), times
+   policy or budget, which the asker's gate keeps too, beyond ``max_delay``
+   as well), times
    :data:`SPACING_MARGIN`: sends of different processes reach the host each
    with its own process's lateness, and a host that allows exactly the rate
    refuses the one that arrives early; the asker's own lateness lately (how
@@ -489,13 +490,15 @@ class Fleet:
         signals = self._rules.signals
         # The pace the host stated in headers is the fleet's floor, as it is the
         # gate's: each process hears the host's answers, and paced by it alone,
-        # N processes would send N times what the host allows.
+        # N processes would send N times what the host allows. The gate keeps a
+        # stated pace slower than max_delay too (the host's word, not a guess),
+        # so the fleet's ceiling gives way to it.
         stated = slot.state.limits.stated_gap(self.clock())
         gap = max(slot.state.delay, stated)
         return TurnAsk(
             gap,
             max(config.min_delay, stated),
-            config.max_delay,
+            max(config.max_delay, stated),
             config.max_concurrency,
             signals.hold_timeout,
             signals.max_pause,
