@@ -47,6 +47,11 @@ How the adapter behaves (``docs/adapters.md`` has the whole lifecycle):
   body raised as it was sent (however urllib3 wraps it), only release.
 * **Redirects** are followed by the session, which sends each hop through the
   adapter: every hop waits on its own host's slot, with the same options.
+* **Retries** by urllib3 (``max_retries``, a number or a ``Retry``): each
+  attempt waits for a turn of its own, and each one urllib3 retries is read
+  as a response or a failure, once (a ``RetryError`` after the last 503 was
+  read is not counted again); urllib3 decides what to retry and how long to
+  sleep, as without the throttle.
 """
 
 from __future__ import annotations
