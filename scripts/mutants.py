@@ -21,6 +21,7 @@ module (mutants, killed, survived, other, seconds) and every survivor::
     nox -s mutants -- _rules --only 'Rules.fail' 'Rules.backoff'   # some functions
     nox -s mutants -- _headers._ietf        # a module in a package (or _headers/_ietf.py)
     nox -s mutants -- _headers              # each of the package's modules (``HEADERS``)
+    nox -s mutants -- _headers._llm --fresh # each survivor again, in a fresh process
 
 mutmut runs a module's mutants in the order of the time the tests that reach
 each one's function take, so a run stopped early leaves the functions the most
@@ -31,6 +32,16 @@ module named in ``DECORATED`` the scratch copy takes that decorator off each
 method it wraps and applies it after the class (``Rules.fail =
 _under_slot_lock(Rules.fail)``): the same wrapped method at run time, which
 mutmut now mutates as any other. Nothing in the work tree changes.
+
+mutmut forks each mutant's worker from a process that has imported the module
+and run the tests: a function called at import (``_llm._anthropic``) runs
+unmutated, so all its mutants survive unrun, and a test of a global cache finds
+what the earlier runs left there. ``--fresh`` runs each survivor again in a
+fresh pytest process (:func:`_fresh`).
+
+The scratch copy is the work tree as it is when the module's run starts: a
+mutant applied by hand in ``src/`` then is in the copy too (and fails the run's
+first, clean pass if a test notices it).
 
 The counts of the last runs and each survivor's verdict (equivalent, and
 why) are in ``docs/mutants.md``.
@@ -44,6 +55,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -129,6 +141,9 @@ HANG = 120
 #: mutmut's exit codes (its ``stats.py``): 1 and 3 a test failed, 0 none did.
 KILLED = {1, 3}
 SURVIVED = {0}
+#: pytest's exit codes, run by ``--fresh``: a test failed (1), the tests could
+#: not be collected (2: the mutant broke the import), pytest's internal error (3).
+KILLED_FRESH = {1, 2, 3}
 
 
 def _source(module: str) -> Path:
@@ -207,8 +222,31 @@ def _patterns(module: str, only: list[str]) -> list[str]:
     return out
 
 
+def _fresh(scratch: Path, tests: list[str], name: str) -> bool:
+    """Whether the tests fail on mutant ``name`` run in a fresh process.
+
+    mutmut forks each mutant's worker from a process that has already imported
+    the module and run the tests: a function called at import (one that builds
+    a module's constants) ran unmutated, and a test of a module's global state
+    (a cache) finds what the earlier runs left. A fresh pytest in the scratch
+    copy's ``mutants/``, with ``MUTANT_UNDER_TEST`` set before the import, has
+    neither; ``-x``: the first failure kills."""
+    env = {**os.environ, "MUTANT_UNDER_TEST": name, "PYTHONPATH": "src"}
+    args = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:xdist"]
+    args += [f"-ofaulthandler_timeout={HANG}", "-ofaulthandler_exit_on_timeout=true"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *args, *tests],
+        cwd=scratch / "mutants",
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    return done.returncode in KILLED_FRESH
+
+
 def _run_one(
-    module: str, tests: list[str], *, show: bool, workers: int, only: list[str]
+    module: str, tests: list[str], *, show: bool, workers: int, only: list[str], fresh: bool
 ) -> dict[str, object]:
     """Mutate ``module`` in a scratch copy, run mutmut there, count the verdicts."""
     scratch = ROOT / "build" / "mutants" / module
@@ -233,7 +271,6 @@ def _run_one(
             stderr=out,
             check=False,
         )
-    seconds = time.monotonic() - start
     source = _source(module)
     meta = scratch / "mutants" / source.with_name(source.name + ".meta")
     if done.returncode or not meta.exists():
@@ -243,6 +280,8 @@ def _run_one(
         codes = {k: c for k, c in codes.items() if any(fnmatch.fnmatch(k, p) for p in patterns)}
     survivors = sorted(k for k, c in codes.items() if c in SURVIVED)
     other = sorted(k for k, c in codes.items() if c not in SURVIVED | KILLED)
+    killed_fresh = [k for k in survivors if _fresh(scratch, tests, k)] if fresh else []
+    seconds = time.monotonic() - start
     result = {
         "module": module,
         "mutants": len(codes),
@@ -251,13 +290,18 @@ def _run_one(
         "other": len(other),
         "seconds": round(seconds),
     }
+    if fresh:
+        result["killed_fresh"] = len(killed_fresh)
     print(
         f"{module:<10} mutants {result['mutants']:>4}  killed {result['killed']:>4}  "
-        f"survived {result['survived']:>3}  other {result['other']:>3}  {seconds:>5.0f} s",
+        f"survived {result['survived']:>3}  other {result['other']:>3}  {seconds:>5.0f} s"
+        + (f"  (of the survivors, killed fresh {len(killed_fresh)})" if fresh else ""),
         flush=True,
     )
     for name in survivors + other:
         verdict = "survived" if name in survivors else f"exit {codes[name]}"
+        if name in killed_fresh:
+            verdict += " (killed in a fresh process)"
         print(f"    {verdict}: {name}")
         if show:
             diff = subprocess.run(
@@ -290,6 +334,12 @@ def main() -> None:
         help="mutants run at once (mutmut's --max-children; default 1: the machine is shared)",
     )
     parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="run each survivor again in a fresh pytest process (a function called at "
+        "import, a test of a module's global state): slower, by a test run a survivor",
+    )
+    parser.add_argument(
         "--only",
         nargs="+",
         default=[],
@@ -303,7 +353,7 @@ def main() -> None:
         sys.exit("needs mutmut: `nox -s mutants`, or `pip install mutmut==3.8.1`")
     tests = [f"tests/{name}.py" for name in FAST if (ROOT / "tests" / f"{name}.py").exists()]
     results = [
-        _run_one(m, tests, show=args.show, workers=args.workers, only=args.only)
+        _run_one(m, tests, show=args.show, workers=args.workers, only=args.only, fresh=args.fresh)
         for m in _modules(args.modules)
     ]
     if args.json:
