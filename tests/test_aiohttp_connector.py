@@ -139,6 +139,9 @@ class _Refusing:
     def __init__(self, fails_at: int, wait: float) -> None:
         self.fails_at, self.wait, self.asked, self.waited = fails_at, wait, 0, 0.0
 
+    def within_bound(self, wait: float) -> None:
+        """No bound: the request waits as long as its wire turn says."""
+
     def wire_now(self) -> float:
         self.asked += 1
         if self.asked == self.fails_at:

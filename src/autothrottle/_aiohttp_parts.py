@@ -272,6 +272,7 @@ async def _wire_without_holding(
     Returns the connection to send on and the wait still left (short).
     """
     while wait > HOLD_FOR_WIRE:
+        exchange.within_bound(wait)  # a pause past the request's bound is not waited out
         connection.release()
         started = perf_counter()
         await asyncio.sleep(wait)

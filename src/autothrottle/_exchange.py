@@ -98,7 +98,17 @@ _MODULES = sys.modules
 class Exchange:
     """One request's lease and timing, from its turn to its response."""
 
-    __slots__ = ("key", "lease", "started", "waited", "wire_error", "wired")
+    __slots__ = ("asked", "bound", "key", "lease", "started", "waited", "wire_error", "wired")
+
+    #: The request's own bound on its wait (its ``max_wait``, or the httpx pool
+    #: timeout the user set), when it has one. Set only then (read with
+    #: ``getattr``): the wire turn's wait counts against it too
+    #: (:meth:`within_bound`).
+    bound: float
+    #: When the request asked for its turn (``perf_counter``), noted by
+    #: :meth:`within_bound` at the first wait for the wire, before that wait
+    #: is added to ``waited``; read with ``getattr``.
+    asked: float
 
     #: What the wire turn raised (the fleet's bound, its store): the throttle's
     #: own error, never the host's, whatever the client wraps it in. Set only
@@ -185,6 +195,7 @@ class Exchange:
                     wait = self.lease.wire_wait()
                 if wait > 0.0:  # (the same test as the loop's first: the usual path pays none)
                     while wait > 0.0:  # woken on time, or asked again after someone else went
+                        self.within_bound(wait)
                         await anyio.sleep(wait)
                         wait = self.lease.wire_wait()
                     if "opentelemetry.trace" in _MODULES:  # the span's wait, this one's too
@@ -210,6 +221,7 @@ class Exchange:
                     wait = self.lease.wire_wait()
                 if wait > 0.0:
                     while wait > 0.0:
+                        self.within_bound(wait)
                         time.sleep(wait)
                         wait = self.lease.wire_wait()
                     if "opentelemetry.trace" in _MODULES:
@@ -225,6 +237,31 @@ class Exchange:
             self.waited += ready - started
         else:
             self.started = perf_counter()
+
+    def within_bound(self, wait: float) -> None:
+        """Raise :class:`ThrottleTimeout` if waiting ``wait`` more seconds for the
+        wire turn would pass the request's bound, counted from when it asked
+        for its turn: a ``max_wait`` bounds the whole wait before a byte is
+        written, not only the wait for the turn. A granted request still waits
+        here for the wire's spacing, or for a pause that began after its grant
+        (a 429's ``Retry-After`` on another request while this one waited for a
+        connection); that pause may be far longer than the bound. Raised at
+        once, not after waiting: the wait is known. Nothing of the request was
+        written; the caller's failure path (:meth:`failed`) releases its lease
+        and hands the caller this error as a turn past its bound."""
+        asked: float | None = getattr(self, "asked", None)
+        if asked is None:  # the first wait for the wire: ``waited`` is the turn's alone
+            self.asked = asked = self.started - self.waited
+        slot = self.lease.slot
+        bound: float | None = getattr(self, "bound", None)
+        own = slot.config.max_wait  # the throttle's or the host's, as Turns.bound reads it
+        if own is not None and (bound is None or own < bound):
+            bound = own
+        if bound is not None and perf_counter() + wait - asked > bound:
+            # The throttle's own error, whatever the client wraps it in (aiohttp's
+            # connect makes it a ConnectionTimeoutError): told apart by failed().
+            self.wire_error = error = ThrottleTimeout(slot.key, bound)
+            raise error
 
     def failed(
         self,
@@ -429,6 +466,8 @@ async def paced(
         exchange = Exchange(lease, asked, key)
     else:
         exchange = free_exchange(lease, asked, key)
+    if bound is not None:  # the wire turn's wait counts against it too
+        exchange.bound = bound
     try:
         wiring = plug.wire(exchange, request)
     except BaseException:
@@ -484,6 +523,8 @@ def paced_blocking(
     except ThrottleTimeout as error:
         _raise_timed_out(plug, error, request)
     exchange = Exchange(lease, asked, key)
+    if bound is not None:  # the wire turn's wait counts against it too
+        exchange.bound = bound
     try:
         wiring = plug.wire(exchange, request)
     except BaseException:

@@ -233,6 +233,8 @@ class Attempts:
             self.key, adjust=options.adjust, max_wait=options.max_wait, cost=options.cost
         )
         Exchange.__init__(exchange, lease, asked, self.key)
+        if getattr(exchange, "asked", None) is not None:  # the last attempt's wire wait's
+            del exchange.asked  # this attempt's bound counts from its own ask
         timing.end = None
         self.settled = False
 

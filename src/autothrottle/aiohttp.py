@@ -321,6 +321,8 @@ class _ThrottleMiddleware:
             exchange = Exchange(lease, asked, key)
         else:
             exchange = free_exchange(lease, asked, key)
+        if options.max_wait is not None:  # the wire turn's wait counts against it too
+            exchange.bound = options.max_wait
         try:  # _AiohttpPlug.wire
             request._autothrottle_exchange = exchange  # type: ignore[attr-defined]  # noqa: SLF001
             token = EXCHANGE.set(exchange) if _traced else None

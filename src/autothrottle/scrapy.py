@@ -228,6 +228,8 @@ class AutoThrottleMiddleware:
                     key, adjust=options.adjust, max_wait=options.max_wait, cost=options.cost
                 )
                 exchange = Exchange(lease, asked)
+                if options.max_wait is not None:  # the wire turn's wait counts against it too
+                    exchange.bound = options.max_wait
                 await exchange.on_wire()
             except ThrottleTimeout as error:  # at the turn, or a fleet's new turn at the wire
                 if lease is not None:

@@ -1,0 +1,132 @@
+"""A request's ``max_wait`` bounds its wait for the wire turn too, not only for its turn.
+
+A granted request may still wait before a byte of it is written: for a
+connection, then for its turn on the wire (``docs/scheduling.md``, rule 10),
+which keeps the slot's spacing and any pause that began after the grant. A
+429 with ``Retry-After`` on another request of the slot, answered while this
+one waited for a connection, pauses the slot for seconds; the request's
+``max_wait`` (0.3 s here) must still hold: it fails at once with the turn's
+timeout, nothing sent, nothing held. One with no bound waits the pause out.
+
+Each client is given one connection to the host, so the second request is
+granted at once (the slot's delay is 0) and then waits behind the first for
+the connection, as a busy pool makes it wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+
+from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
+from autothrottle.aiohttp import ThrottledSession
+from autothrottle.httpx import AsyncThrottledClient, ThrottledClient, ThrottlePoolTimeout
+from loopback import LoopbackHost, loopback_hosts, running_hosts
+
+PAUSING = "/status/429?wait=400&h.Retry-After=3"
+"""Answered after 400 ms: a 429 that pauses the slot for 3 s."""
+
+BOUND = 0.3
+
+
+def throttle(bound_on: str) -> Throttle:
+    return Throttle(
+        policy=FixedDelayPolicy(0.0), max_wait=BOUND if bound_on == "throttle" else None
+    )
+
+
+def assert_nothing_held(limiter: Throttle, host: LoopbackHost) -> None:
+    snapshot = limiter.snapshot()[host.address]
+    assert snapshot.in_flight == 0
+    assert snapshot.queued == 0
+    assert [a.path for a in host.arrivals] == ["/status/429"], "the bounded request was sent"
+
+
+@pytest.mark.parametrize("bound_on", ["request", "throttle"])
+async def test_aiohttp_a_pause_past_the_bound_fails_the_request_at_once(bound_on: str) -> None:
+    limiter = throttle(bound_on)
+    headers = {"X-AutoThrottle": f"max-wait={BOUND}"} if bound_on == "request" else {}
+    async with loopback_hosts(1) as (host,):
+        connector = aiohttp.TCPConnector(limit=1)
+        async with ThrottledSession(throttle=limiter, connector=connector) as session:
+
+            async def pausing() -> int:
+                async with session.get(host.url(PAUSING)) as response:
+                    await response.read()
+                    return response.status
+
+            first = asyncio.create_task(pausing())
+            await asyncio.sleep(0.1)  # the first one holds the connection
+            started = time.monotonic()
+            with pytest.raises(ThrottleTimeout) as caught:
+                async with session.get(host.url("/"), headers=headers) as response:
+                    await response.read()
+            took = time.monotonic() - started
+            assert await first == 429
+        assert caught.value.waited == BOUND
+        assert took < 2.5, took  # failed when the pause was known, not after it
+        assert_nothing_held(limiter, host)
+
+
+async def test_aiohttp_a_request_with_no_bound_waits_the_pause_out() -> None:
+    limiter = throttle("none")
+    async with loopback_hosts(1) as (host,):
+        connector = aiohttp.TCPConnector(limit=1)
+        async with ThrottledSession(throttle=limiter, connector=connector) as session:
+            first = asyncio.create_task(session.get(host.url(PAUSING)))
+            await asyncio.sleep(0.1)
+            started = time.monotonic()
+            async with session.get(host.url("/")) as response:
+                assert response.status == 200
+            assert time.monotonic() - started > 2.0  # the pause, waited out
+            (await first).release()
+
+
+@pytest.mark.parametrize("bound_on", ["request", "throttle"])
+async def test_httpx_a_pause_past_the_bound_fails_the_request_at_once(bound_on: str) -> None:
+    limiter = throttle(bound_on)
+    extensions: Any = {"autothrottle": {"max_wait": BOUND}} if bound_on == "request" else {}
+    async with loopback_hosts(1) as (host,):
+        async with AsyncThrottledClient(
+            throttle=limiter, limits=httpx.Limits(max_connections=1)
+        ) as client:
+            first = asyncio.create_task(client.get(host.url(PAUSING)))
+            await asyncio.sleep(0.1)
+            started = time.monotonic()
+            with pytest.raises(ThrottlePoolTimeout) as caught:
+                await client.get(host.url("/"), extensions=extensions)
+            took = time.monotonic() - started
+            assert (await first).status_code == 429
+        assert isinstance(caught.value, ThrottleTimeout)
+        assert caught.value.waited == BOUND
+        assert took < 2.5, took
+        assert_nothing_held(limiter, host)
+
+
+@pytest.mark.parametrize("bound_on", ["request", "throttle"])
+def test_sync_httpx_a_pause_past_the_bound_fails_the_request_at_once(bound_on: str) -> None:
+    limiter = throttle(bound_on)
+    extensions: Any = {"autothrottle": {"max_wait": BOUND}} if bound_on == "request" else {}
+    with running_hosts(1) as (host,):
+        with ThrottledClient(throttle=limiter, limits=httpx.Limits(max_connections=1)) as client:
+            statuses: list[int] = []
+            first = threading.Thread(
+                target=lambda: statuses.append(client.get(host.url(PAUSING)).status_code)
+            )
+            first.start()
+            time.sleep(0.1)
+            started = time.monotonic()
+            with pytest.raises(ThrottlePoolTimeout) as caught:
+                client.get(host.url("/"), extensions=extensions)
+            took = time.monotonic() - started
+            first.join(10)
+            assert statuses == [429]
+        assert caught.value.waited == BOUND
+        assert took < 2.5, took
+        assert_nothing_held(limiter, host)
