@@ -9,6 +9,7 @@ nothing is held (``in_flight`` and ``queued`` back to 0).
 from __future__ import annotations
 
 import ctypes
+import gc
 import signal
 import subprocess
 import sys
@@ -247,6 +248,104 @@ def test_a_raise_for_status_hook_on_a_plain_session_leaves_the_response_readable
         assert caught.value.response.text == "status"
         assert session.get(host.url("/")).status_code == 200  # hooks that pass: as ever
     assert held(throttle, host) == (0, 0)
+
+
+def test_one_prepared_request_sent_from_two_threads_at_once_keeps_each_guard_its_own(
+    host: LoopbackHost,
+) -> None:
+    """The same ``PreparedRequest`` sent by two threads at once shares one hooks
+    dict: both adapters have answered before either dispatches its hooks. The
+    hook raises in one thread only. In either order of their dispatches, the
+    other thread's stream is its own to read, and nothing is held after."""
+    throttle = fixed(0.0, max_concurrency=2)
+    both_answered = threading.Barrier(2, timeout=10)
+
+    class Waiting(ThrottledHTTPAdapter):
+        def send(self, *args: Any, **kwargs: Any) -> requests.Response:
+            response = super().send(*args, **kwargs)
+            both_answered.wait()
+            return response
+
+    for _ in range(6):  # either thread may dispatch first
+        both_answered.reset()
+        session = requests.Session()
+        session.mount("http://", Waiting(throttle=throttle))
+        with session:
+            request = session.prepare_request(
+                requests.Request(
+                    "GET", host.url("/stream/2/10"), hooks={"response": [raise_in_one]}
+                )
+            )
+            hooks = request.hooks["response"]
+            outcome = sent_at_once(session, request, ("raising", "reading"))
+            assert isinstance(outcome["raising"], ValueError)
+            assert outcome["reading"] == b"x" * 32
+            assert held(throttle, host) == (0, 0)
+            assert request.hooks["response"] is hooks
+
+
+def raise_in_one(response: requests.Response, *args: Any, **kwargs: Any) -> None:
+    if threading.current_thread().name == "raising":
+        raise ValueError("the hook's own")
+
+
+def sent_at_once(
+    session: requests.Session, request: requests.PreparedRequest, names: tuple[str, ...]
+) -> dict[str, Any]:
+    """``request`` sent by one thread of each name at once, streamed: each
+    thread's body read, or the error it raised."""
+    outcome: dict[str, Any] = {}
+
+    def send(name: str) -> None:
+        try:
+            outcome[name] = session.send(request, stream=True).content
+        except BaseException as error:
+            outcome[name] = error
+
+    threads = [threading.Thread(target=send, args=(n,), name=n) for n in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return outcome
+
+
+def test_a_hook_that_sends_again_by_hand_as_an_auth_does_leaves_the_hooks_the_callers(
+    host: LoopbackHost,
+) -> None:
+    """A response hook that answers a 401 by sending a copy of the request on the
+    adapter itself (``response.connection.send``, as requests' digest auth
+    does): that send has no session to dispatch its hooks, so it is given no
+    guard. The request the caller gets back carries the caller's own hooks,
+    and a stream it drops unread is let go when it is dropped, not held by a
+    guard's reference until a collection of cycles."""
+    throttle = fixed(0.0, max_concurrency=1)
+
+    def answer_401(response: requests.Response, **kwargs: Any) -> requests.Response | None:
+        if response.status_code != 401:
+            return None
+        response.content  # noqa: B018 (read: its turn is let go)
+        again = response.request.copy()
+        again.prepare_url(host.url("/stream/2/10"), None)
+        final: requests.Response = response.connection.send(again, **kwargs)
+        final.history.append(response)
+        final.request = again
+        return final
+
+    with plain_session(throttle) as session:
+        hooks = [answer_401]
+        gc_was = gc.isenabled()
+        gc.disable()
+        try:
+            final = session.get(host.url("/status/401"), hooks={"response": hooks}, stream=True)
+            assert final.status_code == 200
+            assert final.request.hooks["response"] == hooks
+            assert held(throttle, host) == (1, 0)
+            del final
+            wait_for(lambda: held(throttle, host) == (0, 0))
+        finally:
+            if gc_was:
+                gc.enable()
 
 
 # -- the session closed, a thread interrupted -----------------------------------------------

@@ -56,6 +56,8 @@ How the adapter behaves (``docs/adapters.md`` has the whole lifecycle):
 
 from __future__ import annotations
 
+import sys
+import threading
 import warnings
 import weakref
 from collections.abc import Mapping
@@ -324,12 +326,19 @@ class ThrottledHTTPAdapter(requests.adapters.HTTPAdapter):
         }
         if key is None:
             return super().send(send, **kwargs)
+        hooks = request.hooks  # a plain session's, guarded (_guard_hooks); none: no call
+        guarded = bool(hooks and hooks.get("response")) and _sent_by_session(self)
         if self._retried:
             attempts = Attempts(self._throttle, key, options, _PLUG)
             sender = partial(self._send_attempts, attempts, kwargs)
         else:
             sender = partial(super().send, **kwargs)
-        return paced_blocking(_PLUG, self._throttle, key, options, options.max_wait, sender, send)
+        response = paced_blocking(
+            _PLUG, self._throttle, key, options, options.max_wait, sender, send
+        )
+        if guarded and _ANSWERED.get() is None:  # not under ThrottledSession.send
+            _guard_hooks(hooks, response)
+        return response
 
     def _send_attempts(
         self, attempts: Attempts, kwargs: dict[str, Any], request: requests.PreparedRequest
@@ -397,10 +406,6 @@ class _RequestsPlug(Plug[requests.PreparedRequest, requests.Response, Timing]):
         answered = _ANSWERED.get()
         if answered is not None:
             answered.append(response)
-        else:  # not under ThrottledSession.send: a plain session's hooks, if any, guarded
-            hooks = getattr(response.request, "hooks", None)
-            if hooks and hooks.get("response"):
-                _guard_hooks(hooks, response)
         return response
 
     def close(self, response: requests.Response) -> None:
@@ -456,14 +461,45 @@ def _guard_hooks(hooks: dict[str, Any], response: requests.Response) -> None:
     ``Session.send`` dispatches the response hooks of the request's ``hooks``
     dict after the adapter returned, and a hook that raised left the response
     unread and held (:func:`_finish_unreturned` says why). The dict's
-    ``"response"`` entry is swapped, for that one dispatch, for a
-    :class:`_HookGuard`, which puts the caller's own entry back (the same
-    list, never changed) before it runs any of them: a hook, and the caller
-    after ``send``, see their hooks as they were. Only an adapter's ``send``
-    called by hand, with no session to dispatch, leaves the guard there until
-    the request's next dispatch.
+    ``"response"`` entry is swapped for a :class:`_HookGuard` until the
+    responses it guards are dispatched; then the caller's own entry (the same
+    list, never changed) is put back, before any hook runs: a hook, and the
+    caller after ``send``, see their hooks as they were.
+
+    One dict may be dispatched by several threads at once (one
+    ``PreparedRequest`` sent twice; a redirect's or an auth's copy shares its
+    dict): they share one guard, which knows each dispatch by the response it
+    is given, so a hook that raises in one thread finishes that thread's
+    response only. Only ``Session.send`` is given a guard (the adapter's
+    ``send`` checks its caller): a ``send`` called by hand, as an auth's hook
+    resends a request, has no dispatch to come, and a guard would stay.
     """
-    hooks["response"] = [_HookGuard(hooks, hooks["response"], response)]
+    with _GUARDING:
+        entry = hooks.get("response")
+        guard = _HookGuard.installed(hooks, entry)
+        if guard is None:
+            guard = _HookGuard(hooks, entry)
+            hooks["response"] = guard.entry
+        guard.pending[id(response)] = response
+
+
+_GUARDING = threading.Lock()
+"""Held while a hooks dict's guard is installed, given a response or put back."""
+
+_SESSION_SEND = requests.Session.send.__code__
+
+
+def _sent_by_session(adapter: ThrottledHTTPAdapter) -> bool:
+    """Whether the adapter's ``send`` that called this was called by requests' own
+    ``Session.send`` (a plain session's, or a subclass's through ``super()``;
+    through a subclass's ``send`` of the adapter too), which dispatches the
+    request's hooks once it returns."""
+    frame = sys._getframe(2)  # noqa: SLF001 (the stdlib's, documented, no other way)
+    while frame.f_code.co_name == "send" and frame.f_locals.get("self") is adapter:
+        if frame.f_back is None:
+            return False
+        frame = frame.f_back
+    return frame.f_code is _SESSION_SEND
 
 
 class _HookGuard:
@@ -471,18 +507,33 @@ class _HookGuard:
     the one before returned, unless None), and :func:`_finish_unreturned` for
     the response they were dispatched for if one raises."""
 
-    __slots__ = ("caller", "hooks", "response")
+    __slots__ = ("caller", "entry", "hooks", "pending")
 
-    response: requests.Response | None
-
-    def __init__(self, hooks: dict[str, Any], caller: Any, response: requests.Response) -> None:
+    def __init__(self, hooks: dict[str, Any], caller: Any) -> None:
         self.hooks = hooks
         self.caller = caller
-        self.response = response
+        self.entry = [self]
+        #: The responses answered and not yet dispatched, by id.
+        self.pending: dict[int, requests.Response] = {}
+
+    @staticmethod
+    def installed(hooks: dict[str, Any], entry: Any) -> _HookGuard | None:
+        if type(entry) is list and len(entry) == 1:
+            guard = entry[0]
+            if type(guard) is _HookGuard and guard.entry is entry and guard.hooks is hooks:
+                return guard
+        return None
 
     def __call__(self, response: requests.Response, **kwargs: Any) -> requests.Response:
-        self.hooks["response"] = caller = self.caller
-        ours, self.response = self.response, None  # one dispatch: no reference kept after it
+        with _GUARDING:
+            ours = self.pending.pop(id(response), None)
+            if ours is not response:  # not one it guards (a stale id's entry is put back)
+                if ours is not None:
+                    self.pending[id(response)] = ours
+                ours = None
+            if not self.pending and self.hooks.get("response") is self.entry:
+                self.hooks["response"] = self.caller
+        caller = self.caller
         try:
             for hook in [caller] if callable(caller) else caller:
                 returned = hook(response, **kwargs)
