@@ -303,10 +303,8 @@ class _ThrottleMiddleware:
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         if self._header_options_seen or _CONTROL in request.headers:
             options = self._options(request)
-        elif OPTIONS_SET[0]:  # no control header on it, nor ever seen on one
-            options = _options_in_context()
-        else:  # the usual request: nor were options ever passed in trace_request_ctx
-            options = DEFAULT_OPTIONS
+        else:  # none on it nor ever seen; the usual request: none ever in trace_request_ctx
+            options = _options_in_context() if OPTIONS_SET[0] else DEFAULT_OPTIONS
         if options is DEFAULT_OPTIONS:  # none set (most requests): no option to read
             url = request.url  # keyed by host: key_for's answer, without its call
             key = host_key(url.raw_host or "") if self._by_host else self._key_of(url)
