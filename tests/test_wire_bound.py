@@ -23,10 +23,13 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
+import requests
+from urllib3.util.retry import Retry
 
 from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import AsyncThrottledClient, ThrottledClient, ThrottlePoolTimeout
+from autothrottle.requests import ThrottledHTTPAdapter, ThrottleWaitTimeout
 from loopback import LoopbackHost, loopback_hosts, running_hosts
 
 PAUSING = "/status/429?wait=400&h.Retry-After=3"
@@ -130,3 +133,39 @@ def test_sync_httpx_a_pause_past_the_bound_fails_the_request_at_once(bound_on: s
         assert caught.value.waited == BOUND
         assert took < 2.5, took
         assert_nothing_held(limiter, host)
+
+
+@pytest.mark.parametrize("retried", [False, True])
+@pytest.mark.parametrize("bound_on", ["request", "throttle"])
+def test_requests_a_pause_past_the_bound_fails_the_request_at_once(
+    bound_on: str, retried: bool
+) -> None:
+    """The requests adapter with one blocking connection (``pool_block``): the
+    second request waits for it in urllib3's pool, then at the wire. With
+    urllib3's ``Retry`` too (its attempts are paced by another path)."""
+    limiter = throttle(bound_on)
+    headers = {"X-AutoThrottle": f"max-wait={BOUND}"} if bound_on == "request" else {}
+    adapter = ThrottledHTTPAdapter(
+        throttle=limiter,
+        pool_maxsize=1,
+        pool_block=True,
+        max_retries=Retry(total=2, respect_retry_after_header=False) if retried else 0,
+    )
+    with running_hosts(1) as (host,), requests.Session() as session:
+        session.mount("http://", adapter)
+        statuses: list[int] = []
+        first = threading.Thread(
+            target=lambda: statuses.append(session.get(host.url(PAUSING)).status_code)
+        )
+        first.start()
+        time.sleep(0.1)
+        started = time.monotonic()
+        with pytest.raises(ThrottleWaitTimeout) as caught:
+            session.get(host.url("/"), headers=headers)
+        took = time.monotonic() - started
+        first.join(10)
+        assert statuses == [429]
+    assert isinstance(caught.value, ThrottleTimeout)
+    assert caught.value.waited == BOUND
+    assert took < 2.5, took
+    assert_nothing_held(limiter, host)
