@@ -732,3 +732,34 @@ def test_the_fleet_is_asked_for_the_pace_the_host_stated(stated: float, delay: f
     limits.sustained_until = clock() - 1.0  # the stated pace no longer holds
     ask = fleet.ask(slot)
     assert min(max(ask.gap, ask.min_gap), ask.max_gap) == delay
+
+
+@pytest.mark.parametrize("stated_by", ["sustained", "budget"])
+def test_the_fleet_keeps_a_stated_pace_no_longer_than_it_holds(stated_by: str) -> None:
+    """A stated pace ends (the window resets, the budget is renewed): the gate
+    spaces a send at most until then (``min(last + gap, until)``), and the
+    fleet's gap must not reserve the slot's next turn past it. A host stating
+    one request per 90 s in a window that resets in 5 s is asked again in 5 s
+    by each process's gate; a fleet's gap of 90 s held the next process 85 s
+    longer than any of them would have waited alone."""
+    clock = FakeClock()
+    rules: Any = SimpleNamespace(signals=SimpleNamespace(hold_timeout=300.0, max_pause=300.0))
+    fleet = Fleet(SimpleNamespace(), rules, clock=clock)
+    ends = clock() + 5.0
+    limits = (
+        Limits(sustained_gap=90.0, sustained_until=ends)
+        if stated_by == "sustained"
+        else Limits(budget_gap=90.0, budget_until=ends)
+    )
+    slot: Any = SimpleNamespace(
+        state=SimpleNamespace(delay=1.0, limits=limits),
+        config=SimpleNamespace(min_delay=0.0, max_delay=60.0, max_concurrency=8),
+    )
+    ask = fleet.ask(slot)
+    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == 5.0
+    clock.advance(3.0)
+    ask = fleet.ask(slot)
+    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == 2.0
+    clock.advance(2.5)  # ended: the process's own delay
+    ask = fleet.ask(slot)
+    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == 1.0
