@@ -340,3 +340,82 @@ def test_in_a_fleet_each_attempt_takes_and_gives_back_its_turn(host: ScriptedHos
     finally:
         store.close()  # the prefix's keys are deleted after the test (redis_keys)
         admin.close()
+
+
+class ClosingRetry(Retry):
+    """A ``Retry`` that closes the session while urllib3 sleeps before a retry."""
+
+    session: requests.Session
+
+    def sleep(self, response: Any = None) -> None:
+        ClosingRetry.session.close()
+
+
+@pytest.mark.parametrize("pool_block", [False, True])
+@pytest.mark.parametrize("after", ["response", "error"])
+def test_the_session_closed_while_urllib3_sleeps_lets_the_retries_go_on_each_counted_once(
+    host: ScriptedHost, after: str, pool_block: bool
+) -> None:
+    """urllib3 goes on retrying on the pool the session closed (a new connection
+    each time, as requests goes on after ``Session.close()``): each attempt on
+    its own turn, each read once, nothing held after."""
+    host.scripts["/a"] = [(503, {}, 0.0), (200, {}, 0.0)]
+    throttle = fixed(0.0)
+    address = "127.0.0.33"
+    session = session_with(
+        throttle,
+        ClosingRetry(total=2, status_forcelist=[503], backoff_factor=0)
+        if after == "response"
+        else ClosingRetry(total=2, connect=2, backoff_factor=0),
+        pool_block=pool_block,
+    )
+    ClosingRetry.session = session
+    with session:
+        if after == "response":
+            assert session.get(host.url("/a")).status_code == 200
+            got = counts(throttle)
+            assert len(host.times("/a")) == 2
+            assert (got["sent"], got["responses"], got["failures"]) == (2, 2, 0)
+        else:
+            with pytest.raises(requests.ConnectionError):
+                session.get(f"http://{address}:{closed_port(address)}/")
+            got = counts(throttle, address)
+            assert (got["sent"], got["responses"], got["failures"]) == (3, 0, 3)
+    assert (got["in_flight"], got["queued"]) == (0, 0)
+
+
+def test_a_streamed_request_whose_503_is_retried_holds_the_slot_for_the_last_only(
+    host: ScriptedHost,
+) -> None:
+    """``stream=True``: urllib3 drains each response it retries (its turn let go
+    then); the last, returned, holds the slot until its body is read."""
+    host.scripts["/a"] = [(503, {}, 0.0), (503, {}, 0.0), (200, {}, 0.0)]
+    throttle = fixed(0.0, max_concurrency=1)
+    retries = Retry(total=3, status_forcelist=[503], backoff_factor=0)
+    with session_with(throttle, retries) as session:
+        response = session.get(host.url("/a"), stream=True)
+        assert response.status_code == 200
+        got = counts(throttle)
+        assert (got["sent"], got["responses"], got["in_flight"]) == (3, 3, 1)
+        assert response.content == b"ok"
+        got = counts(throttle)
+        assert (got["in_flight"], got["queued"]) == (0, 0)
+
+
+def test_a_redirect_under_retry_is_a_send_of_its_own_each_on_its_turn(
+    host: ScriptedHost,
+) -> None:
+    """requests follows redirects itself (``redirect=False`` to urllib3): a
+    ``Retry`` with redirect counts retries nothing of a 302, and each hop
+    takes a turn of its own, paced."""
+    host.scripts["/a"] = [(302, {"Location": "/b"}, 0.0)]
+    throttle = fixed(0.2)
+    retries = Retry(total=3, redirect=2, status_forcelist=[503], backoff_factor=0)
+    with session_with(throttle, retries) as session:
+        response = session.get(host.url("/a"))
+    assert response.status_code == 200
+    assert [r.status_code for r in response.history] == [302]
+    (a,), (b,) = host.times("/a"), host.times("/b")
+    assert b - a >= 0.2 - ARRIVAL_JITTER
+    got = counts(throttle)
+    assert (got["sent"], got["responses"], got["in_flight"]) == (2, 2, 0)
