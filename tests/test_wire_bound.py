@@ -131,6 +131,7 @@ def test_sync_httpx_a_pause_past_the_bound_fails_the_request_at_once(bound_on: s
             first.join(10)
             assert statuses == [429]
         assert caught.value.waited == BOUND
+        assert caught.value.bound == "max_wait"
         assert took < 2.5, took
         assert_nothing_held(limiter, host)
 
@@ -179,3 +180,29 @@ def test_requests_a_pause_past_the_bound_fails_the_request_at_once(
     assert caught.value.waited == BOUND
     assert took < 2.5, took
     assert_nothing_held(limiter, host)
+
+
+def test_sync_httpx_a_pool_timeout_as_the_bound_is_named_so() -> None:
+    """httpx's pool timeout, set by the user, bounds the wire turn as
+    ``max_wait`` does, and the error names it: ``"httpx pool timeout"``; a
+    ``max_wait`` bound is named ``"max_wait"``."""
+    limiter = throttle("none")
+    pool = 1.5  # past the wait for httpx's one connection (0.3 s), not the pause
+    timeout = httpx.Timeout(5.0, pool=pool)
+    with running_hosts(1) as (host,):
+        with ThrottledClient(
+            throttle=limiter, limits=httpx.Limits(max_connections=1), timeout=timeout
+        ) as client:
+            statuses: list[int] = []
+            first = threading.Thread(
+                target=lambda: statuses.append(client.get(host.url(PAUSING)).status_code)
+            )
+            first.start()
+            time.sleep(0.1)
+            with pytest.raises(ThrottlePoolTimeout) as caught:
+                client.get(host.url("/"))
+            first.join(10)
+            assert statuses == [429]
+        assert caught.value.waited == pool
+        assert caught.value.bound == "httpx pool timeout"
+        assert_nothing_held(limiter, host)
