@@ -348,6 +348,38 @@ def test_a_hook_that_sends_again_by_hand_as_an_auth_does_leaves_the_hooks_the_ca
                 gc.enable()
 
 
+def test_a_hook_that_sends_the_same_request_again_through_the_session_is_guarded_at_each_level(
+    host: LoopbackHost,
+) -> None:
+    """A hook that sends its own response's request again through the plain
+    session (one hooks dict, dispatched within its own dispatch), then raises:
+    the inner dispatch is guarded as the outer one, the inner send raising in
+    its turn; both slots are handed back, and the request's hooks are the
+    caller's after."""
+    throttle = fixed(0.0, max_concurrency=2)
+    depth = []
+
+    def again_then_raise(response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        depth.append(response.request.hooks["response"])
+        if len(depth) == 1:
+            with pytest.raises(ValueError, match="inner"):
+                session.send(response.request)
+            raise ValueError("outer")
+        raise ValueError("inner")
+
+    with plain_session(throttle) as session:
+        hooks = [again_then_raise]
+        request = session.prepare_request(
+            requests.Request("GET", host.url(), hooks={"response": hooks})
+        )
+        own = request.hooks["response"]
+        with pytest.raises(ValueError, match="outer"):
+            session.send(request)
+        assert held(throttle, host) == (0, 0)
+    assert request.hooks["response"] is own
+    assert depth == [own, own]
+
+
 # -- the session closed, a thread interrupted -----------------------------------------------
 
 
