@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from autothrottle import FixedDelayPolicy, Throttle
 from autothrottle._headers import RateLimit
 from autothrottle._request import header_value, options_from_header, options_from_mapping
-from autothrottle._tokens import TokenBook, TokenBudget
+from autothrottle._tokens import TokenBook, TokenBudget, TokenWindow
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.httpx import AsyncThrottledClient
 from autothrottle.options import RequestOptions
@@ -151,6 +151,25 @@ def test_a_cost_waits_for_the_refill_the_response_implies() -> None:
     assert BUDGET.fits_at(book, 500, 10.0) == pytest.approx(11.0)
     assert BUDGET.fits_at(book, 500, 10.5) == pytest.approx(11.0)
     assert BUDGET.fits_at(book, 500, 11.0) == 11.0
+
+
+def test_a_window_is_full_at_its_reset_s_own_instant() -> None:
+    """The gate's wake for a window's reset falls on the reset's own instant
+    (``fits_at`` answers ``full_at`` itself, and a virtual clock wakes exactly
+    then): the window is full there, not a moment after. A window of 100
+    tokens, refilling 1 a second, empty until its reset at 10 s: grants of 60,
+    30 and 30 at 10 s spend from the full window, and the third waits for 20
+    tokens of refill (30 s), not for 110 (120 s: the first two spent from a
+    level the reset had not lifted)."""
+    book = TokenBook()
+    book.windows["tokens"] = TokenWindow(
+        "tokens", limit=100, level=0.0, at=0.0, rate=1.0, full_at=10.0
+    )
+    assert BUDGET.fits_at(book, 60, 5.0) == 10.0  # the reset comes before the refill
+    for cost in (60, 30):
+        assert BUDGET.fits_at(book, cost, 10.0) == 10.0
+        BUDGET.spend(book, cost, 10.0)
+    assert BUDGET.fits_at(book, 30, 10.0) == pytest.approx(30.0)
 
 
 def test_grants_since_the_request_was_sent_come_off_what_remains() -> None:
