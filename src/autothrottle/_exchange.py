@@ -48,6 +48,7 @@ from ._fleet_hooks import never_sent
 from ._lease import Lease
 from ._request import RequestOptions
 from ._throttle import Throttle
+from ._turns import Turns
 
 __all__ = [
     "Exchange",
@@ -253,10 +254,7 @@ class Exchange:
         if asked is None:  # the first wait for the wire: ``waited`` is the turn's alone
             self.asked = asked = self.started - self.waited
         slot = self.lease.slot
-        bound: float | None = getattr(self, "bound", None)
-        own = slot.config.max_wait  # the throttle's or the host's, as Turns.bound reads it
-        if own is not None and (bound is None or own < bound):
-            bound = own
+        bound = Turns.bound(slot, getattr(self, "bound", None))
         if bound is not None and perf_counter() + wait - asked > bound:
             # The throttle's own error, whatever the client wraps it in (aiohttp's
             # connect makes it a ConnectionTimeoutError): told apart by failed().

@@ -31,7 +31,7 @@ from ._headers import PASSED, RAW_TYPES, passed_raw
 from ._lease import Lease, Reporter, lease_at
 from ._request import Cost
 from ._rules import Rules
-from ._slot import LiveSlot
+from ._slot import LiveSlot, Slot
 
 if TYPE_CHECKING:
     from ._fleet import Fleet
@@ -201,9 +201,10 @@ class Turns:
         return partial(lease_at, slot, self._reporter, self._hold_timeout, adjust)
 
     @staticmethod
-    def bound(slot: LiveSlot, max_wait: float | None) -> float | None:
+    def bound(slot: LiveSlot | Slot, max_wait: float | None) -> float | None:
         """The shorter of the request's bound (checked by the caller) and its
-        slot's (per-host) one."""
+        slot's (per-host) one: at the turn, and at the wire turn
+        (``Exchange.within_bound``)."""
         own = slot.config.max_wait
         if max_wait is None:
             return own
