@@ -198,7 +198,6 @@ from ._fleet_turns import (
 )
 from ._fleet_wire import WireCheck
 from ._lease import Lease
-from ._limits import Limits
 from ._rules import Rules
 from ._slot import LiveSlot
 
@@ -228,20 +227,6 @@ __all__ = [
     "TurnAsk",
     "slack",
 ]
-
-
-def _stated_gap(limits: Limits, now: float) -> float:
-    """The pace the host stated, as the gate keeps it from a send at ``now``: each
-    stated gap only until its pace ends (``min(last + gap, until)``, the window
-    reset, the budget renewed). The fleet's turn after this one is reserved
-    one gap on: a gap past the end would hold every process longer than its
-    own gate would, for as long as the gap outlasted the pace."""
-    gap = 0.0
-    if now < limits.sustained_until:
-        gap = min(limits.sustained_gap, limits.sustained_until - now)
-    if now < limits.budget_until:
-        gap = max(gap, min(limits.budget_gap, limits.budget_until - now))
-    return gap
 
 
 class Fleet:
@@ -508,7 +493,7 @@ class Fleet:
         # N processes would send N times what the host allows. The gate keeps a
         # stated pace slower than max_delay too (the host's word, not a guess),
         # so the fleet's ceiling gives way to it.
-        stated = _stated_gap(slot.state.limits, self.clock())
+        stated = slot.state.limits.stated_gap_left(self.clock())
         gap = max(slot.state.delay, stated)
         return TurnAsk(
             gap,

@@ -53,6 +53,20 @@ class Limits:
             gap = self.budget_gap
         return gap
 
+    def stated_gap_left(self, now: float) -> float:
+        """:meth:`stated_gap`, each gap cut to what is left of its pace at ``now``:
+        the spacing a send at ``now`` keeps before the next one, as the gate
+        keeps it (``min(last + gap, until)``, the window reset, the budget
+        renewed). A fleet reserves its next turn one gap on (``Fleet.ask``): a
+        gap past the pace's end would hold every process longer than its own
+        gate would."""
+        gap = 0.0
+        if now < self.sustained_until:
+            gap = min(self.sustained_gap, self.sustained_until - now)
+        if now < self.budget_until:
+            gap = max(gap, min(self.budget_gap, self.budget_until - now))
+        return gap
+
     def bound(self, now: float, longest: float) -> None:
         """End every pause and budget of a loaded record within ``longest`` of ``now``.
 
