@@ -193,6 +193,60 @@ def test_a_refused_connection_retried_is_the_hosts_failure_each_time() -> None:
     }
 
 
+class LettingOneGo(Retry):
+    """A ``Retry`` whose backoff before retrying an error first sends another
+    thread's request to the same host (:attr:`during`), and waits for its
+    answer (at most :data:`WAIT_FOR_THE_OTHER` seconds), then sleeps as urllib3's
+    own (urllib3 makes each new ``Retry`` of the same class)."""
+
+    during: Any
+
+    def sleep(self, response: Any = None) -> None:
+        if response is None:  # an error's backoff
+            LettingOneGo.during()
+        super().sleep(response)
+
+
+WAIT_FOR_THE_OTHER = 10.0
+"""Seconds a backoff waits for the other thread's answer: reached only when the
+retried request holds its turn (the cap of 1) through the backoff."""
+
+
+def test_a_retried_error_lets_its_turn_go_before_urllib3_backs_off(host: ScriptedHost) -> None:
+    """A refused connection urllib3 retries after a backoff: the failure is read
+    and its turn let go before urllib3 sleeps, so another thread's request to
+    the host goes during the backoff (under a cap of 1), and the slot has
+    heard each failure by then."""
+    throttle = fixed(0.0, max_concurrency=1)
+    retries = LettingOneGo(connect=2, backoff_factor=0.05)
+    refused = f"http://{ADDRESS}:{closed_port(ADDRESS)}/"
+    during_backoffs: list[tuple[int, int | None]] = []  # failures heard, the other's status
+    with session_with(throttle, retries) as session, ThreadPoolExecutor(1) as other:
+
+        def during() -> None:
+            answer = other.submit(session.get, host.url("/during"))
+            try:
+                status: int | None = answer.result(timeout=WAIT_FOR_THE_OTHER).status_code
+            except TimeoutError:
+                status = None
+            during_backoffs.append((counts(throttle)["failures"], status))
+
+        LettingOneGo.during = during
+        with pytest.raises(requests.ConnectionError):
+            session.get(refused)
+    assert during_backoffs == [(1, 200), (2, 200)]
+    assert len(host.times("/during")) == 2
+    assert counts(throttle) == {
+        "sent": 5,
+        "responses": 2,
+        "failures": 3,
+        "backoffs": 3,
+        "pauses": 0,
+        "in_flight": 0,
+        "queued": 0,
+    }
+
+
 def test_retries_run_out_each_attempt_counted_once_and_nothing_held(host: ScriptedHost) -> None:
     host.scripts["/a"] = [(503, {}, 0.0)]
     throttle = fixed(0.0)
@@ -307,8 +361,8 @@ def test_an_interrupt_while_urllib3_sleeps_after_a_response_holds_nothing(
 
 
 def test_an_interrupt_while_urllib3_sleeps_after_an_error_holds_nothing() -> None:
-    # The refused attempt is read only when urllib3 tries again: interrupted
-    # before, it is released, not counted (as an interrupt is, anywhere).
+    # The refused attempt is read as it raised, before urllib3 sleeps: the
+    # interrupt there finds it counted once and let go, nothing held.
     address = "127.0.0.32"
     throttle = fixed(0.0)
     retries = InterruptedRetry(total=2, connect=2, backoff_factor=0)
@@ -316,7 +370,7 @@ def test_an_interrupt_while_urllib3_sleeps_after_an_error_holds_nothing() -> Non
     with session_with(throttle, retries) as session, pytest.raises(Interrupted):
         session.get(url)
     got = counts(throttle, address)
-    assert (got["sent"], got["failures"], got["in_flight"], got["queued"]) == (1, 0, 0, 0)
+    assert (got["sent"], got["failures"], got["in_flight"], got["queued"]) == (1, 1, 0, 0)
 
 
 def test_in_a_fleet_each_attempt_takes_and_gives_back_its_turn(host: ScriptedHost) -> None:

@@ -5,6 +5,7 @@ response that holds the slot until its body is finished."""
 from __future__ import annotations
 
 import contextvars
+import http.client
 import io
 import sys
 import threading
@@ -17,6 +18,7 @@ import urllib3.connection
 from urllib3.response import HTTPResponse
 from urllib3.util.request import body_to_chunks
 from urllib3.util.retry import Retry
+from urllib3.util.ssl_match_hostname import CertificateError
 
 from ._exchange import Exchange, Plug
 from ._lease import Lease
@@ -184,9 +186,12 @@ class Attempts:
     the exchange is started again on a new turn, waited for in the slot's
     queue like any request. A retried response is read when urllib3 drains
     it, before its sleep: a ``Retry-After`` or a backoff is heard by the slot
-    at once, and the turn is not held while urllib3 sleeps. A failure is
-    known only when urllib3 calls ``urlopen`` again, after its backoff (the
-    error is the last entry of the ``Retry``'s history).
+    at once, and the turn is not held while urllib3 sleeps. An error is read
+    as it leaves the pool's ``_make_request`` (:meth:`raised`), before urllib3
+    decides to retry it and sleeps its backoff: the failure backs the slot
+    off at once, and other threads' requests to the host go meanwhile. An
+    error raised before that step (a proxy's tunnel) is read when urllib3
+    calls ``urlopen`` again (the last entry of the ``Retry``'s history).
 
     ``settled``: the current attempt has been read and its lease let go; what
     the adapter then sees raised (urllib3 gave up, or the next turn did not
@@ -214,17 +219,7 @@ class Attempts:
         exchange = timing.exchange
         if not self.settled:  # the last attempt raised, and urllib3 retries it
             history = retries.history if isinstance(retries, Retry) else ()
-            error = history[-1].error if history else None
-            wired = None
-            try:
-                if error is None:
-                    exchange.lease.release()
-                else:
-                    wired = exchange.failed(error, self.plug.host_failure, self.plug.unconnected)
-            finally:
-                self.settled = True
-                if getattr(timing, "body_raised", False):  # that attempt's, not the next one's
-                    del timing.body_raised
+            wired = self._failed(timing, history[-1].error if history else None)
             if wired is not None:  # the throttle's own error (a fleet's wire turn): no more
                 raise wired
         options = self.options
@@ -237,6 +232,43 @@ class Attempts:
             del exchange.asked  # this attempt's bound counts from its own ask
         timing.end = None
         self.settled = False
+
+    def raised(self, timing: Timing, error: BaseException) -> None:
+        """The current attempt's request raised ``error``, which urllib3 reads next
+        (to retry it after its backoff, or to give up): read it now, and let
+        its turn go, so that the slot's other requests are not kept waiting
+        through urllib3's sleep. It is read as urllib3 reads it (an
+        ``http.client`` error it wraps as a ``ProtocolError``), once: what the
+        adapter then sees raised was counted already (``settled``).
+
+        An error of the wire turn itself (the throttle's own: a bound, a
+        fleet's store) only lets the turn go here; it is read where it was
+        before, when urllib3 tries again or gives up, and raised as the
+        throttle's."""
+        if self.settled:
+            return
+        if getattr(timing.exchange, "wire_error", None) is not None:
+            timing.exchange.lease.release()
+            return
+        if isinstance(error, CertificateError):
+            error = urllib3.exceptions.SSLError(error)
+        elif not isinstance(error, (OSError, urllib3.exceptions.HTTPError)):
+            error = urllib3.exceptions.ProtocolError("Connection aborted.", error)
+        self._failed(timing, error)
+
+    def _failed(self, timing: Timing, error: BaseException | None) -> Exception | None:
+        """Read the current attempt's ``error`` (None: unknown, only let go) and
+        settle it; the wire turn's own error, if it raised one."""
+        exchange = timing.exchange
+        try:
+            if error is None:
+                exchange.lease.release()
+                return None
+            return exchange.failed(error, self.plug.host_failure, self.plug.unconnected)
+        finally:
+            self.settled = True
+            if getattr(timing, "body_raised", False):  # that attempt's, not the next one's
+                del timing.body_raised
 
     def answered(self, timing: Timing, response: HTTPResponse) -> None:
         """urllib3 drained ``response`` (the current attempt's) to retry the request,
@@ -259,6 +291,32 @@ class _RetryTurns:
             retries = args[2] if len(args) > 2 else kwargs.get("retries")
             attempts.attempt(cast("Timing", timing), retries)
         return super().urlopen(method, url, *args, **kwargs)  # type: ignore[misc]
+
+    def _make_request(self, *args: Any, **kwargs: Any) -> Any:
+        """urllib3's step that connects, writes and reads the headers: an error it
+        raises that urllib3 may retry (:data:`_RETRIED`) is read before
+        urllib3 sleeps its backoff (:meth:`Attempts.raised`)."""
+        try:
+            return super()._make_request(*args, **kwargs)  # type: ignore[misc]
+        except _RETRIED as error:
+            timing = SENDING.get()
+            attempts: Attempts | None = getattr(timing, "attempts", None)
+            if attempts is not None:
+                attempts.raised(cast("Timing", timing), error)
+            raise
+
+
+_RETRIED = (
+    urllib3.exceptions.TimeoutError,
+    http.client.HTTPException,
+    OSError,
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.SSLError,
+    CertificateError,
+    urllib3.exceptions.ProxyError,
+)
+"""The errors urllib3's ``urlopen`` hands to its ``Retry`` (to retry, or to
+raise as it gives up): its own list (``ssl``'s errors are ``OSError`` s)."""
 
 
 class _TriedResponse(HTTPResponse):
