@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -214,3 +215,40 @@ def test_sync_httpx_a_pool_timeout_as_the_bound_is_named_so() -> None:
         assert caught.value.waited == pool
         assert caught.value.bound == "httpx pool timeout"
         assert_nothing_held(limiter, host)
+
+
+@pytest.mark.parametrize("bound_on", ["request", "throttle"])
+def test_scrapy_a_pause_past_the_bound_fails_the_request_at_once(
+    bound_on: str, tmp_path: Path
+) -> None:
+    """A real crawl (a subprocess: ``test_scrapy.crawl``): the second request is
+    granted at once and held before its wire turn until the first one's 429
+    has paused the slot for 30 s (``scrapy_wire_pause.py``: Scrapy gives the
+    middleware no connection to wait for). Its ``max_wait``, from its meta or
+    the host's settings, holds: it fails with ``ThrottleWaitTimeout`` at its
+    wire turn, unsent, nothing held."""
+    from test_scrapy import assert_nothing_held as assert_crawl_held_nothing
+    from test_scrapy import crawl
+
+    with running_hosts(1) as (host,):
+        bounded: dict[str, Any] = {"url": host.url("/")}
+        settings: dict[str, Any] = {
+            "AUTOTHROTTLE_POLICY": "fixed-delay=0",
+            "CONCURRENT_REQUESTS_PER_DOMAIN": 2,
+            "RETRY_ENABLED": False,  # the 429 is not retried: the crawl ends with it
+            "EXTENSIONS": {"scrapy_wire_pause.PauseBeforeTheWire": 0},
+        }
+        if bound_on == "request":
+            bounded["meta"] = {"autothrottle": {"max_wait": BOUND}}
+        else:
+            settings["AUTOTHROTTLE_HOSTS"] = {host.address: {"max_wait": BOUND}}
+        result = crawl(tmp_path, settings, [{"url": host.url(LONG_PAUSE)}, bounded])
+        assert [a.path for a in host.arrivals] == ["/status/429"], "the bounded request was sent"
+    outcomes = sorted(result["outcomes"], key=lambda outcome: outcome["url"])
+    assert outcomes[0]["error"] == "ThrottleWaitTimeout", outcomes
+    assert outcomes[1]["status"] == 429
+    stats = result["stats"]
+    assert stats["test/paused_before_the_wire"] == 1
+    assert stats["test/at_the_wire"] < AT_ONCE  # failed when the pause was known, not after it
+    assert stats["autothrottle/timeouts"] == 1
+    assert_crawl_held_nothing(result)
