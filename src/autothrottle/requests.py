@@ -63,7 +63,7 @@ import weakref
 from collections.abc import Mapping
 from contextvars import ContextVar
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 try:
     import requests as _needed  # noqa: F401  (the extra this module needs)
@@ -471,8 +471,18 @@ def _guard_hooks(hooks: dict[str, Any], response: requests.Response) -> None:
     dict): they share one guard, which knows each dispatch by the response it
     is given, so a hook that raises in one thread finishes that thread's
     response only. Only ``Session.send`` is given a guard (the adapter's
-    ``send`` checks its caller): a ``send`` called by hand, as an auth's hook
-    resends a request, has no dispatch to come, and a guard would stay.
+    ``send`` checks its caller, :func:`_sent_by_session`): a ``send`` called
+    by hand, as an auth's hook resends a request, has no dispatch to come,
+    and a guard would stay.
+
+    The guard holds its responses weakly: an interrupt that lands between
+    the adapter's return and the dispatch (in ``Session.send``, where no code
+    of ours runs) leaves the guard waiting for a dispatch that never comes,
+    and a strong reference from the request's hooks dict would hold the
+    response, and its slot, as long as the request lives (until
+    ``hold_timeout``). Held weakly, the response is collected when the
+    error is let go, which releases its slot, and the guard puts the
+    caller's entry back then (:meth:`_HookGuard.collected`).
     """
     with _GUARDING:
         entry = hooks.get("response")
@@ -480,26 +490,41 @@ def _guard_hooks(hooks: dict[str, Any], response: requests.Response) -> None:
         if guard is None:
             guard = _HookGuard(hooks, entry)
             hooks["response"] = guard.entry
-        guard.pending[id(response)] = response
+        key = id(response)
+        guard.pending[key] = weakref.ref(response, partial(guard.collected, key))
 
 
 _GUARDING = threading.Lock()
 """Held while a hooks dict's guard is installed, given a response or put back."""
 
-_SESSION_SEND = requests.Session.send.__code__
+_SESSIONS_FILE = requests.sessions.__file__
 
 
 def _sent_by_session(adapter: ThrottledHTTPAdapter) -> bool:
     """Whether the adapter's ``send`` that called this was called by requests' own
     ``Session.send`` (a plain session's, or a subclass's through ``super()``;
     through a subclass's ``send`` of the adapter too), which dispatches the
-    request's hooks once it returns."""
+    request's hooks once it returns.
+
+    Why the caller's frame: nothing else tells the two apart. requests calls
+    the adapter with the same arguments from ``Session.send``, which will
+    dispatch the hooks, and from an auth's hook or any code sending by hand,
+    which will not (a guard installed then would stay in the caller's hooks
+    dict). A marker on the response cannot help: the guard must be in the
+    dict before requests reads it, and a hook appended to run last cannot
+    see that a hook before it raised. requests' ``send`` is known by its
+    code's qualified name and file, not by the function object, so that an
+    instrumentation wrapping ``Session.send`` (before this module was
+    imported, or after) changes nothing. A caller not known so is given no
+    guard: a hook that raises then leaves its response held as without the
+    guard, until it is collected (or ``hold_timeout``)."""
     frame = sys._getframe(2)  # noqa: SLF001 (the stdlib's, documented, no other way)
     while frame.f_code.co_name == "send" and frame.f_locals.get("self") is adapter:
         if frame.f_back is None:
             return False
         frame = frame.f_back
-    return frame.f_code is _SESSION_SEND
+    code = frame.f_code
+    return code.co_qualname == "Session.send" and code.co_filename == _SESSIONS_FILE
 
 
 class _HookGuard:
@@ -513,8 +538,8 @@ class _HookGuard:
         self.hooks = hooks
         self.caller = caller
         self.entry = [self]
-        #: The responses answered and not yet dispatched, by id.
-        self.pending: dict[int, requests.Response] = {}
+        #: The responses answered and not yet dispatched, by id, held weakly.
+        self.pending: dict[int, weakref.ref[requests.Response]] = {}
 
     @staticmethod
     def installed(hooks: dict[str, Any], entry: Any) -> _HookGuard | None:
@@ -524,15 +549,39 @@ class _HookGuard:
                 return guard
         return None
 
+    def collected(self, key: int, ref: weakref.ref[requests.Response]) -> None:
+        """A response given to the guard was collected undispatched (an interrupt
+        before requests' dispatch, its error let go): forget it, and put the
+        caller's entry back if it was the last. Skipped when another step of
+        a guard holds the lock (this very thread's, when the collection runs
+        inside it): the next dispatch of the dict forgets it then."""
+        if not _GUARDING.acquire(blocking=False):
+            return
+        try:
+            if self.pending.get(key) is ref:
+                del self.pending[key]
+            self._put_back()
+        finally:
+            _GUARDING.release()
+
+    def _put_back(self) -> None:
+        """Put the caller's entry back if no response it guards is alive (the
+        dead are forgotten); with :data:`_GUARDING` held."""
+        pending = self.pending
+        for key in [key for key, ref in pending.items() if ref() is None]:
+            del pending[key]
+        if not pending and self.hooks.get("response") is self.entry:
+            self.hooks["response"] = self.caller
+
     def __call__(self, response: requests.Response, **kwargs: Any) -> requests.Response:
         with _GUARDING:
-            ours = self.pending.pop(id(response), None)
+            ref = self.pending.pop(id(response), None)
+            ours = None if ref is None else ref()
             if ours is not response:  # not one it guards (a stale id's entry is put back)
                 if ours is not None:
-                    self.pending[id(response)] = ours
+                    self.pending[id(response)] = cast("weakref.ref[requests.Response]", ref)
                 ours = None
-            if not self.pending and self.hooks.get("response") is self.entry:
-                self.hooks["response"] = self.caller
+            self._put_back()
         caller = self.caller
         try:
             for hook in [caller] if callable(caller) else caller:
