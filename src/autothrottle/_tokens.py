@@ -11,7 +11,10 @@ cost fits (``docs/signals.md``, "Token budgets"):
   request arrived; requests granted since that request was sent are not in
   it yet, so their costs come off (:class:`TokenBook` keeps them; grants at
   the very same moment are taken as later, but for one, and the highest of
-  their answers' readings stands);
+  their answers' readings stands); so do those of requests the wire turn
+  holds (a grant made before a pause, held until it ends), which no answer
+  counts until they go, after sends granted later perhaps: one that waited
+  for its wire turn counts from when it went, not from its grant;
 * the window refills at ``(limit - remaining) / reset`` tokens a second, as
   the last response at least a tenth empty said (nearer full, the reset is
   mostly the server's rounding), or, until one did, at no less than its limit
@@ -32,11 +35,12 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ._headers import RateLimit
 from ._request import Cost, tokens_of
 
-__all__ = ["TokenBook", "TokenBudget"]
+__all__ = ["Sent", "TokenBook", "TokenBudget"]
 
 _FALLBACK_WINDOW = 60.0
 """Seconds a window is taken to refill its limit in until a response shows its
@@ -113,6 +117,16 @@ class TokenWindow:
         return at
 
 
+class Sent(Protocol):
+    """A granted request, as the wire turn holds it: when it was granted, and
+    whether it was let go."""
+
+    sent_at: float
+
+    @property
+    def released(self) -> bool: ...
+
+
 @dataclass(slots=True)
 class TokenBook:
     """A slot's token windows, and the grants with a cost no response has accounted for.
@@ -122,13 +136,19 @@ class TokenBook:
 
     Attributes:
         windows: The windows by unit.
-        spends: ``(granted at, cost)`` of recent grants with a cost, oldest first.
+        spends: ``(granted at, cost)`` of recent grants with a cost, oldest
+            first; a grant that waited for its wire turn, ``(went at, cost)``.
         longest: The longest a window may hold a request (the throttle's ``max_pause``).
+        held: ``(request, cost)`` of grants the wire turn holds (None: none yet).
+        went: When each grant that waited for its wire turn went, by its grant
+            time, until its answer is read (None: none yet).
     """
 
     windows: dict[str, TokenWindow] = field(default_factory=dict)
     spends: deque[tuple[float, Cost]] = field(default_factory=lambda: _NO_SPENDS)
     longest: float = math.inf
+    held: list[tuple[Sent, Cost]] | None = None
+    went: dict[float, float] | None = None
 
 
 class TokenBudget:
@@ -162,10 +182,15 @@ class TokenBudget:
         """
         book.longest = self.max_pause
         sent = now if sent_at is None else sent_at
+        if book.went and sent_at is not None:
+            sent = book.went.pop(sent_at, sent)  # it waited for its wire turn
         since = [(at, cost) for at, cost in book.spends if at >= sent]
         own = [item for item in since if item[0] == sent]
         if own:
             since.remove(min(own, key=lambda item: tokens_of(item[1], "tokens")))
+        if book.held:
+            book.held = [item for item in book.held if not item[0].released]
+            since += [(math.inf, cost) for _, cost in book.held]
         pause = None
         for advertised in windows:
             window = book.windows.get(advertised.unit)
@@ -203,6 +228,41 @@ class TokenBudget:
         if spends is _NO_SPENDS:
             spends = book.spends = deque(maxlen=_MAX_SPENDS)
         spends.append((now, cost))
+
+    @staticmethod
+    def hold(book: TokenBook, request: Sent) -> None:
+        """The wire turn holds ``request`` (a pause, a gap): no answer counts its
+        cost until it goes on the wire (:meth:`went`), or ever if it is let go first."""
+        granted = request.sent_at
+        spends = book.spends
+        for index in range(len(spends) - 1, -1, -1):  # the newest first: it is near the end
+            at, cost = spends[index]
+            if at < granted:
+                return  # no cost was spent on its grant
+            if at == granted:
+                del spends[index]
+                if book.held is None:
+                    book.held = []
+                book.held.append((request, cost))
+                return
+
+    @staticmethod
+    def went(book: TokenBook, request: Sent, now: float) -> None:
+        """``request``, which the wire turn held, went on the wire at ``now``: the
+        answers to requests sent after it count its cost, and its own answer is
+        read as of now."""
+        held = book.held
+        if not held:
+            return
+        for index, (waiting, cost) in enumerate(held):
+            if waiting is request:
+                del held[index]
+                book.spends.append((now, cost))  # no grant is later than now
+                went = book.went
+                if went is None or len(went) >= _MAX_SPENDS:  # answers never read: forgotten
+                    went = book.went = {}
+                went[request.sent_at] = now
+                return
 
     @staticmethod
     def fits_at(book: TokenBook, cost: Cost | None, now: float) -> float:

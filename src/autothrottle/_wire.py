@@ -31,6 +31,7 @@ from ._arrivals import ArrivalGuard
 from ._headers import RateLimit
 from ._policy import SlotConfig
 from ._state import SlotState
+from ._tokens import TokenBook, TokenBudget
 
 __all__ = ["Clock", "Hold", "WireTurn", "shows_spare"]
 
@@ -51,6 +52,11 @@ class Hold(Protocol):
 
     sent_at: float
     """When it was granted."""
+
+    @property
+    def released(self) -> bool:
+        """Whether it was let go."""
+        ...
 
     wire_gap: float
     """The spacing its grant kept after the grant before it; the wire keeps it too."""
@@ -116,6 +122,9 @@ class WireTurn:
         "lock",
         "state",
     )
+
+    token_book: TokenBook
+    """The host's token windows (the gate's): a grant the wire holds is in no answer yet."""
 
     def __init__(self, state: SlotState, config: SlotConfig, clock: Clock) -> None:
         self.state = state
@@ -208,14 +217,13 @@ class WireTurn:
     def wire_wait(self, hold: Hold) -> float:
         """Pass a granted request onto the wire now, or say how long to wait first.
 
-        A grant may wait in the client's pool or on connection setup and then
-        leave together with others; the wire keeps each grant's spacing
-        (``docs/scheduling.md``, rule 10). Returns 0.0 when the request may go
-        now, and records that it went: no sooner than the last request that
-        went plus this hold's gap, and not during a pause. Otherwise returns
-        the seconds to wait before asking again. The check and the record are
-        one step under the lock, so two requests never pass closer than the
-        gap, however late either wakes up.
+        A grant may wait in the client's pool or on connection setup and then leave together
+        with others; the wire keeps each grant's spacing (``docs/scheduling.md``, rule 10).
+        Returns 0.0 when the request may go now, and records that it went: no sooner than the
+        last request that went plus this hold's gap, and not during a pause. Otherwise returns
+        the seconds to wait before asking again. The check and the record are one step under
+        the lock, so two requests never pass closer than the gap, however late either wakes
+        up. A cost held here is in no answer until it goes (:meth:`TokenBudget.hold`).
         """
         lock = self.lock
         lock.acquire()  # not `with`: on every request, it costs twice as much
@@ -243,10 +251,14 @@ class WireTurn:
                 if at < pause_until:
                     at = pause_until
             if now < at and now > hold.wire_asked:
+                if hold.wire_asked == _NEVER and self.token_book.spends:
+                    TokenBudget.hold(self.token_book, hold)  # its cost is in no answer yet
                 hold.wire_asked = now
                 return at - now
             # Go now; also when the clock has not moved since this hold last
             # asked (an injected clock that real sleeps do not advance).
+            if hold.wire_asked != _NEVER and self.token_book.held:
+                TokenBudget.went(self.token_book, hold, now)
             self._wire_last = now
             if self.arrivals is not None:
                 # When it was due: its turn here, or its grant's when later (rule 10).

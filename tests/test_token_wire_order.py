@@ -1,0 +1,118 @@
+"""A token cost held at the wire by a pause is not in what the answers of later sends say.
+
+An LLM API's answer says what remained of its tokens when the request arrived:
+every request that reached the API before it is counted. The throttle takes
+off what it granted since (``docs/signals.md``, "Token budgets"). A request
+granted before a refusal paused the slot is held at its wire turn until the
+pause ends, and may reach the API after requests granted once it ended: its
+cost is in no answer until it arrives. Found walking ``docs/llm.md`` with the
+real SDKs: after another client of the key spent its tokens, one request too
+many went when the pause ended, and was refused.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autothrottle import FixedDelayPolicy, Lease, Throttle
+from autothrottle._tokens import TokenBudget
+from helpers import FakeClock, gate_of
+
+KEY = "api.example.com"
+
+
+def tokens(remaining: int, reset: str) -> dict[str, str]:
+    return {
+        "x-ratelimit-limit-tokens": "1000",
+        "x-ratelimit-remaining-tokens": str(remaining),
+        "x-ratelimit-reset-tokens": reset,
+    }
+
+
+def fits_in(throttle: Throttle, clock: FakeClock, cost: int) -> float:
+    """Seconds until ``cost`` fits the token window, as the slot estimates it (the
+    backoff the refusal set spaces the sends too: that is not looked at here)."""
+    book = gate_of(throttle.slot(KEY)).token_book
+    return TokenBudget.fits_at(book, cost, clock.now) - clock.now
+
+
+def on_wire(clock: FakeClock, lease: Lease) -> None:
+    """Let ``lease`` take its wire turn, the clock moved on as it is told to wait."""
+    for _ in range(10):
+        wait = lease.wire_wait()
+        if wait == 0.0:
+            return
+        clock.advance(wait)
+    raise AssertionError("never on the wire")
+
+
+def granted(throttle: Throttle, cost: int) -> Lease:
+    lease = throttle.try_acquire(KEY, cost=cost)
+    assert lease is not None
+    return lease
+
+
+@pytest.fixture
+def paused() -> tuple[FakeClock, Throttle, Lease]:
+    """1,000 tokens a second. A request is granted, and before it reaches the
+    wire another's refusal (another client spent the key's tokens) pauses the
+    slot for 2 s: it is held at its wire turn. The pause ends."""
+    clock = FakeClock()
+    throttle = Throttle(clock=clock, policy=FixedDelayPolicy(0.0), max_concurrency=10)
+    first = granted(throttle, 400)
+    assert first.wire_wait() == 0.0
+    first.finish(0.01, 200, tokens(700, "300ms"))  # 300 counted: 1,000 a second
+    clock.advance(1.0)
+    refused, held = granted(throttle, 400), granted(throttle, 400)
+    assert refused.wire_wait() == 0.0
+    refused.finish(0.01, 429, tokens(0, "2s"))
+    assert held.wire_wait() > 0.0  # paused
+    clock.advance(2.0)
+    return clock, throttle, held
+
+
+def test_a_send_held_through_a_pause_comes_off_a_later_send_s_answer(
+    paused: tuple[FakeClock, Throttle, Lease],
+) -> None:
+    """The pause over, a new request overtakes the held one on the wire; its
+    answer says 700 remain, which the held request's 400 are not in yet: 300
+    are left, and a third 400 waits for the refill (0.1 s), not sent now to be
+    refused."""
+    clock, throttle, held = paused
+    overtaking = granted(throttle, 400)
+    assert overtaking.wire_wait() == 0.0
+    overtaking.finish(0.01, 200, tokens(700, "300ms"))
+    assert fits_in(throttle, clock, 300) == 0.0
+    assert fits_in(throttle, clock, 400) == pytest.approx(0.1, abs=1e-5)
+    held.release()
+
+
+def test_once_on_the_wire_the_held_send_is_in_the_answers_of_later_sends(
+    paused: tuple[FakeClock, Throttle, Lease],
+) -> None:
+    """The held request goes on the wire after the new one: an answer to a
+    request sent after it counts it, and nothing comes off that answer."""
+    clock, throttle, held = paused
+    overtaking = granted(throttle, 400)
+    assert overtaking.wire_wait() == 0.0
+    on_wire(clock, held)
+    later = granted(throttle, 100)
+    on_wire(clock, later)
+    later.finish(0.01, 200, tokens(500, "500ms"))  # all three counted
+    assert fits_in(throttle, clock, 500) == 0.0  # 500 left, and none to come off
+    assert fits_in(throttle, clock, 501) > 0.0
+    for lease in (overtaking, held):
+        lease.release()
+
+
+def test_a_held_send_let_go_before_the_wire_comes_off_no_answer(
+    paused: tuple[FakeClock, Throttle, Lease],
+) -> None:
+    """A request held at the wire and then let go (cancelled, timed out) never
+    reaches the API: once it is let go, answers are taken at their word again."""
+    clock, throttle, held = paused
+    held.release()
+    overtaking = granted(throttle, 400)
+    assert overtaking.wire_wait() == 0.0
+    overtaking.finish(0.01, 200, tokens(700, "300ms"))
+    assert fits_in(throttle, clock, 700) == 0.0
