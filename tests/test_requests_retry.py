@@ -41,6 +41,9 @@ test_requests_adapter.py)."""
 Answer = tuple[int, dict[str, str], float]
 """A status, its headers, and how long the server takes to send it."""
 
+DROP = 0
+"""The status of an answer that closes the connection without a byte."""
+
 
 class ScriptedHost:
     """An ``http.server`` answering each path from its script, in order (the last
@@ -62,6 +65,9 @@ class ScriptedHost:
                 status, headers, delay = host._arrived(self.path)
                 try:
                     time.sleep(delay)
+                    if status == DROP:
+                        self.close_connection = True  # nothing written: dropped
+                        return
                     self.send_response(status)
                     for name, value in headers.items():
                         self.send_header(name, value)
@@ -212,14 +218,23 @@ WAIT_FOR_THE_OTHER = 10.0
 retried request holds its turn (the cap of 1) through the backoff."""
 
 
-def test_a_retried_error_lets_its_turn_go_before_urllib3_backs_off(host: ScriptedHost) -> None:
-    """A refused connection urllib3 retries after a backoff: the failure is read
-    and its turn let go before urllib3 sleeps, so another thread's request to
-    the host goes during the backoff (under a cap of 1), and the slot has
-    heard each failure by then."""
+@pytest.mark.parametrize("error", ["refused", "dropped"])
+def test_a_retried_error_lets_its_turn_go_before_urllib3_backs_off(
+    host: ScriptedHost, error: str
+) -> None:
+    """A connection refused, or dropped once the request was written, that
+    urllib3 retries after a backoff: the failure is read and its turn let go
+    before urllib3 sleeps, so another thread's request to the host goes
+    during the backoff (under a cap of 1), and the slot has heard each
+    failure by then."""
     throttle = fixed(0.0, max_concurrency=1)
-    retries = LettingOneGo(connect=2, backoff_factor=0.05)
-    refused = f"http://{ADDRESS}:{closed_port(ADDRESS)}/"
+    if error == "refused":
+        retries = LettingOneGo(connect=2, backoff_factor=0.05)
+        failing = f"http://{ADDRESS}:{closed_port(ADDRESS)}/"
+    else:
+        retries = LettingOneGo(total=2, backoff_factor=0.05)
+        host.scripts["/dropped"] = [(DROP, {}, 0.0)]
+        failing = host.url("/dropped")
     during_backoffs: list[tuple[int, int | None]] = []  # failures heard, the other's status
     with session_with(throttle, retries) as session, ThreadPoolExecutor(1) as other:
 
@@ -233,9 +248,10 @@ def test_a_retried_error_lets_its_turn_go_before_urllib3_backs_off(host: Scripte
 
         LettingOneGo.during = during
         with pytest.raises(requests.ConnectionError):
-            session.get(refused)
+            session.get(failing)
     assert during_backoffs == [(1, 200), (2, 200)]
     assert len(host.times("/during")) == 2
+    assert len(host.times("/dropped")) == (3 if error == "dropped" else 0)
     assert counts(throttle) == {
         "sent": 5,
         "responses": 2,
