@@ -309,6 +309,56 @@ async def test_a_stream_holds_its_slot_until_it_ends(sdk: SDK) -> None:
     assert throttle.slot(KEY).snapshot().in_flight == 0
 
 
+def _first_event_then_close(sdk: SDK, client: Any) -> Any:
+    """docs/llm.md's stream, left after its first event: ``with`` closes it."""
+    kwargs: dict[str, Any] = {
+        "model": "sim",
+        "messages": [{"role": "user", "content": "word"}],
+        "max_tokens": 200,
+        "stream": True,
+    }
+    create = client.chat.completions.create if sdk.vendor == "openai" else client.messages.create
+    stream = create(**kwargs)
+    with stream:
+        for event in stream:
+            return event
+
+
+async def _first_event_then_aclose(sdk: SDK, client: Any) -> Any:
+    kwargs: dict[str, Any] = {
+        "model": "sim",
+        "messages": [{"role": "user", "content": "word"}],
+        "max_tokens": 200,
+        "stream": True,
+    }
+    create = client.chat.completions.create if sdk.vendor == "openai" else client.messages.create
+    stream = await create(**kwargs)
+    async with stream:
+        async for event in stream:
+            return event
+
+
+async def test_a_stream_left_early_in_its_with_block_hands_its_slot_back(sdk: SDK) -> None:
+    """docs/llm.md: "``async with`` the stream ... read through or not, the
+    slot is handed back here". A stream of 200 tokens at 20 ms each (4 s) is
+    left after its first event: its slot (the cap is 1) is free at once, the
+    stream still referenced, and the next request goes."""
+    throttle = llm_throttle(max_concurrency=1)
+    async with LLMServer(LLMLimits(requests=50, window=60.0, token_time=0.02)) as api:
+        client = sdk.open(api, throttle)
+        try:
+            if sdk.sync:
+                first = await asyncio.to_thread(_first_event_then_close, sdk, client)
+            else:
+                first = await _first_event_then_aclose(sdk, client)
+            assert first is not None
+            assert throttle.slot(KEY).snapshot().in_flight == 0
+            await sdk.call(client)
+        finally:
+            await sdk.close(client)
+    assert [r.stream for r in api.records] == [True, False]
+
+
 def _redis_up() -> bool:
     with socket.socket() as probe:
         probe.settimeout(0.5)
