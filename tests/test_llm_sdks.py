@@ -359,6 +359,25 @@ async def test_a_stream_left_early_in_its_with_block_hands_its_slot_back(sdk: SD
     assert [r.stream for r in api.records] == [True, False]
 
 
+async def test_a_bad_cost_header_is_refused_as_the_mistake_it_is(sdk: SDK) -> None:
+    """A cost the header cannot hold raises the ``ValueError`` that names it,
+    before anything is sent, and no SDK takes it for a connection error to
+    retry: the ``anthropic`` SDK wraps whatever the client's ``send`` raises
+    as ``APIConnectionError`` ("Connection error.") and retried it twice, so
+    the client refuses the header as it builds the request."""
+    throttle = llm_throttle()
+    async with LLMServer(LLMLimits(requests=100, window=1.0)) as api:
+        client = sdk.open(api, throttle, max_retries=2)
+        try:
+            with pytest.raises(ValueError, match="X-AutoThrottle header: cost") as caught:
+                await sdk.call(client, cost="1+x")
+        finally:
+            await sdk.close(client)
+    assert not isinstance(caught.value, (openai.APIError, anthropic.APIError))
+    assert api.records == []
+    assert throttle.slot(KEY).snapshot().sent == 0
+
+
 def _redis_up() -> bool:
     with socket.socket() as probe:
         probe.settimeout(0.5)

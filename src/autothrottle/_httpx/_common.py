@@ -216,6 +216,26 @@ _CONTROL_NAME = CONTROL_HEADER.lower().encode()
 _LOWERCASE_NAME = itemgetter(1)  # of httpx's (name, lowercase name, value)
 
 
+def check_control_header(request: httpx.Request) -> None:
+    """Raise the ``ValueError`` a bad ``X-AutoThrottle`` header would raise at
+    :func:`prepare`, as a throttled client builds the request: an SDK that
+    takes whatever ``send`` raises for a connection error (``anthropic``
+    wraps it as ``APIConnectionError``, and retries it) would otherwise retry
+    a mistake of the caller's and report it as the network's. The header is
+    read as :func:`prepare` reads it, without decoding every header."""
+    headers = request.headers
+    try:
+        items = headers._list  # noqa: SLF001 (httpx's own, checked by _fields)
+    except AttributeError:
+        items = None
+    if type(items) is list:
+        present = _CONTROL_NAME in map(_LOWERCASE_NAME, items)
+    else:
+        present = CONTROL_HEADER in headers
+    if present:
+        options_from_header(", ".join(headers.get_list(CONTROL_HEADER)))
+
+
 def prepare(
     throttle: Throttle, request: httpx.Request, client: bool
 ) -> tuple[httpx.Request, str | None, RequestOptions, float | None]:

@@ -39,6 +39,7 @@ from ._common import (
     ClientOptions,
     DefaultTimeout,
     cache_outside,
+    check_control_header,
     from_cache,
     host_failure,
     prepare,
@@ -751,6 +752,14 @@ class ThrottledClient(httpx2.Client):
     def throttle(self) -> Throttle:
         """The throttle that paces this client's requests."""
         return self._throttle
+
+    def build_request(self, *args: Any, **kwargs: Any) -> httpx2.Request:
+        """httpx2's, with a bad ``X-AutoThrottle`` header refused here, as the
+        request is built, rather than when it is sent: an SDK that retries
+        whatever ``send`` raises would retry the mistake as a connection error."""
+        request = super().build_request(*args, **kwargs)
+        check_control_header(request)
+        return request
 
     def _wrap(self, transport: httpx2.BaseTransport) -> httpx2.BaseTransport:
         if isinstance(transport, ThrottledTransport):
