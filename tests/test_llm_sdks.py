@@ -22,6 +22,7 @@ import pytest
 
 from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
 from autothrottle.httpx import AsyncThrottledClient
+from autothrottle.httpx2 import AsyncThrottledClient as AsyncThrottledClient2
 from autothrottle.redis import RedisStore
 from autothrottle.sim.llm import LLMLimits, LLMServer
 from redis_keys import fresh_prefix
@@ -376,6 +377,41 @@ async def test_a_bad_cost_header_is_refused_as_the_mistake_it_is(sdk: SDK) -> No
     assert not isinstance(caught.value, (openai.APIError, anthropic.APIError))
     assert api.records == []
     assert throttle.slot(KEY).snapshot().sent == 0
+
+
+async def test_the_anthropic_sdk_s_own_span_says_how_long_the_throttle_held_the_call() -> None:
+    """docs/llm.md, "Tracing": the ``anthropic`` SDK opens a span of its own
+    around each call (its ``open_telemetry`` option), and the adapter sets
+    ``autothrottle.slot`` and ``autothrottle.wait_s`` on it: the second call
+    to a key allowing one request in 3 s waited for the refill, and says so
+    (at least 1 s of it: the first call's way back through the SDK is slack)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    throttle = llm_throttle()
+    async with LLMServer(LLMLimits(requests=1, window=3.0)) as api:
+        client = anthropic.AsyncAnthropic(
+            base_url=api.url,
+            api_key="t",
+            http_client=AsyncThrottledClient2(throttle=throttle, timeout=30.0),
+            max_retries=0,
+            open_telemetry={"tracer_provider": provider},
+        )
+        try:
+            for _ in range(2):
+                await SDK("anthropic", "httpx2", sync=False).call(client)
+        finally:
+            await client.close()
+    assert [record.status for record in api.records] == [200, 200]
+    spans = [span for span in exporter.get_finished_spans() if span.attributes]
+    assert len(spans) == 2
+    waits = [float(span.attributes["autothrottle.wait_s"]) for span in spans]  # type: ignore[arg-type,index]
+    assert {span.attributes["autothrottle.slot"] for span in spans} == {KEY}  # type: ignore[index]
+    assert waits[0] < 1.0 <= waits[1]  # the second waited for the refill (3 s a request)
 
 
 def _redis_up() -> bool:
