@@ -728,10 +728,10 @@ def test_the_fleet_is_asked_for_the_pace_the_host_stated(stated: float, delay: f
     )
     ask = fleet.ask(slot)
     # What the store makes of it (rule 1): the gap within the ask's bounds.
-    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == stated
+    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == pytest.approx(stated)
     limits.sustained_until = clock() - 1.0  # the stated pace no longer holds
     ask = fleet.ask(slot)
-    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == delay
+    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == pytest.approx(delay)
 
 
 @pytest.mark.parametrize("stated_by", ["sustained", "budget"])
@@ -756,10 +756,10 @@ def test_the_fleet_keeps_a_stated_pace_no_longer_than_it_holds(stated_by: str) -
         config=SimpleNamespace(min_delay=0.0, max_delay=60.0, max_concurrency=8),
     )
     ask = fleet.ask(slot)
-    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == 5.0
+    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == pytest.approx(5.0)
     clock.advance(3.0)
     ask = fleet.ask(slot)
-    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == 2.0
+    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == pytest.approx(2.0)
     clock.advance(2.5)  # ended: the process's own delay
     ask = fleet.ask(slot)
-    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == 1.0
+    assert min(max(ask.gap, ask.min_gap), ask.max_gap) == pytest.approx(1.0)

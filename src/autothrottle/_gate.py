@@ -220,11 +220,11 @@ class Gate(WireTurn):
                 spaced = last + gap
             else:
                 spaced, gap = self._paced_at(now, last, gap)
-            if limits.budget_gap > gap and now < limits.budget_until:
-                # Spread the advertised budget until its reset; after it, it is spent.
-                spaced = max(spaced, min(last + limits.budget_gap, limits.budget_until))
-            if limits.sustained_gap > gap and now < limits.sustained_until:
-                spaced = max(spaced, min(last + limits.sustained_gap, limits.sustained_until))
+            if (limits.budget_gap > gap and now < limits.budget_until) or (
+                limits.sustained_gap > gap and now < limits.sustained_until
+            ):
+                # A stated pace wider than the gap: the rule's one home, the fleet's too.
+                spaced = max(spaced, limits.stated_next(last, now, gap))
             gap = self._gap = spaced - last if spaced > last else 0.0
             # Early by a grant's way to the wire, at most a quarter of the gap (rule 10).
             lead = self.lead

@@ -53,19 +53,42 @@ class Limits:
             gap = self.budget_gap
         return gap
 
+    def stated_next(self, last: float, now: float, above: float = 0.0) -> float:
+        """When the send after one at ``last`` may go by the paces the host stated
+        that hold at ``now`` and are wider than ``above`` (-inf: none): each
+        pace's gap after ``last``, but no later than that pace's end (the window
+        resets, the budget is renewed: the next answer says what holds then).
+
+        The one home of that rule: the gate spaces its sends by it
+        (``Gate._admit``, ``above`` its own gap, which it calls only while such
+        a pace holds), the fleet floors its gap by it (:meth:`stated_gap_left`)."""
+        at = -math.inf
+        if self.budget_gap > above and now < self.budget_until:
+            at = min(last + self.budget_gap, self.budget_until)
+        if self.sustained_gap > above and now < self.sustained_until:
+            at = max(at, min(last + self.sustained_gap, self.sustained_until))
+        return at
+
     def stated_gap_left(self, now: float) -> float:
-        """:meth:`stated_gap`, each gap cut to what is left of its pace at ``now``:
-        the spacing a send at ``now`` keeps before the next one, as the gate
-        keeps it (``min(last + gap, until)``, the window reset, the budget
-        renewed). A fleet reserves its next turn one gap on (``Fleet.ask``): a
-        gap past the pace's end would hold every process longer than its own
-        gate would."""
-        gap = 0.0
-        if now < self.sustained_until:
-            gap = min(self.sustained_gap, self.sustained_until - now)
-        if now < self.budget_until:
-            gap = max(gap, min(self.budget_gap, self.budget_until - now))
-        return gap
+        """The spacing a send at ``now`` keeps before the next one by the host's
+        stated paces (:meth:`stated_next`; 0.0: none holds): each gap cut to
+        what is left of its pace. A fleet reserves its next turn one gap on
+        (``Fleet.ask``): a gap past the pace's end would hold every process
+        longer than its own gate would."""
+        at = self.stated_next(now, now)
+        return at - now if at > now else 0.0
+
+    def stated_pace(self, now: float) -> tuple[float, float]:
+        """The stated pace that keeps a send at ``now`` longest (the one
+        :meth:`stated_gap_left` is cut from), as its gap and its end; ``(0.0,
+        -inf)``: none holds. What a fleet's store keeps for the processes that
+        did not hear it (``autothrottle._fleet``, rule 5)."""
+        left = self.stated_gap_left(now)
+        if left <= 0.0:
+            return 0.0, -math.inf
+        if now < self.budget_until and min(self.budget_gap, self.budget_until - now) >= left:
+            return self.budget_gap, self.budget_until
+        return self.sustained_gap, self.sustained_until
 
     def bound(self, now: float, longest: float) -> None:
         """End every pause and budget of a loaded record within ``longest`` of ``now``.
