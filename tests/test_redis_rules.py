@@ -54,23 +54,40 @@ class Slot:
         self.client = client
         self.state, self.leases, self.processes = f"{tag}:s", f"{tag}:l", f"{tag}:p"
 
-    def turn(self, lease: str, *, want: int = 1, cap: int = 8, room_us: int = 0) -> list[str]:
+    def turn(
+        self,
+        lease: str,
+        *,
+        want: int = 1,
+        cap: int = 8,
+        room_us: int = 0,
+        max_pause_us: int = 10**9,
+    ) -> list[str]:
         """A turn as a process at 2/s asks it (gap 0.5 s, no margin, no lateness)."""
         args: list[Any] = [
             GAP_US, 0, 10**9, cap, 300 * 10**6, lease, TTL_MS, "process",
-            10**9, "", "1.0", 0, "0.0", want, room_us,
+            max_pause_us, "", "1.0", 0, "0.0", want, room_us,
         ]  # fmt: skip
         reply = self.client.eval(TURN, 3, self.state, self.leases, self.processes, *args)
         return [part.decode() if isinstance(part, bytes) else str(part) for part in reply]
 
     def merge(
-        self, *, delay_us: int, backed_off: bool, oks: int, pause_us: int = 0, told: str = ""
+        self,
+        *,
+        delay_us: int,
+        backed_off: bool,
+        oks: int,
+        pause_us: int = 0,
+        told: str = "",
+        stated: tuple[int, int] | None = None,
     ) -> None:
         """A change at a strict pace (FixedRatePolicy's), from a request sent just
-        now; a pause it sets is told on the channel ``told`` ('' none)."""
+        now; a pause it sets is told on the channel ``told`` ('' none); ``stated``:
+        the pace the host stated to the process, its gap and how long it holds (µs)."""
+        gap, holds = ("", "") if stated is None else stated
         args: list[Any] = [
             delay_us, "1" if backed_off else "0", 0, pause_us, json.dumps({}), TTL_MS, oks, "1",
-            told, "process", "host",
+            told, "process", "host", gap, holds,
         ]  # fmt: skip
         self.client.eval(MERGE, 1, self.state, *args)
 
@@ -724,3 +741,82 @@ def test_the_last_sync_request_timed_out_in_its_process_queue_hands_the_run_back
         assert server.zcard(leases) == 0
     finally:
         store.close()
+
+
+STATED_US = 2_000_000
+"""A pace a host stated: one request per 2 s (four of the slot's gaps)."""
+
+
+def test_a_stated_pace_merged_is_the_floor_of_every_askers_gap(server: redis.Redis) -> None:
+    # Rules 1 and 5: a pace the host stated to one process spaces the turns of
+    # every process while it holds, those asking with a gap of their own (0.5 s)
+    # that never heard it too; the run's turns and the answer's spacing keep it.
+    slot = Slot(server)
+    slot.merge(delay_us=GAP_US, backed_off=False, oks=1, stated=(STATED_US, 60_000_000))
+    first = slot.turn("a", want=2)
+    assert int(first[8]) == STATED_US
+    assert Slot.at(slot.turn("b")) - Slot.at(first) == 2 * STATED_US
+
+
+def test_a_stated_pace_spaces_the_next_turn_from_the_latest_reserved(server: redis.Redis) -> None:
+    # A turn reserved at the fleet's gap before the pace was stated: the next goes
+    # a stated gap after it at once, not one gap of the old pace after it.
+    slot = Slot(server)
+    first = slot.turn("a")
+    slot.merge(delay_us=GAP_US, backed_off=False, oks=1, stated=(STATED_US, 60_000_000))
+    assert Slot.at(slot.turn("b")) - Slot.at(first) == STATED_US
+
+
+def test_a_stated_pace_is_held_to_the_askers_max_pause_and_to_what_is_left(
+    server: redis.Redis,
+) -> None:
+    # As a header read by the asker: at most its max_pause, and a gap cut to
+    # what is left of the pace (the window resets: the next answer says more).
+    slot = Slot(server)
+    slot.merge(delay_us=GAP_US, backed_off=False, oks=1, stated=(STATED_US, 60_000_000))
+    first = slot.turn("a")
+    second = slot.turn("b", max_pause_us=1_000_000)
+    assert Slot.at(second) - Slot.at(first) == 1_000_000
+    other = Slot(server)
+    other.merge(delay_us=100_000, backed_off=False, oks=1, stated=(STATED_US, 300_000))
+    first = other.turn("a")
+    gap = Slot.at(other.turn("b")) - Slot.at(first)
+    assert 100_000 < gap <= 300_000  # wider than the fleet's 0.1 s, but the pace ends in 0.3 s
+
+
+def test_a_stated_pace_ends_when_it_ends_the_later_end_winning(server: redis.Redis) -> None:
+    slot = Slot(server)
+    slot.merge(delay_us=GAP_US, backed_off=False, oks=1, stated=(STATED_US, 60_000_000))
+    ends = slot.field("stated_until")
+    slot.merge(delay_us=GAP_US, backed_off=False, oks=1, stated=(GAP_US, 1_000_000))
+    assert (slot.field("stated"), slot.field("stated_until")) == (STATED_US, ends)
+    slot.merge(delay_us=GAP_US, backed_off=False, oks=1)  # a process that did not hear it
+    assert slot.field("stated_until") == ends
+    short = Slot(server)
+    short.merge(delay_us=GAP_US, backed_off=False, oks=1, stated=(STATED_US, 1))
+    time.sleep(0.01)  # past its end on Redis's clock
+    first = short.turn("a")
+    assert Slot.at(short.turn("b")) - Slot.at(first) == GAP_US
+
+
+def test_a_stated_pace_that_begins_or_widens_is_told_on_the_channel(server: redis.Redis) -> None:
+    # Rule 8: the processes holding runs reserved before it hear of it; a pace
+    # renewed as it was is not news.
+    slot = Slot(server)
+    told = f"autothrottle:{fresh_prefix('rules')}:pauses"
+    listener = server.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    listener.subscribe(told)
+    try:
+        for stated in ((GAP_US, 10_000_000), (GAP_US, 20_000_000), (STATED_US, 30_000_000)):
+            slot.merge(delay_us=GAP_US, backed_off=False, oks=1, told=told, stated=stated)
+        messages = []
+        for _ in range(20):  # bounded: what was published is there at once
+            message = listener.get_message(timeout=0.05)
+            if message is not None:
+                messages.append(message["data"].decode())
+        assert len(messages) == 2, messages  # it began, then widened
+        kind, gap, until, now, process, key = messages[1].split(" ", 5)
+        assert (kind, int(gap), process, key) == ("stated", STATED_US, "process", "host")
+        assert int(until) - int(now) == 30_000_000 and int(until) == slot.field("stated_until")
+    finally:
+        listener.close()

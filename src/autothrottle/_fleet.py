@@ -11,12 +11,17 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    at ``max(now, next free time)`` and moves the free time one gap past it.
    The gap is the fleet's delay (the asker's own delay while the fleet has
    none), within the asker's ``min_delay`` .. ``max_delay`` and never shorter
-   than the pace the host stated to the asker in its headers (a rate-limit
-   policy or budget, which the asker's gate keeps too, beyond ``max_delay``
-   as well, and as it does only until that pace ends), times
-   :data:`SPACING_MARGIN`: sends of different processes reach the host each
-   with its own process's lateness, and a host that allows exactly the rate
-   refuses the one that arrives early; the asker's own lateness lately (how
+   than the pace the host stated in its headers (a rate-limit policy or
+   budget), to the asker (which its gate keeps too) or to any process of the
+   fleet (the store keeps it, rule 5, so a process that has not heard the
+   host yet keeps it from its first request): beyond ``max_delay`` as well,
+   and as the gate does only until that pace ends, a gap cut to what is left
+   of it, and at most the asker's ``max_pause`` (as any header it reads). A
+   pace that begins spaces the next send from the latest reserved at once,
+   not one gap of the old pace on. All times :data:`SPACING_MARGIN`: sends
+   of different processes reach the host each with its own process's
+   lateness, and a host that allows exactly the rate refuses the one that
+   arrives early; the asker's own lateness lately (how
    long after its reserved time its sends left) is added to the gap after its
    send, so a late process costs the fleet its lateness, not a refusal. A
    turn the asker reaches later than that room (its :func:`slack`), at its
@@ -87,8 +92,14 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    lasts at most one gap. Any other backoff is counted: it dates the fleet's backoff, starts the
    successes' count again, and never lowers the delay. Otherwise the
    process's delay becomes the fleet's, but a strict pace rises only by a
-   counted backoff. Of two pauses the later end wins. The last record is
-   kept (``RedisStore.shared_record``).
+   counted backoff. Of two pauses the later end wins. A pace the host stated
+   in the process's answers while it holds (``Limits.stated_pace``: its gap
+   and its end) is the fleet's (rule 1) until that end: of two, the later
+   end wins (each answer that states it renews it, so that is the host's
+   latest word), and only a process that heard it writes it, so nobody
+   renews it whom the host did not tell; one that begins or widens is told
+   on the prefix's channel (rule 8). The last record is kept
+   (``RedisStore.shared_record``).
 6. **Alone.** When the store is unreachable or slow, the process paces on its
    own, from what it learned last, and keeps its share of the fleet's last
    pace: the fleet's gap times the processes that took a turn on the slot in
@@ -133,6 +144,15 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    (its time comes back to the fleet when no other process reserved after
    it); the next run is then one turn long again. A run takes at most half of the slot's free leases
    (each turn is a lease, rule 1), so the other processes still get turns.
+   A run reserved before a pace the host stated began, narrower than it, is
+   void, as a pause voids reserved turns (rule 2): at its due, a turn of the
+   run (not its first) whose spacing is narrower than the stated pace this
+   process knows, from its own answers or as its store heard another
+   process's on the channel, goes back with the rest of the run, the latest
+   first, and its request asks again; a store that hears it hands the run's
+   untaken turns back at once. Sent, the run's turns would keep the old
+   spacing for up to :data:`RUN_MOST` - 1 turns fleet-wide, or, held to the
+   pace by the process's gate, run into the turns reserved after the run.
    A process keeps one reservation of a slot waiting at a time: a request
    that finds its process's last reserved turn not yet due waits for it,
    then asks (so a run, not a queue of single turns, serves its requests);
@@ -415,7 +435,9 @@ class Fleet:
         request reached late goes off its turn, but not blind (:data:`LOOK`):
         while the process stood still another may have paused the slot, which
         only the store knows (:meth:`looked`). A late turn inside a run goes:
-        the next send is this process's own, spaced from it on the wire (rule 8)."""
+        the next send is this process's own, spaced from it on the wire (rule 8);
+        but a turn of a run reserved narrower than a pace the host stated since
+        is void as in a pause (:meth:`respaced`)."""
         if turn.lease is None:
             return GO if turn.wait <= 0.0 else AGAIN
         late = 0.0 if turn.due is None else time.monotonic() - turn.due
@@ -430,10 +452,29 @@ class Fleet:
             lease.on_release = NoTurn(self, slot)
             self.store.released(slot.key, turn.lease)
             return AGAIN
+        if turn.joined and self.respaced(slot, turn.spacing):
+            lease.on_release = NoTurn(self, slot)
+            self.store.idle(slot.key)  # the run's rest, the latest first, then this one
+            self.store.late(slot.key, turn.lease)
+            return AGAIN
         if late:
             return LOOK
         self._going(slot, lease)
         return GO
+
+    def respaced(self, slot: LiveSlot, spacing: float) -> bool:
+        """Whether a pace the host stated is wider than the ``spacing`` a run's
+        turns were reserved at (rule 8): stated to this process (its gate keeps
+        it too), or to another, as the store heard (within ``max_pause``). The
+        run was reserved before the pace began, and its turns not yet sent are
+        void, as a pause voids them (rule 2). Sent, they would keep the old
+        spacing for up to :data:`RUN_MOST` - 1 turns, and this process's gate,
+        holding them to the new one, would push them into the turns other
+        processes reserved after the run."""
+        stated = slot.state.limits.stated_gap_left(self.clock())
+        heard = min(self.store.fleet_stated(slot.key), self._rules.signals.max_pause)
+        stated = max(stated, heard)
+        return stated > 0.0 and spacing < stated * SPACING_MARGIN - 1e-6
 
     @staticmethod
     def _going(slot: LiveSlot, lease: Lease) -> None:

@@ -109,6 +109,9 @@ class SharedTurn(NamedTuple):
             host no closer than the gap to the next turn reserved after it
             (rule 1: the room the fleet left for lateness); infinite for a
             turn inside a run, whose next send is this process's own.
+        spacing: For a ``joined`` turn, the seconds its run's turns were
+            reserved apart: a pace the host stated since, wider than that,
+            voids it (rule 8).
     """
 
     wait: float
@@ -120,6 +123,7 @@ class SharedTurn(NamedTuple):
     joined: bool = False
     closes: bool = True
     slack: float = math.inf
+    spacing: float = 0.0
 
 
 def slack(spacing: float, margin: float, late: float, turns: int, room: float) -> float:
@@ -364,6 +368,11 @@ class SharedTurns(Protocol):
         """Seconds (at most ``max_pause``) a pause of the slot another process set
         still runs, as the store heard of it since its last answer for the slot
         (rule 2; 0.0: none): told once, for the asker to adopt (rule 4)."""
+        ...
+
+    def fleet_stated(self, key: str) -> float:
+        """Seconds of the gap a host stated to another process, as the store
+        heard of it, that a send now keeps (rule 8; 0.0: none)."""
         ...
 
     def changed(

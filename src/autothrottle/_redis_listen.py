@@ -8,7 +8,8 @@ connection can send nothing else, and nothing of it rides the pipelines of
 clock of Redis it reads and whose outage's ``retry_after`` it keeps to. It
 holds no request and sends nothing, so it can fail, reconnect and be stopped
 on its own; the process's runs of turns (:mod:`autothrottle._redis_runs`)
-are told what it hears.
+are told what it hears: a pause, and a pace a host stated to another process
+that begins or widens (rule 8: a run reserved before it is void).
 """
 
 from __future__ import annotations
@@ -67,7 +68,11 @@ class Listener:
     ``heard(slot, end, until)``: ``end`` as Redis stamped it, ``until`` on
     ``time.monotonic``'s clock (:class:`ServerClock`'s mapping). Classic
     pub/sub reaches every node of a Redis Cluster, so a subscriber on any
-    node hears every shard's pauses.
+    node hears every shard's pauses. The merge script publishes on the same
+    channel a pace a host stated to a process when it begins or widens (``stated
+    gap until now process slot``), handed to ``stated(slot, gap, until)`` in
+    seconds, ``until`` on ``time.monotonic``'s clock: a run of turns this
+    process reserved before it, narrower, is void (rule 8).
 
     It never holds a request: while Redis is down or slow it tries again
     every ``retry_after`` seconds, logging at debug level only (the outage
@@ -76,11 +81,27 @@ class Listener:
     without it.
     """
 
-    __slots__ = ("_heard", "_lock", "_sender", "_stop", "_task", "_thread", "heard", "listening")
+    __slots__ = (
+        "_heard",
+        "_lock",
+        "_sender",
+        "_stated",
+        "_stop",
+        "_task",
+        "_thread",
+        "heard",
+        "listening",
+    )
 
-    def __init__(self, sender: Sender, heard: Callable[[str, str, float], None]) -> None:
+    def __init__(
+        self,
+        sender: Sender,
+        heard: Callable[[str, str, float], None],
+        stated: Callable[[str, float, float], None] | None = None,
+    ) -> None:
         self._sender = sender
         self._heard = heard
+        self._stated = stated
         self._lock = threading.Lock()
         self._task: asyncio.Task[None] | None = None
         self._thread: threading.Thread | None = None
@@ -165,7 +186,8 @@ class Listener:
             self._stop.wait(self._sender.outage.retry_after)
 
     def _message(self, message: dict[str, Any] | None) -> None:
-        """A pause told on the channel: ``end now process slot`` (Redis's clock, µs)."""
+        """A pause told on the channel: ``end now process slot`` (Redis's clock, µs),
+        or a stated pace (:meth:`_stated_pace`)."""
         if message is None:
             return
         kind = as_text(message.get("type"))
@@ -174,7 +196,11 @@ class Listener:
         if kind != "message":
             return
         try:
-            end, server, process, key = as_text(message["data"]).split(" ", 3)
+            data = as_text(message["data"])
+            if data.startswith("stated "):
+                self._stated_pace(data)
+                return
+            end, server, process, key = data.split(" ", 3)
             end_us, server_us = int(end), int(server)
         except (KeyError, ValueError):  # not the merge script's: not ours to read
             return
@@ -184,6 +210,21 @@ class Listener:
         received = time.monotonic()
         wait = self._sender.server_clock.wait(server_us / 1e6, (end_us - server_us) / 1e6, received)
         self._heard(key, end, received + wait)
+
+    def _stated_pace(self, data: str) -> None:
+        """A pace a host stated to another process began or widened: ``stated gap
+        until now process slot`` (µs; the times on Redis's clock)."""
+        try:
+            _, gap, until, server, process, key = data.split(" ", 5)
+            gap_us, until_us, server_us = int(gap), int(until), int(server)
+        except ValueError:  # not the merge script's: not ours to read
+            return
+        if process == self._sender.process or self._stated is None:
+            return  # this process's own: its gate and its runs have it
+        received = time.monotonic()
+        left = (until_us - server_us) / 1e6
+        wait = self._sender.server_clock.wait(server_us / 1e6, left, received)
+        self._stated(key, gap_us / 1e6, received + wait)
 
     def _lost(self, error: BaseException) -> None:
         logger.debug(

@@ -11,7 +11,9 @@ on the server's clock by the script. Keys of one slot share a hash tag
 
 Hash ``{prefix:slot}:s`` fields: ``tat`` (the next free send time), ``last``
 (``tat`` less the gap it was reserved with), ``delay`` (the fleet's delay, µs), ``pause``
-(paused until), ``backoff_at`` (the fleet's last counted backoff), ``record``
+(paused until), ``backoff_at`` (the fleet's last counted backoff), ``stated``
+and ``stated_until`` (the pace a host stated in a process's answers, µs, and
+its end), ``record``
 (the last shared ``SlotState`` as JSON), ``version``, ``oks`` and
 ``ok_first`` (the fleet's successes since its last counted backoff, from when), and
 ``ok_latest`` and ``ok_before`` (when the latest two of them were merged). Sorted set
@@ -41,7 +43,8 @@ redis.call('ZADD', KEYS[3], now, ARGV[8])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - 60000000)
 redis.call('PEXPIRE', KEYS[3], ARGV[7])
 local processes = tostring(redis.call('ZCARD', KEYS[3]))
-local state = redis.call('HMGET', KEYS[1], 'tat', 'last', 'delay', 'pause')
+local state = redis.call('HMGET', KEYS[1], 'tat', 'last', 'delay', 'pause', 'stated',
+  'stated_until')
 local shown_delay = state[3] or ''
 -- Rule 2: while a pause the asker has not waited out yet runs, no turn; the asker
 -- waits for it at most its own max_pause, then names it as waited out.
@@ -61,12 +64,22 @@ if live >= cap then
 end
 -- Rule 1: the next send, one gap (the fleet's, within the asker's bounds) after the
 -- latest, and never later than the asker's own gap after the next free time less
--- the gap it was reserved with ('last'). A new slot starts at its phase point.
+-- the gap it was reserved with ('last'). A pace a host stated to any process (rule
+-- 5) is a floor of those bounds while it holds, cut to what is left of it and to the
+-- asker's max pause, as the asker's own gate keeps one; it spaces the next send from
+-- the latest reserved at once, not one turn on. A new slot starts at its phase point.
+local low, high = tonumber(ARGV[2]), tonumber(ARGV[3])
+local stated = 0
+local stated_until = tonumber(state[6]) or 0
+if stated_until > now then
+  stated = math.min(tonumber(state[5]) or 0, stated_until - now, tonumber(ARGV[9]))
+  low, high = math.max(low, stated), math.max(high, stated)
+end
 local gap = tonumber(state[3]) or tonumber(ARGV[1])
-gap = math.min(math.max(gap, tonumber(ARGV[2])), tonumber(ARGV[3])) * tonumber(ARGV[11])
+gap = math.min(math.max(gap, low), high) * tonumber(ARGV[11])
 local at = tonumber(state[1]) or 0
 local last = tonumber(state[2])
-if last then at = math.min(at, last + gap) end
+if last then at = math.max(math.min(at, last + gap), last + stated * tonumber(ARGV[11])) end
 if at < now - 60000000 and gap > 0 then
   -- a new slot, or one idle for a minute, starts at its own phase: within a gap
   -- (at most a second)
@@ -146,10 +159,12 @@ MERGE = (
     + """
 -- ARGV: delay (µs), backed off (1/0), sent (µs before now; '' unknown), pause (µs from
 --       now; 0: none), record, ttl (ms), successes since the last change, strict (1/0),
---       the prefix's pause channel ('' or none: nobody is told), the process id, the slot
+--       the prefix's pause channel ('' or none: nobody is told), the process id, the slot,
+--       the pace the host stated in this process's answers (µs; '' none) and how long
+--       it holds (µs from now)
 local delay = tonumber(ARGV[1])
 local state = redis.call('HMGET', KEYS[1], 'delay', 'backoff_at', 'pause', 'oks', 'ok_first',
-  'ok_latest', 'ok_before')
+  'ok_latest', 'ok_before', 'stated', 'stated_until')
 local stored = tonumber(state[1])
 local backoff_at = tonumber(state[2])
 local oks = tonumber(state[4]) or 0
@@ -212,6 +227,24 @@ if pause_for > 0 and now + pause_for > (tonumber(state[3]) or 0) then
       .. ' ' .. ARGV[11])
   end
 end
+-- Rule 5: a pace the host stated is the fleet's until it ends; of two, the later end
+-- wins (the host's latest word: each answer that states it renews it). Only a
+-- process that heard it writes it, so nobody else renews it.
+local stated = tonumber(ARGV[12])
+if stated and stated > 0 then
+  local stated_until = now + tonumber(ARGV[13])
+  local held_until = tonumber(state[9]) or 0
+  if stated_until > held_until then
+    redis.call('HSET', KEYS[1], 'stated', us(stated), 'stated_until', us(stated_until))
+    -- Rule 8: a pace that begins (or widens) voids the runs reserved before it,
+    -- narrower: the processes holding them hear it (gap until now process slot).
+    if (held_until <= now or stated > (tonumber(state[8]) or 0)) and ARGV[9] and ARGV[9] ~= ''
+    then
+      redis.call('PUBLISH', ARGV[9], 'stated ' .. us(stated) .. ' ' .. us(stated_until) .. ' '
+        .. us(now) .. ' ' .. ARGV[10] .. ' ' .. ARGV[11])
+    end
+  end
+end
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'record', ARGV[5]) end
 redis.call('HINCRBY', KEYS[1], 'version', 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
@@ -219,7 +252,9 @@ return 1
 """
 )
 """Merge one process's learned state into the fleet's (rule 5); a pause it sets or
-extends is published on the prefix's channel (rule 2): ``end now process slot``."""
+extends is published on the prefix's channel (rule 2): ``end now process slot``;
+a stated pace that begins or widens too (rule 8): ``stated gap until now process
+slot``."""
 
 GIVE_BACK = (
     _NOW

@@ -282,6 +282,7 @@ def merge_args(
     is published on ``channel`` as set by ``process`` for slot ``key`` (rule 2)."""
     state, now = change.state, change.now
     pause = state.pause_until - now if math.isfinite(state.pause_until) else 0.0
+    stated, stated_until = state.limits.stated_pace(now)
     try:
         record = json.dumps(state.to_dict(now))
     except RuntimeError:  # changed by another thread meanwhile: sent with the next change
@@ -298,6 +299,8 @@ def merge_args(
         channel,
         process,
         key,
+        us(stated) if stated > 0.0 else "",
+        us(stated_until - now) if stated > 0.0 else "",
     ]
 
 

@@ -4,8 +4,9 @@ slot's one ask on its way to Redis.
 
 :class:`Runs` is :class:`~autothrottle.redis.RedisStore`'s, and the only writer
 of what it keeps per slot: the :class:`~autothrottle._fleet.Run`, the requests
-waiting behind the slot's ask (:class:`Behind`), and the fleet's pauses heard
-for the slots it takes turns of (rule 2), which void a run. The event loop and
+waiting behind the slot's ask (:class:`Behind`), and the fleet's pauses and
+stated paces heard for the slots it takes turns of (rules 2 and 8), which void
+a run. The event loop and
 the sync client's threads share them, under one lock. It speaks no protocol:
 the store's ask is a callable it is given with each turn, and the turns no
 request took go back through the callable it was made with.
@@ -20,7 +21,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
-from ._fleet import LATE_MOST, Run, SharedTurn, TurnAsk
+from ._fleet import LATE_MOST, SPACING_MARGIN, Run, SharedTurn, TurnAsk
 from ._redis_parts import ASK_AGAIN
 
 __all__ = ["Asked", "AskedBlocking", "Behind", "Runs"]
@@ -93,6 +94,9 @@ class Runs:
         # The fleet's pauses other processes set, heard (rule 2): the slot's end (on
         # time.monotonic's clock) and Redis's stamp of it, until a request adopts it.
         self._heard: dict[str, tuple[float, str]] = {}
+        # The paces hosts stated to other processes, heard (rule 8): the slot's
+        # gap and its end (on time.monotonic's clock).
+        self._stated: dict[str, tuple[float, float]] = {}
         # What :attr:`turns` counts: the turns taken from a run (no round trip),
         # and the slots' asks Redis answered (a turn, a pause, the cap).
         self._taken = 0
@@ -204,6 +208,41 @@ class Runs:
             stale, spacing = run.drop(), run.spacing
         self._hand_back(key, stale, spacing)
 
+    def stated(self, key: str, gap: float, until: float) -> None:
+        """Another process heard the slot's host state a pace of one send per
+        ``gap`` seconds until ``until``, beginning or wider than before: a run
+        of this process's reserved narrower than that is void (rule 8), its
+        turns no request took go back, and a request holding one finds the pace
+        at its due time (:meth:`stated_gap`). A slot this process takes no turns
+        of is none of its business."""
+        if until <= time.monotonic():
+            return
+        with self._lock:
+            run = self._runs.get(key)
+            if run is None:
+                return
+            self._stated[key] = (gap, until)
+            narrower = run.spacing < gap * SPACING_MARGIN - 1e-6
+            stale, spacing = (run.drop() if narrower else []), run.spacing
+        self._hand_back(key, stale, spacing)
+
+    def stated_gap(self, key: str) -> float:
+        """What is left of the gap another process heard the slot's host state
+        (:meth:`stated`) as the next send would keep it (0.0: none holds)."""
+        if not self._stated:
+            return 0.0
+        held = self._stated.get(key)
+        if held is None:
+            return 0.0
+        gap, until = held
+        left = until - time.monotonic()
+        if left <= 0.0:
+            with self._lock:
+                if self._stated.get(key) == held:
+                    del self._stated[key]
+            return 0.0
+        return min(gap, left)
+
     def told(self, key: str) -> tuple[float, str] | None:
         """The pause heard for the slot since its last answer, ``(until, end)``
         (:meth:`heard`), told once: the asker adopts it."""
@@ -233,6 +272,7 @@ class Runs:
         with self._lock:
             run = self._runs.pop(key, None)
             self._heard.pop(key, None)
+            self._stated.pop(key, None)
         if run is not None:
             self._hand_back(key, run.drop(), run.spacing)
 
@@ -289,7 +329,8 @@ class Runs:
         self._taken += 1
         wait = max(0.0, due - received)
         after = run.slack if closes else math.inf
-        return SharedTurn(wait, lease, delay, 0.0, due, senders, True, closes, after), stale
+        turn = SharedTurn(wait, lease, delay, 0.0, due, senders, True, closes, after, run.spacing)
+        return turn, stale
 
     async def _behind(self, key: str, run: Run, waiter: Behind, left: float) -> Ready:
         """Wait behind the slot's ask for what :meth:`_serve` serves, at most

@@ -8,11 +8,12 @@
     throttle = Throttle(store=RedisStore("redis://10.0.0.5:6379/0", prefix="crawl-42"))
 
 Every process that uses the same Redis and ``prefix`` shares, per slot, the
-next free send time, the delay the fleet learned, the pause, the leases in
-flight and the last learned record, which outlives the crawl for ``ttl``
-seconds so a restarted fleet starts where it left off. The rules (how a turn
-is taken, what is adopted, how changes merge, what happens when Redis fails)
-are :mod:`autothrottle._fleet`'s; the Lua scripts run them on the server.
+next free send time, the delay the fleet learned, the pause, the pace the
+host stated to any of them, the leases in flight and the last learned
+record, which outlives the crawl for ``ttl`` seconds so a restarted fleet
+starts where it left off. The rules (how a turn is taken, what is adopted,
+how changes merge, what happens when Redis fails) are
+:mod:`autothrottle._fleet`'s; the Lua scripts run them on the server.
 
 Cost: a turn is one script on Redis. Everything a process has to say goes in
 one pipeline: the turns asked for at the same moment (of any slots), the
@@ -45,7 +46,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Self
+from typing import Any, ParamSpec, Self
 
 try:
     import redis as _needed  # noqa: F401  (the extra this module needs)
@@ -86,6 +87,8 @@ from ._store import MemoryStore
 from ._validate import check_bool, check_number, check_positive
 
 __all__ = ["RedisStore"]
+
+_P = ParamSpec("_P")
 
 
 class RedisStore:
@@ -167,7 +170,7 @@ class RedisStore:
         # unclosed is collected, and its subscriber then ends (its task
         # cancelled, its connection closed) instead of pending until the loop
         # is torn down.
-        self._listener = Listener(self._send, _weakly(self._runs.heard))
+        self._listener = Listener(self._send, _weakly(self._runs.heard), _weakly(self._runs.stated))
         weakref.finalize(self, self._listener.dropped).atexit = False
 
     @property
@@ -343,6 +346,12 @@ class RedisStore:
         self._outage.waits(key, end, now + left)
         return left
 
+    def fleet_stated(self, key: str) -> float:
+        """Seconds of the gap another process heard the slot's host state, as
+        heard on the prefix's channel, that a send now keeps (rule 8; 0.0:
+        none heard, or it ended)."""
+        return self._runs.stated_gap(key)
+
     async def flush(self) -> None:
         """Send what is waiting (learned records, finished leases) now, if Redis answers."""
         await self._send.flush()
@@ -459,10 +468,12 @@ class RedisStore:
         shared = float(delay) / 1e6 if delay else None
         gap = min(max(shared if shared is not None else ask.gap, ask.min_gap), ask.max_gap)
         senders = int(processes)
-        self._outage.shared(key, gap * ask.margin, senders, paused, now + wait)
-        due = received + wait
         turns = int(as_text(reply[7])) if len(reply) > 7 else 1
         spacing = float(as_text(reply[8])) / 1e6 if len(reply) > 8 else 0.0
+        # The gap Redis reserved with (a pace the host stated to another process
+        # included, rule 1) is the share this process keeps alone (rule 6).
+        self._outage.shared(key, spacing or gap * ask.margin, senders, paused, now + wait)
+        due = received + wait
         free = int(as_text(reply[9])) if len(reply) > 9 else 0
         dues = [due + i * spacing for i in range(turns)]
         leases = run_leases(lease, turns)
@@ -491,13 +502,13 @@ class RedisStore:
         )
 
 
-def _weakly(method: Callable[[str, str, float], None]) -> Callable[[str, str, float], None]:
+def _weakly(method: Callable[_P, None]) -> Callable[_P, None]:
     """``method`` of an object, called while the object lives (then a no-op)."""
     ref = weakref.WeakMethod(method)
 
-    def call(key: str, end: str, until: float) -> None:
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> None:
         live = ref()
         if live is not None:
-            live(key, end, until)
+            live(*args, **kwargs)
 
     return call
