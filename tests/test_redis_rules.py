@@ -801,13 +801,18 @@ def test_a_stated_pace_ends_when_it_ends_the_later_end_winning(server: redis.Red
 
 def test_a_stated_pace_that_begins_or_widens_is_told_on_the_channel(server: redis.Redis) -> None:
     # Rule 8: the processes holding runs reserved before it hear of it; a pace
-    # renewed as it was is not news.
+    # renewed as it was, or a little wider, is not news.
     slot = Slot(server)
     told = f"autothrottle:{fresh_prefix('rules')}:pauses"
     listener = server.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
     listener.subscribe(told)
     try:
-        for stated in ((GAP_US, 10_000_000), (GAP_US, 20_000_000), (STATED_US, 30_000_000)):
+        for stated in (
+            (GAP_US, 10_000_000),
+            (GAP_US, 20_000_000),  # renewed
+            (GAP_US * 6 // 5, 25_000_000),  # a fifth wider: a budget spent
+            (STATED_US, 30_000_000),
+        ):
             slot.merge(delay_us=GAP_US, backed_off=False, oks=1, told=told, stated=stated)
         messages = []
         for _ in range(20):  # bounded: what was published is there at once

@@ -97,7 +97,8 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    and its end) is the fleet's (rule 1) until that end: of two, the later
    end wins (each answer that states it renews it, so that is the host's
    latest word), and only a process that heard it writes it, so nobody
-   renews it whom the host did not tell; one that begins or widens is told
+   renews it whom the host did not tell; one that begins, or widens by
+   more than a quarter, is told
    on the prefix's channel (rule 8). The last record is kept
    (``RedisStore.shared_record``).
 6. **Alone.** When the store is unreachable or slow, the process paces on its

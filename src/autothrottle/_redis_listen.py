@@ -69,10 +69,11 @@ class Listener:
     ``time.monotonic``'s clock (:class:`ServerClock`'s mapping). Classic
     pub/sub reaches every node of a Redis Cluster, so a subscriber on any
     node hears every shard's pauses. The merge script publishes on the same
-    channel a pace a host stated to a process when it begins or widens (``stated
-    gap until now process slot``), handed to ``stated(slot, gap, until)`` in
-    seconds, ``until`` on ``time.monotonic``'s clock: a run of turns this
-    process reserved before it, narrower, is void (rule 8).
+    channel a pace a host stated to a process when it begins or widens by
+    more than a quarter (``stated gap until now process slot``), handed to
+    ``stated(slot, gap, until)`` in seconds, ``until`` on
+    ``time.monotonic``'s clock: a run of turns this process reserved before
+    it, narrower, is void (rule 8).
 
     It never holds a request: while Redis is down or slow it tries again
     every ``retry_after`` seconds, logging at debug level only (the outage

@@ -236,10 +236,11 @@ if stated and stated > 0 then
   local held_until = tonumber(state[9]) or 0
   if stated_until > held_until then
     redis.call('HSET', KEYS[1], 'stated', us(stated), 'stated_until', us(stated_until))
-    -- Rule 8: a pace that begins (or widens) voids the runs reserved before it,
-    -- narrower: the processes holding them hear it (gap until now process slot).
-    if (held_until <= now or stated > (tonumber(state[8]) or 0)) and ARGV[9] and ARGV[9] ~= ''
-    then
+    -- Rule 8: a pace that begins, or widens by more than a quarter, voids the runs
+    -- reserved before it, narrower: the processes holding them hear it (gap until
+    -- now process slot). A budget's gap that creeps up as it is spent is not news.
+    local held = tonumber(state[8]) or 0
+    if (held_until <= now or stated > 1.25 * held) and ARGV[9] and ARGV[9] ~= '' then
       redis.call('PUBLISH', ARGV[9], 'stated ' .. us(stated) .. ' ' .. us(stated_until) .. ' '
         .. us(now) .. ' ' .. ARGV[10] .. ' ' .. ARGV[11])
     end
