@@ -269,6 +269,9 @@ class _Fetch:
         assert self.url is not None
         try:
             line = await self.url.line(key, url)
+        except Exception as exc:  # what no rule foresaw: the URL still gets its line
+            self.note(f"{url}: {error_text(exc)}")
+            line = record(url, key, None, error_text(exc), 0, 0.0)
         finally:
             self.sched.finish(key)
             self.tally.host(key).active -= 1

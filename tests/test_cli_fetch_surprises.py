@@ -1,0 +1,76 @@
+"""``autothrottle fetch`` meets what no rule of its own foresaw: a header value a
+client refuses to send, and an error no failure class names.
+
+Found walking docs/cli.md: ``--user-agent`` with a line break, or ``-H`` with a
+control character other than one, passed the flags' checks; under aiohttp every
+URL's task then died of aiohttp's ``ValueError`` ("Forbidden control character
+detected in headers"), no line was written for any URL, and the run exited 0.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autothrottle.cli import _fetch_url
+from autothrottle.cli._main import main as fetch_main
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--user-agent", "bot\r\nX-Evil: 1"], "--user-agent"),
+        (["--user-agent", "bot\x01"], "--user-agent"),
+        (["-H", "X-A: b\x01c"], "-H/--header"),
+        (["-H", "X-A: b\x7fc"], "-H/--header"),
+    ],
+)
+def test_a_header_value_no_client_sends_is_refused_naming_its_flag(
+    tmp_path: Path, args: list[str], needle: str
+) -> None:
+    (tmp_path / "u.txt").write_text("http://127.0.0.2:9/\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "autothrottle", "fetch", "u.txt", "-o", "out.jsonl", *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and needle in done.stderr, done.stderr
+    assert "control character" in done.stderr
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_tab_in_a_header_value_is_a_header_value(tmp_path: Path) -> None:
+    """RFC 9110 lets a field value hold a tab: it is not refused."""
+    from autothrottle.cli._fetch_options import _header_arg
+
+    assert _header_arg("X-A: b\tc") == ("X-A", "b\tc")
+
+
+def test_an_error_no_rule_names_still_gives_the_url_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whatever a URL's fetch raises, the URL gets its one line, with the error,
+    and the exit status says a URL ended in an error: no URL is lost silently."""
+
+    async def surprise(self: object, key: str, url: str) -> None:
+        raise ValueError("Forbidden control character detected in headers")
+
+    monkeypatch.setattr(_fetch_url.UrlFetch, "line", surprise)
+    urls = tmp_path / "u.txt"
+    urls.write_text("http://127.0.0.2:9/a\nhttp://127.0.0.2:9/b\n")
+    out = tmp_path / "out.jsonl"
+    status = fetch_main(["fetch", str(urls), "-o", str(out), "-q", "--ignore-robots"])
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert status == 1
+    assert sorted(line["url"] for line in lines) == ["http://127.0.0.2:9/a", "http://127.0.0.2:9/b"]
+    assert {line["error"] for line in lines} == {
+        "ValueError: Forbidden control character detected in headers"
+    }
+    assert {line["status"] for line in lines} == {None}
