@@ -14,9 +14,17 @@ from __future__ import annotations
 
 import pytest
 
-from autothrottle import FixedDelayPolicy, Lease, Throttle
-from autothrottle._tokens import TokenBudget
+from autothrottle import FixedDelayPolicy, Lease, Throttle, _tokens
+from autothrottle._headers import RateLimit
+from autothrottle._tokens import TokenBook, TokenBudget, TokenWindow
 from helpers import FakeClock, gate_of
+
+BUDGET = TokenBudget(max_pause=300.0)
+
+
+def window(remaining: int, reset: float) -> RateLimit:
+    return RateLimit(remaining, reset, 1000, "X-RateLimit-*-Tokens", unit="tokens")
+
 
 KEY = "api.example.com"
 
@@ -116,3 +124,55 @@ def test_a_held_send_let_go_before_the_wire_comes_off_no_answer(
     assert overtaking.wire_wait() == 0.0
     overtaking.finish(0.01, 200, tokens(700, "300ms"))
     assert fits_in(throttle, clock, 700) == 0.0
+
+
+# -- the book's side, with plain numbers -------------------------------------------------
+
+
+class Request:
+    """A granted request as the wire turn holds it."""
+
+    def __init__(self, sent_at: float) -> None:
+        self.sent_at = sent_at
+        self.released = False
+
+
+def test_a_held_grant_without_a_cost_moves_nothing() -> None:
+    book = TokenBook()
+    TokenBudget.spend(book, 0, 0.0)  # no window known yet: nothing is kept
+    TokenBudget.hold(book, Request(0.0))
+    assert book.held is None
+    book.windows["tokens"] = TokenWindow("tokens", limit=1000, level=1000.0, at=0.0)
+    TokenBudget.spend(book, 100, 1.0)
+    TokenBudget.hold(book, Request(2.0))  # granted after every cost spent: none of them
+    TokenBudget.hold(book, Request(0.5))  # granted between: none of them either
+    assert list(book.spends) == [(1.0, 100)] and book.held is None
+
+
+def test_a_held_grant_moves_to_when_it_went_and_its_answer_is_read_as_of_then() -> None:
+    book = TokenBook()
+    book.windows["tokens"] = TokenWindow("tokens", limit=1000, level=1000.0, at=0.0)
+    held, later = Request(1.0), Request(2.0)
+    TokenBudget.spend(book, 300, 1.0)
+    TokenBudget.spend(book, 200, 2.0)
+    TokenBudget.hold(book, held)
+    assert list(book.spends) == [(2.0, 200)]
+    TokenBudget.went(book, later, 2.5)  # not held: nothing moves
+    TokenBudget.went(book, held, 3.0)
+    assert list(book.spends) == [(2.0, 200), (3.0, 300)] and book.held == []
+    # The held request's own answer: as of when it went, the later one (sent
+    # before it) counted, nothing to come off.
+    BUDGET.read(book, [window(500, 0.5)], 3.1, 1.0, refused=False)
+    assert book.windows["tokens"].level == 500
+    assert book.went == {}
+
+
+def test_the_times_grants_went_are_forgotten_past_the_bound() -> None:
+    book = TokenBook()
+    book.windows["tokens"] = TokenWindow("tokens", limit=10**9, level=1e9, at=0.0)
+    for n in range(_tokens._MAX_SPENDS + 1):  # answers never read
+        request = Request(float(n))
+        TokenBudget.spend(book, 1, float(n))
+        TokenBudget.hold(book, request)
+        TokenBudget.went(book, request, n + 0.5)
+    assert book.went is not None and len(book.went) == 1
