@@ -35,6 +35,7 @@ from autothrottle._fleet import (
     TurnAsk,
 )
 from autothrottle._limits import Limits
+from autothrottle._redis_parts import LINGER, LINGER_MOST
 from autothrottle._state import SlotState
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.redis import RedisStore
@@ -406,3 +407,42 @@ async def test_a_run_reserved_before_another_process_heard_the_pace_goes_back() 
     admin.close()
     for store in (herald, other):
         await store.aclose()
+
+
+def test_an_answer_that_begins_a_stated_pace_is_shared_soon() -> None:
+    """Rule 5: the answer that first states a pace (or widens it by more than a
+    quarter) is sent to the fleet as soon as a backoff, not after the longest
+    linger: the other processes' turns meanwhile keep the old spacing. An
+    answer that renews the pace as it was is no news."""
+    clock = FakeClock()
+    limits = Limits()
+    told: list[bool] = []
+    stated_by = iter([0.5, 0.5, 0.55, 1.0])
+
+    def observe(slot: Any, **_: Any) -> None:
+        limits.sustained_gap, limits.sustained_until = next(stated_by), clock() + 30.0
+
+    rules: Any = SimpleNamespace(observe=observe)
+    store: Any = SimpleNamespace(changed=lambda *a, began, **k: told.append(began))
+    fleet = Fleet(store, rules, clock=clock)
+    slot: Any = SimpleNamespace(
+        key="k",
+        gate=SimpleNamespace(lock=contextlib.nullcontext()),
+        state=SimpleNamespace(backoffs=0, limits=limits),
+        config=SimpleNamespace(policy=SimpleNamespace(strict_spacing=False)),
+    )
+    for _ in range(4):
+        fleet.observe(slot, latency=0.01, status=200, headers={}, adjust=True, sent_at=clock())
+    assert told == [True, False, False, True]
+
+
+@pytest.mark.usefixtures("_redis")
+async def test_a_change_that_begins_a_stated_pace_lingers_no_longer_than_a_backoff() -> None:
+    store = RedisStore(REDIS, prefix=fresh_prefix())  # nothing else waits to go
+    now = time.monotonic()
+    state = SlotState(0.05, sustained_gap=0.5, sustained_until=now + 30.0)
+    store.changed("host", state, now, sent_at=now, backed_off=False, ok=True)
+    assert store._send._flush_at >= now + LINGER_MOST  # a success: it may wait for a turn
+    store.changed("host", state, now, sent_at=now, backed_off=False, ok=True, began=True)
+    assert store._send._flush_at <= time.monotonic() + LINGER
+    await store.aclose()

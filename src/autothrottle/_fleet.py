@@ -97,9 +97,9 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    and its end) is the fleet's (rule 1) until that end: of two, the later
    end wins (each answer that states it renews it, so that is the host's
    latest word), and only a process that heard it writes it, so nobody
-   renews it whom the host did not tell; one that begins, or widens by
-   more than a quarter, is told
-   on the prefix's channel (rule 8). The last record is kept
+   renews it whom the host did not tell; the answer by which one begins, or
+   widens by more than a quarter, goes to the store as soon as a backoff,
+   and the store tells it on the prefix's channel (rule 8). The last record is kept
    (``RedisStore.shared_record``).
 6. **Alone.** When the store is unreachable or slow, the process paces on its
    own, from what it learned last, and keeps its share of the fleet's last
@@ -609,9 +609,13 @@ class Fleet:
         sent_at: float | None,
         from_cache: bool | None = None,
     ) -> None:
-        """The rules' :meth:`~Rules.observe`, then the change goes to the fleet."""
+        """The rules' :meth:`~Rules.observe`, then the change goes to the fleet: soon
+        when the answer stated a pace that begins or widens by more than a
+        quarter (rules 5 and 8: the other processes' turns need it)."""
         with slot.gate.lock:
             backoffs = slot.state.backoffs
+            now = self.clock()
+            stated = slot.state.limits.stated_gap_left(now)
             self._rules.observe(
                 slot,
                 latency=latency,
@@ -623,7 +627,8 @@ class Fleet:
             )
             backed_off = slot.state.backoffs != backoffs
             ok = status == 200 and not backed_off
-            self.report(slot, sent_at, backed_off=backed_off, ok=ok)
+            began = slot.state.limits.stated_gap_left(now) > 1.25 * stated
+            self.report(slot, sent_at, backed_off=backed_off, ok=ok, began=began)
 
     def answered(
         self,
@@ -659,10 +664,17 @@ class Fleet:
             self.report(slot, sent_at, backed_off=slot.state.backoffs != backoffs)
 
     def report(
-        self, slot: LiveSlot, sent_at: float | None, *, backed_off: bool, ok: bool = False
+        self,
+        slot: LiveSlot,
+        sent_at: float | None,
+        *,
+        backed_off: bool,
+        ok: bool = False,
+        began: bool = False,
     ) -> None:
         """Share the slot's record after a request sent at ``sent_at`` changed it
-        (``ok``: the host let that request through)."""
+        (``ok``: the host let that request through; ``began``: its answer stated
+        a pace that begins)."""
         self.store.changed(
             slot.key,
             slot.state,
@@ -671,4 +683,5 @@ class Fleet:
             backed_off=backed_off,
             ok=ok,
             strict=slot.config.policy.strict_spacing,
+            began=began,
         )

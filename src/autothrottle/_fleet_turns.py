@@ -385,10 +385,13 @@ class SharedTurns(Protocol):
         backed_off: bool,
         ok: bool = False,
         strict: bool = False,
+        began: bool = False,
     ) -> None:
         """The slot's record changed after a request sent at ``sent_at``: share it
         soon. ``ok``: the host let that request through; ``strict``: the slot's
-        pace is one the host was said to allow (rule 5)."""
+        pace is one the host was said to allow; ``began``: the answer stated a
+        pace that begins (or widens by more than a quarter), which the fleet
+        needs as soon as a backoff (rule 5)."""
         ...
 
     def released(self, key: str, lease: str) -> None:

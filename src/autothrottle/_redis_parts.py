@@ -142,9 +142,10 @@ class Ask:
 
 class Change:
     """A slot's record to merge into the fleet's, with what the responses since the
-    last change said: ``oks`` successes, a backoff, a ``strict`` pace."""
+    last change said: ``oks`` successes, a backoff, a ``strict`` pace, a stated
+    pace that ``began``."""
 
-    __slots__ = ("backed_off", "now", "oks", "sent_at", "state", "strict")
+    __slots__ = ("backed_off", "began", "now", "oks", "sent_at", "state", "strict")
 
     def __init__(
         self,
@@ -154,9 +155,10 @@ class Change:
         backed_off: bool,
         oks: int = 0,
         strict: bool = False,
+        began: bool = False,
     ) -> None:
         self.state, self.now, self.sent_at, self.backed_off = state, now, sent_at, backed_off
-        self.oks, self.strict = oks, strict
+        self.oks, self.strict, self.began = oks, strict, began
 
 
 class Alone:

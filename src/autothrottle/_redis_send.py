@@ -150,15 +150,18 @@ class Sender:
 
     def changed(self, key: str, change: Change) -> None:
         """Share the slot's record soon (coalesced per slot; a backoff still counts):
-        a backoff within :data:`LINGER`, anything else within :data:`LINGER_MOST`."""
+        a backoff or a stated pace that began within :data:`LINGER` (the other
+        processes' turns need it: rules 1 and 8), anything else within
+        :data:`LINGER_MOST`."""
         with self._lock:
             previous = self._changes.get(key)
             if previous is not None:
                 change.oks += previous.oks
+                change.began = change.began or previous.began
                 if previous.backed_off and not change.backed_off:
                     change.sent_at, change.backed_off = previous.sent_at, True
             self._changes[key] = change
-            linger = LINGER if change.backed_off else LINGER_MOST
+            linger = LINGER if change.backed_off or change.began else LINGER_MOST
             self._flush_at = min(self._flush_at, time.monotonic() + linger)
         self._flush_soon(linger)
 

@@ -306,9 +306,11 @@ class RedisStore:
         backed_off: bool,
         ok: bool = False,
         strict: bool = False,
+        began: bool = False,
     ) -> None:
         """Share the slot's record soon (coalesced per slot, with the next message)."""
-        self._send.changed(key, Change(state, now, sent_at, backed_off, int(ok), strict))
+        change = Change(state, now, sent_at, backed_off, int(ok), strict, began)
+        self._send.changed(key, change)
 
     def released(self, key: str, lease: str) -> None:
         """Hand a finished request's shared lease back (with the next message):
