@@ -15,7 +15,7 @@ import bisect
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -69,9 +69,26 @@ async def _heard(store: RedisStore, gap: float, holds: float, delay: float = 0.0
     await store.flush()
 
 
-async def _stores(count: int) -> list[RedisStore]:
-    name = fresh_prefix()
-    return [await connected(RedisStore(REDIS, prefix=name)) for _ in range(count)]
+Stores = Callable[[int], Awaitable[list[RedisStore]]]
+"""Makes ``count`` connected stores of one fresh prefix: the processes of a fleet."""
+
+
+@pytest.fixture
+async def stores() -> AsyncIterator[Stores]:
+    """:data:`Stores`, each closed at the test's end, passed or failed (a client
+    collected after its loop closed is an error in whichever test runs then)."""
+    needs_redis()
+    made: list[RedisStore] = []
+
+    async def make(count: int) -> list[RedisStore]:
+        name = fresh_prefix()
+        fleet = [await connected(RedisStore(REDIS, prefix=name)) for _ in range(count)]
+        made.extend(fleet)
+        return fleet
+
+    yield make
+    for store in made:
+        await store.aclose()
 
 
 async def _granted(stores: list[RedisStore], asks: list[TurnAsk]) -> list[float]:
@@ -90,54 +107,50 @@ def _redis() -> None:
     needs_redis()
 
 
-@pytest.mark.usefixtures("_redis")
-async def test_a_pace_one_process_heard_spaces_the_turns_of_those_that_did_not() -> None:
+async def test_a_pace_one_process_heard_spaces_the_turns_of_those_that_did_not(
+    stores: Stores,
+) -> None:
     """The host stated 1 request per 0.5 s to the herald only. Two processes that
     never heard it ask with their own 50 ms gap: Redis spaces their turns by the
     stated pace (with the spacing margin), not 50 ms apart."""
-    herald, one, other = await _stores(3)
+    herald, one, other = await stores(3)
     await _heard(herald, 0.5, 30.0)
     first, second = await _granted([one, other], [QUICK, QUICK])
     assert second - first >= 0.5 * SPACING_MARGIN - 0.001
-    for store in (herald, one, other):
-        await store.aclose()
 
 
-@pytest.mark.usefixtures("_redis")
-async def test_a_stated_pace_spaces_the_next_turn_from_the_latest_reserved_at_once() -> None:
+async def test_a_stated_pace_spaces_the_next_turn_from_the_latest_reserved_at_once(
+    stores: Stores,
+) -> None:
     """A turn reserved at the fleet's old gap (50 ms) before the host's pace was
     heard: the next turn, asked after the herald's word reached the store, goes
     a stated gap after it, not one old gap after it (the pace from now on)."""
-    herald, one, other = await _stores(3)
+    herald, one, other = await stores(3)
     (first,) = await _granted([one], [QUICK])
     await _heard(herald, 0.5, 30.0)
     (second,) = await _granted([other], [QUICK])
     assert second - first >= 0.5 - 0.001
-    for store in (herald, one, other):
-        await store.aclose()
 
 
-@pytest.mark.usefixtures("_redis")
-async def test_the_shared_pace_is_bounded_by_the_askers_max_pause() -> None:
+async def test_the_shared_pace_is_bounded_by_the_askers_max_pause(stores: Stores) -> None:
     """An asker keeps a stated pace at most its own ``max_pause`` long, as its
     gate keeps a header's (``Limits.bound``): one with ``max_pause=0.2`` is
     spaced 0.2 s after the previous turn, not the 0.5 s stated."""
-    herald, one, other = await _stores(3)
+    herald, one, other = await stores(3)
     await _heard(herald, 0.5, 30.0)
     first, second = await _granted([one, other], [QUICK, _ask(max_pause=0.2)])
     # (the room after a process's first turn of a slot, at most FRESH_MOST, besides)
     assert 0.2 - 0.001 <= second - first <= 0.2 + FRESH_MOST + 0.001
-    for store in (herald, one, other):
-        await store.aclose()
 
 
-@pytest.mark.usefixtures("_redis")
-async def test_the_shared_pace_ends_when_it_ends_and_only_a_herald_renews_it() -> None:
+async def test_the_shared_pace_ends_when_it_ends_and_only_a_herald_renews_it(
+    stores: Stores,
+) -> None:
     """The stated pace holds until its end (the window the host stated), then
     the fleet's own gap spaces the turns again; a process that did not hear
     the host (its change states no pace) does not renew it, and an older word
     (an earlier end) does not shorten a later one."""
-    herald, one, other = await _stores(3)
+    herald, one, other = await stores(3)
     admin = redis.Redis.from_url(REDIS)
     key = f"{{{herald.prefix}:host}}:s"
     await _heard(herald, 0.5, 1.0)
@@ -153,8 +166,6 @@ async def test_the_shared_pace_ends_when_it_ends_and_only_a_herald_renews_it() -
     first, second = await _granted([one, other], [QUICK, QUICK])
     assert second - first < 0.5 * 0.5  # the fleet's own gap again (50 ms)
     admin.close()
-    for store in (herald, one, other):
-        await store.aclose()
 
 
 def test_the_gate_and_the_fleet_read_one_home_of_the_stated_spacing(
@@ -263,8 +274,7 @@ async def _crawl(store: RedisStore, url: str, count: int) -> None:
         await asyncio.gather(*(one() for _ in range(count)))
 
 
-@pytest.mark.usefixtures("_redis")
-async def test_processes_that_have_not_heard_the_host_keep_its_stated_pace() -> None:
+async def test_processes_that_have_not_heard_the_host_keep_its_stated_pace(stores: Stores) -> None:
     """One process heard the host state 5 requests a second. Two more start, each
     with four requests at once at twice that pace; the host answers 0.3 s late,
     so each sends its first requests before its own first answer tells it the
@@ -272,13 +282,11 @@ async def test_processes_that_have_not_heard_the_host_keep_its_stated_pace() -> 
     the pace it stated once, to one process, is the fleet's from every process's
     first request (before, each sent at its own 0.1 s until it heard: 7-8 in a
     second)."""
-    herald, one, other = await _stores(3)
+    herald, one, other = await stores(3)
     async with _serve(_Host(delay=0.3)) as host:
         await _crawl(herald, host.url, 1)
         await herald.flush()
         await asyncio.gather(_crawl(one, host.url, 4), _crawl(other, host.url, 4))
-    for store in (herald, one, other):
-        await store.aclose()
     assert len(host.arrivals) == 9
     assert host.most_in_a_second() <= 5, sorted(host.arrivals)
 
@@ -359,8 +367,9 @@ class _Beginning(_Host):
         return web.Response(headers=self.POLICY, text="ok")
 
 
-@pytest.mark.usefixtures("_redis")
-async def test_runs_reserved_before_the_host_stated_its_pace_do_not_keep_the_old_spacing() -> None:
+async def test_runs_reserved_before_the_host_stated_its_pace_do_not_keep_the_old_spacing(
+    stores: Stores,
+) -> None:
     """Two processes, twelve requests each at once at FixedRatePolicy(10): each
     takes runs of up to four turns 0.1 s apart. From its ninth answer on the
     host states 5 requests a second. Counted at the host from that answer on,
@@ -368,12 +377,10 @@ async def test_runs_reserved_before_the_host_stated_its_pace_do_not_keep_the_old
     (their requests let through by their gate already) are void, not sent 0.1 s
     apart, nor pushed by the gate into the turns reserved after the run (before:
     6-7 in a second)."""
-    stores = await _stores(2)
+    fleet = await stores(2)
     host = _Beginning(after=8)
     async with _serve(host):
-        await asyncio.gather(*(_crawl(store, host.url, 12) for store in stores))
-    for store in stores:
-        await store.aclose()
+        await asyncio.gather(*(_crawl(store, host.url, 12) for store in fleet))
     assert len(host.arrivals) == 24
     host.arrivals = [t for t in host.arrivals if t >= host.began]
     assert host.most_in_a_second() <= 5, sorted(host.arrivals)
@@ -384,14 +391,15 @@ def test_a_run_is_void_by_a_pace_stated_to_another_process_as_the_store_heard() 
     assert (went, told) == (AGAIN, [("idle", "k"), ("late", "run:2")])
 
 
-@pytest.mark.usefixtures("_redis")
-async def test_a_run_reserved_before_another_process_heard_the_pace_goes_back() -> None:
+async def test_a_run_reserved_before_another_process_heard_the_pace_goes_back(
+    stores: Stores,
+) -> None:
     """A process reserved a run of four turns 50 ms apart (its requests came as
     fast as its turns); then another heard the host state one request per 0.5
     s. The merge tells the fleet on the prefix's channel: the run's turns no
     request took go back at once (Redis keeps only the one its asker took), and
     the requests holding its turns find the pace at their due (rule 8)."""
-    herald, other = await _stores(2)
+    herald, other = await stores(2)
     run = Run()
     run.length, run._demand = 2, True  # the next ask doubles it: four turns
     other._runs._runs["host"] = run
@@ -405,8 +413,6 @@ async def test_a_run_reserved_before_another_process_heard_the_pace_goes_back() 
     admin = redis.Redis.from_url(REDIS)
     assert admin.zrange(f"{{{other.prefix}:host}}:l", 0, -1) == [turn.lease.encode()]
     admin.close()
-    for store in (herald, other):
-        await store.aclose()
 
 
 def test_an_answer_that_begins_a_stated_pace_is_shared_soon() -> None:
