@@ -105,7 +105,10 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    own, from what it learned last, and keeps its share of the fleet's last
    pace: the fleet's gap times the processes that took a turn on the slot in
    the last minute (a slot it never shared: its own gap times the most
-   processes seen on any slot). With ``fail_closed`` it waits for the store
+   processes seen on any slot). That gap is the one the store's last answer
+   of the slot (a turn, the cap, a pause) said it reserves with, a pace a host
+   stated to any process included until that pace ends, then without it (rule
+   1). With ``fail_closed`` it waits for the store
    instead (rule 3 bounds that wait). A data error (a key of the wrong type)
    sends only its own slot alone.
 7. **Handing back.** A finished request's lease goes back with the next

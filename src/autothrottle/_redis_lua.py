@@ -46,12 +46,30 @@ local processes = tostring(redis.call('ZCARD', KEYS[3]))
 local state = redis.call('HMGET', KEYS[1], 'tat', 'last', 'delay', 'pause', 'stated',
   'stated_until')
 local shown_delay = state[3] or ''
+-- Rule 1: the gap, the fleet's (the asker's own while it has none) within the
+-- asker's bounds, times the margin. A pace a host stated to any process (rule 5) is
+-- a floor of those bounds while it holds, cut to what is left of it and to the
+-- asker's max pause, as the asker's own gate keeps one. Every answer says the gap
+-- (rule 6: the share a process keeps alone), the gap without that pace, and how
+-- long that pace holds.
+local low, high = tonumber(ARGV[2]), tonumber(ARGV[3])
+local fleet_gap = tonumber(state[3]) or tonumber(ARGV[1])
+local plain = math.min(math.max(fleet_gap, low), high) * tonumber(ARGV[11])
+local stated, stated_left = 0, 0
+local stated_until = tonumber(state[6]) or 0
+if stated_until > now then
+  stated = math.min(tonumber(state[5]) or 0, stated_until - now, tonumber(ARGV[9]))
+  if stated > 0 then stated_left = math.min(stated_until - now, tonumber(ARGV[9])) end
+  low, high = math.max(low, stated), math.max(high, stated)
+end
+local gap = math.min(math.max(fleet_gap, low), high) * tonumber(ARGV[11])
 -- Rule 2: while a pause the asker has not waited out yet runs, no turn; the asker
 -- waits for it at most its own max_pause, then names it as waited out.
 local pause = tonumber(state[4]) or 0
 if pause > now and pause > (tonumber(ARGV[10]) or 0) then
   local wait = math.min(pause, now + tonumber(ARGV[9])) - now
-  return {us(wait), '', shown_delay, us(wait), processes, us(pause), us(now)}
+  return {us(wait), '', shown_delay, us(wait), processes, us(pause), us(now), '0', us(gap),
+    '0', us(plain), us(stated_left)}
 end
 -- Rule 1: the cap, counting live leases only.
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
@@ -60,23 +78,13 @@ local cap = tonumber(ARGV[4])
 if live >= cap then
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   local wait = math.max(1000, math.min(tonumber(first[2]) - now, 50000))
-  return {us(wait), '', shown_delay, '0', processes, '', us(now)}
+  return {us(wait), '', shown_delay, '0', processes, '', us(now), '0', us(gap), '0', us(plain),
+    us(stated_left)}
 end
--- Rule 1: the next send, one gap (the fleet's, within the asker's bounds) after the
--- latest, and never later than the asker's own gap after the next free time less
--- the gap it was reserved with ('last'). A pace a host stated to any process (rule
--- 5) is a floor of those bounds while it holds, cut to what is left of it and to the
--- asker's max pause, as the asker's own gate keeps one; it spaces the next send from
--- the latest reserved at once, not one turn on. A new slot starts at its phase point.
-local low, high = tonumber(ARGV[2]), tonumber(ARGV[3])
-local stated = 0
-local stated_until = tonumber(state[6]) or 0
-if stated_until > now then
-  stated = math.min(tonumber(state[5]) or 0, stated_until - now, tonumber(ARGV[9]))
-  low, high = math.max(low, stated), math.max(high, stated)
-end
-local gap = tonumber(state[3]) or tonumber(ARGV[1])
-gap = math.min(math.max(gap, low), high) * tonumber(ARGV[11])
+-- Rule 1: the next send, one gap after the latest, and never later than the
+-- asker's own gap after the next free time less the gap it was reserved with
+-- ('last'). A stated pace spaces the next send from the latest reserved at once,
+-- not one turn on. A new slot starts at its phase point.
 local at = tonumber(state[1]) or 0
 local last = tonumber(state[2])
 if last then at = math.max(math.min(at, last + gap), last + stated * tonumber(ARGV[11])) end
@@ -105,7 +113,7 @@ redis.call('HSET', KEYS[1], 'tat', us(free), 'last', us(free - gap), 'final', fi
 redis.call('PEXPIRE', KEYS[1], ARGV[7])
 redis.call('PEXPIRE', KEYS[2], math.max(tonumber(ARGV[7]), math.ceil((final - now + hold) / 1000)))
 return {us(at - now), ARGV[6], shown_delay, '0', processes, '', us(now), tostring(turns), us(gap),
-  tostring(cap - live - turns)}
+  tostring(cap - live - turns), us(plain), us(stated_left)}
 """
 )
 """Reserve the slot's next send, or a run of them: returns wait (µs), lease id
@@ -113,7 +121,9 @@ return {us(at - now), ARGV[6], shown_delay, '0', processes, '', us(now), tostrin
 none), the pause to wait (µs), how many processes took a turn on the slot in
 the last minute, the end of the pause being waited for ('' none), the
 server's clock (µs), and for a reserved run its turns, the gap between them
-(µs) and the leases left free under the cap; the lease of turn ``i > 1`` is
+(µs) and the leases left free under the cap (a pause's or the cap's answer: 0,
+the gap it would reserve with, 0), then the gap without a stated pace (µs) and
+how long that pace holds (µs; 0 none); the lease of turn ``i > 1`` is
 ``lease:i``."""
 
 LOOK = (

@@ -99,15 +99,27 @@ class Outage:
                 alone = self._alone[key] = Alone()
             alone.paused, alone.paused_until = paused, pause_ends
 
-    def shared(self, key: str, gap: float, processes: int, paused: str, pause_ends: float) -> None:
+    def shared(
+        self,
+        key: str,
+        gap: float,
+        processes: int,
+        paused: str,
+        pause_ends: float,
+        stated: tuple[float, float] = (0.0, math.inf),
+    ) -> None:
         """Redis answered a turn of the slot: keep the process's share of the
         fleet's pace (``gap`` times the processes sharing it) and the pause it
-        waits out (until ``pause_ends`` on the throttle's clock)."""
+        waits out (until ``pause_ends`` on the throttle's clock). ``stated``:
+        the gap without the pace a host stated, and when that pace ends (the
+        throttle's clock): the share after it, so that a process alone goes
+        back to the fleet's own pace when the host's ends, as the fleet does."""
         with self._lock:
             alone = self._alone.get(key)
             if alone is None:
                 alone = self._alone[key] = Alone()
-            alone.gap = gap * max(1, processes)
+            share = max(1, processes)
+            alone.gap, alone.after, alone.gap_until = gap * share, stated[0] * share, stated[1]
             self.processes = max(self.processes, processes)
             if paused and paused != alone.paused:
                 alone.paused, alone.paused_until = paused, pause_ends
@@ -148,12 +160,14 @@ class Outage:
 
     def alone_turn(self, key: str, ask: TurnAsk, now: float) -> SharedTurn:
         """This process's share of the fleet's last pace: the slot's gap times the
-        processes that shared it; a slot never shared here yet, its own gap times
-        the most processes seen on any slot."""
+        processes that shared it (without a host's stated pace once that ended);
+        a slot never shared here yet, its own gap times the most processes seen
+        on any slot."""
         with self._lock:
             alone = self._alone.setdefault(key, Alone())
             if alone.next > now:
                 return SharedTurn(alone.next - now, None, None, 0.0)  # asks again then, and goes
-            gap = alone.gap or ask.gap * ask.margin * self.processes
+            gap = alone.gap if now < alone.gap_until else alone.after
+            gap = gap or ask.gap * ask.margin * self.processes
             alone.next = now + gap
         return ALONE

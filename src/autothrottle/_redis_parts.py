@@ -165,14 +165,18 @@ class Alone:
     """What this process keeps of one slot for the fleet: its share of the fleet's
     pace (to pace alone), the pause it waited out, and a data error."""
 
-    __slots__ = ("bad", "gap", "next", "paused", "paused_until", "until")
+    __slots__ = ("after", "bad", "gap", "gap_until", "next", "paused", "paused_until", "until")
 
     def __init__(self) -> None:
         # The fleet's pause this process waits for (its end on Redis's clock, µs),
         # waited out from paused_until on (the throttle's clock).
         self.paused = ""
         self.paused_until = math.inf
+        # The share of the fleet's pace, until gap_until (the throttle's clock: the
+        # end of a pace a host stated, rule 1), then the share without it.
         self.gap = 0.0
+        self.gap_until = math.inf
+        self.after = 0.0
         self.next = -math.inf
         self.bad = False  # a data error was logged and the slot went alone
         self.until = -math.inf  # when to try Redis again after it (monotonic)

@@ -437,22 +437,23 @@ class RedisStore:
         """The look's answer: go on ``lease``, or (a pause, the cap) wait, as a turn's."""
         parts = [as_text(p) for p in reply[:7]]
         if not parts[1]:
-            return self._later(key, ask, parts, now)
+            return self._later(key, ask, reply, now)
         delay = parts[2]
         shared = float(delay) / 1e6 if delay else None
         return SharedTurn(0.0, lease, shared, 0.0, None, int(parts[4]))
 
-    def _later(self, key: str, ask: TurnAsk, parts: list[str], now: float) -> SharedTurn:
+    def _later(self, key: str, ask: TurnAsk, reply: list[Any], now: float) -> SharedTurn:
         """Not a turn but "ask again then" (a pause, the cap): never a wait of 0,
         which would mean "go alone"."""
-        waited, _, delay, pause, processes, paused, server = parts
+        waited, _, delay, pause, processes, paused, server = (as_text(p) for p in reply[:7])
         received = time.monotonic()
         wait = self._send.server_clock.wait(float(server) / 1e6, float(waited) / 1e6, received)
         wait = max(wait, ASK_AGAIN)
         shared = float(delay) / 1e6 if delay else None
         gap = min(max(shared if shared is not None else ask.gap, ask.min_gap), ask.max_gap)
         senders = int(processes)
-        self._outage.shared(key, gap * ask.margin, senders, paused, now + wait)
+        gap, stated = _shares(reply, gap * ask.margin, now)
+        self._outage.shared(key, gap, senders, paused, now + wait, stated)
         if float(pause) > 0:  # rule 2: the turns reserved before a pause are void
             self._runs.void(key)
         return SharedTurn(wait, None, shared, float(pause) / 1e6, None, senders)
@@ -463,7 +464,7 @@ class RedisStore:
         self._runs.answered()
         parts = [as_text(p) for p in reply[:7]]
         if not parts[1]:
-            return self._later(key, ask, parts, now)
+            return self._later(key, ask, reply, now)
         waited, lease, delay, pause, processes, paused, server = parts
         received = time.monotonic()
         wait = self._send.server_clock.wait(float(server) / 1e6, float(waited) / 1e6, received)
@@ -474,7 +475,8 @@ class RedisStore:
         spacing = float(as_text(reply[8])) / 1e6 if len(reply) > 8 else 0.0
         # The gap Redis reserved with (a pace the host stated to another process
         # included, rule 1) is the share this process keeps alone (rule 6).
-        self._outage.shared(key, spacing or gap * ask.margin, senders, paused, now + wait)
+        share, stated = _shares(reply, spacing or gap * ask.margin, now)
+        self._outage.shared(key, share, senders, paused, now + wait, stated)
         due = received + wait
         free = int(as_text(reply[9])) if len(reply) > 9 else 0
         dues = [due + i * spacing for i in range(turns)]
@@ -502,6 +504,21 @@ class RedisStore:
             closes=turns == 1,
             slack=after if turns == 1 else math.inf,
         )
+
+
+def _shares(reply: list[Any], gap: float, now: float) -> tuple[float, tuple[float, float]]:
+    """The gap a turn's answer says the fleet keeps (``gap`` when it says none: a
+    look's), and the gap without the pace a host stated with when that pace ends
+    (on the throttle's clock, from ``now``; ``(0.0, inf)``: none holds): what a
+    process keeps alone (rule 6), back to the fleet's own pace when the host's
+    ends, as the fleet is (rule 1)."""
+    if len(reply) < 12:
+        return gap, (0.0, math.inf)
+    gap = float(as_text(reply[8])) / 1e6 or gap
+    left = float(as_text(reply[11])) / 1e6
+    if left <= 0.0:
+        return gap, (0.0, math.inf)
+    return gap, (float(as_text(reply[10])) / 1e6, now + left)
 
 
 def _weakly(method: Callable[_P, None]) -> Callable[_P, None]:

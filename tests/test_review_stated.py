@@ -1,0 +1,69 @@
+"""A pace a host stated, as a process keeps it alone while Redis does not answer
+(docs/fleet.md, rules 1, 5 and 6).
+
+A process that asked Redis for a turn keeps its share of the fleet's last pace
+(the gap Redis would reserve with, times the processes sharing the slot), to
+pace alone when Redis stops answering. A pace the host stated to another
+process floors that gap in Redis while it holds: the share kept must be the
+floored gap when Redis answered with the cap or a pause too, and the fleet's
+own once that pace has ended, as the fleet's turns are. Needs Redis on
+127.0.0.1:6379; the alone turns are asked at given times (no sleeps).
+"""
+
+from __future__ import annotations
+
+import time
+
+from autothrottle.redis import RedisStore
+from test_fleet_stated import QUICK, Stores, _heard, stores
+
+__all__ = ["stores"]
+
+STATED = 0.5
+"""The herald heard the host state one request per half second."""
+
+
+def _alone_gap(store: RedisStore, now: float) -> float:
+    """The spacing ``store``'s process keeps alone for the slot between two
+    turns it goes alone at ``now`` and just after (rule 6)."""
+    first = store._outage.alone_turn("host", QUICK, now)
+    assert (first.lease, first.wait) == (None, 0.0)  # alone: it goes
+    second = store._outage.alone_turn("host", QUICK, now + 0.001)
+    assert second.lease is None
+    return second.wait + 0.001
+
+
+async def test_a_process_answered_with_the_cap_keeps_the_stated_pace_alone(
+    stores: Stores,
+) -> None:
+    """The process heard of the pace only in Redis's answer of the cap (another
+    holds the slot's one lease): alone, it keeps its share of the stated pace,
+    not of its own 50 ms gap."""
+    herald, holder, one = await stores(3)
+    await _heard(herald, STATED, 30.0)
+    single = QUICK._replace(cap=1)
+    held = await holder.take_turn("host", single, time.monotonic())
+    assert held.lease is not None
+    refused = await one.take_turn("host", single, time.monotonic())
+    assert refused.lease is None  # the cap: ask again
+    gap = _alone_gap(one, time.monotonic())
+    assert gap >= STATED * QUICK.margin * 2 - 0.001  # two processes share the slot
+    holder.released("host", held.lease)
+
+
+async def test_alone_a_process_goes_back_to_the_fleets_pace_when_the_stated_one_ends(
+    stores: Stores,
+) -> None:
+    """The stated pace holds 0.3 s more: alone past its end, the process keeps
+    its share of the fleet's own gap, as Redis spaces the turns then; within
+    it, the stated pace's."""
+    herald, one = await stores(2)
+    await _heard(herald, STATED, 0.3)
+    now = time.monotonic()
+    turn = await one.take_turn("host", QUICK, now)
+    assert turn.lease is not None
+    one.released("host", turn.lease)
+    within = _alone_gap(one, now + 0.01)
+    assert within >= 0.2  # the stated gap, cut to what was left of it
+    after = _alone_gap(one, now + 5.0)
+    assert after <= QUICK.gap * QUICK.margin + 0.002  # one process: its own 50 ms gap
