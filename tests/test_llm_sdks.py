@@ -62,9 +62,11 @@ class SDK:
         stream: bool = False,
         on_first: Callable[[], object] | None = None,
         sdk_timeout: float | None = None,
+        control: str | None = None,
     ) -> str:
         """The answer's text (a stream read to its end, ``on_first`` told of its first event)."""
-        headers = {} if cost is None else {"X-AutoThrottle": f"cost={cost}"}
+        directives = ([] if cost is None else [f"cost={cost}"]) + ([control] if control else [])
+        headers = {"X-AutoThrottle": ", ".join(directives)} if directives else {}
         kwargs: dict[str, Any] = {
             "model": "sim",
             "messages": [{"role": "user", "content": " ".join(["word"] * prompt)}],
@@ -274,6 +276,26 @@ async def test_the_sdks_timeout_bounds_the_wait_for_the_turn_and_sends_nothing(s
         try:
             with pytest.raises((openai.APITimeoutError, anthropic.APITimeoutError)) as caught:
                 await sdk.call(client, sdk_timeout=0.3)
+        finally:
+            await sdk.close(client)
+    assert isinstance(caught.value.__cause__, ThrottleTimeout)
+    assert api.records == []
+    assert throttle.slot(KEY).snapshot().sent == 0
+
+
+async def test_a_max_wait_of_yours_bounds_each_try_of_the_sdk_and_sends_nothing(
+    sdk: SDK,
+) -> None:
+    """docs/llm.md: ``X-AutoThrottle: max-wait=S`` bounds each try's wait for
+    its turn; the SDK takes the ``ThrottlePoolTimeout`` for a timeout, retries
+    it (each try bounded again), and at last raises its own. Nothing is sent."""
+    throttle = llm_throttle()
+    async with LLMServer(LLMLimits(requests=100, window=1.0)) as api:
+        client = sdk.open(api, throttle, max_retries=1)
+        throttle.backoff(KEY, pause=60.0)
+        try:
+            with pytest.raises((openai.APITimeoutError, anthropic.APITimeoutError)) as caught:
+                await sdk.call(client, control="max-wait=0.3")
         finally:
             await sdk.close(client)
     assert isinstance(caught.value.__cause__, ThrottleTimeout)
