@@ -12,10 +12,19 @@ own once that pace has ended, as the fleet's turns are. Needs Redis on
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+import pytest
+import redis
+
+from autothrottle import FixedRatePolicy, Throttle
+from autothrottle._fleet import Run
+from autothrottle._state import SlotState
+from autothrottle.aiohttp import ThrottledSession
 from autothrottle.redis import RedisStore
-from test_fleet_stated import QUICK, Stores, _heard, stores
+from helpers import wait_until
+from test_fleet_stated import QUICK, REDIS, Stores, _Beginning, _heard, _serve, stores
 
 __all__ = ["stores"]
 
@@ -67,3 +76,50 @@ async def test_alone_a_process_goes_back_to_the_fleets_pace_when_the_stated_one_
     assert within >= 0.2  # the stated gap, cut to what was left of it
     after = _alone_gap(one, now + 5.0)
     assert after <= QUICK.gap * QUICK.margin + 0.002  # one process: its own 50 ms gap
+
+
+@pytest.mark.parametrize("after", [0.0, 0.12, 0.3])
+async def test_requests_cancelled_as_their_run_is_void_hold_nothing(
+    stores: Stores, after: float
+) -> None:
+    """Eight requests of a process at once, its first ask reserving a run of
+    four turns 0.1 s apart; once the host has answered one, another process
+    hears the host state one request per 0.5 s, and this one hears of it on
+    the channel: its run is void (rule 8), its untaken turns go back. The
+    requests are cancelled ``after`` seconds later (as the turns go back, as
+    they ask again, as they wait for the new turns). Nothing is held: no
+    request in flight or queued in the process, and no lease of the slot left
+    in Redis once the process's messages are sent (a turn voided and not
+    handed back would hold a place under the cap until ``hold_timeout``)."""
+    herald, one = await stores(2)
+    throttle = Throttle(policy=FixedRatePolicy(10), store=one)
+    async with _serve(_Beginning(after=10**6)) as host, ThrottledSession(throttle=throttle) as s:
+
+        async def request() -> None:
+            async with s.get(host.url) as response:
+                await response.read()
+
+        run = Run()
+        run.length, run._demand = 2, True  # its first ask reserves four turns
+        one._runs._runs["127.0.0.2"] = run
+        tasks = [asyncio.create_task(request()) for _ in range(8)]
+        await wait_until(lambda: len(host.arrivals) >= 1)
+        now = time.monotonic()
+        state = SlotState(0.1, sustained_gap=STATED, sustained_until=now + 30.0)
+        herald.changed("127.0.0.2", state, now, sent_at=now, backed_off=False, ok=True)
+        await herald.flush()
+        await wait_until(lambda: one.fleet_stated("127.0.0.2") > 0.0)  # heard: the run is void
+        await asyncio.sleep(after)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        (row,) = throttle.stats().slots
+        key = row.key
+        snapshot = throttle.slot(key).snapshot()
+        assert (snapshot.in_flight, snapshot.queued) == (0, 0)
+        await one.flush()
+    admin = redis.Redis.from_url(REDIS)
+    try:
+        assert admin.zcard(f"{{{one.prefix}:{key}}}:l") == 0
+    finally:
+        admin.close()
