@@ -24,9 +24,10 @@ from autothrottle._state import SlotState
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.redis import RedisStore
 from helpers import wait_until
-from test_fleet_stated import QUICK, REDIS, Stores, _Beginning, _heard, _serve, stores
+from test_fleet_stated import QUICK, REDIS, Stores, _Beginning, _heard, _redis, _serve, stores
+from test_redis_rules import GAP_US, Slot
 
-__all__ = ["stores"]
+__all__ = ["_redis", "stores"]
 
 STATED = 0.5
 """The herald heard the host state one request per half second."""
@@ -123,3 +124,48 @@ async def test_requests_cancelled_as_their_run_is_void_hold_nothing(
         assert admin.zcard(f"{{{one.prefix}:{key}}}:l") == 0
     finally:
         admin.close()
+
+
+def _merged(slot: Slot, *paces: tuple[int, int]) -> tuple[float, float]:
+    """The stated gap Redis keeps after ``paces`` (gap, µs it holds from now)
+    were merged in turn, each by a process that heard it, and how long it holds."""
+    for pace in paces:
+        slot.merge(delay_us=GAP_US, backed_off=False, oks=1, stated=pace)
+    return slot.field("stated"), slot.field("stated_until")
+
+
+def test_a_budgets_gap_wider_than_the_policys_pace_is_kept(_redis: None) -> None:
+    """A host states its policy (50 in 10 s: 0.2 s, holding the window) and its
+    budget, spent further than that pace (5 left for 5 s: 0.8 s until the
+    reset): the fleet keeps the budget's gap until its reset, though the
+    policy's pace ends later (the later end won: the processes that had not
+    heard the budget spent it at 0.2 s)."""
+    server = redis.Redis.from_url(REDIS)
+    try:
+        slot = Slot(server)
+        gap, _ = _merged(slot, (200_000, 10_000_000), (800_000, 5_000_000))
+        assert gap == 800_000
+        first = slot.turn("a")
+        assert Slot.at(slot.turn("b")) - Slot.at(first) == 800_000
+    finally:
+        server.close()
+
+
+def test_a_budget_spent_further_in_its_window_is_kept_though_its_reset_rounds_earlier(
+    _redis: None,
+) -> None:
+    """Two answers of one budget window: the later says a wider gap (spent
+    further), and its reset, rounded to the second by the server, ends 0.4 s
+    before the first's. The wider is kept; a narrower pace ending later waits
+    until the wider ends."""
+    server = redis.Redis.from_url(REDIS)
+    try:
+        slot = Slot(server)
+        assert _merged(slot, (500_000, 10_000_000), (800_000, 9_600_000))[0] == 800_000
+        assert _merged(slot, (300_000, 20_000_000))[0] == 800_000  # still 0.8 s left of it
+        ended = Slot(server)
+        _merged(ended, (800_000, 1_000))
+        time.sleep(0.01)  # past its end on Redis's clock
+        assert _merged(ended, (300_000, 20_000_000))[0] == 300_000
+    finally:
+        server.close()

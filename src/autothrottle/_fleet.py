@@ -94,9 +94,14 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    process's delay becomes the fleet's, but a strict pace rises only by a
    counted backoff. Of two pauses the later end wins. A pace the host stated
    in the process's answers while it holds (``Limits.stated_pace``: its gap
-   and its end) is the fleet's (rule 1) until that end: of two, the later
-   end wins (each answer that states it renews it, so that is the host's
-   latest word), and only a process that heard it writes it, so nobody
+   and its end) is the fleet's (rule 1) until that end: of two, the one
+   that keeps a send longer now wins (each gap cut to what is left of it:
+   a budget spent further, whose reset rounded to the second may end a
+   little earlier, or a budget's gap wider than the policy's pace, which
+   ends later), and of two that keep it as long the later end (each answer
+   that states it renews it, so that is the host's latest word; a narrower
+   pace waits for the wider to end, at most its window); only a process
+   that heard it writes it, so nobody
    renews it whom the host did not tell; the answer by which one begins, or
    widens by more than a quarter, goes to the store as soon as a backoff,
    and the store tells it on the prefix's channel (rule 8). The last record is kept

@@ -237,19 +237,24 @@ if pause_for > 0 and now + pause_for > (tonumber(state[3]) or 0) then
       .. ' ' .. ARGV[11])
   end
 end
--- Rule 5: a pace the host stated is the fleet's until it ends; of two, the later end
--- wins (the host's latest word: each answer that states it renews it). Only a
--- process that heard it writes it, so nobody else renews it.
+-- Rule 5: a pace the host stated is the fleet's until it ends; of two, the one that
+-- keeps a send longer now wins (each gap cut to what is left of it, as a turn reads
+-- it), and of two that keep it as long, the later end (the host's latest word: each
+-- answer that states it renews it). Only a process that heard it writes it, so
+-- nobody else renews it.
 local stated = tonumber(ARGV[12])
 if stated and stated > 0 then
   local stated_until = now + tonumber(ARGV[13])
   local held_until = tonumber(state[9]) or 0
-  if stated_until > held_until then
+  local held = tonumber(state[8]) or 0
+  local held_left = 0
+  if held_until > now then held_left = math.min(held, held_until - now) end
+  local left = math.min(stated, stated_until - now)
+  if left > held_left or (left == held_left and stated_until > held_until) then
     redis.call('HSET', KEYS[1], 'stated', us(stated), 'stated_until', us(stated_until))
     -- Rule 8: a pace that begins, or widens by more than a quarter, voids the runs
     -- reserved before it, narrower: the processes holding them hear it (gap until
     -- now process slot). A budget's gap that creeps up as it is spent is not news.
-    local held = tonumber(state[8]) or 0
     if (held_until <= now or stated > 1.25 * held) and ARGV[9] and ARGV[9] ~= '' then
       redis.call('PUBLISH', ARGV[9], 'stated ' .. us(stated) .. ' ' .. us(stated_until) .. ' '
         .. us(now) .. ' ' .. ARGV[10] .. ' ' .. ARGV[11])
