@@ -169,3 +169,23 @@ def test_a_budget_spent_further_in_its_window_is_kept_though_its_reset_rounds_ea
         assert _merged(ended, (300_000, 20_000_000))[0] == 300_000
     finally:
         server.close()
+
+
+async def test_a_looks_answer_keeps_the_share_the_last_turn_said(stores: Stores) -> None:
+    """A turn's answer said the stated pace (0.5 s); then a look at that turn,
+    reached late, finds another process's pause. The look's answer says no
+    gap: alone, the process keeps the share of the stated pace, not of its
+    own 50 ms gap."""
+    herald, one = await stores(2)
+    await _heard(herald, STATED, 30.0)
+    turn = await one.take_turn("host", QUICK, time.monotonic())
+    assert turn.lease is not None
+    now = time.monotonic()
+    herald.changed(
+        "host", SlotState(0.05, pause_until=now + 5.0), now, sent_at=now, backed_off=True
+    )
+    await herald.flush()
+    looked = await one.look("host", turn.lease, QUICK, time.monotonic())
+    assert looked.lease is None and looked.pause > 0.0  # the pause: ask again
+    assert _alone_gap(one, time.monotonic()) >= STATED * QUICK.margin - 0.001
+    one.released("host", turn.lease)

@@ -102,7 +102,7 @@ class Outage:
     def shared(
         self,
         key: str,
-        gap: float,
+        gap: float | None,
         processes: int,
         paused: str,
         pause_ends: float,
@@ -113,13 +113,16 @@ class Outage:
         waits out (until ``pause_ends`` on the throttle's clock). ``stated``:
         the gap without the pace a host stated, and when that pace ends (the
         throttle's clock): the share after it, so that a process alone goes
-        back to the fleet's own pace when the host's ends, as the fleet does."""
+        back to the fleet's own pace when the host's ends, as the fleet does.
+        ``gap`` None: the answer said none (a look's), the share is kept."""
         with self._lock:
             alone = self._alone.get(key)
             if alone is None:
                 alone = self._alone[key] = Alone()
             share = max(1, processes)
-            alone.gap, alone.after, alone.gap_until = gap * share, stated[0] * share, stated[1]
+            if gap is not None:
+                alone.gap, alone.after = gap * share, stated[0] * share
+                alone.gap_until = stated[1]
             self.processes = max(self.processes, processes)
             if paused and paused != alone.paused:
                 alone.paused, alone.paused_until = paused, pause_ends

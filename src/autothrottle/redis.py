@@ -452,8 +452,11 @@ class RedisStore:
         shared = float(delay) / 1e6 if delay else None
         gap = min(max(shared if shared is not None else ask.gap, ask.min_gap), ask.max_gap)
         senders = int(processes)
-        gap, stated = _shares(reply, gap * ask.margin, now)
-        self._outage.shared(key, gap, senders, paused, now + wait, stated)
+        if len(reply) < 12:  # a look's: it says no gap; the last turn's answer did
+            self._outage.shared(key, None, senders, paused, now + wait)
+        else:
+            share, stated = _shares(reply, gap * ask.margin, now)
+            self._outage.shared(key, share, senders, paused, now + wait, stated)
         if float(pause) > 0:  # rule 2: the turns reserved before a pause are void
             self._runs.void(key)
         return SharedTurn(wait, None, shared, float(pause) / 1e6, None, senders)
