@@ -189,3 +189,20 @@ async def test_a_looks_answer_keeps_the_share_the_last_turn_said(stores: Stores)
     assert looked.lease is None and looked.pause > 0.0  # the pause: ask again
     assert _alone_gap(one, time.monotonic()) >= STATED * QUICK.margin - 0.001
     one.released("host", turn.lease)
+
+
+def test_a_slot_kept_by_an_older_version_takes_turns_and_merges(_redis: None) -> None:
+    """A rolling upgrade: the slot's hash has only the fields an older version
+    wrote (no stated pace). The turn script reads none held, spaces by the
+    fleet's delay and says no stated pace; the merge adds one."""
+    server = redis.Redis.from_url(REDIS)
+    try:
+        slot = Slot(server)
+        server.hset(slot.state, mapping={"delay": GAP_US, "pause": 0, "version": 3})
+        first = slot.turn("a")
+        second = slot.turn("b")
+        assert Slot.at(second) - Slot.at(first) == GAP_US
+        assert (int(second[10]), int(second[11])) == (GAP_US, 0)  # no stated pace
+        assert _merged(slot, (800_000, 5_000_000))[0] == 800_000
+    finally:
+        server.close()
