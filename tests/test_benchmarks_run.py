@@ -235,6 +235,28 @@ def test_llm(tmp_path: Path) -> None:
             assert r["sent"] > 0
 
 
+@pytest.mark.parametrize("client", ["openai", "httpx"])
+def test_llm_spent(tmp_path: Path, client: str) -> None:
+    # The scenario docs/benchmarks.md's table of refusals after another client
+    # spent the key's tokens comes from: through the SDK and without it.
+    if client == "openai":
+        pytest.importorskip("openai", reason="--client openai calls through the OpenAI SDK")
+    out = run(
+        "llm.py",
+        *("--spent", "--runs", "1", "--calls", "3", "--client", client),
+        *results_option(tmp_path),
+    )
+    assert "runs refused past the first" in out
+    found = results(tmp_path, "llm_spent")
+    has(found, "client", "source", "extra")
+    assert found["client"] == client
+    [r] = found["runs"]
+    has(r, "refused", "failed", "outcomes", "arrivals")
+    assert r["first"] == "ok"
+    assert len(r["outcomes"]) == 3
+    assert r["sent"] >= 3 and r["refused"] >= 1  # the other client's spend is seen
+
+
 def test_fetch(tmp_path: Path) -> None:
     run(
         "fetch.py",
