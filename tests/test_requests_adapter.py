@@ -330,27 +330,26 @@ def test_a_streamed_body_holds_the_slot_until_read(hosts: list[LoopbackHost]) ->
 
 def test_a_closed_stream_releases_the_slot(hosts: list[LoopbackHost]) -> None:
     host = hosts[0]
-    throttle = fixed(0.0, max_concurrency=1)
+    # A slot still held would make the next request wait for the cap until
+    # max_wait and fail (ThrottleWaitTimeout): the verdict is that error, not
+    # a clock a busy machine can stretch.
+    throttle = fixed(0.0, max_concurrency=1, max_wait=10.0)
     with ThrottledSession(throttle=throttle) as session:
         response = session.get(host.url("/stream/20/20"), stream=True)
         next(response.iter_content(16))
         response.close()
         assert in_flight(throttle, host) == 0
-        started = time.monotonic()
-        session.get(host.url())  # the cap of 1 lets it go at once
-        assert time.monotonic() - started < 0.3
+        assert session.get(host.url()).status_code == 200  # the cap of 1 lets it go
 
 
 def test_a_response_dropped_unread_is_released_when_collected(hosts: list[LoopbackHost]) -> None:
     host = hosts[0]
-    throttle = fixed(0.0, max_concurrency=1)
+    throttle = fixed(0.0, max_concurrency=1, max_wait=10.0)  # held: ThrottleWaitTimeout
     with ThrottledSession(throttle=throttle) as session:
         session.get(host.url("/stream/50/20"), stream=True)  # dropped at once
         gc.collect()
         wait_for(lambda: in_flight(throttle, host) == 0, within=2.0)
-        started = time.monotonic()
-        session.get(host.url())
-        assert time.monotonic() - started < 0.5
+        assert session.get(host.url()).status_code == 200
 
 
 EXIT_SCRIPT = """
