@@ -223,6 +223,7 @@ from ._fleet_turns import (
     SharedTurn,
     SharedTurns,
     TurnAsk,
+    narrower_than_stated,
     slack,
 )
 from ._fleet_wire import WireCheck
@@ -254,6 +255,7 @@ __all__ = [
     "SharedTurn",
     "SharedTurns",
     "TurnAsk",
+    "narrower_than_stated",
     "slack",
 ]
 
@@ -483,7 +485,7 @@ class Fleet:
         stated = slot.state.limits.stated_gap_left(self.clock())
         heard = min(self.store.fleet_stated(slot.key), self._rules.signals.max_pause)
         stated = max(stated, heard)
-        return stated > 0.0 and spacing < stated * SPACING_MARGIN - 1e-6
+        return narrower_than_stated(spacing, stated)
 
     @staticmethod
     def _going(slot: LiveSlot, lease: Lease) -> None:

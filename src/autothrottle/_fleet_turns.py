@@ -29,6 +29,7 @@ __all__ = [
     "SharedTurn",
     "SharedTurns",
     "TurnAsk",
+    "narrower_than_stated",
     "slack",
 ]
 
@@ -124,6 +125,14 @@ class SharedTurn(NamedTuple):
     closes: bool = True
     slack: float = math.inf
     spacing: float = 0.0
+
+
+def narrower_than_stated(spacing: float, stated: float) -> bool:
+    """Whether turns reserved ``spacing`` apart keep less than a pace the host
+    stated, one send per ``stated`` seconds, as the fleet spaces it (times
+    :data:`SPACING_MARGIN`; a microsecond's rounding of the store aside): a
+    run's turns so reserved are void (rule 8). No pace (0.0) voids nothing."""
+    return stated > 0.0 and spacing < stated * SPACING_MARGIN - 1e-6
 
 
 def slack(spacing: float, margin: float, late: float, turns: int, room: float) -> float:

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
-from ._fleet import LATE_MOST, SPACING_MARGIN, Run, SharedTurn, TurnAsk
+from ._fleet import LATE_MOST, Run, SharedTurn, TurnAsk, narrower_than_stated
 from ._redis_parts import ASK_AGAIN
 
 __all__ = ["Asked", "AskedBlocking", "Behind", "Runs"]
@@ -222,7 +222,7 @@ class Runs:
             if run is None:
                 return
             self._stated[key] = (gap, until)
-            narrower = run.spacing < gap * SPACING_MARGIN - 1e-6
+            narrower = narrower_than_stated(run.spacing, gap)
             stale, spacing = (run.drop() if narrower else []), run.spacing
         self._hand_back(key, stale, spacing)
 
