@@ -23,6 +23,7 @@ from autothrottle.store import SlotState
 
 if TYPE_CHECKING:  # the redis extra is not every test's
     from autothrottle.redis import RedisStore
+    from loopback import LoopbackHost
 
 WALL = 1_700_000_000.0
 """The fake wall clock's epoch seconds when the fake monotonic clock reads 0."""
@@ -371,3 +372,17 @@ class SpyPolicy(AutoThrottlePolicy):
 def fixed(delay: float, **kwargs: Any) -> Throttle:
     """A throttle whose every slot keeps ``delay`` whatever it observes."""
     return Throttle(start_delay=delay, min_delay=delay, max_delay=delay, **kwargs)
+
+
+def wait_for(condition: Any, within: float = 10.0) -> None:
+    """Block (a thread's test) until ``condition()`` is true, failing after ``within`` s."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def held(throttle: Throttle, host: LoopbackHost) -> tuple[int, int]:
+    """The requests in flight and queued in ``host``'s slot."""
+    snapshot = throttle.slot(host.address).snapshot()
+    return snapshot.in_flight, snapshot.queued

@@ -45,7 +45,7 @@ from autothrottle.requests import (
     ThrottleWaitTimeout,
     throttle_info,
 )
-from helpers import needs_redis
+from helpers import needs_redis, wait_for
 from loopback import LoopbackHost, promptly, running_hosts
 from redis_keys import fresh_prefix
 
@@ -84,13 +84,6 @@ def assert_spaced(host: LoopbackHost, delay: float) -> None:
 
 def in_flight(throttle: Throttle, host: LoopbackHost) -> int:
     return throttle.slot(host.address).snapshot().in_flight
-
-
-def wait_for(condition: Any, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
 
 
 # -- pacing, from threads ---------------------------------------------------------------

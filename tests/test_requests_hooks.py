@@ -16,7 +16,6 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ import requests.sessions
 
 from autothrottle import FixedDelayPolicy, Throttle
 from autothrottle.requests import ThrottledHTTPAdapter, ThrottledSession
+from helpers import held, wait_for
 from loopback import LoopbackHost, promptly, running_hosts
 
 
@@ -37,18 +37,6 @@ def host() -> Iterator[LoopbackHost]:
 
 class Interrupted(BaseException):
     """KeyboardInterrupt's kind (not an ``Exception``), without pytest's meaning."""
-
-
-def held(throttle: Throttle, host: LoopbackHost) -> tuple[int, int]:
-    snapshot = throttle.slot(host.address).snapshot()
-    return snapshot.in_flight, snapshot.queued
-
-
-def wait_for(condition: Any, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
 
 
 class SendingOnItsOwn(requests.Session):

@@ -26,6 +26,7 @@ import requests
 from autothrottle import FixedDelayPolicy, Throttle, ThrottleTimeout
 from autothrottle.requests import ThrottledHTTPAdapter, ThrottledSession, throttle_info
 from autothrottle.testing import VirtualClock
+from helpers import held, wait_for
 from loopback import LoopbackHost, promptly, running_hosts
 
 
@@ -37,19 +38,6 @@ def host() -> Iterator[LoopbackHost]:
 
 def fixed(delay: float, **kwargs: Any) -> Throttle:
     return Throttle(policy=FixedDelayPolicy(delay), **kwargs)
-
-
-def held(throttle: Throttle, host: LoopbackHost) -> tuple[int, int]:
-    """The slot's requests in flight and queued."""
-    snapshot = throttle.slot(host.address).snapshot()
-    return snapshot.in_flight, snapshot.queued
-
-
-def wait_for(condition: Any, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.005)
 
 
 # -- one session, sixteen threads ----------------------------------------------------
