@@ -131,7 +131,11 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    gaps after the request's own. That is the fleet's bound for a lease
    nobody hands back: nothing is held past it. Their time is long past then,
    unless ``hold_timeout`` is shorter than the run: the turns still ahead
-   stay reserved, unused unless the process sends again. The expiry runs no
+   stay reserved, unused unless the process sends again. A request whose
+   hold runs out before it ends (it waited a pause or the cap out, its
+   response was slow) is not lost, though: its lease stays unreleased, and
+   its end hands back what it holds as any request's does (the fleet's other
+   processes need not wait for the store's expiry). The expiry runs no
    release hook on purpose: the gate lets go of the lease under its lock, in
    the middle of a count of what is in flight, which :meth:`Fleet.left` asks
    for itself; deferred, the hook would need an event loop or a thread for

@@ -177,8 +177,17 @@ class Lease:
                 self.on_release()
 
     def expire(self) -> None:
-        """Called by the gate when the hold timed out; the gate has let go already."""
-        self._released = True
+        """Called by the gate when the hold timed out; the gate has let go already.
+
+        A fleet's lease (``on_release`` set) stays unreleased: its request may
+        still wait for the fleet's turn (a pause, the cap), and it ends as any
+        other, its release handing back what it holds of the fleet (its turn's
+        lease in the store, its run's rest: the fleet's rule 7), which nothing
+        else would until ``hold_timeout`` after its send; the gate letting go
+        of it again then is harmless. Marked released, that release did
+        nothing, and the fleet's other processes waited for the store's expiry."""
+        if self.on_release is None:
+            self._released = True
 
     def __enter__(self) -> Lease:
         return self
