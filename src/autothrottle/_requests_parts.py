@@ -187,11 +187,13 @@ class Attempts:
     queue like any request. A retried response is read when urllib3 drains
     it, before its sleep: a ``Retry-After`` or a backoff is heard by the slot
     at once, and the turn is not held while urllib3 sleeps. An error is read
-    as it leaves the pool's ``_make_request`` (:meth:`raised`), before urllib3
-    decides to retry it and sleeps its backoff: the failure backs the slot
-    off at once, and other threads' requests to the host go meanwhile. An
-    error raised before that step (a proxy's tunnel) is read when urllib3
-    calls ``urlopen`` again (the last entry of the ``Retry``'s history).
+    as it leaves the pool's step that raised it (:meth:`raised`): its
+    ``_make_request``, or its ``_prepare_proxy`` (an HTTPS request's tunnel
+    through an HTTP proxy), before urllib3 decides to retry it and sleeps its
+    backoff: the failure backs the slot off at once, and other threads'
+    requests to the host go meanwhile. An error raised elsewhere (a urllib3
+    release without those steps) is read when urllib3 calls ``urlopen``
+    again (the last entry of the ``Retry``'s history): later, still once.
 
     ``settled``: the current attempt has been read and its lease let go; what
     the adapter then sees raised (urllib3 gave up, or the next turn did not
@@ -292,6 +294,17 @@ class _RetryTurns:
             attempts.attempt(cast("Timing", timing), retries)
         return super().urlopen(method, url, *args, **kwargs)  # type: ignore[misc]
 
+    def _prepare_proxy(self, conn: Any) -> None:
+        """urllib3's step that opens an HTTPS request's tunnel through an HTTP proxy
+        (connect to the proxy, CONNECT, the TLS handshake through it), before
+        ``_make_request``: an error it raises that urllib3 may retry is read
+        before urllib3 sleeps its backoff, as one of ``_make_request``'s is."""
+        try:
+            super()._prepare_proxy(conn)  # type: ignore[misc]
+        except _RETRIED as error:
+            _raised(error)
+            raise
+
     def _make_request(self, *args: Any, **kwargs: Any) -> Any:
         """urllib3's step that connects, writes and reads the headers: an error it
         raises that urllib3 may retry (:data:`_RETRIED`) is read before
@@ -299,11 +312,17 @@ class _RetryTurns:
         try:
             return super()._make_request(*args, **kwargs)  # type: ignore[misc]
         except _RETRIED as error:
-            timing = SENDING.get()
-            attempts: Attempts | None = getattr(timing, "attempts", None)
-            if attempts is not None:
-                attempts.raised(cast("Timing", timing), error)
+            _raised(error)
             raise
+
+
+def _raised(error: BaseException) -> None:
+    """A step of urllib3's ``urlopen`` raised ``error``, which urllib3 hands to its
+    ``Retry`` next: the request's :class:`Attempts` reads it now."""
+    timing = SENDING.get()
+    attempts: Attempts | None = getattr(timing, "attempts", None)
+    if attempts is not None:
+        attempts.raised(cast("Timing", timing), error)
 
 
 _RETRIED = (
