@@ -102,6 +102,27 @@ def test_demo_rejects_bad_duration(value: str, capsys: pytest.CaptureFixture[str
             ["fetch", "urls.txt", "--xyz"],
             "autothrottle fetch: error: unrecognized arguments: --xyz (see --help)",
         ),
+        # wget's flags, which a fetch user reaches for: what the fetch has instead.
+        (
+            ["fetch", "urls.txt", "-O", "-"],
+            "autothrottle fetch: error: unrecognized arguments: -O - (the lines go to -o "
+            "(- for stdout), the bodies to --bodies DIR; see --help)",
+        ),
+        (
+            ["fetch", "urls.txt", "--tries=3"],
+            "autothrottle fetch: error: unrecognized arguments: --tries=3 "
+            "(wget's --tries N is --retries N-1 here; see --help)",
+        ),
+        (
+            ["fetch", "urls.txt", "-c"],
+            "autothrottle fetch: error: unrecognized arguments: -c "
+            "(a fetch resumes by itself: run it again with the same -o; see --help)",
+        ),
+        (
+            ["fetch", "urls.txt", "--no-clobber"],
+            "autothrottle fetch: error: unrecognized arguments: --no-clobber (bodies "
+            "(--bodies DIR) are named by their SHA-256: none is overwritten; see --help)",
+        ),
     ],
 )
 def test_a_typo_d_flag_is_named_by_its_subcommand_with_the_flag_meant(

@@ -49,7 +49,9 @@ class Reply:
     ``head`` is the body's first bytes when the caller asked to keep some (a
     robots.txt, a body to match a block pattern against); ``sent_at`` is when
     the throttle granted the request its turn (``ThrottleInfo.sent_at``), for a
-    soft-block signal that counts once per burst.
+    soft-block signal that counts once per burst. ``cut``: the body went on
+    past ``head`` and was not read further (``only_head``); ``location``: the
+    ``Location`` of a redirect not followed (``follow=False``).
     """
 
     status: int
@@ -58,36 +60,59 @@ class Reply:
     sha256: str | None = None
     head: bytes = b""
     sent_at: float | None = None
+    cut: bool = False
+    location: str | None = None
 
 
 class Sender(Protocol):
-    async def get(self, url: str, *, keep: int = 0, store: bool = True) -> Reply:
-        """One GET; ``keep`` bytes of the body in ``Reply.head``; ``store``: to the bodies."""
+    async def get(
+        self,
+        url: str,
+        *,
+        keep: int = 0,
+        store: bool = True,
+        only_head: bool = False,
+        follow: bool = True,
+    ) -> Reply:
+        """One GET; ``keep`` bytes of the body in ``Reply.head``; ``store``: to the
+        bodies; ``only_head``: read no more of the body than ``keep`` (a robots.txt
+        of gigabytes, or one that never ends, is read up to its limit); ``follow``:
+        follow redirects (else a 3xx is the reply, with its ``location``)."""
         ...
 
 
 class _Body:
     """Counts a body's bytes, keeps its first ``keep``, and, with a store, writes them."""
 
-    def __init__(self, store: BodyStore | None, keep: int) -> None:
+    def __init__(self, store: BodyStore | None, keep: int, *, only_head: bool = False) -> None:
         self.nbytes = 0
         self._keep = keep
+        self._only_head = only_head
         self._head = bytearray()
         self._file: BodyFile | None = store.open() if store is not None else None
+        self.cut = False
 
-    def add(self, chunk: bytes) -> None:
-        self.nbytes += len(chunk)
+    def add(self, chunk: bytes) -> bool:
+        """Take ``chunk``; False once no more is to be read (``only_head``, head full)."""
         room = self._keep - len(self._head)
+        if self._only_head and len(chunk) > room:
+            self.cut = True
+            chunk = chunk[: max(room, 0)]
+        self.nbytes += len(chunk)
         if room > 0:
             self._head += chunk[:room]
         if self._file is not None:
             self._file.write(chunk)
+        return not self.cut
 
-    def reply(self, status: int, final_url: str, info: ThrottleInfo | None) -> Reply:
+    def reply(
+        self, status: int, final_url: str, info: ThrottleInfo | None, location: str | None
+    ) -> Reply:
         file, self._file = self._file, None
         digest = file.commit() if file is not None else None
         sent_at = info.sent_at if info is not None else None
-        return Reply(status, final_url, self.nbytes, digest, bytes(self._head), sent_at)
+        head = bytes(self._head)
+        return Reply(status, final_url, self.nbytes, digest, head, sent_at, self.cut, location)
 
     def discard(self) -> None:
         file, self._file = self._file, None
@@ -100,14 +125,24 @@ class _HttpxSender:
         self._client = client
         self._store = store
 
-    async def get(self, url: str, *, keep: int = 0, store: bool = True) -> Reply:
-        body = _Body(self._store if store else None, keep)
+    async def get(
+        self,
+        url: str,
+        *,
+        keep: int = 0,
+        store: bool = True,
+        only_head: bool = False,
+        follow: bool = True,
+    ) -> Reply:
+        body = _Body(self._store if store else None, keep, only_head=only_head)
         try:
-            async with self._client.stream("GET", url) as response:
+            async with self._client.stream("GET", url, follow_redirects=follow) as response:
                 async for chunk in response.aiter_bytes(_CHUNK):
-                    body.add(chunk)
+                    if not body.add(chunk):
+                        break
                 info = response.extensions.get("autothrottle")
-                return body.reply(response.status_code, str(response.url), info)
+                location = None if follow else response.headers.get("location")
+                return body.reply(response.status_code, str(response.url), info, location)
         finally:
             body.discard()
 
@@ -117,14 +152,24 @@ class _AiohttpSender:
         self._session = session
         self._store = store
 
-    async def get(self, url: str, *, keep: int = 0, store: bool = True) -> Reply:
-        body = _Body(self._store if store else None, keep)
+    async def get(
+        self,
+        url: str,
+        *,
+        keep: int = 0,
+        store: bool = True,
+        only_head: bool = False,
+        follow: bool = True,
+    ) -> Reply:
+        body = _Body(self._store if store else None, keep, only_head=only_head)
         try:
-            async with self._session.get(url) as response:
+            async with self._session.get(url, allow_redirects=follow) as response:
                 async for chunk in response.content.iter_chunked(_CHUNK):
-                    body.add(chunk)
+                    if not body.add(chunk):
+                        break
                 info = throttle_info(response)
-                return body.reply(response.status, str(response.url), info)
+                location = None if follow else response.headers.get("Location")
+                return body.reply(response.status, str(response.url), info, location)
         finally:
             body.discard()
 

@@ -134,13 +134,23 @@ def _header_arg(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(
             f"a header value may not hold a control character (a line break, ...), got {text!r}"
         )
+    if name.lower() == "user-agent" and not value:
+        raise argparse.ArgumentTypeError(f"a User-Agent may not be empty, got {text!r}")
     return name, value
 
 
 def _user_agent_arg(text: str) -> str:
+    """A User-Agent the fetch can send. Not an empty one: wget takes
+    ``--user-agent ''`` to send none, but a polite fetch says who it is, and
+    robots.txt rules are matched against that name."""
     if _CONTROL.search(text):
         raise argparse.ArgumentTypeError(
             f"a User-Agent may not hold a control character (a line break, ...), got {text!r}"
+        )
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "a User-Agent may not be empty: the fetch says who it is, and robots.txt "
+            f"rules are matched against that name, got {text!r}"
         )
     return text
 

@@ -217,10 +217,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+#: wget's flags a fetch user may reach for, and what the fetch has instead.
+_WGET = {
+    "-O": "the lines go to -o (- for stdout), the bodies to --bodies DIR",
+    "--output-document": "the lines go to -o (- for stdout), the bodies to --bodies DIR",
+    "-t": "wget's -t N is --retries N-1 here",
+    "--tries": "wget's --tries N is --retries N-1 here",
+    "-U": "wget's -U is --user-agent here",
+    "-c": "a fetch resumes by itself: run it again with the same -o",
+    "--continue": "a fetch resumes by itself: run it again with the same -o",
+    "-nc": "bodies (--bodies DIR) are named by their SHA-256: none is overwritten",
+    "--no-clobber": "bodies (--bodies DIR) are named by their SHA-256: none is overwritten",
+}
+
+
 def _unknown(parser: argparse.ArgumentParser, command: str | None, unknown: list[str]) -> str:
     """argparse's "unrecognized arguments", said by the command they were given to
     (argparse has the top-level ``autothrottle`` say it, whose ``--help`` lists
-    none of a subcommand's flags), with the flag meant when one is near."""
+    none of a subcommand's flags), with the flag meant when one is near, or,
+    for a flag of wget's given to ``fetch``, what the fetch has instead."""
+    wget = next((_WGET[a.partition("=")[0]] for a in unknown if a.partition("=")[0] in _WGET), "")
+    if command == "fetch" and wget:
+        return f"unrecognized arguments: {' '.join(unknown)} ({wget}; see --help)"
     typo = next((arg for arg in unknown if arg.startswith("--")), "")
     flags = _flags(parser, command)
     near = difflib.get_close_matches(typo.partition("=")[0], flags, n=1, cutoff=0.75)

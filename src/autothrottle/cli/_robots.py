@@ -9,13 +9,21 @@ The rules it keeps (RFC 9309; docs/cli.md, "robots.txt"):
   forgot (idle past its ``idle_timeout``) are let go of, and read again if
   the host comes back, so a crawl of millions of hosts holds the rules of its
   live ones, not of every host it met;
+* redirects are followed, each hop paced by its own host, up to 5 (RFC 9309,
+  2.3.1.2); a sixth means there is none, as a 4xx does; the rules found are
+  the first origin's;
 * 2xx: its rules are read with protego (which reads fractional delays and
-  ``Request-rate``), matched against the user agent; at most 512 KiB are read;
-* 4xx (no robots.txt): everything is allowed;
+  ``Request-rate``), matched against the user agent's product token (its
+  first word, up to a ``/``: RFC 9309, 2.2.1); at most 512 KiB are read, never
+  more (2.5), and a line the limit cut is dropped, not read as a shorter rule;
+  a UTF-8 byte-order mark is no part of the first line;
+* 4xx, 401 and 403 included (no robots.txt): everything is allowed (2.3.1.3);
 * 429, 5xx or no answer, after the fetch's retries: the host is "unreachable",
-  and nothing is fetched from it (the RFC's "complete disallow");
+  and nothing is fetched from it (the RFC's "complete disallow", 2.3.1.4);
 * ``Crawl-delay: D`` and ``Request-rate: N/Ss`` make ``max(D, S/N)`` that host's
-  ``min_delay`` in the throttle (``Throttle.set_host``);
+  ``min_delay`` in the throttle (``Throttle.set_host``), never below the one it
+  had, and at most the throttle's ``max_pause``, the longest a site may make it
+  wait by what it says;
 * a 4xx that says there is none is no error of the host's: the throttle counts
   it as the response it is, and ``--chart`` leaves it out of its events
   (:class:`FetchTimeline`, which knows it by the mark on its request).
@@ -25,10 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 from protego import Protego
 
@@ -42,8 +51,29 @@ __all__ = ["ROBOTS_BYTES", "FetchTimeline", "HostRules", "Robots"]
 #: How much of a robots.txt is read (RFC 9309 asks crawlers to parse at least 500 KiB).
 ROBOTS_BYTES = 512 * 1024
 
+#: Redirects of a robots.txt followed (RFC 9309, 2.3.1.2: at least five).
+ROBOTS_REDIRECTS = 5
+
 #: The fewest origins' rules held before the fetch looks for those whose slot is gone.
 _LOOK_AT = 1024
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+#: A product token (RFC 9309, 2.2.1): letters, underscores and hyphens.
+_TOKEN = re.compile(r"[A-Za-z_-]*")
+
+
+def product_token(agent: str) -> str:
+    """The name robots.txt groups are matched against: ``agent``'s first word, up to
+    its ``/`` (``autothrottle`` of ``autothrottle/1.0 (fetch; +URL)``), lowercased.
+
+    Matched against the whole header, a group named for a word of its comment
+    or its URL (``fetch``, ``github``) would apply to the fetch, and its rules
+    instead of those the site wrote for everyone. Empty when the agent starts
+    with no such word: only the ``*`` group applies then.
+    """
+    match = _TOKEN.match(agent.strip())
+    return match.group().lower() if match else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +87,7 @@ class HostRules:
 
     def excluded(self, url: str, agent: str) -> str | None:
         """Why robots.txt keeps ``url`` from being fetched by ``agent``, or None."""
-        if self.parser is None or self.parser.can_fetch(url, agent):
+        if self.parser is None or self.parser.can_fetch(url, product_token(agent)):
             return None
         return f"robots.txt of {self.origin} disallows it"
 
@@ -87,7 +117,7 @@ class Robots:
     ) -> None:
         self._sender = sender
         self._throttle = throttle
-        self._agent = agent
+        self._agent = product_token(agent)
         self._attempts = attempts
         self._note = note
         self._known: dict[str, asyncio.Future[HostRules]] = {}
@@ -112,11 +142,17 @@ class Robots:
         self._known[origin] = future
         try:
             rules = await self._read(origin)
-        except BaseException:
-            self._known.pop(origin, None)  # cancelled: the next URL of the origin reads it again
-            future.cancel()
+            self._apply(url, rules)
+        except BaseException as exc:
+            # The next URL of the origin reads it again; those waiting now share the
+            # outcome, so that none waits for a result that will never come.
+            self._known.pop(origin, None)
+            if isinstance(exc, Exception):
+                future.set_exception(exc)
+                future.exception()  # told to whoever awaits it; none may
+            else:
+                future.cancel()
             raise
-        self._apply(url, rules)
         future.set_result(rules)
         return rules
 
@@ -137,27 +173,46 @@ class Robots:
         problem = "no answer"
         for _ in range(self._attempts):
             try:
-                reply = await self._ask(origin)
+                reply = await self._follow(f"{origin}/robots.txt")
             except FAILURES as exc:
-                self.requests += 1
                 problem = _error(exc)
                 continue
-            self.requests += 1
             if 200 <= reply.status < 300:
-                parser = Protego.parse(reply.head.decode("utf-8", "replace"))
+                parser = Protego.parse(_text(reply))
                 return HostRules(origin, parser, floor=self._floor(parser))
             if reply.status == 429 or reply.status >= 500:
                 problem = f"status {reply.status}"
                 continue
+            if reply.status in _REDIRECTS:
+                self._note(
+                    f"robots.txt of {origin}: still a redirect after {ROBOTS_REDIRECTS}, "
+                    "taken as none (RFC 9309, 2.3.1.2)"
+                )
             return HostRules(origin)  # 4xx (none_found): there is none; everything is allowed
         return HostRules(origin, unreachable=f"robots.txt of {origin} unreachable ({problem})")
 
-    async def _ask(self, origin: str) -> Reply:
-        """One GET of ``origin``'s robots.txt, marked as such for the throttle's
-        listeners (:class:`FetchTimeline`)."""
+    async def _follow(self, url: str) -> Reply:
+        """The robots.txt at ``url``, through at most :data:`ROBOTS_REDIRECTS`
+        redirects, each hop a request of its own through the throttle; past
+        them, the last redirect."""
+        for _ in range(ROBOTS_REDIRECTS):
+            reply = await self._ask(url)
+            if reply.status not in _REDIRECTS or not reply.location:
+                return reply
+            url = urljoin(url, reply.location)
+            if urlsplit(url).scheme.lower() not in ("http", "https"):
+                return reply
+        return await self._ask(url)
+
+    async def _ask(self, url: str) -> Reply:
+        """One GET of a robots.txt, marked as such for the throttle's listeners
+        (:class:`FetchTimeline`)."""
         asking = _ASKING.set(True)
+        self.requests += 1
         try:
-            return await self._sender.get(f"{origin}/robots.txt", keep=ROBOTS_BYTES, store=False)
+            return await self._sender.get(
+                url, keep=ROBOTS_BYTES, store=False, only_head=True, follow=False
+            )
         finally:
             _ASKING.reset(asking)
 
@@ -178,12 +233,30 @@ class Robots:
         if rules.floor is None:
             return
         key = self._throttle.key_for(url)
-        floor = max(rules.floor, self._floors.get(key, 0.0))
+        most = self._throttle.max_pause
+        if rules.floor > most:
+            self._note(
+                f"robots.txt of {rules.origin} asks for one request every {rules.floor:g} s: "
+                f"held to {most:g} s (--max-pause)"
+            )
+        floor = max(min(rules.floor, most), self._floors.get(key, 0.0))
         self._floors[key] = floor
         config = self._throttle.config_for(key)
+        floor = max(floor, config.min_delay)  # a floor of the user's own stays
         settings = HostSettings(min_delay=floor, max_delay=max(config.max_delay, floor))
         self._throttle.set_host(key, settings)
         self._note(f"robots.txt of {rules.origin}: at most one request every {floor:g} s")
+
+
+def _text(reply: Reply) -> str:
+    """A robots.txt's text: a line the size limit cut is dropped (``Disallow: /private``
+    cut to ``Disallow: /`` would shut the whole site), and so is a UTF-8 byte-order
+    mark, which would else make the first line an unknown field. Bytes that are
+    not UTF-8 are replaced, as RFC 9309 (2.2) asks for UTF-8."""
+    body = reply.head
+    if reply.cut:
+        body = body[: body.rfind(b"\n") + 1]
+    return body.decode("utf-8-sig", "replace")
 
 
 def none_found(status: int) -> bool:
