@@ -13,18 +13,31 @@ own once that pace has ended, as the fleet's turns are. Needs Redis on
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
+from typing import Any
 
 import pytest
 import redis
 
 from autothrottle import FixedRatePolicy, Throttle
-from autothrottle._fleet import Run
+from autothrottle._fleet import AGAIN, Run
+from autothrottle._limits import Limits
 from autothrottle._state import SlotState
 from autothrottle.aiohttp import ThrottledSession
 from autothrottle.redis import RedisStore
-from helpers import wait_until
-from test_fleet_stated import QUICK, REDIS, Stores, _Beginning, _heard, _redis, _serve, stores
+from helpers import Grants, wait_until
+from test_fleet_stated import (
+    QUICK,
+    REDIS,
+    Stores,
+    _Beginning,
+    _done_with,
+    _heard,
+    _redis,
+    _serve,
+    stores,
+)
 from test_redis_rules import GAP_US, Slot
 
 __all__ = ["_redis", "stores"]
@@ -206,3 +219,76 @@ def test_a_slot_kept_by_an_older_version_takes_turns_and_merges(_redis: None) ->
         assert _merged(slot, (800_000, 5_000_000))[0] == 800_000
     finally:
         server.close()
+
+
+async def test_a_pace_told_while_a_run_is_reserved_voids_that_run(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis reserved a run of four turns 50 ms apart; the pace another process
+    heard (one request per 0.5 s) is told on the channel before this process
+    records Redis's answer. The message finds the slot's run (made as the
+    slot's first request asked, before any answer), so the pace is kept though
+    the run's turns came after it: the run's next turn, at its due, is void
+    (rule 8), as one reserved before a pace heard later."""
+    (other,) = await stores(1)
+    first = await other.take_turn("host", QUICK, time.monotonic())
+    assert first.lease is not None
+    other.released("host", first.lease)
+    run = other._runs.get("host")
+    assert run is not None
+    run.length, run._demand = 2, True  # the next ask doubles it: four turns
+    answer = other._answer
+
+    def told_meanwhile(*args: Any) -> Any:
+        other._runs.stated("host", STATED, time.monotonic() + 30.0)  # the listener's call
+        return answer(*args)
+
+    monkeypatch.setattr(other, "_answer", told_meanwhile)
+    turn = await other.take_turn("host", QUICK, time.monotonic())
+    monkeypatch.setattr(other, "_answer", answer)
+    assert turn.lease is not None and len(run) == 3  # recorded after the message
+    assert other.fleet_stated("host") == pytest.approx(STATED)  # kept all the same
+    other.released("host", turn.lease)
+    second = await other.take_turn("host", QUICK, time.monotonic())
+    assert second.joined and second.lease is not None
+    went, told = _done_with(Limits(), second, heard=other.fleet_stated("host"))
+    assert went == AGAIN and told[-1] == ("late", second.lease)
+    other.idle("host")
+    other.late("host", second.lease)
+
+
+async def test_a_pace_told_to_a_process_with_no_run_of_the_slot_needs_none(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process listening on the channel that never took a turn of the slot
+    drops the pace told of it (``Runs.stated`` keeps paces for the slots it
+    takes turns of): it has no turn to void, and the turns it reserves after
+    the message were reserved after the merge that told it, which Redis
+    spaces by the pace. Its requests, as fast as a run, get turns the stated
+    gap apart from the first (before the merge: the fleet's 50 ms)."""
+    herald, other = await stores(2)
+    await wait_until(lambda: other._listener.listening)
+    told: list[str] = []
+    stated = other._listener._stated
+    assert stated is not None
+
+    def heard(key: str, gap: float, until: float) -> None:
+        told.append(key)
+        stated(key, gap, until)
+
+    monkeypatch.setattr(other._listener, "_stated", heard)
+    await _heard(herald, STATED, 30.0)
+    await wait_until(lambda: told == ["host"])  # the message came
+    assert other.fleet_stated("host") == 0.0  # and went
+    grants = Grants(other)
+    for _ in range(3):  # as a run would serve them, at the fleet's old 50 ms
+        for _ in range(20):
+            turn = await other.take_turn("host", QUICK, time.monotonic())
+            if turn.lease is not None:
+                other.released("host", turn.lease)
+                break
+            await asyncio.sleep(turn.wait)  # its last reserved turn is not due yet
+    times = sorted(grants.granted.values())
+    assert len(times) == 3
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= STATED - 0.001, gaps  # the stated gap (a run's turns: no margin)

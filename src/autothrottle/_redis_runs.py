@@ -214,7 +214,11 @@ class Runs:
         of this process's reserved narrower than that is void (rule 8), its
         turns no request took go back, and a request holding one finds the pace
         at its due time (:meth:`stated_gap`). A slot this process takes no turns
-        of is none of its business."""
+        of is none of its business: it holds no turn to void, and each turn it
+        reserves after this reached the store after the merge that told it,
+        which the store spaces by the pace. A run reserved as this comes is
+        the slot's run already (made as the slot's first request asked): the
+        pace is kept, and the run is void at its due."""
         if until <= time.monotonic():
             return
         with self._lock:
