@@ -5,7 +5,8 @@ wants a process of its own). SPEC is ``{"settings": {...}, "requests": [{"url":
 ..., "meta": {...}, "headers": {...}}, ...], "signal_blocks": bool}``. OUT gets
 what the test asserts on: the crawl's stats, each response's status (and
 each errback's exception name), and every slot of the throttle once the
-crawl is over.
+crawl is over. ``"close_after": N`` in SPEC has the spider's callback raise
+``CloseSpider("enough")`` at its Nth response.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import scrapy
 from scrapy import signals
 from scrapy.crawler import CrawlerProcess
+from scrapy.exceptions import CloseSpider
 from scrapy.http import Response
 from twisted.python.failure import Failure
 
@@ -99,6 +101,9 @@ class TestSpider(scrapy.Spider):
                 "latency": response.meta.get("download_latency"),
             }
         )
+        close_after = self.spec.get("close_after")
+        if close_after is not None and len(self.outcomes) >= close_after:
+            raise CloseSpider("enough")
 
     def failed(self, failure: Failure) -> None:
         self.outcomes.append(

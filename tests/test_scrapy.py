@@ -99,16 +99,19 @@ def crawl(
     requests: list[dict[str, Any]],
     *,
     signal_blocks: bool = False,
+    close_after: int | None = None,
     name: str = "crawl",
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run one crawl to its end; its stats, outcomes and the throttle's slots
-    (``env``: more of the crawl process's environment)."""
+    (``env``: more of the crawl process's environment; ``close_after``: the
+    spider's callback raises ``CloseSpider`` at that response)."""
     spec = tmp_path / f"{name}.spec.json"
     out = tmp_path / f"{name}.out.json"
-    spec.write_text(
-        json.dumps({"settings": settings, "requests": requests, "signal_blocks": signal_blocks})
-    )
+    doc = {"settings": settings, "requests": requests, "signal_blocks": signal_blocks}
+    if close_after is not None:
+        doc["close_after"] = close_after
+    spec.write_text(json.dumps(doc))
     done = subprocess.run(
         [sys.executable, str(HERE / "scrapy_crawl.py"), str(spec), str(out)],
         capture_output=True,
@@ -361,6 +364,28 @@ def test_closing_mid_crawl_gives_waiting_requests_back_and_holds_nothing(
     assert_nothing_held(result)
 
 
+def test_close_spider_from_a_callback_mid_crawl_holds_nothing(tmp_path: Path) -> None:
+    """The spider's own callback raises ``CloseSpider`` at its second response,
+    with requests waiting their turn and others on the wire: the waiting ones go
+    back unsent, those on the wire end as Scrapy lets them, and when the spider
+    has closed no slot holds anything, and nothing had to be let go at close."""
+    host = "127.0.0.2"
+    with serving({host: Capacity(workers=8, service_time=0.3, jitter=0.0)}) as sim:
+        result = crawl(
+            tmp_path,
+            {"AUTOTHROTTLE_POLICY": "fixed-delay=0.1", "CONCURRENT_REQUESTS_PER_DOMAIN": 4},
+            pages(sim, host, 40),
+            close_after=2,
+        )
+        truth = sim.stats(host)
+    stats = result["stats"]
+    assert stats["finish_reason"] == "enough"
+    assert stats["autothrottle/rescheduled_at_close"] >= 1
+    assert stats.get("autothrottle/released_at_close", 0) == 0
+    assert truth.requests < 40 and stats["autothrottle/requests"] == truth.requests
+    assert_nothing_held(result)
+
+
 # -- a fleet -------------------------------------------------------------------------------
 
 
@@ -401,6 +426,8 @@ def test_two_spider_processes_share_one_pace_through_redis(tmp_path: Path) -> No
 
 
 def test_a_state_file_carries_what_was_learned_to_the_next_run(tmp_path: Path) -> None:
+    """Two crawls, each a process of its own: the second starts at the pace the
+    first learned, at the host, not at the 10-ms start delay."""
     host = "127.0.0.2"
     state = tmp_path / "learned.json"
     settings = {"AUTOTHROTTLE_STATE_FILE": str(state), "AUTOTHROTTLE_START_DELAY": 0.01}
@@ -409,9 +436,13 @@ def test_a_state_file_carries_what_was_learned_to_the_next_run(tmp_path: Path) -
         learned = first["slots"][host]["delay"]
         assert learned > 0.1
         assert host in json.loads(state.read_text())["slots"]
-        second = crawl(tmp_path, settings, pages(sim, host, 1), name="second")
-    # The second run's one request started from the learned delay, not 10 ms.
-    assert second["slots"][host]["delay"] >= learned * 0.5
+        before = len(sim.stats(host).arrivals)
+        second = crawl(tmp_path, settings, pages(sim, host, 3), name="second")
+        arrivals = sim.stats(host).arrivals[before:]
+    assert len(arrivals) == 3
+    # Its first two requests were sent the learned delay apart (a fresh start: 10 ms).
+    assert arrivals[1] - arrivals[0] >= learned * 0.5, (arrivals, learned)
+    assert second["stats"]["autothrottle/requests"] == 3
 
 
 # -- settings, without a crawl ------------------------------------------------------------
