@@ -1,8 +1,9 @@
 """Helpers shared by every benchmark: the results file, the printed table, the simulator.
 
 Each benchmark writes ``benchmarks/results/<name>.json`` (the directory is
-gitignored) with the machine that produced the figures, because a figure
-without its machine cannot be compared with anything. ``--results-dir DIR``
+gitignored) with the machine that produced the figures and the autothrottle
+that ran (its commit, and whether the checkout had changes), because a figure
+without its machine and its code cannot be compared with anything. ``--results-dir DIR``
 (``add_results_option``) sends it, and any profile a benchmark keeps,
 elsewhere: the test that runs every benchmark in a tiny form
 (tests/test_benchmarks_run.py) writes into its own temporary directory, never
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import os
 import platform
@@ -37,6 +39,7 @@ __all__ = [
     "machine",
     "print_table",
     "results_dir",
+    "source",
     "write_results",
 ]
 
@@ -102,9 +105,47 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _git(folder: Path, *args: str) -> str | None:
+    """``git -C folder ARGS``'s output, or None (no git, not a checkout, an error)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(folder), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def source(package_dir: Path | None = None) -> dict[str, Any]:
+    """Which autothrottle produced the figures: its ``version``, and when it was
+    imported from a git checkout, that checkout's ``commit`` and whether its
+    tracked files differed from it (``dirty``); both None otherwise.
+
+    The checkout is the one the package was imported from, found by asking git
+    whether it tracks the package's ``__init__.py``: a wheel installed in a
+    virtualenv that happens to sit inside some other repository is no checkout
+    of autothrottle's.
+    """
+    if package_dir is None:
+        spec = importlib.util.find_spec("autothrottle")
+        origin = spec.origin if spec is not None else None
+        package_dir = Path(origin).parent if origin else None
+    commit = dirty = None
+    if package_dir is not None and _git(package_dir, "ls-files", "--error-unmatch", "__init__.py"):
+        head = _git(package_dir, "rev-parse", "HEAD")
+        status = _git(package_dir, "status", "--porcelain", "--untracked-files=no")
+        if head is not None and status is not None:
+            commit, dirty = head.strip(), bool(status.strip())
+    return {"version": _version("autothrottle"), "commit": commit, "dirty": dirty}
+
+
 def write_results(name: str, data: dict[str, Any]) -> Path:
-    """Write ``data`` with the machine and a UTC timestamp to ``results/<name>.json``
-    (or ``--results-dir``'s)."""
+    """Write ``data`` with the machine, the autothrottle that ran (:func:`source`)
+    and a UTC timestamp to ``results/<name>.json`` (or ``--results-dir``'s)."""
     folder = results_dir()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
@@ -113,6 +154,7 @@ def write_results(name: str, data: dict[str, Any]) -> Path:
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": machine(),
+        "autothrottle": source(),
         "results": data,
     }
     path.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")

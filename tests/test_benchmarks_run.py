@@ -23,6 +23,7 @@ Left out: ``overhead.py --instructions`` unless ``AUTOTHROTTLE_BENCH_VALGRIND=1`
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import re
@@ -87,8 +88,79 @@ def results(tmp_path: Path, name: str) -> dict[str, Any]:
     assert doc["benchmark"] == name
     assert doc["timestamp"] and doc["command"]
     assert doc["machine"]["python"] and doc["machine"]["packages"]["autothrottle"]
+    assert doc["autothrottle"] == _SOURCE, "not the autothrottle this suite runs"
     found: dict[str, Any] = doc["results"]
     return found
+
+
+def _source_of_this_suite() -> dict[str, Any]:
+    """What ``write_results`` should say ran: this checkout's commit, if the
+    package is imported from it (the scripts run in a subprocess, from ROOT)."""
+    import autothrottle
+
+    package = Path(autothrottle.__file__).resolve().parent
+    commit = dirty = None
+    if package.is_relative_to(ROOT) and (ROOT / ".git").exists():
+        git = ["git", "-C", str(ROOT)]
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+        status = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        )
+        commit, dirty = head.stdout.strip(), bool(status.stdout.strip())
+    return {"version": autothrottle.__version__, "commit": commit, "dirty": dirty}
+
+
+_SOURCE = _source_of_this_suite()
+
+
+def _load_common(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``benchmarks/_common.py``, imported as the scripts import it."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module("_common")
+
+
+def _commit_all(repo: Path) -> str:
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "-A"], check=True, capture_output=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True, capture_output=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True)
+    return head.stdout.strip()
+
+
+def test_results_name_the_commit_and_whether_the_tree_was_dirty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A figure is only comparable with the code that produced it: the results
+    name the package's checkout's commit and whether its tracked files differed
+    from it (an untracked scratch file does not count); outside a checkout of
+    the package (a wheel in a virtualenv inside another repository, or no
+    repository at all), only the version."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    common = _load_common(monkeypatch)
+    version = common._version("autothrottle")
+    repo = tmp_path / "checkout"
+    package = repo / "src" / "autothrottle"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("x = 1\n")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    commit = _commit_all(repo)
+    assert common.source(package) == {"version": version, "commit": commit, "dirty": False}
+    (package / "scratch.py").write_text("")
+    assert common.source(package)["dirty"] is False
+    (package / "__init__.py").write_text("x = 2\n")
+    assert common.source(package) == {"version": version, "commit": commit, "dirty": True}
+    # Not tracked by the repository it sits in: no checkout of the package's.
+    elsewhere = repo / "venv" / "site-packages" / "autothrottle"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "__init__.py").write_text("")
+    (repo / ".gitignore").write_text("venv/\n")
+    assert common.source(elsewhere) == {"version": version, "commit": None, "dirty": None}
+    assert common.source(tmp_path) == {"version": version, "commit": None, "dirty": None}
+    # What a benchmark writes: the autothrottle imported, this suite's own.
+    monkeypatch.setattr(common, "_RESULTS", [tmp_path / "results"])
+    written = json.loads(common.write_results("probe", {"n": 1}).read_text())
+    assert written["autothrottle"] == _SOURCE
 
 
 def has(data: dict[str, Any], *keys: str) -> None:
