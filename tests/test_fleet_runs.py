@@ -32,6 +32,7 @@ from autothrottle._fleet import (
     slack,
 )
 from autothrottle._fleet_wire import NoTurn
+from autothrottle._redis_runs import Runs
 
 ROOM = 0.05
 GAP = 0.5
@@ -356,3 +357,56 @@ def test_a_turn_answered_before_the_process_stood_still_is_bounded_by_what_is_le
         assert fleet._settle(slot, lease, turn, ask(), 2.0, 0.7) == pytest.approx(0.5)
         with pytest.raises(ThrottleTimeout):
             fleet._settle(slot, lease, turn, ask(), 2.0, 0.3)
+
+
+MERGED = 2_000_000.0
+"""When the merge that told a stated pace ran, on Redis's clock (µs)."""
+
+
+def _told(spacing: float, gap: float, left: float, *, max_pause: float, at: float) -> int:
+    """A process's run of four turns ``spacing`` apart, reserved at ``at`` (Redis's
+    µs) by an ask with ``max_pause``; then the channel tells a pace of one send
+    per ``gap`` seconds, ``left`` seconds of it left, merged at :data:`MERGED`.
+    How many of the run's untaken turns go back (three: it is void)."""
+    back: list[str] = []
+    runs = Runs(lambda key, gap, leases: back.extend(leases))
+    ask = TurnAsk(spacing, 0.0, 60.0, 8, 300.0, max_pause)
+    now = time.monotonic()
+
+    def asked(key: str, ask: TurnAsk, now: float, ready: tuple[int, float], run: Run) -> Any:
+        dues = [now + i * spacing for i in range(4)]
+        leases = ["x", "x:2", "x:3", "x:4"]
+        runs.reserved(
+            key, run, dues, leases, spacing=spacing, delay=None, senders=1, slack=0.0, free=4, at=at
+        )
+        return SharedTurn(0.0, "x", None, 0.0, now, 1)
+
+    run = Run()
+    run.length, run._demand = 2, True  # the ask reserves four turns
+    runs._runs["k"] = run
+    runs.take_turn_blocking("k", ask, now, math.inf, asked)
+    runs.stated("k", gap, time.monotonic() + left, MERGED)
+    return len(back)
+
+
+@pytest.mark.parametrize(
+    ("spacing", "gap", "left", "max_pause", "at", "void"),
+    [
+        (0.05, 0.5, 30.0, 300.0, MERGED - 1, True),  # before the pace: its old spacing
+        (0.05, 0.5, 30.0, 300.0, MERGED, False),  # after the merge: Redis spaced it
+        (0.3 * SPACING_MARGIN, 0.5, 30.0, 0.3, MERGED - 1, False),  # the asker's max_pause
+        (0.3 * SPACING_MARGIN, 0.5, 30.0, 1.0, MERGED - 1, True),
+        (0.2, 1.0, 0.15, 300.0, MERGED - 1, False),  # 0.15 s of the pace left: spaced wider
+        (0.2, 1.0, 5.0, 300.0, MERGED - 1, True),
+    ],
+)
+def test_a_run_is_void_by_a_pace_told_as_the_store_would_have_spaced_it(
+    spacing: float, gap: float, left: float, max_pause: float, at: float, void: bool
+) -> None:
+    """A pace told on the channel voids a run as the store floors a run's gap
+    by it (rule 1): only one reserved before the merge that told it, and only
+    narrower than the pace cut to what is left of it and to the asker's
+    ``max_pause`` (the check at the due, ``Fleet.respaced``, cuts it so too).
+    A run spaced as the pace asks keeps its turns: void, its requests would
+    each ask again, a round trip, and lose their places."""
+    assert _told(spacing, gap, left, max_pause=max_pause, at=at) == (3 if void else 0)

@@ -272,9 +272,9 @@ async def test_a_pace_told_to_a_process_with_no_run_of_the_slot_needs_none(
     stated = other._listener._stated
     assert stated is not None
 
-    def heard(key: str, gap: float, until: float) -> None:
+    def heard(key: str, gap: float, until: float, merged: float) -> None:
         told.append(key)
-        stated(key, gap, until)
+        stated(key, gap, until, merged)
 
     monkeypatch.setattr(other._listener, "_stated", heard)
     await _heard(herald, STATED, 30.0)
@@ -288,7 +288,41 @@ async def test_a_pace_told_to_a_process_with_no_run_of_the_slot_needs_none(
                 other.released("host", turn.lease)
                 break
             await asyncio.sleep(turn.wait)  # its last reserved turn is not due yet
-    times = sorted(grants.granted.values())
+    times = grants.sent("host")  # a turn a busy loop reached late went back: not these
     assert len(times) == 3
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert min(gaps) >= STATED - 0.001, gaps  # the stated gap (a run's turns: no margin)
+
+
+async def test_a_run_spaced_by_what_is_left_of_a_pace_is_not_void_when_told_of_it(
+    stores: Stores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host told another process its budget's last request: one more in the
+    0.6 s left (a gap of 0.6 s, ending in 0.6 s). Redis spaces a run reserved
+    after that by what is left of the pace, under 0.6 s, as the gate does; the
+    channel's message, heard after the run was recorded, names the whole gap.
+    The run is spaced as the pace asks: it stays, its turns not handed back
+    (they were, the run taken for one reserved before the pace: a round trip
+    each for its requests, and their places lost)."""
+    herald, other = await stores(2)
+    await wait_until(lambda: other._listener.listening)
+    first = await other.take_turn("host", QUICK, time.monotonic())
+    assert first.lease is not None
+    other.released("host", first.lease)
+    run = other._runs.get("host")
+    assert run is not None
+    run.length, run._demand = 2, True  # the next ask doubles it: four turns
+    held: list[tuple[str, float, float, float]] = []
+    stated = other._listener._stated
+    assert stated is not None
+    monkeypatch.setattr(other._listener, "_stated", lambda *told: held.append(told))
+    await _heard(herald, 0.6, 0.6)
+    await wait_until(lambda: len(held) == 1)  # told; it reaches the runs after the ask
+    await asyncio.sleep(0.05)  # well inside the pace, past its first instant
+    turn = await other.take_turn("host", QUICK, time.monotonic())
+    assert turn.lease is not None and len(run) == 3
+    assert run.spacing < 0.6 * QUICK.margin  # what is left of the pace, not all of it
+    stated(*held[0])
+    assert len(run) == 3  # not void
+    other.released("host", turn.lease)
+    other.idle("host")

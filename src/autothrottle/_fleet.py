@@ -163,9 +163,13 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    process knows, from its own answers or as its store heard another
    process's on the channel, goes back with the rest of the run, the latest
    first, and its request asks again; a store that hears it hands the run's
-   untaken turns back at once. Sent, the run's turns would keep the old
-   spacing for up to :data:`RUN_MOST` - 1 turns fleet-wide, or, held to the
-   pace by the process's gate, run into the turns reserved after the run.
+   untaken turns back at once, if the store reserved the run before the
+   merge that told it and narrower than the pace as the store cuts it (to
+   what is left of it, to the asker's ``max_pause``): a run reserved after
+   it, near the pace's end, is spaced by what is left, as the pace asks.
+   Sent, the run's turns would keep the old spacing for up to
+   :data:`RUN_MOST` - 1 turns fleet-wide, or, held to the pace by the
+   process's gate, run into the turns reserved after the run.
    A process keeps one reservation of a slot waiting at a time: a request
    that finds its process's last reserved turn not yet due waits for it,
    then asks (so a run, not a queue of single turns, serves its requests);

@@ -198,6 +198,8 @@ class Run:
         "free",
         "last_due",
         "length",
+        "longest",
+        "reserved_at",
         "senders",
         "slack",
         "spacing",
@@ -215,6 +217,11 @@ class Run:
         """When the last turn this process reserved is due."""
         self.spacing = 0.0
         """Seconds between the turns of the last run."""
+        self.longest = math.inf
+        """The longest a pace a host stated spaces this process's turns: its
+        ``max_pause``, as the store cuts the pace (rule 1)."""
+        self.reserved_at = -math.inf
+        """When the store reserved the last run, on its own clock (µs)."""
         self.slack = math.inf
         """The lateness the fleet left room for after the last run's last turn."""
         self.free = 0
@@ -315,14 +322,16 @@ class Run:
         senders: int,
         slack: float = math.inf,
         free: int = 0,
+        at: float = -math.inf,
     ) -> None:
-        """The store reserved a run, its turns ``spacing`` apart, the last with
-        ``slack``, ``free`` leases left under the fleet's cap after it: the
-        asker takes the first turn, the rest wait here."""
+        """The store reserved a run at ``at`` (µs, its clock), its turns
+        ``spacing`` apart, the last with ``slack``, ``free`` leases left under
+        the fleet's cap after it: the asker takes the first turn, the rest wait
+        here."""
         self._turns.extend(zip(dues[1:], leases[1:], strict=True))
         self.last_due = self._pending = dues[-1]
         self.spacing, self.delay, self.senders = spacing, delay, senders
-        self.slack, self.free = slack, free
+        self.slack, self.free, self.reserved_at = slack, free, at
 
     def drop(self) -> list[str]:
         """Every turn left, to hand back (a pause began, no request of this

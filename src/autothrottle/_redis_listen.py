@@ -71,9 +71,9 @@ class Listener:
     node hears every shard's pauses. The merge script publishes on the same
     channel a pace a host stated to a process when it begins or widens by
     more than a quarter (``stated gap until now process slot``), handed to
-    ``stated(slot, gap, until)`` in seconds, ``until`` on
-    ``time.monotonic``'s clock: a run of turns this process reserved before
-    it, narrower, is void (rule 8).
+    ``stated(slot, gap, until, now)`` in seconds, ``until`` on
+    ``time.monotonic``'s clock, ``now`` Redis's stamp of the merge (µs): a run
+    of turns this process reserved before it, narrower, is void (rule 8).
 
     It never holds a request: while Redis is down or slow it tries again
     every ``retry_after`` seconds, logging at debug level only (the outage
@@ -98,7 +98,7 @@ class Listener:
         self,
         sender: Sender,
         heard: Callable[[str, str, float], None],
-        stated: Callable[[str, float, float], None] | None = None,
+        stated: Callable[[str, float, float, float], None] | None = None,
     ) -> None:
         self._sender = sender
         self._heard = heard
@@ -225,7 +225,7 @@ class Listener:
         received = time.monotonic()
         left = (until_us - server_us) / 1e6
         wait = self._sender.server_clock.wait(server_us / 1e6, left, received)
-        self._stated(key, gap_us / 1e6, received + wait)
+        self._stated(key, gap_us / 1e6, received + wait, server_us)
 
     def _lost(self, error: BaseException) -> None:
         logger.debug(

@@ -170,13 +170,14 @@ class Runs:
         senders: int,
         slack: float,
         free: int,
+        at: float = -math.inf,
     ) -> None:
         """The slot's ask reserved a run (:meth:`Run.reserved`), ``free`` leases
-        left under the fleet's cap after it."""
+        left under the fleet's cap after it, at ``at`` on Redis's clock (µs)."""
         with self._lock:
             # The slot's run (forgotten and taken again meanwhile: the new one's).
             run = self._runs.setdefault(key, run)
-            run.reserved(dues, leases, spacing, delay, senders, slack, free)
+            run.reserved(dues, leases, spacing, delay, senders, slack, free, at)
 
     def get(self, key: str) -> Run | None:
         """The slot's run, read without the lock (a hint: what it held at its last turn)."""
@@ -208,17 +209,21 @@ class Runs:
             stale, spacing = run.drop(), run.spacing
         self._hand_back(key, stale, spacing)
 
-    def stated(self, key: str, gap: float, until: float) -> None:
+    def stated(self, key: str, gap: float, until: float, told: float = math.inf) -> None:
         """Another process heard the slot's host state a pace of one send per
-        ``gap`` seconds until ``until``, beginning or wider than before: a run
-        of this process's reserved narrower than that is void (rule 8), its
-        turns no request took go back, and a request holding one finds the pace
-        at its due time (:meth:`stated_gap`). A slot this process takes no turns
-        of is none of its business: it holds no turn to void, and each turn it
-        reserves after this reached the store after the merge that told it,
-        which the store spaces by the pace. A run reserved as this comes is
-        the slot's run already (made as the slot's first request asked): the
-        pace is kept, and the run is void at its due."""
+        ``gap`` seconds until ``until``, beginning or wider than before, merged
+        into the store at ``told`` (µs on Redis's clock): a run of this
+        process's reserved before that, narrower than the pace, is void (rule
+        8), its turns no request took go back, and a request holding one finds
+        the pace at its due time (:meth:`stated_gap`). A run reserved after the
+        merge was spaced by the pace already, cut to what was left of it.
+
+        A slot this process takes no turns of is none of its business: it
+        holds no turn to void, and each turn it reserves after this reaches
+        the store after the merge that told it, which spaces it by the pace. A
+        run whose answer comes after this is the slot's run already (made as
+        the slot's first request asked): the pace is kept, and that run, if
+        reserved before the merge, is void at its due."""
         if until <= time.monotonic():
             return
         with self._lock:
@@ -226,7 +231,13 @@ class Runs:
             if run is None:
                 return
             self._stated[key] = (gap, until)
-            narrower = narrower_than_stated(run.spacing, gap)
+            # As the store floors a run by it (rule 1): cut to what is left of it
+            # and to the asker's max_pause. Near the pace's end a run reserved
+            # after the merge is spaced by less than the whole gap, as the pace
+            # asks, and is none of this: Redis's clock tells, not the mapping of
+            # the message's end onto this process's clock.
+            held = min(gap, until - time.monotonic(), run.longest)
+            narrower = run.reserved_at < told and narrower_than_stated(run.spacing, held)
             stale, spacing = (run.drop() if narrower else []), run.spacing
         self._hand_back(key, stale, spacing)
 
@@ -302,6 +313,7 @@ class Runs:
             run = self._runs.get(key)
             if run is None:
                 run = self._runs[key] = Run()
+            run.longest = ask.max_pause
             then, stale = self._next(run, ask, received)
             ready: Ready | Behind
             if then is None:

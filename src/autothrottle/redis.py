@@ -495,6 +495,7 @@ class RedisStore:
             senders=senders,
             slack=after,
             free=free,
+            at=float(server),
         )
         self._listener.start()  # rule 2: from now on, hear the pauses others set
         return SharedTurn(
