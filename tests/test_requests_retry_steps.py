@@ -11,7 +11,8 @@ that refuses the CONNECT, and a tunnel whose far end does not speak TLS all
 fail there. The attempt's turn must be let go before urllib3 sleeps its
 backoff, as for an error ``_make_request`` raises (test_requests_retry.py):
 another thread's request to the same host goes during the backoff, under a cap
-of 1. The proxy is an ``http.server`` on a loopback address in a thread; the
+of 1. A direct HTTPS request to a host that does not speak TLS fails in
+``_make_request`` (its handshake), the same way. The proxy is an ``http.server`` on a loopback address in a thread; the
 other thread's request goes to test_requests_retry.py's scripted host, direct.
 """
 
@@ -78,10 +79,16 @@ class Proxy:
         return f"http://{PROXY_ADDRESS}:{self.server.server_address[1]}"
 
 
+ROUTES = {"proxy-down": None, "connect-refused": 403, "not-tls": 200, "tls-direct": None}
+"""The failing request's way: through a proxy that is down, one that answers
+its CONNECT with that status, or straight to a host that does not speak TLS
+(its handshake fails in ``_make_request``, the step after the tunnel's)."""
+
+
 @pytest.fixture
 def proxy(request: pytest.FixtureRequest) -> Iterator[Proxy | None]:
-    """The proxy the failing request goes through; None: one that is down."""
-    status: int | None = request.param
+    """The proxy the failing request goes through; None: none, or one that is down."""
+    status: int | None = ROUTES[request.param]
     if status is None:
         yield None
         return
@@ -95,16 +102,17 @@ def proxy(request: pytest.FixtureRequest) -> Iterator[Proxy | None]:
 
 
 @pytest.mark.parametrize(
-    "proxy", [None, 403, 200], ids=["proxy-down", "connect-refused", "not-tls"], indirect=True
+    ("route", "proxy"), [(route, route) for route in ROUTES], indirect=["proxy"], ids=list(ROUTES)
 )
 def test_a_failed_tunnel_lets_its_turn_go_before_urllib3_backs_off(
-    host: ScriptedHost, proxy: Proxy | None
+    host: ScriptedHost, route: str, proxy: Proxy | None
 ) -> None:
     throttle = fixed(0.0, max_concurrency=1)
     retries = LettingOneGo(total=2, backoff_factor=0.05)
     proxy_url = (
         f"http://{PROXY_ADDRESS}:{closed_port(PROXY_ADDRESS)}" if proxy is None else proxy.url
     )
+    proxies = {} if route == "tls-direct" else {"https": proxy_url}
     failing = host.url("/tunnelled").replace("http://", "https://")  # the same host, its slot
     during_backoffs: list[tuple[int, int | None]] = []  # failures heard, the other's status
     with session_with(throttle, retries) as session, ThreadPoolExecutor(1) as other:
@@ -120,10 +128,10 @@ def test_a_failed_tunnel_lets_its_turn_go_before_urllib3_backs_off(
 
         LettingOneGo.during = during
         with pytest.raises(requests.ConnectionError):
-            session.get(failing, proxies={"https": proxy_url}, verify=False)
+            session.get(failing, proxies=proxies, verify=False)
     assert during_backoffs == [(1, 200), (2, 200)]
     assert len(host.times("/during")) == 2
-    assert host.times("/tunnelled") == []  # nothing reached the host but through the proxy
+    assert host.times("/tunnelled") == []  # no request reached the host: no TLS, no tunnel
     if proxy is not None:
         assert proxy.connects == 3
     assert counts(throttle) == {
