@@ -59,6 +59,7 @@ async def read(
     attempts: int = 1,
     throttle: Throttle | None = None,
     routes: dict[str, Handler] | None = None,
+    within: float | None = None,
 ) -> Read:
     """Serve ``robots`` at /robots.txt (and ``routes``) on 127.0.0.2; read it once."""
     asked = [0]
@@ -77,7 +78,9 @@ async def read(
         served_here(["127.0.0.2"], app) as (base,),
         open_sender(client, throttle, io_timeout=10.0, connections=4, headers={}) as sender,
     ):
-        reader = Robots(sender, throttle, agent, attempts=attempts, note=notes.append)
+        reader = Robots(
+            sender, throttle, agent, attempts=attempts, note=notes.append, within=within
+        )
         rules = await asyncio.wait_for(reader.rules(f"{base}page"), 60.0)
         assert reader.requests >= asked[0]
     return Read(rules, base, asked[0], notes, throttle)
@@ -200,6 +203,30 @@ async def test_a_robots_txt_that_never_ends_is_read_to_its_limit(client: Client)
     got = await read(endless, client=client)
     assert not got.allows("/early") and got.allows("/late")
     assert sent[0] < 50 * ROBOTS_BYTES
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_robots_txt_that_trickles_in_is_no_answer(client: Client) -> None:
+    """A byte every 0.1 s keeps under any timeout between reads, and 512 KiB of
+    it would take 15 hours: the body must come within ``within`` (the fetch's
+    ``--timeout``) of its headers, else the host is unreachable (2.3.1.4), and
+    its URLs are not held meanwhile."""
+    sent = [0]
+
+    async def trickle(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        response.content_type = "text/plain"
+        await response.prepare(request)
+        await response.write(b"User-agent: *\n")
+        for _ in range(600):  # bounded: a minute
+            await response.write(b"#")
+            sent[0] += 1
+            await asyncio.sleep(0.1)
+        return response
+
+    got = await read(trickle, client=client, within=1.0, attempts=2)
+    assert got.rules.unreachable is not None and "TimeoutError" in got.rules.unreachable
+    assert got.asked == 2 and sent[0] < 100
 
 
 async def test_the_line_the_limit_cuts_is_dropped_not_read_short() -> None:

@@ -373,7 +373,9 @@ async def _fetch(job: FetchJob, throttle: Throttle, console: Console, fetch: _Fe
     ) as sender:
         note = fetch.note = _noter(job, console)
         if job.robots:
-            fetch.robots = Robots(sender, throttle, job.agent, attempts=job.retries + 1, note=note)
+            fetch.robots = Robots(
+                sender, throttle, job.agent, attempts=job.retries + 1, note=note, within=job.timeout
+            )
         fetch.url = UrlFetch(
             job,
             throttle,

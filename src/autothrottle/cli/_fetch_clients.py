@@ -10,6 +10,7 @@ that wait is the throttle's to decide, however long a ``Retry-After`` makes it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -73,11 +74,14 @@ class Sender(Protocol):
         store: bool = True,
         only_head: bool = False,
         follow: bool = True,
+        within: float | None = None,
     ) -> Reply:
         """One GET; ``keep`` bytes of the body in ``Reply.head``; ``store``: to the
         bodies; ``only_head``: read no more of the body than ``keep`` (a robots.txt
         of gigabytes, or one that never ends, is read up to its limit); ``follow``:
-        follow redirects (else a 3xx is the reply, with its ``location``)."""
+        follow redirects (else a 3xx is the reply, with its ``location``);
+        ``within``: seconds the body may take, from the response's headers
+        (``TimeoutError`` past them; never the wait for the turn)."""
         ...
 
 
@@ -133,13 +137,15 @@ class _HttpxSender:
         store: bool = True,
         only_head: bool = False,
         follow: bool = True,
+        within: float | None = None,
     ) -> Reply:
         body = _Body(self._store if store else None, keep, only_head=only_head)
         try:
             async with self._client.stream("GET", url, follow_redirects=follow) as response:
-                async for chunk in response.aiter_bytes(_CHUNK):
-                    if not body.add(chunk):
-                        break
+                async with asyncio.timeout(within):
+                    async for chunk in response.aiter_bytes(_CHUNK):
+                        if not body.add(chunk):
+                            break
                 info = response.extensions.get("autothrottle")
                 location = None if follow else response.headers.get("location")
                 return body.reply(response.status_code, str(response.url), info, location)
@@ -160,13 +166,15 @@ class _AiohttpSender:
         store: bool = True,
         only_head: bool = False,
         follow: bool = True,
+        within: float | None = None,
     ) -> Reply:
         body = _Body(self._store if store else None, keep, only_head=only_head)
         try:
             async with self._session.get(url, allow_redirects=follow) as response:
-                async for chunk in response.content.iter_chunked(_CHUNK):
-                    if not body.add(chunk):
-                        break
+                async with asyncio.timeout(within):
+                    async for chunk in response.content.iter_chunked(_CHUNK):
+                        if not body.add(chunk):
+                            break
                 info = throttle_info(response)
                 location = None if follow else response.headers.get("Location")
                 return body.reply(response.status, str(response.url), info, location)

@@ -15,7 +15,9 @@ The rules it keeps (RFC 9309; docs/cli.md, "robots.txt"):
 * 2xx: its rules are read with protego (which reads fractional delays and
   ``Request-rate``), matched against the user agent's product token (its
   first word, up to a ``/``: RFC 9309, 2.2.1); at most 512 KiB are read, never
-  more (2.5), and a line the limit cut is dropped, not read as a shorter rule;
+  more (2.5), and within ``within`` seconds of its headers (the fetch's
+  ``--timeout``: a body that trickles in is no answer), and a line the
+  limit cut is dropped, not read as a shorter rule;
   a UTF-8 byte-order mark is no part of the first line;
 * 4xx, 401 and 403 included (no robots.txt): everything is allowed (2.3.1.3);
 * 429, 5xx or no answer, after the fetch's retries: the host is "unreachable",
@@ -114,8 +116,10 @@ class Robots:
         *,
         attempts: int,
         note: Callable[[str], None],
+        within: float | None = None,
     ) -> None:
         self._sender = sender
+        self._within = within
         self._throttle = throttle
         self._agent = product_token(agent)
         self._attempts = attempts
@@ -211,7 +215,12 @@ class Robots:
         self.requests += 1
         try:
             return await self._sender.get(
-                url, keep=ROBOTS_BYTES, store=False, only_head=True, follow=False
+                url,
+                keep=ROBOTS_BYTES,
+                store=False,
+                only_head=True,
+                follow=False,
+                within=self._within,
             )
         finally:
             _ASKING.reset(asking)
