@@ -7,7 +7,9 @@ tests also pin down the fallback latency.
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib
+import pickle
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -114,6 +116,90 @@ async def test_control_header_is_stripped_and_the_users_request_untouched() -> N
     # The request the user holds (and redirect hops built from it) is unchanged.
     assert request.headers["x-autothrottle"] == "slot=named"
     assert request.extensions is extensions and "trace" not in extensions
+
+
+def _edits() -> list[Any]:
+    """Ways a request's headers change between the client building and sending it."""
+
+    def assign(headers: Any) -> None:
+        headers["X-AutoThrottle"] = "slot=edited"
+
+    def update(headers: Any) -> None:
+        headers.update({"X-AutoThrottle": "slot=edited"})
+
+    def setdefault(headers: Any) -> None:
+        headers.setdefault("X-AutoThrottle", "slot=edited")
+
+    def swap(headers: Any) -> None:  # as many headers as before, the last one new
+        del headers["accept"]
+        headers["X-AutoThrottle"] = "slot=edited"
+
+    def replace(headers: Any) -> Any:  # a new object: the request's attribute set
+        return httpx.Headers({**headers, "X-AutoThrottle": "slot=edited"})
+
+    return [assign, update, setdefault, swap, replace]
+
+
+async def test_a_built_request_whose_headers_change_before_it_is_sent_is_read_again() -> None:
+    # The client reads a request's headers as it builds it, and the send trusts
+    # that read only while they are unchanged: an edit after (the caller's, an
+    # auth flow's, an event hook's) that adds the control header still counts.
+    throttle = Throttle(start_delay=0.0)
+    seen: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    transport = httpx.MockTransport(handler)
+    async with AsyncThrottledClient(throttle=throttle, transport=transport) as client:
+        for edit in _edits():
+            request = client.build_request("GET", URL)
+            replaced = edit(request.headers)
+            if replaced is not None:
+                request.headers = replaced
+            await client.send(request)
+            assert request.headers["x-autothrottle"] == "slot=edited"  # the caller's, as edited
+
+        async def hook(request: httpx.Request) -> None:
+            request.headers["X-AutoThrottle"] = "slot=edited"
+
+        client.event_hooks = {"request": [hook], "response": []}
+        await client.get(URL)
+    assert set(throttle.snapshot()) == {"edited"}
+    assert throttle.slot("edited").snapshot().sent == len(_edits()) + 1
+    assert len(seen) == len(_edits()) + 1
+    assert not any("x-autothrottle" in request.headers for request in seen)
+
+
+async def test_a_bad_control_header_added_after_the_build_is_refused_when_sent() -> None:
+    throttle = Throttle(start_delay=0.0)
+    seen: list[httpx.Request] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    transport = httpx.MockTransport(handler)
+    async with AsyncThrottledClient(throttle=throttle, transport=transport) as client:
+        request = client.build_request("GET", URL)
+        request.headers["X-AutoThrottle"] = "fast"
+        with pytest.raises(ValueError, match=r"X-AutoThrottle.*'fast'"):
+            await client.send(request)
+    assert seen == [] and throttle.snapshot() == {}
+
+
+async def test_a_built_requests_headers_look_copy_and_pickle_as_httpxs_own() -> None:
+    # They carry the client's read of them; nothing else of theirs differs.
+    async with AsyncThrottledClient(throttle=Throttle()) as client:
+        headers = client.build_request("GET", URL, headers={"X-Other": "kept"}).headers
+    plain = httpx.Headers(headers)
+    assert repr(headers) == repr(plain) and headers == plain
+    assert isinstance(headers, httpx.Headers)
+    for twin in (copy.copy(headers), copy.deepcopy(headers), pickle.loads(pickle.dumps(headers))):
+        assert type(twin) is httpx.Headers and twin == plain
+        twin["X-Another"] = "added"  # the copy's own list: the original unchanged
+    assert headers == plain
 
 
 async def test_the_control_header_and_a_streamed_body_go_in_one_copy() -> None:
