@@ -171,7 +171,11 @@ class Sender:
             self._releases.append((key, lease))
             del self._releases[:-MAX_PENDING]
             self._flush_at = min(self._flush_at, time.monotonic() + linger)
-        self._flush_soon(linger)
+            closed = self._closed
+        if closed:
+            self._after_close()
+        else:
+            self._flush_soon(linger)
 
     def unused(self, key: str, gap: float, leases: list[str]) -> None:
         """Hand back turns of a run that no request took (rule 8): the latest
@@ -182,7 +186,11 @@ class Sender:
             _, waiting = self._unused.get(key, (gap, []))
             self._unused[key] = (gap, waiting + leases)
             self._flush_at = min(self._flush_at, time.monotonic() + LINGER)
-        self._flush_soon()
+            closed = self._closed
+        if closed:
+            self._after_close()
+        else:
+            self._flush_soon()
 
     async def flush(self) -> None:
         lingering = self._lingering
@@ -205,20 +213,42 @@ class Sender:
 
     def close(self) -> None:
         """Flush what the sync client has to send, stop its sender, close the sync
-        client; cancel the timers (a linger, a retry while Redis is down)."""
-        if self._closed:
-            return
-        if self.sync_client is not None:
-            self.flush_blocking()
+        client; cancel the timers (a linger, a retry while Redis is down). What
+        a thread hands back after this goes at once (:meth:`_after_close`)."""
         with self._lock:
-            self._closed = True
+            if self._closed:
+                return
+            self._closed = True  # a lease handed back from now on is its sender's to send
             self._wake_flusher.notify_all()
         for timer in (self._retrying, self._lingering):  # nothing starts a send any more
             if timer is not None:
                 timer.cancel()
         self._retrying = self._lingering = None
         if self.sync_client is not None:
-            self.sync_client.close()
+            with self._sync_sender:
+                self._send_blocking()
+                self.sync_client.close()
+
+    def _after_close(self) -> None:
+        """A thread's request outlived the store's close (a sync crawl shut down
+        mid-request, its response finished later, or a turn it took after): what
+        it hands back goes now, through the sync client, closed again after. No
+        sender runs any more, and waiting, its lease would hold the fleet's cap
+        until ``hold_timeout``. On an event loop it goes as before the close,
+        through the async client; a store of an async client alone keeps it."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            self._flush_soon()
+            return
+        if self.sync_client is None and self.url is None:
+            return
+        with self._sync_sender:
+            self._send_blocking()
+            if self.sync_client is not None:
+                self.sync_client.close()
 
     def _take_batch(self) -> tuple[list[tuple[str, str]], dict[str, Change]]:
         """The finished leases and changes waiting to go, taken under the lock
