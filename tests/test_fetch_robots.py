@@ -166,6 +166,40 @@ async def test_five_redirects_are_followed_and_a_sixth_means_none(client: Client
     assert any("still a redirect after 5" in note for note in got.notes)
 
 
+async def test_rules_found_at_another_host_are_the_first_hosts() -> None:
+    """2.3.1.2: a robots.txt reached through a redirect to another authority is
+    followed "in the context of the initial authority": its Crawl-delay is the
+    floor of the host asked, not of the one that answered."""
+    app = web.Application()
+
+    async def robots(request: web.Request) -> web.StreamResponse:
+        if request.host.startswith("127.0.0.2"):
+            raise web.HTTPFound(f"http://127.0.0.3:{request.url.port}/robots.txt")
+        return web.Response(text="User-agent: *\nCrawl-delay: 2\nDisallow: /no\n")
+
+    app.router.add_get("/robots.txt", robots)
+    throttle = Throttle(policy=FixedDelayPolicy(0.0))
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
+    await runner.setup()
+    try:
+        with socket.socket() as probe:  # one port on both addresses
+            probe.bind(("127.0.0.2", 0))
+            port = probe.getsockname()[1]
+        for address in ("127.0.0.2", "127.0.0.3"):
+            await web.TCPSite(runner, address, port).start()
+        opened = open_sender("aiohttp", throttle, io_timeout=10.0, connections=4, headers={})
+        async with opened as sender:
+            reader = Robots(sender, throttle, USER_AGENT, attempts=1, note=lambda text: None)
+            rules = await asyncio.wait_for(reader.rules(f"http://127.0.0.2:{port}/a"), 60.0)
+    finally:
+        await runner.cleanup()
+    assert rules.origin == f"http://127.0.0.2:{port}"
+    assert rules.excluded(f"http://127.0.0.2:{port}/no", USER_AGENT) is not None
+    assert throttle.config_for("127.0.0.2").min_delay == 2.0
+    assert throttle.config_for("127.0.0.3").min_delay == 0.0
+    assert reader.floors == {"127.0.0.2": 2.0} and reader.requests == 2
+
+
 async def test_a_redirect_loop_ends_as_none() -> None:
     asked = [0]
 
