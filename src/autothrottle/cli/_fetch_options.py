@@ -238,8 +238,8 @@ def _add_paths(parser: argparse.ArgumentParser) -> None:
         "--verbose",
         action="store_true",
         help=(
-            "also a line on stderr for each robots.txt floor, unreachable robots.txt, "
-            "and URL that ends in an error"
+            "also a line on stderr for each robots.txt floor, unreachable robots.txt "
+            "(or one still a redirect after 5), and URL that ends in an error"
         ),
     )
 
