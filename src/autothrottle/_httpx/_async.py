@@ -236,10 +236,14 @@ class _LeaseStream(httpx.AsyncByteStream):
     cost the making of the reference, the loop's look-up and two set updates.
 
     httpx's client wraps this stream in one that refers back to the response
-    (``STREAM_REFERS_BACK``); once closed, that wrapper has done its work, and
-    the close puts this stream in its place: the response, its request and
-    everything they hold are then freed when the caller drops the response,
-    not left in a cycle for the garbage collector.
+    (``STREAM_REFERS_BACK``), a cycle that only the garbage collector frees:
+    as the body is first read (or the response closed unread), the wrapper's
+    reference becomes a weak one (:func:`_unbind`). A response then dropped
+    unclosed (a ``break`` out of its body, its task cancelled, no ``async
+    with``) is freed with the last reference to it, once httpx's iterators of
+    its body are closed (as httpx's own pool gets its connection back), and
+    its lease is released with it: not at the collector's next full run,
+    which in a long crawl may be minutes away, up to ``hold_timeout``.
     """
 
     __slots__ = ("_inner", "_lease", "_response")
@@ -251,11 +255,23 @@ class _LeaseStream(httpx.AsyncByteStream):
         self._lease: Lease | None = lease
         # A weak reference: a response this transport answered directly (no
         # client's wrapper around the stream) must not be in a cycle with it.
-        self._response: weakref.ref[httpx.Response] | httpx.Response | None = (
+        self._response: weakref.ref[httpx.Response] | None = (
             weakref.ref(response) if response is not None and STREAM_REFERS_BACK else None
         )
 
     def __aiter__(self) -> AsyncIterator[bytes]:
+        held = self._response
+        if held is not None:  # _unbind, inline: the usual response's body passes here
+            self._response = None
+            response = held()
+            if response is not None:
+                wrapper: Any = response.stream
+                try:  # an attribute read; getattr's default would cost a call
+                    refers_back = wrapper._response is response  # noqa: SLF001
+                except AttributeError:  # not the client's wrapper: left as it is
+                    refers_back = False
+                if refers_back:
+                    wrapper._response = _PROXY(response)  # noqa: SLF001
         return self._inner.__aiter__()  # unasync: return iter(self._inner)
 
     async def aclose(self) -> None:
@@ -269,25 +285,33 @@ class _LeaseStream(httpx.AsyncByteStream):
                 self._lease = None
                 lease.release()
             held = self._response
-            if held is not None:
-                # Take the client's wrapper, which refers back to the response,
-                # off it: its work (``elapsed``) was done before this close.
+            if held is not None:  # closed before its body was read
                 self._response = None
-                response = held() if isinstance(held, _WEAK) else held
-                if response is not None:
-                    wrapper: Any = response.stream
-                    try:  # an attribute read; getattr's default would cost a call
-                        refers_back = wrapper._response is response  # noqa: SLF001
-                    except AttributeError:  # not the client's wrapper: left as it is
-                        refers_back = False
-                    if refers_back:
-                        response.stream = self
+                _unbind(held)
 
     def __del__(self) -> None:
         lease = self._lease
         if lease is not None:  # collected unclosed: released soon, on this thread's loop
             self._lease = None
             release_later(lease)
+
+
+def _unbind(held: weakref.ref[httpx.Response]) -> None:
+    """Leave the client's wrapper around a throttled response's stream a weak
+    reference to the response in place of its own (:class:`_LeaseStream`): the
+    wrapper only sets the response's ``elapsed`` as it closes, and without the
+    cycle the response, its request and all they hold are freed when the
+    caller lets go of the response, the lease with them."""
+    response = held()
+    if response is None:
+        return
+    wrapper: Any = response.stream
+    try:  # an attribute read; getattr's default would cost a call
+        refers_back = wrapper._response is response  # noqa: SLF001
+    except AttributeError:  # not the client's wrapper: left as it is
+        return
+    if refers_back:
+        wrapper._response = _PROXY(response)  # noqa: SLF001
 
 
 class _Wired(_LeaseStream):
@@ -340,6 +364,7 @@ that keeps its attributes inline makes a dict of them."""
 
 _Wiring = _Tracer | _WireTracer | _Wired
 _WEAK = weakref.ref
+_PROXY = weakref.proxy
 _Sent = Awaitable[httpx.Response]  # unasync: _Sent = httpx.Response
 _Send = Callable[[httpx.Request], _Sent]
 
@@ -452,9 +477,8 @@ class _HttpxPlug(Plug[httpx.Request, httpx.Response, _Wiring]):
             # without a call: the usual request's one path).
             wiring._inner = stream  # noqa: SLF001
             wiring._lease = exchange.lease  # noqa: SLF001
-            # The response itself: sent through the client's own pools, it is in
-            # its wrapper's cycle until this stream's close breaks it anyway.
-            wiring._response = response if STREAM_REFERS_BACK else None  # noqa: SLF001
+            # Weakly, as _LeaseStream's: the client's wrapper refers back to it.
+            wiring._response = _WEAK(response) if STREAM_REFERS_BACK else None  # noqa: SLF001
             response.stream = wiring
         else:
             response.stream = _LeaseStream(stream, exchange.lease, response)
