@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import time
 from collections.abc import Iterator
 
@@ -114,6 +115,43 @@ async def test_raise_for_status_raises_after_the_throttle_heard_the_answer() -> 
     assert (slot.sent, slot.failures, dict(slot.status_counts)) == (1, 0, {429: 1})
     assert slot.pause_remaining > 1.0  # its Retry-After heard
     assert_idle(throttle, host.address)
+
+
+@pytest.mark.skipif(
+    not hasattr(aiohttp, "DigestAuthMiddleware"), reason="this aiohttp has no DigestAuthMiddleware"
+)
+async def test_digest_auths_middleware_sends_again_each_send_its_own_turn() -> None:
+    # aiohttp's own middleware sends the request, reads the 401 and sends it
+    # again: the throttle's middleware, last, paces each send on the wire.
+    arrived: list[tuple[float, str]] = []
+
+    async def digest(request: web.Request) -> web.Response:
+        answer = request.headers.get("Authorization", "")
+        arrived.append((time.monotonic(), answer))
+        if answer.startswith("Digest "):
+            return web.Response(text="in")
+        challenge = 'Digest realm="walk", nonce="n0", qop="auth", opaque="o", algorithm=MD5'
+        return web.Response(status=401, headers={"WWW-Authenticate": challenge})
+
+    app = web.Application()
+    app.router.add_get("/digest", digest)
+    delay = 0.2
+    throttle = fixed(delay)
+    auth = aiohttp.DigestAuthMiddleware("user", "secret")
+    async with (
+        served_here(["127.0.0.6"], app) as (url,),
+        ThrottledSession(throttle=throttle, middlewares=(auth,)) as session,
+    ):
+        for _ in range(2):
+            async with session.get(url + "digest") as response:
+                assert (response.status, await response.text()) == (200, "in")
+    assert [bool(answer) for _, answer in arrived] == [False, True, True]
+    slot = throttle.slot("127.0.0.6").snapshot()
+    assert (slot.sent, dict(slot.status_counts)) == (3, {401: 1, 200: 2})
+    times = [at for at, _ in arrived]
+    # Stamped by a server on this event loop: late by the loop's lag, never early.
+    assert all(b - a >= delay / 2 for a, b in itertools.pairwise(times)), times
+    assert_idle(throttle, "127.0.0.6")
 
 
 async def _give_up(session: aiohttp.ClientSession, url: str, how: str, closed: bool) -> None:
