@@ -12,8 +12,9 @@ fail there. The attempt's turn must be let go before urllib3 sleeps its
 backoff, as for an error ``_make_request`` raises (test_requests_retry.py):
 another thread's request to the same host goes during the backoff, under a cap
 of 1. A direct HTTPS request to a host that does not speak TLS fails in
-``_make_request`` (its handshake), the same way. The proxy is an ``http.server`` on a loopback address in a thread; the
-other thread's request goes to test_requests_retry.py's scripted host, direct.
+``_make_request`` (its handshake), the same way. The proxy is an
+``http.server`` on a loopback address in a thread; the other thread's request
+goes to test_requests_retry.py's scripted host, direct.
 """
 
 from __future__ import annotations
