@@ -93,6 +93,7 @@ FAST = (
     "test_cache",
     "test_arrivals",
     "test_token_budgets",
+    "test_token_wire_order",
     "test_plain_response",
     "test_pacing_rules",
     "test_algorithm",

@@ -176,3 +176,54 @@ def test_the_times_grants_went_are_forgotten_past_the_bound() -> None:
         TokenBudget.hold(book, request)
         TokenBudget.went(book, request, n + 0.5)
     assert book.went is not None and len(book.went) == 1
+
+
+def test_an_answer_to_a_grant_that_never_waited_is_read_as_of_its_grant() -> None:
+    """Beside a grant that waited for its wire turn and went, one that never
+    waited is read as of its own grant: the book knows when the other went,
+    not when this one did."""
+    book = TokenBook()
+    book.windows["tokens"] = TokenWindow("tokens", limit=1000, level=1000.0, at=0.0)
+    held = Request(1.0)  # the plain request, granted at 2.0, never waits
+    TokenBudget.spend(book, 300, 1.0)
+    TokenBudget.hold(book, held)
+    TokenBudget.spend(book, 200, 2.0)
+    TokenBudget.went(book, held, 3.0)
+    # The plain request's answer: its own 200 counted, the held one's 300 (it
+    # went after) not yet, so they come off.
+    BUDGET.read(book, [window(800, 0.5)], 3.1, 2.0, refused=False)
+    assert book.windows["tokens"].level == 500
+    assert book.went == {1.0: 3.0}  # the held request's answer is still to come
+
+
+def test_a_cost_still_held_comes_off_beside_the_grants_since() -> None:
+    """An answer counts neither the grants after its request nor a cost the wire
+    still holds: both come off what it says remains."""
+    book = TokenBook()
+    book.windows["tokens"] = TokenWindow("tokens", limit=1000, level=1000.0, at=0.0)
+    held = Request(1.0)
+    TokenBudget.spend(book, 300, 1.0)
+    TokenBudget.hold(book, held)
+    TokenBudget.spend(book, 200, 2.0)  # went at once
+    TokenBudget.spend(book, 100, 3.0)  # granted after it
+    BUDGET.read(book, [window(800, 0.5)], 3.5, 2.0, refused=False)
+    assert book.windows["tokens"].level == 400  # 800 - 100 granted since - 300 held
+
+
+def test_each_held_grant_keeps_when_it_went_until_its_answer() -> None:
+    """Two grants held, both go: each answer is read as of when its own request
+    went, the second's going forgetting nothing of the first's."""
+    book = TokenBook()
+    book.windows["tokens"] = TokenWindow("tokens", limit=1000, level=1000.0, at=0.0)
+    first, second = Request(1.0), Request(1.5)
+    TokenBudget.spend(book, 300, 1.0)
+    TokenBudget.spend(book, 200, 1.5)
+    TokenBudget.hold(book, first)
+    TokenBudget.hold(book, second)
+    TokenBudget.went(book, first, 3.0)
+    TokenBudget.went(book, second, 3.2)
+    assert book.went == {1.0: 3.0, 1.5: 3.2}
+    # The first's answer counts its own 300, not the second's 200 (it went later).
+    BUDGET.read(book, [window(700, 0.5)], 3.3, 1.0, refused=False)
+    assert book.windows["tokens"].level == 500
+    assert book.went == {1.5: 3.2}
