@@ -76,6 +76,10 @@ ADAPTER_TESTS = (
     "tests/test_httpx_unit.py",
     "tests/test_lifecycle.py",
     "tests/test_requests_adapter.py",
+    # urllib3's retry steps the adapter hooks (_requests_parts._RetryTurns).
+    "tests/test_requests_retry.py",
+    "tests/test_requests_retry_steps.py",
+    "tests/test_review_requests_retry.py",
     "tests/test_scrapy.py",
     "tests/test_scrapy_tls.py",
     "tests/test_redis_wire.py",
