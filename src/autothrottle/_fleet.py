@@ -79,6 +79,9 @@ rules, numbered as the Lua scripts of :mod:`autothrottle._redis_lua` cite them
    backoff per burst", the rule the engine applies to one process): a
    backoff for a request sent before the fleet's last backoff changes
    nothing, and a response to such a request never lowers the fleet's delay.
+   A refused request counts as sent when the store's answer gave it its
+   turn if the slot backed off between its gate's grant and that answer (it
+   waited that backoff's pause out): it went at the new pace.
    A backoff at a strict pace (the policy's own, as ``FixedRatePolicy``'s)
    that the fleet kept is the host's jitter, judged on the fleet's successes
    as one process judges its own (``docs/recovery.md``, "At the stated
@@ -579,7 +582,8 @@ class Fleet:
         self.adopt(slot, turn)
         # Held or not, the lease's release reaches left (rule 8).
         if turn.lease is not None:
-            lease.on_release = HeldTurn(self, slot, turn.lease)
+            taken = -math.inf if turn.joined else self.clock()
+            lease.on_release = HeldTurn(self, slot, turn.lease, taken)
         else:
             lease.on_release = NoTurn(self, slot)
         # The time since the answer came counts (a process that stood still
@@ -667,12 +671,28 @@ class Fleet:
                 status=status,
                 headers=headers,
                 adjust=lease.adjust,
-                sent_at=lease.sent_at,
+                sent_at=lease.sent_at if status < 400 else self._refused_sent(slot, lease),
                 from_cache=from_cache,
             )
         finally:
             if done:
                 slot.gate.release(lease)
+
+    @staticmethod
+    def _refused_sent(slot: LiveSlot, lease: Lease) -> float:
+        """When a refused request was sent, as the burst rule counts it (rule 5,
+        ``docs/recovery.md``, "One backoff per burst"): its gate's grant; or,
+        when the slot backed off between that grant and the store's answer that
+        gave it its turn (it waited that backoff's pause out in the fleet), that
+        answer's time. It went at the new pace: its refusal is the host's new
+        word, and its ``Retry-After`` holds, not the lag of the backoff before
+        (the fleet sent into it at once). A turn of a run was reserved before,
+        and keeps the grant."""
+        sent = lease.sent_at
+        held = lease.on_release
+        if isinstance(held, HeldTurn) and sent < slot.state.refusal.backoff_at <= held.taken:
+            return held.taken
+        return sent
 
     def fail(self, slot: LiveSlot, error: BaseException, *, sent_at: float) -> None:
         """The rules' :meth:`~Rules.fail`, then the change goes to the fleet."""

@@ -17,6 +17,7 @@ the fleet, whose types they name for the type checker alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -77,12 +78,17 @@ class HeldTurn:
     finished request's release pays for nothing else.
     """
 
-    __slots__ = ("_fleet", "_slot", "lease")
+    __slots__ = ("_fleet", "_slot", "lease", "taken")
 
-    def __init__(self, fleet: WireFleet, slot: LiveSlot, lease: str) -> None:
+    def __init__(
+        self, fleet: WireFleet, slot: LiveSlot, lease: str, taken: float = -math.inf
+    ) -> None:
         self._fleet = fleet
         self._slot = slot
         self.lease = lease  # the store's name of the turn
+        # When the store's answer gave the request this turn, on the throttle's
+        # clock (-inf: from its process's run, reserved before; or taken at the wire).
+        self.taken = taken
 
     def __call__(self) -> None:
         fleet = self._fleet
