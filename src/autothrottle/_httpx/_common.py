@@ -216,80 +216,23 @@ _CONTROL_NAME = CONTROL_HEADER.lower().encode()
 _LOWERCASE_NAME = itemgetter(1)  # of httpx's (name, lowercase name, value)
 
 
-class _ReadHeaders(httpx.Headers):
-    """The headers of a request a throttled client built, read for the control
-    header then and found without it (:func:`check_control_header`), so that
-    :func:`prepare` need not look again when the request is sent: one read a
-    request, the usual one.
-
-    The mark holds only while the headers are unchanged: whatever changes
-    them through httpx's API (an event hook, an ``auth`` flow, the caller's
-    own edit between ``build_request`` and ``send``) makes them plain
-    ``httpx.Headers`` again first, which :func:`prepare` reads. A copy, a
-    pickle, a redirect hop's headers are plain ``httpx.Headers`` too. Named as
-    httpx's own, so that their ``repr`` is unchanged.
-    """
-
-    __slots__ = ()
-
-    def __setitem__(self, key: str, value: str) -> None:
-        _unmark(self)
-        httpx.Headers.__setitem__(self, key, value)
-
-    def __delitem__(self, key: str) -> None:
-        _unmark(self)
-        httpx.Headers.__delitem__(self, key)
-
-    def update(self, headers: HeaderTypes | None = None) -> None:  # type: ignore[override]
-        _unmark(self)
-        httpx.Headers.update(self, headers)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Not the default's copy of the instance's dict: the copy would share
-        # this one's list of headers, and stay marked as that list changed.
-        return (httpx.Headers, (self.raw,), {"_encoding": self._encoding})
-
-
-_ReadHeaders.__name__ = "Headers"
-_HEADERS = httpx.Headers
-_MARKABLE = _HEADERS if _fields() is not None else None
-"""The headers :func:`check_control_header` marks: httpx's own, read from the
-list :func:`_fields` checked (none, where httpx keeps no such list)."""
-
-
-def _unmark(headers: httpx.Headers) -> None:
-    """Make ``headers`` plain ``httpx.Headers`` again, before they change."""
-    headers.__class__ = _HEADERS
-
-
-def _control_present(headers: httpx.Headers) -> bool:
-    """Whether ``headers`` carry the control header, read from httpx's own list
-    of (name, lowercase name, value): asking ``headers`` decodes every name and
-    value first (about 3 µs), and almost no request has the control header."""
-    try:  # an attribute read; getattr's default would cost a call
-        items = headers._list  # noqa: SLF001 (httpx's own, checked by _fields)
-    except AttributeError:
-        items = None
-    if type(items) is list:  # each name compared in C: no bytecode per header
-        return _CONTROL_NAME in map(_LOWERCASE_NAME, items)
-    return CONTROL_HEADER in headers  # not the httpx this was written against: ask it
-
-
 def check_control_header(request: httpx.Request) -> None:
     """Raise the ``ValueError`` a bad ``X-AutoThrottle`` header would raise at
     :func:`prepare`, as a throttled client builds the request: an SDK that
     takes whatever ``send`` raises for a connection error (``anthropic``
     wraps it as ``APIConnectionError``, and retries it) would otherwise retry
-    a mistake of the caller's and report it as the network's. Headers found
-    without it are marked so (:class:`_ReadHeaders`): the request is read once.
-    """
+    a mistake of the caller's and report it as the network's. The header is
+    read as :func:`prepare` reads it, without decoding every header."""
     headers = request.headers
-    # _control_present's read, inline: every request a throttled client builds
-    # passes here. Only httpx's own class is marked (not a subclass's, whose
-    # class is its own), and only where its list was checked (_fields).
-    if type(headers) is _MARKABLE and _CONTROL_NAME not in map(_LOWERCASE_NAME, headers._list):  # noqa: SLF001
-        headers.__class__ = _ReadHeaders
-    elif CONTROL_HEADER in headers:
+    try:
+        items = headers._list  # noqa: SLF001 (httpx's own, checked by _fields)
+    except AttributeError:
+        items = None
+    if type(items) is list:
+        present = _CONTROL_NAME in map(_LOWERCASE_NAME, items)
+    else:
+        present = CONTROL_HEADER in headers
+    if present:
         options_from_header(", ".join(headers.get_list(CONTROL_HEADER)))
 
 
@@ -310,8 +253,17 @@ def prepare(
     )
     send = request
     headers = request.headers
-    # Built by a throttled client, read then, unchanged since: not read again.
-    present = type(headers) is not _ReadHeaders and _control_present(headers)
+    # Read from httpx's own list of (name, lowercase name, value): asking
+    # `headers` decodes every name and value first (about 3 µs), and almost no
+    # request has the control header.
+    try:  # an attribute read; getattr's default would cost a call
+        items = headers._list  # noqa: SLF001 (httpx's own, checked by _fields)
+    except AttributeError:
+        items = None
+    if type(items) is list:  # each name compared in C: no bytecode per header
+        present = _CONTROL_NAME in map(_LOWERCASE_NAME, items)
+    else:  # not the httpx this was written against: ask it
+        present = CONTROL_HEADER in headers
     # One copy of the request to send at most (_to_send): the control header
     # dropped, and a body read as it is sent wrapped, its errors the caller's.
     if present:
