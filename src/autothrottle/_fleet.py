@@ -582,8 +582,7 @@ class Fleet:
         self.adopt(slot, turn)
         # Held or not, the lease's release reaches left (rule 8).
         if turn.lease is not None:
-            taken = -math.inf if turn.joined else self.clock()
-            lease.on_release = HeldTurn(self, slot, turn.lease, taken)
+            lease.on_release = HeldTurn(self, slot, turn.lease, turn.asked)
         else:
             lease.on_release = NoTurn(self, slot)
         # The time since the answer came counts (a process that stood still
@@ -682,12 +681,12 @@ class Fleet:
     def _refused_sent(slot: LiveSlot, lease: Lease) -> float:
         """When a refused request was sent, as the burst rule counts it (rule 5,
         ``docs/recovery.md``, "One backoff per burst"): its gate's grant; or,
-        when the slot backed off between that grant and the store's answer that
-        gave it its turn (it waited that backoff's pause out in the fleet), that
-        answer's time. It went at the new pace: its refusal is the host's new
-        word, and its ``Retry-After`` holds, not the lag of the backoff before
-        (the fleet sent into it at once). A turn of a run was reserved before,
-        and keeps the grant."""
+        when the slot backed off between that grant and this process's ask
+        that reserved its turn (it waited that backoff's pause out in the fleet;
+        a turn of a run: the run's ask), that ask's time. It went at the new
+        pace: its refusal is the host's new word, and its ``Retry-After``
+        holds, not the lag of the backoff before (the fleet sent into it at
+        once). A turn of a run asked for before the backoff keeps the grant."""
         sent = lease.sent_at
         held = lease.on_release
         if isinstance(held, HeldTurn) and sent < slot.state.refusal.backoff_at <= held.taken:

@@ -86,8 +86,8 @@ class HeldTurn:
         self._fleet = fleet
         self._slot = slot
         self.lease = lease  # the store's name of the turn
-        # When the store's answer gave the request this turn, on the throttle's
-        # clock (-inf: from its process's run, reserved before; or taken at the wire).
+        # When this process asked the store for the turn, on the throttle's clock
+        # (-inf: not known, a turn taken at the wire).
         self.taken = taken
 
     def __call__(self) -> None:

@@ -113,6 +113,10 @@ class SharedTurn(NamedTuple):
         spacing: For a ``joined`` turn, the seconds its run's turns were
             reserved apart: a pace the host stated since, wider than that,
             voids it (rule 8).
+        asked: When this process asked the store for the turn (its run's ask),
+            on the throttle's clock (-inf: not known): a refusal of it counts
+            as sent then when the slot backed off after its request's grant
+            (rule 5).
     """
 
     wait: float
@@ -125,6 +129,7 @@ class SharedTurn(NamedTuple):
     closes: bool = True
     slack: float = math.inf
     spacing: float = 0.0
+    asked: float = -math.inf
 
 
 def narrower_than_stated(spacing: float, stated: float) -> bool:
@@ -192,6 +197,7 @@ class Run:
         "_demand",
         "_pending",
         "_turns",
+        "asked_at",
         "asking",
         "behind",
         "delay",
@@ -222,6 +228,8 @@ class Run:
         ``max_pause``, as the store cuts the pace (rule 1)."""
         self.reserved_at = -math.inf
         """When the store reserved the last run, on its own clock (µs)."""
+        self.asked_at = -math.inf
+        """When this process asked for the last run, on the throttle's clock."""
         self.slack = math.inf
         """The lateness the fleet left room for after the last run's last turn."""
         self.free = 0
@@ -323,15 +331,17 @@ class Run:
         slack: float = math.inf,
         free: int = 0,
         at: float = -math.inf,
+        asked: float = -math.inf,
     ) -> None:
-        """The store reserved a run at ``at`` (µs, its clock), its turns
-        ``spacing`` apart, the last with ``slack``, ``free`` leases left under
-        the fleet's cap after it: the asker takes the first turn, the rest wait
-        here."""
+        """The store reserved a run at ``at`` (µs, its clock), asked for at
+        ``asked`` (the throttle's clock), its turns ``spacing`` apart, the last
+        with ``slack``, ``free`` leases left under the fleet's cap after it: the
+        asker takes the first turn, the rest wait here."""
         self._turns.extend(zip(dues[1:], leases[1:], strict=True))
         self.last_due = self._pending = dues[-1]
         self.spacing, self.delay, self.senders = spacing, delay, senders
         self.slack, self.free, self.reserved_at = slack, free, at
+        self.asked_at = asked
 
     def drop(self) -> list[str]:
         """Every turn left, to hand back (a pause began, no request of this

@@ -171,13 +171,15 @@ class Runs:
         slack: float,
         free: int,
         at: float = -math.inf,
+        asked: float = -math.inf,
     ) -> None:
         """The slot's ask reserved a run (:meth:`Run.reserved`), ``free`` leases
-        left under the fleet's cap after it, at ``at`` on Redis's clock (µs)."""
+        left under the fleet's cap after it, at ``at`` on Redis's clock (µs),
+        asked for at ``asked`` (the throttle's clock)."""
         with self._lock:
             # The slot's run (forgotten and taken again meanwhile: the new one's).
             run = self._runs.setdefault(key, run)
-            run.reserved(dues, leases, spacing, delay, senders, slack, free, at)
+            run.reserved(dues, leases, spacing, delay, senders, slack, free, at, asked)
 
     def get(self, key: str) -> Run | None:
         """The slot's run, read without the lock (a hint: what it held at its last turn)."""
@@ -345,7 +347,9 @@ class Runs:
         self._taken += 1
         wait = max(0.0, due - received)
         after = run.slack if closes else math.inf
-        turn = SharedTurn(wait, lease, delay, 0.0, due, senders, True, closes, after, run.spacing)
+        turn = SharedTurn(
+            wait, lease, delay, 0.0, due, senders, True, closes, after, run.spacing, run.asked_at
+        )
         return turn, stale
 
     async def _behind(self, key: str, run: Run, waiter: Behind, left: float) -> Ready:

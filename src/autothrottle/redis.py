@@ -496,6 +496,7 @@ class RedisStore:
             slack=after,
             free=free,
             at=float(server),
+            asked=now,
         )
         self._listener.start()  # rule 2: from now on, hear the pauses others set
         return SharedTurn(
@@ -507,6 +508,7 @@ class RedisStore:
             senders,
             closes=turns == 1,
             slack=after if turns == 1 else math.inf,
+            asked=now,
         )
 
 
