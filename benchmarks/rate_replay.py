@@ -12,7 +12,14 @@ ms (+-10 %) or refused at once, and its answer comes back ``--wire`` later,
 plus ``--lag`` seconds of client time (exponential, the mean given) to stand
 for a loaded machine. Every decision is the engine's, on the loop's clock.
 
-It prints, for each seed, the goodput over ``--seconds`` from the first
+``--walk`` replays a short crawl instead: ``Throttle(start_delay=0.05)`` (the
+adaptive policy), 8 tasks, 40 requests, against a 5/s bucket with a burst of
+1, refusals not retried (``--host-rate`` and ``--start-delay`` change those);
+it prints how long the crawl took, the requests let through and refused, and
+the slot's delay and backoffs at the end (``docs/recovery.md``, "The refused
+pace").
+
+Otherwise it prints, for each seed, the goodput over ``--seconds`` from the first
 arrival (as ``adaptive.py`` counts it), the share refused, the pages in the
 first two seconds, the goodput from the second second on, and each refusal
 that backed off (when, the delay before and after, the pause it left); then
@@ -89,6 +96,52 @@ async def crawl(seconds: float, seed: int, wire: float, lag: float, policy: str)
     return run
 
 
+async def walk(
+    seed: int, wire: float, lag: float, rate: float, start_delay: float | None
+) -> tuple[float, Run, float, int]:
+    """The short crawl of ``--walk``: how long it took, what the host saw, and the
+    slot's delay and backoffs at the end."""
+    loop = asyncio.get_running_loop()
+    rng = random.Random(seed)
+    throttle = Throttle(
+        start_delay=start_delay, clock=loop.time, wall_clock=lambda: WALL + loop.time()
+    )
+    start = loop.time()
+    bucket = Bucket(rate, 1, start)
+    run = Run()
+    left = 40
+
+    async def worker() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            lease = await throttle.acquire(HOST)
+            sent = loop.time()
+            status, headers = await through_bucket(bucket, run.ok, run.refused, rng, wire, lag)
+            lease.observe(latency=loop.time() - sent, status=status, headers=headers)
+            lease.release()
+
+    await asyncio.gather(*(worker() for _ in range(8)))
+    snap = throttle.slot(HOST).snapshot()
+    return loop.time() - start, run, snap.delay, snap.backoffs
+
+
+def walks(args: argparse.Namespace) -> None:
+    """``--walk``, seed by seed."""
+    for seed in range(args.seeds):
+        loop = looptime.new_event_loop(start=0.0)
+        try:
+            took, run, delay, backoffs = loop.run_until_complete(
+                walk(seed, args.wire, args.lag, args.host_rate, args.start_delay or None)
+            )
+        finally:
+            loop.close()
+        print(
+            f"seed {seed}: took {took:.2f} s, {len(run.ok)} let through, "
+            f"{len(run.refused)} refused, delay {delay:.3f}, {backoffs} backoffs"
+        )
+
+
 def figures(run: Run, seconds: float) -> dict[str, float]:
     t0 = min(run.ok + run.refused)
     ok = [a for a in run.ok if a < t0 + seconds]
@@ -110,7 +163,17 @@ def main() -> None:
     parser.add_argument("--lag", type=float, default=0.002, help="mean client lag, seconds")
     parser.add_argument("--policy", choices=("autothrottle", "adaptive"), default="autothrottle")
     parser.add_argument("--quiet", action="store_true", help="the summary lines only")
+    parser.add_argument(
+        "--walk", action="store_true", help="40 requests of 8 tasks at a 5/s host, burst 1"
+    )
+    parser.add_argument("--host-rate", type=float, default=5.0, help="--walk: the host's rate")
+    parser.add_argument(
+        "--start-delay", type=float, default=0.05, help="--walk: the start delay (0: the default)"
+    )
     args = parser.parse_args()
+    if args.walk:
+        walks(args)
+        return
     rows = []
     for seed in range(args.seeds):
         loop = looptime.new_event_loop(start=0.0)

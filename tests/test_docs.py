@@ -513,7 +513,8 @@ def test_docs_recoverys_replayed_figures_are_what_the_replays_print_today() -> N
         assert "60 s: 2.00 refusals a host" in burst_slow
     assert "2 refusals a host in 60 s at a burst of 3 or 5" in page
     rate = _replay("benchmarks/rate_replay.py", "--quiet").splitlines()[-1]
-    assert rate.startswith("mean: 9.43/s,"), rate
-    assert "6.0 pages in the first 2 s, 9.89/s after" in rate
+    assert rate.startswith("mean: 9.44/s,"), rate
+    assert "6.0 pages in the first 2 s, 9.90/s after" in rate
     assert "9.43/s after, 9.68/s → 9.89/s from the second second on" in page
+    assert "as of the gap its request kept, above, 9.44/s, 9.90/s" in page
     assert "6 pages in the first two seconds" in page

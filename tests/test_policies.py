@@ -286,7 +286,12 @@ async def test_aimd_decreases_multiplicatively_once_per_burst() -> None:
     clock.advance(0.01)
     for lease in leases:
         lease.observe(latency=0.01, status=429)
-    assert slot.delay == pytest.approx(before / 0.5)  # the rate halved, once
+    # The rate halved, once: the pace the first refused send kept, its gap
+    # begun before the last answers lowered the delay a little (scheduling
+    # rule 3; docs/recovery.md, "The refused pace").
+    kept = leases[0].wire_gap
+    assert before <= kept < 1.02 * before
+    assert slot.delay == pytest.approx(kept / 0.5)
     snap = slot.snapshot()
     assert (snap.backoffs, snap.ignored_backoffs) == (1, 4)
 

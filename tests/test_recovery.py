@@ -222,6 +222,20 @@ def test_the_refused_pace_is_the_delay_or_littles_law(
     assert refused_pace(delay, latency, in_flight) == pytest.approx(pace)
 
 
+@pytest.mark.parametrize(
+    ("delay", "granted", "pace"),
+    [
+        (0.05, 0.1, 0.1),  # the gap begun at a delay since lowered: the one kept
+        (0.1, 0.05, 0.1),  # a delay raised since: never below it
+        (0.05, 0.0, 0.05),  # not known
+    ],
+)
+def test_the_refused_pace_is_at_least_the_gap_the_grant_kept(
+    delay: float, granted: float, pace: float
+) -> None:
+    assert refused_pace(delay, None, 0, granted) == pytest.approx(pace)
+
+
 def test_the_floor_never_overflows_long_after_a_refusal() -> None:
     state = Refusal(refused_gap=1.0, recover_in=1e-6, backoff_at=0.0)
     assert Recovery().floor(state, 1e250) == pytest.approx(0.0)

@@ -113,10 +113,23 @@ def first_of_burst(sent_at: float | None, backoff_at: float) -> bool:
     return sent_at is None or sent_at >= backoff_at
 
 
-def refused_pace(delay: float, latency: float | None, in_flight: int) -> float:
+def refused_pace(
+    delay: float, latency: float | None, in_flight: int, granted: float = 0.0
+) -> float:
     """The gap between sends a refusal answered: the delay or, when the cap rather
     than the delay held the slot back, the last ``latency`` over the requests
-    ``in_flight`` (Little's law), whichever is larger."""
+    ``in_flight`` (Little's law), whichever is larger.
+
+    ``granted``: the gap the refused request's own grant kept after the grant
+    before it (0: not known), when wider than the delay. A gap once begun keeps
+    its delay (``docs/scheduling.md``, rule 3), so a success answered while the
+    refused request waited lowers the delay but not the gap it went at: read
+    from the delay alone, a refusal of the first send after a pause at a
+    doubled delay was taken for one at half of it, and the floor came back to
+    that half (a 5/s host with a burst of 1, refused after every pause).
+    """
+    if granted > delay:
+        delay = granted
     if latency and in_flight:
         return max(delay, latency / in_flight)
     return delay

@@ -111,12 +111,16 @@ class Rules:
         adjust: bool,
         sent_at: float | None,
         from_cache: bool | None = None,
+        granted: float = 0.0,
     ) -> None:
         """Apply one response: count it, read its headers, back off or adapt.
 
         ``from_cache=True`` (a client-side cache answered) makes the response a
         cache hit exactly as a cache header would; False and None leave that to
         the headers, since a cache further on may still have answered.
+        ``granted``: the gap the request's grant kept after the one before it
+        (0: not known), the pace a refusal of it answered when wider than the
+        delay (:func:`~autothrottle._recovery.refused_pace`).
         """
         latency, status, fields = check_response(latency, status, headers, from_cache)
         # The lock taken here, not by a decorator or a `with`: this runs for
@@ -124,7 +128,7 @@ class Rules:
         lock = slot.gate.lock
         lock.acquire()
         try:
-            self._observe(slot, latency, status, fields, adjust, sent_at, from_cache)
+            self._observe(slot, latency, status, fields, adjust, sent_at, from_cache, granted)
         finally:
             lock.release()
 
@@ -137,6 +141,7 @@ class Rules:
         adjust: bool,
         sent_at: float | None,
         from_cache: bool | None,
+        granted: float = 0.0,
     ) -> None:
         now = self._clock()
         state = slot.state
@@ -150,15 +155,15 @@ class Rules:
             if status in signals.backoff_statuses or signals.block_classifier is not None
             else None  # the usual answer, without a call
         )
-        read = None
-        first = False  # the host states its pace for the first time
+        read, first = None, False  # first: the host states its pace for the first time
         if self._reads_headers:
             read = read_headers(status, fields, now=self._wall_clock(), from_cache=cache_hit)
             cache_hit = read.cache_hit
             first = read.rate_limit is not None and not state.limits.stated_gap(now)
-        # A refusal at the pace the host was said to allow widens the margin a step.
-        edge = 0.0 if reason is None else self._edge_step(slot, read, sent_at, now)
-        kept = edge or (0.0 if reason is None else self._kept_gap(slot, read, sent_at, now))
+        edge = kept = 0.0
+        if reason is not None:  # at the pace the host was said to allow: a margin's step
+            edge = self._edge_step(slot, read, sent_at, now)
+            kept = edge or self._kept_gap(slot, read, sent_at, now, granted)
         if read is not None:
             said = read.retry_after is not None or read.rate_limit is not None or read.tokens
             if said or read.ignored:
@@ -178,7 +183,7 @@ class Rules:
             if edge:
                 self._count_edge(slot, reason, latency, status)
             else:
-                self._refused(slot, reason, read, sent_at, kept, now, latency, status)
+                self._refused(slot, reason, read, sent_at, kept, now, latency, status, granted)
             return
         if status == 200 and not cache_hit:
             # What the host let through, adjusted or not: the lower bound of its limit.
@@ -362,12 +367,14 @@ class Rules:
         status: int | None = None,
         kept: bool = False,
         asked: float = 0.0,
+        granted: float = 0.0,
     ) -> bool:
         """Slow ``slot`` down, unless the signal is the lag of an earlier backoff.
 
         ``kept``: a 429 at a pace the host kept (none stated), which backs off no
         further than the recovery floor (``docs/recovery.md``). ``asked``: the
         pause the refusal asked for, which may say how slow the host is.
+        ``granted``: the gap the refused request's grant kept (0: not known).
         Returns True if the slot backed off.
         """
         state = slot.state
@@ -377,7 +384,7 @@ class Rules:
         config = slot.config
         factor = self.signals.backoff_factor
         old = state.pace.delay
-        pace = refused_pace(old, state.counters.last_latency, slot.gate.in_flight())
+        pace = refused_pace(old, state.counters.last_latency, slot.gate.in_flight(), granted)
         new = max(config.policy.backoff_delay(pace, factor, config), old, BACKOFF_FLOOR)
         ramped = config.policy.ramp_up is not None
         self.recovery.refused(state.refusal, pace, now, ramped=ramped, factor=factor, asked=asked)
@@ -441,6 +448,7 @@ class Rules:
         now: float,
         latency: float,
         status: int,
+        granted: float,
     ) -> None:
         """A refusal that backs off: a 429 at a pace the host kept (``kept``, none
         stated) no further than the floor; the pause its ``Retry-After`` asks
@@ -451,7 +459,15 @@ class Rules:
         if read is not None and read.retry_after is not None and self.signals.retry_after:
             asked = min(read.retry_after, slot.config.max_delay)
         self.backoff(
-            slot, reason, sent_at, now, latency=latency, status=status, kept=floor, asked=asked
+            slot,
+            reason,
+            sent_at,
+            now,
+            latency=latency,
+            status=status,
+            kept=floor,
+            asked=asked,
+            granted=granted,
         )
 
     def _edge_step(
@@ -492,11 +508,17 @@ class Rules:
         return math.inf
 
     def _kept_gap(
-        self, slot: LiveSlot, read: HeaderSignals | None, sent: float | None, now: float
+        self,
+        slot: LiveSlot,
+        read: HeaderSignals | None,
+        sent: float | None,
+        now: float,
+        granted: float,
     ) -> float:
         """The pace a refusal answered was sent at, if the host kept it lately; else 0.0."""
         state = slot.state
-        gap = refused_pace(state.pace.delay, state.counters.last_latency, slot.gate.in_flight())
+        last = state.counters.last_latency
+        gap = refused_pace(state.pace.delay, last, slot.gate.in_flight(), granted)
         return gap if self._kept(slot, read, sent, gap, now, stated=False) else 0.0
 
     def _kept(

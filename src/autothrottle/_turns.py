@@ -137,7 +137,7 @@ class Plain:
             finally:
                 lock.release()
         try:
-            self._by_rules(slot, latency, status, headers, lease.adjust, lease.sent_at, from_cache)
+            self._by_rules(slot, latency, status, headers, lease, from_cache)
         finally:
             if done:
                 gate.release(lease)
@@ -148,8 +148,7 @@ class Plain:
         latency: float,
         status: int,
         headers: Mapping[str, str] | None,
-        adjust: bool,
-        sent_at: float | None,
+        lease: Lease,
         from_cache: bool | None,
     ) -> None:
         """Any other response: the rules'. Headers they took as a mapping are
@@ -159,9 +158,10 @@ class Plain:
             latency=latency,
             status=status,
             headers=headers,
-            adjust=adjust,
-            sent_at=sent_at,
+            adjust=lease.adjust,
+            sent_at=lease.sent_at,
             from_cache=from_cache,
+            granted=lease.wire_gap,
         )
         if headers is not None and len(_MAPPINGS) < _MAPPINGS_KEPT and isinstance(headers, Mapping):
             _MAPPINGS.add(type(headers))
