@@ -23,10 +23,14 @@ from autothrottle.redis import RedisStore
 from helpers import connected, needs_redis, wait_until
 from redis_keys import REDIS_URL, fresh_prefix
 
-HOLD = 1.0
+HOLD = 2.0
 """The throttles' ``hold_timeout``: shorter than the fleet's pause."""
 
-PAUSE = 2.5
+BOUND = 1.2
+"""The other process's ``max_wait``: well under ``HOLD``, what a lease nobody
+hands back holds the host for after its send, and well over a round trip."""
+
+PAUSE = 4.0
 """The pause another process set: the request waits it out holding its lease."""
 
 
@@ -62,7 +66,7 @@ async def test_a_lease_let_go_while_it_waited_out_a_pause_hands_its_turn_back_wh
     on the way (a look at the slot lets it go, as another request's end does).
     Sent at the pause's end and finished at once, its turn goes back to Redis
     then: the other process, capped at one request fleet-wide, gets the host
-    within its 0.6-s ``max_wait``, and nothing is left in Redis. It used to be
+    within its 1.2-s ``max_wait``, and nothing is left in Redis. It used to be
     held until ``hold_timeout`` after the send: its release found the lease let
     go already and ran none of the fleet's hooks."""
     one, other, prefix = pair
@@ -78,7 +82,7 @@ async def test_a_lease_let_go_while_it_waited_out_a_pause_hands_its_turn_back_wh
     lease.release()  # the response came at once
     started = time.monotonic()
     try:
-        async with other.acquire("host", max_wait=0.6):
+        async with other.acquire("host", max_wait=BOUND):
             pass
     except ThrottleTimeout:
         pytest.fail(f"the host stayed held {time.monotonic() - started:.2f} s after the request")
