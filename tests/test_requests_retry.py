@@ -218,6 +218,26 @@ WAIT_FOR_THE_OTHER = 10.0
 retried request holds its turn (the cap of 1) through the backoff."""
 
 
+def noting_backoffs(
+    session: requests.Session, other: ThreadPoolExecutor, url: str, throttle: Throttle
+) -> list[tuple[int, int | None]]:
+    """Make each backoff of :class:`LettingOneGo` send ``url`` from ``other`` first;
+    the list it returns gets, at each, the failures the slot had heard and that
+    request's status (None: not answered within :data:`WAIT_FOR_THE_OTHER`)."""
+    noted: list[tuple[int, int | None]] = []
+
+    def during() -> None:
+        answer = other.submit(session.get, url)
+        try:
+            status: int | None = answer.result(timeout=WAIT_FOR_THE_OTHER).status_code
+        except TimeoutError:
+            status = None
+        noted.append((counts(throttle)["failures"], status))
+
+    LettingOneGo.during = during
+    return noted
+
+
 @pytest.mark.parametrize("error", ["refused", "dropped"])
 def test_a_retried_error_lets_its_turn_go_before_urllib3_backs_off(
     host: ScriptedHost, error: str
@@ -235,18 +255,8 @@ def test_a_retried_error_lets_its_turn_go_before_urllib3_backs_off(
         retries = LettingOneGo(total=2, backoff_factor=0.05)
         host.scripts["/dropped"] = [(DROP, {}, 0.0)]
         failing = host.url("/dropped")
-    during_backoffs: list[tuple[int, int | None]] = []  # failures heard, the other's status
     with session_with(throttle, retries) as session, ThreadPoolExecutor(1) as other:
-
-        def during() -> None:
-            answer = other.submit(session.get, host.url("/during"))
-            try:
-                status: int | None = answer.result(timeout=WAIT_FOR_THE_OTHER).status_code
-            except TimeoutError:
-                status = None
-            during_backoffs.append((counts(throttle)["failures"], status))
-
-        LettingOneGo.during = during
+        during_backoffs = noting_backoffs(session, other, host.url("/during"), throttle)
         with pytest.raises(requests.ConnectionError):
             session.get(failing)
     assert during_backoffs == [(1, 200), (2, 200)]

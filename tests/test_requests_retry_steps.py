@@ -34,13 +34,13 @@ from urllib3.util.retry import Retry
 from autothrottle import _requests_parts
 from test_requests_retry import (
     ADDRESS,
-    WAIT_FOR_THE_OTHER,
     LettingOneGo,
     ScriptedHost,
     closed_port,
     counts,
     fixed,
     host,
+    noting_backoffs,
     session_with,
 )
 
@@ -115,19 +115,9 @@ def test_a_failed_tunnel_lets_its_turn_go_before_urllib3_backs_off(
     )
     proxies = {} if route == "tls-direct" else {"https": proxy_url}
     failing = host.url("/tunnelled").replace("http://", "https://")  # the same host, its slot
-    during_backoffs: list[tuple[int, int | None]] = []  # failures heard, the other's status
     with session_with(throttle, retries) as session, ThreadPoolExecutor(1) as other:
         session.mount("https://", session.get_adapter("http://"))
-
-        def during() -> None:
-            answer = other.submit(session.get, host.url("/during"))
-            try:
-                status: int | None = answer.result(timeout=WAIT_FOR_THE_OTHER).status_code
-            except TimeoutError:
-                status = None
-            during_backoffs.append((counts(throttle)["failures"], status))
-
-        LettingOneGo.during = during
+        during_backoffs = noting_backoffs(session, other, host.url("/during"), throttle)
         with pytest.raises(requests.ConnectionError):
             session.get(failing, proxies=proxies, verify=False)
     assert during_backoffs == [(1, 200), (2, 200)]
